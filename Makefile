@@ -1,0 +1,49 @@
+# gpucloud: every target sets up what it needs (a venv in .venv) on first use.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo demo-destroy test testunit testacc lint typecheck generate bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## The main job: backend on embedded SQLite, provider from a local mirror, terraform apply of the quickstart.
+demo: $(STAMP)
+	bash scripts/demo.sh up
+
+demo-destroy: $(STAMP)
+	bash scripts/demo.sh down
+
+## Every test, unit and acceptance, on SQLite and on a throwaway PostgreSQL.
+test: $(STAMP)
+	bash scripts/with-postgres.sh $(PY) -m pytest
+
+testunit: $(STAMP)
+	$(PY) -m pytest tests
+
+testacc: $(STAMP)
+	bash scripts/with-postgres.sh $(PY) -m pytest acceptance
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy provider backend
+
+## Rebuild generated files: gRPC stubs, proto/openapi.json, docs/.
+generate: $(STAMP)
+	bash scripts/generate.sh
+
+bench: $(STAMP)
+	bash scripts/with-postgres.sh $(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) .demo .bench .pytest_cache .mypy_cache .ruff_cache
