@@ -1,0 +1,1 @@
+"""Generated protobuf/gRPC stubs (make generate). Never edit by hand."""
