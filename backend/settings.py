@@ -1,0 +1,48 @@
+"""Every setting of the backend in one place: flags and `GPUCLOUD_*` environment variables."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def _default_data_dir() -> Path:
+    return Path("~/.local/share/gpucloud").expanduser()
+
+
+class Settings(BaseSettings):
+    """Backend configuration; `GPUCLOUD_<NAME>` overrides each field."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUCLOUD_", extra="ignore", frozen=True)
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = Field(default_factory=_default_data_dir)
+    # Empty means: an SQLite file `gpucloud.db` in `data_dir`.
+    database_url: str = ""
+    sqlite_busy_timeout_ms: int = 15_000
+    max_body_bytes: int = 1_048_576
+    # Requests per API key per window, counted in the database so replicas share the budget.
+    rate_limit_requests: int = 1200
+    rate_limit_window_seconds: int = 60
+    idempotency_ttl_hours: int = 24
+    default_page_size: int = 50
+    max_page_size: int = 200
+    log_level: str = "info"
+    # `serve` runs one engine worker in-process unless disabled (deployments with `worker` processes).
+    embedded_worker: bool = True
+
+    @cached_property
+    def resolved_database_url(self) -> str:
+        """The SQLAlchemy URL in use: the configured one or the SQLite file in the data dir."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{self.data_dir.expanduser() / 'gpucloud.db'}"
+
+    @property
+    def is_sqlite(self) -> bool:
+        """True when the store is an SQLite database."""
+        return self.resolved_database_url.startswith("sqlite")

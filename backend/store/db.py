@@ -1,0 +1,55 @@
+"""Database engine and session factory: SQLite (WAL, busy timeout, foreign keys) or PostgreSQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.settings import Settings
+
+
+def make_engine(settings: Settings) -> Engine:
+    """Create the engine for the configured store, preparing the SQLite file's directory if needed."""
+    url = make_url(settings.resolved_database_url)
+    if url.get_backend_name() == "sqlite":
+        if url.database and url.database != ":memory:":
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": settings.sqlite_busy_timeout_ms / 1000},
+            pool_size=20,
+            max_overflow=20,
+        )
+        _configure_sqlite(engine, settings.sqlite_busy_timeout_ms)
+        return engine
+    return create_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
+    # pysqlite's own transaction handling defers BEGIN; take control of it. A write transaction begins
+    # IMMEDIATE (takes the write lock up front and waits busy_timeout for it) because a deferred
+    # transaction that upgrades to writing fails at once with SQLITE_BUSY under WAL.
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        mode = connection.get_execution_options().get("sqlite_begin", "")
+        connection.exec_driver_sql(f"BEGIN {mode}" if mode in ("IMMEDIATE", "EXCLUSIVE") else "BEGIN")
+
+
+def make_session_factory(engine: Engine, *, write: bool = False) -> sessionmaker[Session]:
+    """Sessions that keep loaded attributes after commit; `write` ones take SQLite's write lock at BEGIN."""
+    bind = engine.execution_options(sqlite_begin="IMMEDIATE") if write else engine
+    return sessionmaker(bind=bind, expire_on_commit=False)

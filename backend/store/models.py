@@ -1,0 +1,175 @@
+"""Core tables: projects, API keys, SSH keys, volumes, clusters, idempotency, rate limits, audit."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    Numeric,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from backend.store.base import Base
+
+ID = String(30)
+
+
+class Versioned:
+    """Rows whose `generation` bumps on every write; the ETag is derived from it."""
+
+    generation: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class Project(Base):
+    __tablename__ = "projects"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), nullable=False, unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    # The first characters of the key (shown in listings, used to revoke); the key itself is never stored.
+    prefix: Mapped[str] = mapped_column(String(16), nullable=False, unique=True)
+    digest: Mapped[str] = mapped_column(String(64), nullable=False)
+    role: Mapped[str] = mapped_column(String(16), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SshKey(Versioned, Base):
+    __tablename__ = "ssh_keys"
+    __table_args__ = (UniqueConstraint("project_id", "fingerprint", name="uq_ssh_keys_project_fingerprint"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    public_key: Mapped[str] = mapped_column(Text, nullable=False)
+    fingerprint: Mapped[str] = mapped_column(String(80), nullable=False)
+    key_type: Mapped[str] = mapped_column(String(40), nullable=False)
+
+
+class Volume(Versioned, Base):
+    __tablename__ = "volumes"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    region: Mapped[str] = mapped_column(String(64), nullable=False)
+    size_tib: Mapped[int] = mapped_column(Integer, nullable=False)
+    # Not needed by the API until billing's credit rules revoke access; kept for them.
+    status: Mapped[str] = mapped_column(String(32), nullable=False, default="available")
+
+
+class Cluster(Versioned, Base):
+    __tablename__ = "clusters"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    name: Mapped[str] = mapped_column(String(63), nullable=False)
+    region: Mapped[str] = mapped_column(String(64), nullable=False)
+    instance_type: Mapped[str] = mapped_column(String(64), nullable=False)
+    node_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    orchestrator: Mapped[str] = mapped_column(String(16), nullable=False)
+    interconnect: Mapped[str] = mapped_column(String(16), nullable=False)
+    container: Mapped[str | None] = mapped_column(String(16))
+    billing_type: Mapped[str] = mapped_column(String(16), nullable=False)
+    billing_duration_days: Mapped[int | None] = mapped_column(Integer)
+    billing_on_expiry: Mapped[str | None] = mapped_column(String(32))
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
+    deletion_protection: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    max_hourly_cost_usd: Mapped[Decimal | None] = mapped_column(Numeric(14, 4))
+    # Written by the engine (backend.provisioning); core only sets the initial values.
+    status: Mapped[str] = mapped_column(String(32), nullable=False, default="PENDING")
+    phase: Mapped[str | None] = mapped_column(String(64))
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    # Set when the user asks for deletion; the engine tears down and marks the cluster DESTROYED.
+    deletion_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+    ssh_key_links: Mapped[list[ClusterSshKey]] = relationship(
+        order_by="ClusterSshKey.position", cascade="all, delete-orphan", lazy="selectin"
+    )
+    volume_links: Mapped[list[ClusterVolume]] = relationship(
+        order_by="ClusterVolume.position", cascade="all, delete-orphan", lazy="selectin"
+    )
+
+
+Index("ix_clusters_project_id_id", Cluster.project_id, Cluster.id)
+Index("ix_volumes_project_id_id", Volume.project_id, Volume.id)
+Index("ix_ssh_keys_project_id_id", SshKey.project_id, SshKey.id)
+
+
+class ClusterSshKey(Base):
+    __tablename__ = "cluster_ssh_keys"
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
+    ssh_key_id: Mapped[str] = mapped_column(ForeignKey("ssh_keys.id"), primary_key=True, index=True)
+    # Keeps the order the user wrote, so the API echoes the list back unchanged.
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class ClusterVolume(Base):
+    __tablename__ = "cluster_volumes"
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
+    volume_id: Mapped[str] = mapped_column(ForeignKey("volumes.id"), primary_key=True, index=True)
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class IdempotencyRecord(Base):
+    __tablename__ = "idempotency_records"
+    __table_args__ = (UniqueConstraint("project_id", "key", name="uq_idempotency_records_project_key"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    key: Mapped[str] = mapped_column(String(255), nullable=False)
+    # What the key was first used for: method, path and a digest of the body.
+    request_fingerprint: Mapped[str] = mapped_column(String(64), nullable=False)
+    response_status: Mapped[int] = mapped_column(Integer, nullable=False)
+    response_body: Mapped[str] = mapped_column(Text, nullable=False)
+    response_headers: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, index=True)
+
+
+class RateLimitCounter(Base):
+    __tablename__ = "rate_limit_counters"
+
+    api_key_id: Mapped[str] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"), primary_key=True)
+    window_start: Mapped[int] = mapped_column(Integer, primary_key=True)  # unix seconds
+    count: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+class AuditEvent(Base):
+    __tablename__ = "audit_events"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # Who: the API key prefix (or "cli" for the command line).
+    actor: Mapped[str] = mapped_column(String(32), nullable=False)
+    action: Mapped[str] = mapped_column(String(64), nullable=False)
+    resource_type: Mapped[str] = mapped_column(String(32), nullable=False)
+    resource_id: Mapped[str | None] = mapped_column(String(64))
+    request_id: Mapped[str | None] = mapped_column(String(64))
+    details: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
+
+
+Index("ix_audit_events_project_id_id", AuditEvent.project_id, AuditEvent.id)
