@@ -1,0 +1,169 @@
+"""Node and cluster lifecycle: statuses, allowed transitions, the cluster status rule and phases.
+
+Per-node statuses are TensorPool's; a cluster's status is derived from its member nodes by their
+priority rule. Within a status the engine tracks a finer `NodeStage` (what the node is doing now); the
+cluster `phase` summarises the stages of its nodes and control plane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from enum import StrEnum
+
+
+class NodeStatus(StrEnum):
+    PENDING = "PENDING"
+    PROVISIONING = "PROVISIONING"
+    CONFIGURING = "CONFIGURING"
+    CONTAINER_CREATING = "CONTAINER_CREATING"
+    RUNNING = "RUNNING"
+    DESTROYING = "DESTROYING"
+    DESTROYED = "DESTROYED"
+    FAILED = "FAILED"
+
+
+S = NodeStatus
+TRANSITIONS: dict[NodeStatus, frozenset[NodeStatus]] = {
+    S.PENDING: frozenset({S.PROVISIONING, S.DESTROYING, S.FAILED}),
+    S.PROVISIONING: frozenset({S.CONFIGURING, S.DESTROYING, S.FAILED}),
+    S.CONFIGURING: frozenset({S.CONTAINER_CREATING, S.RUNNING, S.DESTROYING, S.FAILED}),
+    S.CONTAINER_CREATING: frozenset({S.RUNNING, S.DESTROYING, S.FAILED}),
+    # Day 2: storage and SSH key changes reconfigure (CONFIGURING), a new image recreates the container.
+    S.RUNNING: frozenset({S.CONFIGURING, S.CONTAINER_CREATING, S.DESTROYING, S.FAILED}),
+    S.DESTROYING: frozenset({S.DESTROYED, S.FAILED}),
+    S.FAILED: frozenset({S.DESTROYING}),
+    S.DESTROYED: frozenset(),
+}
+
+# TensorPool's rule: the cluster shows the highest-priority status among its nodes.
+CLUSTER_STATUS_PRIORITY: tuple[NodeStatus, ...] = (
+    S.FAILED, S.DESTROYING, S.PENDING, S.PROVISIONING, S.CONFIGURING, S.CONTAINER_CREATING, S.RUNNING,
+    S.DESTROYED,
+)
+
+
+class InvalidTransition(ValueError):
+    """A node was asked to move along an edge the state machine does not have."""
+
+
+def can_transition(current: NodeStatus, target: NodeStatus) -> bool:
+    return target in TRANSITIONS[current]
+
+
+def check_transition(current: NodeStatus, target: NodeStatus) -> None:
+    if not can_transition(current, target):
+        raise InvalidTransition(f"node cannot go from {current} to {target}")
+
+
+def derive_cluster_status(node_statuses: Iterable[NodeStatus | str], *, empty: NodeStatus = S.PENDING
+                          ) -> NodeStatus:
+    """The cluster status by priority over its member nodes; `empty` when it has none (yet or anymore)."""
+    present = {NodeStatus(s) for s in node_statuses}
+    for status in CLUSTER_STATUS_PRIORITY:
+        if status in present:
+            return status
+    return empty
+
+
+class NodeStage(StrEnum):
+    """What a node is doing, in order; each stage maps to one status."""
+
+    QUEUED = "queued"
+    BOOTING = "booting"  # power-on, PXE, image
+    FABRIC = "fabric"  # IB partition programming / EFA attach
+    DRIVERS = "drivers"  # drivers / CUDA
+    VOLUMES = "volumes"  # shared volume attach
+    JOINING = "joining"  # kubelet / slurmd joins the orchestrator
+    ACCEPTANCE = "acceptance"  # DCGM diag, NCCL all_reduce
+    ACCEPTED = "accepted"  # passed; waits for the rest of its batch (all or nothing)
+    CONTAINER = "container"  # container / runtime start
+    READY = "ready"
+    RECONFIGURING = "reconfiguring"  # day 2: volume or SSH key change on a running node
+    RECREATING_CONTAINER = "recreating_container"  # day 2: new container image in place
+    RELEASING = "releasing"  # power-off, wipe, return to the pool
+    RELEASED = "released"
+    FAILED = "failed"
+
+
+STAGE_STATUS: dict[NodeStage, NodeStatus] = {
+    NodeStage.QUEUED: S.PENDING,
+    NodeStage.BOOTING: S.PROVISIONING,
+    NodeStage.FABRIC: S.CONFIGURING,
+    NodeStage.DRIVERS: S.CONFIGURING,
+    NodeStage.VOLUMES: S.CONFIGURING,
+    NodeStage.JOINING: S.CONFIGURING,
+    NodeStage.ACCEPTANCE: S.CONFIGURING,
+    NodeStage.ACCEPTED: S.CONFIGURING,
+    NodeStage.CONTAINER: S.CONTAINER_CREATING,
+    NodeStage.READY: S.RUNNING,
+    NodeStage.RECONFIGURING: S.CONFIGURING,
+    NodeStage.RECREATING_CONTAINER: S.CONTAINER_CREATING,
+    NodeStage.RELEASING: S.DESTROYING,
+    NodeStage.RELEASED: S.DESTROYED,
+    NodeStage.FAILED: S.FAILED,
+}
+
+
+def bring_up_stages(*, fabric: bool, volumes: bool, orchestrator: bool) -> list[NodeStage]:
+    """The stages a new node walks through, in order, for a cluster of this kind."""
+    stages = [NodeStage.BOOTING]
+    if fabric:
+        stages.append(NodeStage.FABRIC)
+    stages.append(NodeStage.DRIVERS)
+    if volumes:
+        stages.append(NodeStage.VOLUMES)
+    if orchestrator:
+        stages.append(NodeStage.JOINING)
+    stages += [NodeStage.ACCEPTANCE, NodeStage.ACCEPTED, NodeStage.CONTAINER, NodeStage.READY]
+    return stages
+
+
+class ClusterPhase(StrEnum):
+    ADMITTED = "Admitted"
+    WAITING_FOR_CONTROL_PLANE = "WaitingForControlPlane"
+    PROVISIONING_NODES = "ProvisioningNodes"
+    PROGRAMMING_FABRIC = "ProgrammingFabric"
+    INSTALLING_DRIVERS = "InstallingDrivers"
+    ATTACHING_VOLUMES = "AttachingVolumes"
+    CONFIGURING_ORCHESTRATOR = "ConfiguringOrchestrator"
+    RUNNING_ACCEPTANCE_TESTS = "RunningAcceptanceTests"
+    STARTING_CONTAINERS = "StartingContainers"
+    READY = "Ready"
+    SCALING = "Scaling"
+    RECONFIGURING = "Reconfiguring"
+    DEGRADED = "Degraded"
+    ROLLING_BACK = "RollingBack"
+    DELETING = "Deleting"
+    DELETED = "Deleted"
+    FAILED = "Failed"
+
+
+STAGE_PHASE: dict[NodeStage, ClusterPhase] = {
+    NodeStage.QUEUED: ClusterPhase.PROVISIONING_NODES,
+    NodeStage.BOOTING: ClusterPhase.PROVISIONING_NODES,
+    NodeStage.FABRIC: ClusterPhase.PROGRAMMING_FABRIC,
+    NodeStage.DRIVERS: ClusterPhase.INSTALLING_DRIVERS,
+    NodeStage.VOLUMES: ClusterPhase.ATTACHING_VOLUMES,
+    NodeStage.JOINING: ClusterPhase.CONFIGURING_ORCHESTRATOR,
+    NodeStage.ACCEPTANCE: ClusterPhase.RUNNING_ACCEPTANCE_TESTS,
+    NodeStage.ACCEPTED: ClusterPhase.RUNNING_ACCEPTANCE_TESTS,
+    NodeStage.CONTAINER: ClusterPhase.STARTING_CONTAINERS,
+    NodeStage.READY: ClusterPhase.READY,
+    NodeStage.RECONFIGURING: ClusterPhase.RECONFIGURING,
+    NodeStage.RECREATING_CONTAINER: ClusterPhase.RECONFIGURING,
+}
+_PHASE_ORDER = list(STAGE_PHASE.values())
+
+
+def derive_bring_up_phase(stages: Iterable[NodeStage], *, control_plane_ready: bool,
+                          first_bring_up: bool) -> ClusterPhase:
+    """The phase of a cluster whose nodes are coming up: the least advanced node decides."""
+    present = [s for s in stages if s in STAGE_PHASE]
+    if not present:
+        return ClusterPhase.READY if control_plane_ready else ClusterPhase.WAITING_FOR_CONTROL_PLANE
+    phase = min((STAGE_PHASE[s] for s in present), key=_PHASE_ORDER.index)
+    if phase == ClusterPhase.READY and not control_plane_ready:
+        return ClusterPhase.WAITING_FOR_CONTROL_PLANE
+    if not first_bring_up and phase not in (ClusterPhase.READY, ClusterPhase.RECONFIGURING):
+        return ClusterPhase.SCALING
+    return phase
