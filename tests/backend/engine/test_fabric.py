@@ -1,0 +1,160 @@
+"""Placement, partition keys, addressing and the generated Slurm / Kubernetes artifacts."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from kubernetes import client as kube_client
+from kubernetes import config as kube_config
+
+from backend.domain.catalog import default_catalog
+from backend.fabric import addressing, kubernetes, slurm
+from backend.fabric.layout import ClusterLayout, NodeLayout, hostlist
+from backend.fabric.nccl import nccl_env
+from backend.fabric.topology import choose_slots, node_network, slot_position
+
+CATALOG = default_catalog()
+IB = CATALOG.fabric("us-east-1", "ib-east-a")
+assert IB is not None
+H100 = CATALOG.instance_type("8xH100")
+assert H100 is not None
+
+
+def layout(count: int, *, gaps: bool = False, orchestrator: str = "slurm") -> ClusterLayout:
+    assert IB is not None and H100 is not None
+    slots = choose_slots(IB, "8xH100", range(20), count) or []
+    indexes = [i * 2 if gaps else i for i in range(count)]
+    nodes = tuple(
+        NodeLayout(f"train-{i}", i, s, slot_position(IB, "8xH100", s).scalable_unit,
+                   addressing.worker_address("10.0.4.0/22", i))
+        for i, s in zip(indexes, slots, strict=True)
+    )
+    return ClusterLayout("cls_x", "train", "us-east-1", orchestrator, "infiniband", H100, IB, "10.0.4.0/22",
+                         "0x0001", nodes, jumphost_ip="10.0.4.4", public_ip="198.18.0.1")
+
+
+def test_placement_fits_in_one_scalable_unit_when_possible() -> None:
+    assert IB is not None
+    slots = choose_slots(IB, "8xH100", taken=[], count=8)
+    assert slots is not None and {s // 32 for s in slots} == {0}
+    # SU 0 has 2 free: a 4-node cluster goes to a unit that holds all four.
+    slots = choose_slots(IB, "8xH100", taken=range(30), count=4)
+    assert slots is not None and {s // 32 for s in slots} == {1}
+    # Best fit: the 2 free slots in SU 0 take a 2-node cluster, keeping SU 1 whole.
+    assert choose_slots(IB, "8xH100", taken=range(30), count=2) == [30, 31]
+
+
+def test_placement_spans_fewest_units_and_reports_shortage() -> None:
+    assert IB is not None
+    slots = choose_slots(IB, "8xH100", taken=[], count=40)
+    assert slots is not None and len(set(slots)) == 40 and {s // 32 for s in slots} == {0, 1}
+    assert choose_slots(IB, "8xH100", taken=range(250), count=7) is None
+    assert choose_slots(IB, "8xH100", taken=[], count=1, preferred_units=[3]) == [96]
+
+
+def test_node_network_wires_rail_i_to_leaf_i_with_unique_guids() -> None:
+    assert IB is not None and H100 is not None
+    net = node_network(IB, H100, 33, "0x0001")
+    compute = [h for h in net["hcas"] if h["role"] == "compute"]
+    assert [h["device"] for h in compute] == [f"mlx5_{i}" for i in range(8)]
+    assert [h["leaf"] for h in compute] == [f"ib-east-a-su01-leaf{i}" for i in range(8)]
+    assert len(net["hcas"]) == 10  # plus two storage ports, published too
+    guids = {h["guid"] for s in range(64) for h in node_network(IB, H100, s, None)["hcas"]}
+    assert len(guids) == 640
+
+
+def test_partition_keys_are_15_bit_unique_and_never_default() -> None:
+    used: list[str] = []
+    for _ in range(50):
+        key = addressing.next_partition_key(used)
+        assert key is not None
+        used.append(key)
+    assert len(set(used)) == 50 and "0x7fff" not in used and "0x0000" not in used
+    everything = [addressing.format_pkey(v) for v in range(1, 0x7FFF)]
+    assert addressing.next_partition_key(everything) is None
+    assert addressing.next_partition_key(everything[:-1]) == "0x7ffe"
+
+
+def test_subnets_and_addresses() -> None:
+    first = addressing.next_subnet("10.0.0.0/8", [])
+    assert first == "10.0.0.0/22"
+    assert addressing.next_subnet("10.0.0.0/8", [first]) == "10.0.4.0/22"
+    assert addressing.worker_address("10.0.4.0/22", 0) == "10.0.4.10"
+    assert addressing.jumphost_address("10.0.4.0/22") == "10.0.4.4"
+    assert addressing.next_public_address("198.18.0.0/15", ["198.18.0.1"]) == "198.18.0.2"
+
+
+def test_hostlist_compresses_ranges() -> None:
+    assert hostlist(["c-0", "c-1", "c-3", "c-2", "c-7"]) == "c-[0-3,7]"
+    assert hostlist(["c-5"]) == "c-5"
+
+
+def test_nccl_env_matches_the_reference() -> None:
+    assert H100 is not None
+    env = nccl_env("infiniband", H100)
+    assert env["NCCL_IB_HCA"] == "=mlx5_0,mlx5_1,mlx5_2,mlx5_3,mlx5_4,mlx5_5,mlx5_6,mlx5_7"
+    assert env["NCCL_SOCKET_IFNAME"] == "=eth0"
+    efa = nccl_env("efa", H100)
+    assert efa["FI_PROVIDER"] == "efa" and efa["FI_EFA_USE_DEVICE_RDMA"] == "1"
+    assert efa["NCCL_PROTO"] == "simple"
+
+
+def scontrol(conf_dir: Path, *args: str) -> str:
+    env = {**os.environ, "SLURM_CONF": str(conf_dir / "slurm.conf")}
+    done = subprocess.run(["scontrol", *args], env=env, capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert "error" not in done.stderr.lower(), done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize(("count", "gaps"), [(1, False), (2, False), (40, False), (5, True)])
+def test_slurm_files_parse_with_slurm_22_05(tmp_path: Path, count: int, gaps: bool) -> None:
+    cluster = layout(count, gaps=gaps)
+    (tmp_path / "slurm.conf").write_text(slurm.slurm_conf(cluster))
+    (tmp_path / "gres.conf").write_text(slurm.gres_conf(cluster))
+    (tmp_path / "topology.conf").write_text(slurm.topology_conf(cluster))
+    names = scontrol(tmp_path, "show", "hostnames", hostlist(n.name for n in cluster.nodes)).split()
+    assert names == [n.name for n in sorted(cluster.nodes, key=lambda n: n.index)]
+    conf = slurm.slurm_conf(cluster)
+    assert "Gres=gpu:h100:8" in conf and "SlurmctldHost=train-jumphost(10.0.4.4)" in conf
+    assert ("TopologyPlugin=topology/tree" in conf) == (count > 1)
+    assert "File=/dev/nvidia[0-3] Cores=0-51" in slurm.gres_conf(cluster)
+    assert "File=/dev/nvidia[4-7] Cores=52-103" in slurm.gres_conf(cluster)
+
+
+def test_slurm_topology_reflects_the_placement() -> None:
+    # SU 0 is partly taken (slots 0-19), so 40 nodes fill the two whole units 1 and 2.
+    topo = slurm.topology_conf(layout(40))
+    assert "SwitchName=ib-east-a-su01 Nodes=train-[0-31]" in topo
+    assert "SwitchName=ib-east-a-su02 Nodes=train-[32-39]" in topo
+    assert "SwitchName=ib-east-a-spines Switches=ib-east-a-su01,ib-east-a-su02" in topo
+
+
+def test_kubeconfig_loads_with_the_kubernetes_client(tmp_path: Path) -> None:
+    cluster = layout(2, orchestrator="kubernetes")
+    ca, token = kubernetes.new_control_plane_credentials("train", dt.datetime.now(dt.UTC))
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubernetes.kubeconfig(cluster, ca, token))
+    client_config = kube_client.Configuration()
+    kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+        config_file=str(path), client_configuration=client_config)
+    assert client_config.host == "https://198.18.0.1:6443"
+    assert client_config.api_key["BearerToken"] == f"Bearer {token}"
+    assert Path(str(client_config.ssl_ca_cert)).read_text() == ca
+
+
+def test_kubernetes_node_objects_carry_gpu_and_fabric_labels() -> None:
+    cluster = layout(2, orchestrator="kubernetes")
+    nets = {n.name: {"partition_key": "0x0001"} for n in cluster.nodes}
+    nodes = kubernetes.node_objects(cluster, nets)
+    labels = nodes[0]["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.count"] == "8"
+    assert labels["nvidia.com/gpu.product"].startswith("NVIDIA-H100")
+    assert labels["gpucloud.io/fabric"] == "ib-east-a" and labels["gpucloud.io/ib-partition"] == "0x0001"
+    assert nodes[0]["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert nodes[0]["status"]["capacity"]["rdma/ib"] == "8"
