@@ -1,0 +1,148 @@
+"""Billing tables: usage records and the credit ledger (append-only), reservations, invoices, and the
+small amount of state the metering job keeps (account exhaustion, volume lifetimes, credit holds).
+
+Money columns are integer micro-dollars (`*_micros`); prices are Numeric. Rows of `billing_usage_records`
+and `billing_ledger_entries` are never updated or deleted: a unique `idempotency_key` on each makes a
+charge happen at most once however often the job runs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, Numeric, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from backend.store.base import Base
+
+# SQLite only auto-increments INTEGER PRIMARY KEY columns.
+SERIAL = BigInteger().with_variant(Integer, "sqlite")
+PROJECT_FK = "projects.id"
+
+
+class UsageRecord(Base):
+    """One priced line item: a node's hour slice, a volume's hour slice, or a reserved term."""
+
+    __tablename__ = "billing_usage_records"
+
+    id: Mapped[int] = mapped_column(SERIAL, primary_key=True, autoincrement=True)
+    idempotency_key: Mapped[str] = mapped_column(String(200), nullable=False, unique=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
+    # compute_on_demand | compute_reserved | storage | reservation
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    resource_type: Mapped[str] = mapped_column(String(16), nullable=False)  # node | volume | cluster
+    resource_id: Mapped[str] = mapped_column(String(64), nullable=False)
+    cluster_id: Mapped[str | None] = mapped_column(String(64))
+    region: Mapped[str] = mapped_column(String(64), nullable=False)
+    instance_type: Mapped[str | None] = mapped_column(String(64))
+    period_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    period_end: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    seconds: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    units: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)  # GPUs or TiB
+    unit_price_usd: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)  # per unit-hour
+    amount_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+Index("ix_billing_usage_records_project_period", UsageRecord.project_id, UsageRecord.period_start)
+Index("ix_billing_usage_records_cluster", UsageRecord.cluster_id)
+
+
+class LedgerEntry(Base):
+    """A movement of a project's credit balance: a grant (+) or a charge (-) for one usage record."""
+
+    __tablename__ = "billing_ledger_entries"
+
+    id: Mapped[int] = mapped_column(SERIAL, primary_key=True, autoincrement=True)
+    idempotency_key: Mapped[str] = mapped_column(String(200), nullable=False, unique=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
+    entry_type: Mapped[str] = mapped_column(String(16), nullable=False)  # grant | charge
+    amount_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)  # signed
+    usage_record_id: Mapped[int | None] = mapped_column(ForeignKey("billing_usage_records.id"))
+    description: Mapped[str] = mapped_column(Text, nullable=False, default="")
+    actor: Mapped[str] = mapped_column(String(64), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+Index("ix_billing_ledger_entries_project", LedgerEntry.project_id, LedgerEntry.id)
+
+
+class Reservation(Base):
+    """A reserved term, created (and charged) when its cluster first reaches RUNNING."""
+
+    __tablename__ = "billing_reservations"
+
+    cluster_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
+    region: Mapped[str] = mapped_column(String(64), nullable=False)
+    instance_type: Mapped[str] = mapped_column(String(64), nullable=False)
+    node_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    gpus_per_node: Mapped[int] = mapped_column(Integer, nullable=False)
+    duration_days: Mapped[int] = mapped_column(Integer, nullable=False)
+    on_expiry: Mapped[str] = mapped_column(String(32), nullable=False)
+    term_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    term_end: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    discount: Mapped[Decimal] = mapped_column(Numeric(8, 6), nullable=False)
+    gpu_hour_usd: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)
+    upfront_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    usage_key: Mapped[str] = mapped_column(String(200), nullable=False)
+    # Set once the expiry action (decommission | convert_to_on_demand) has been carried out.
+    expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class Invoice(Base):
+    """A project's monthly summary, written once the month is over (the current month is computed live)."""
+
+    __tablename__ = "billing_invoices"
+
+    id: Mapped[int] = mapped_column(SERIAL, primary_key=True, autoincrement=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
+    period: Mapped[str] = mapped_column(String(7), nullable=False)  # YYYY-MM
+    compute_on_demand_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    reserved_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    storage_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    total_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    line_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    issued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+Index("uq_billing_invoices_project_period", Invoice.project_id, Invoice.period, unique=True)
+
+
+class BillingAccount(Base):
+    """Per-project credit state the job carries between runs."""
+
+    __tablename__ = "billing_accounts"
+
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), primary_key=True)
+    # True once the project was granted credits: prepaid projects are subject to exhaustion rules.
+    prepaid: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    exhausted_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class MeteredVolume(Base):
+    """A volume's billable life, kept by billing because volume rows disappear when volumes are deleted."""
+
+    __tablename__ = "billing_metered_volumes"
+
+    volume_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
+    region: Mapped[str] = mapped_column(String(64), nullable=False)
+    size_tib: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class CreditHold(Base):
+    """An on-demand cluster paused (and maybe decommissioned) because its project ran out of credits."""
+
+    __tablename__ = "billing_credit_holds"
+
+    cluster_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
+    paused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    decommissioned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
