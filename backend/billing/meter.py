@@ -260,13 +260,15 @@ def storage_usage_items(
     tib_hour_usd: Decimal,
     cutoff: datetime,
 ) -> list[UsageItem]:
-    """Priced, keyed line items for a volume's life [start, end), hour slice by hour slice."""
+    """Priced, keyed line items for a stretch [start, end) of a volume's life at one size, by hour slice.
+
+    The stretch's start goes into the keys: a resize starts a new stretch with keys of its own."""
     items: list[UsageItem] = []
     for slice_start, slice_end in hour_slices(start, end, cutoff):
         seconds = int((slice_end - slice_start).total_seconds())
         items.append(
             UsageItem(
-                key=f"storage:{volume_id}:{stamp(slice_start)}",
+                key=f"storage:{volume_id}:{stamp(start)}:{stamp(slice_start)}",
                 kind=UsageKind.STORAGE,
                 resource_id=volume_id,
                 start=slice_start,

@@ -123,12 +123,14 @@ class BillingAccount(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
-class MeteredVolume(Base):
-    """A volume's billable life, kept by billing because volume rows disappear when volumes are deleted."""
+class VolumeSegment(Base):
+    """A stretch of a volume's billable life at one size. Billing keeps these because volume rows are
+    deleted with their volumes; a resize closes one segment and opens the next."""
 
-    __tablename__ = "billing_metered_volumes"
+    __tablename__ = "billing_volume_segments"
 
-    volume_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[int] = mapped_column(SERIAL, primary_key=True, autoincrement=True)
+    volume_id: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
     project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
     region: Mapped[str] = mapped_column(String(64), nullable=False)
     size_tib: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)

@@ -11,7 +11,7 @@ BILLING_TABLES = {
     "billing_reservations",
     "billing_invoices",
     "billing_accounts",
-    "billing_metered_volumes",
+    "billing_volume_segments",
     "billing_credit_holds",
 }
 

@@ -167,7 +167,7 @@ def test_storage_is_billed_per_tib_hour_for_the_volume_life() -> None:
     )
     assert sum(i.seconds for i in items) == 30 * 3600
     assert sum(i.amount_micros for i in items) == 33_660_000
-    assert items[0].key == "storage:v1:20260302T093000Z"
+    assert items[0].key == "storage:v1:20260302T093000Z:20260302T093000Z"
     assert len(items) == 31  # half hour, 29 whole hours, half hour
 
 

@@ -129,15 +129,19 @@ def upgrade() -> None:
     )
 
     op.create_table(
-        "billing_metered_volumes",
+        "billing_volume_segments",
+        sa.Column("id", SERIAL, autoincrement=True, nullable=False),
         sa.Column("volume_id", sa.String(length=64), nullable=False),
         sa.Column("project_id", sa.String(length=30), nullable=False),
         sa.Column("region", sa.String(length=64), nullable=False),
         sa.Column("size_tib", sa.Numeric(18, 6), nullable=False),
         _when("started_at"),
         _when("ended_at", nullable=True),
-        _project_fk("billing_metered_volumes"),
-        sa.PrimaryKeyConstraint("volume_id", name=op.f("pk_billing_metered_volumes")),
+        _project_fk("billing_volume_segments"),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_billing_volume_segments")),
+    )
+    op.create_index(
+        op.f("ix_billing_volume_segments_volume_id"), "billing_volume_segments", ["volume_id"]
     )
 
     op.create_table(
@@ -155,7 +159,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     for table in (
         "billing_credit_holds",
-        "billing_metered_volumes",
+        "billing_volume_segments",
         "billing_accounts",
         "billing_invoices",
         "billing_reservations",
