@@ -1,0 +1,209 @@
+"""Engine tables: nodes, their transition history, allocations, phases, the work queue and workers.
+
+Invariants live in constraints, not in code paths: one allocation row per (kind, pool, value) makes
+double allocation of a node slot, partition key, subnet or IP impossible; releasing is deleting the row,
+so a leak is a row whose cluster is gone or finished (the tests look for exactly that).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from backend.store.base import Base
+
+ID = String(30)
+CLUSTER_FK = "clusters.id"
+
+
+class EngineCluster(Base):
+    """What the engine has built for one cluster (the actual state next to core's desired spec)."""
+
+    __tablename__ = "engine_clusters"
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), primary_key=True)
+    fabric: Mapped[str] = mapped_column(String(64), nullable=False)
+    subnet: Mapped[str] = mapped_column(String(43), nullable=False)
+    partition_key: Mapped[str | None] = mapped_column(String(8))
+    public_ip: Mapped[str | None] = mapped_column(String(45))
+    jumphost_ip: Mapped[str | None] = mapped_column(String(45))
+    # Control plane (jumphost with slurmctld / Kubernetes API): absent | creating | ready | releasing | released
+    control_plane: Mapped[str] = mapped_column(String(16), nullable=False, default="absent")
+    control_plane_op: Mapped[str | None] = mapped_column(String(160))
+    control_plane_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    kube_ca_cert_pem: Mapped[str | None] = mapped_column(Text)
+    kube_admin_token: Mapped[str | None] = mapped_column(String(128))  # secret: served only by /credentials
+    # Batch of nodes that must all pass acceptance before any of them starts (all or nothing).
+    current_batch: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    first_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # A create that could not be completed: teardown in progress / done, cluster ends FAILED.
+    rollback_reason: Mapped[str | None] = mapped_column(Text)
+    # A scale-up that could not be completed for this spec generation (not retried until the spec changes).
+    blocked_generation: Mapped[int | None] = mapped_column(Integer)
+    membership_version: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    finished: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+
+
+class EngineNode(Base):
+    __tablename__ = "engine_nodes"
+    __table_args__ = (UniqueConstraint("cluster_id", "active_name", name="uq_engine_nodes_cluster_active_name"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), nullable=False,
+                                            index=True)
+    name: Mapped[str] = mapped_column(String(80), nullable=False)
+    # = name while the node is a member of the cluster; NULL once replaced, removed or released, so a
+    # name is never held by two live nodes of one cluster.
+    active_name: Mapped[str | None] = mapped_column(String(80))
+    index: Mapped[int] = mapped_column(Integer, nullable=False)
+    batch: Mapped[int] = mapped_column(Integer, nullable=False)
+    region: Mapped[str] = mapped_column(String(64), nullable=False)
+    fabric: Mapped[str] = mapped_column(String(64), nullable=False)
+    instance_type: Mapped[str] = mapped_column(String(64), nullable=False)
+    gpu_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    slot: Mapped[int] = mapped_column(Integer, nullable=False)
+    scalable_unit: Mapped[int] = mapped_column(Integer, nullable=False)
+    private_ip: Mapped[str] = mapped_column(String(45), nullable=False)
+    public_ip: Mapped[str | None] = mapped_column(String(45))
+    status: Mapped[str] = mapped_column(String(24), nullable=False)
+    stage: Mapped[str] = mapped_column(String(24), nullable=False)
+    status_reason: Mapped[str | None] = mapped_column(Text)
+    # The stage's driver operation (client token) and when it is due; NULL = not submitted yet.
+    op_token: Mapped[str | None] = mapped_column(String(160))
+    op_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    # Config applied on the node: ssh_key_ids, volume_ids, container (day-2 changes diff against it).
+    applied_config: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
+    watch_token: Mapped[str | None] = mapped_column(String(160))
+    watch_due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class NodeTransition(Base):
+    """Append-only status history of every node; billing meters RUNNING intervals from it."""
+
+    __tablename__ = "engine_node_transitions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node_id: Mapped[str] = mapped_column(ForeignKey("engine_nodes.id", ondelete="CASCADE"), nullable=False,
+                                         index=True)
+    cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), nullable=False,
+                                            index=True)
+    project_id: Mapped[str] = mapped_column(String(30), nullable=False, index=True)
+    node_name: Mapped[str] = mapped_column(String(80), nullable=False)
+    instance_type: Mapped[str] = mapped_column(String(64), nullable=False)
+    region: Mapped[str] = mapped_column(String(64), nullable=False)
+    gpu_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    from_status: Mapped[str | None] = mapped_column(String(24))
+    to_status: Mapped[str] = mapped_column(String(24), nullable=False)
+    reason: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, index=True)
+
+
+class PhaseRecord(Base):
+    __tablename__ = "engine_phase_history"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), nullable=False,
+                                            index=True)
+    phase: Mapped[str] = mapped_column(String(40), nullable=False)
+    detail: Mapped[str | None] = mapped_column(Text)
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class Allocation(Base):
+    """One held resource: kind slot|partition_key|subnet|public_ip|private_ip in a pool."""
+
+    __tablename__ = "engine_allocations"
+    __table_args__ = (UniqueConstraint("kind", "pool", "value", name="uq_engine_allocations_kind_pool_value"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    pool: Mapped[str] = mapped_column(String(160), nullable=False)
+    value: Mapped[str] = mapped_column(String(64), nullable=False)
+    cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), nullable=False,
+                                            index=True)
+    node_id: Mapped[str | None] = mapped_column(String(30), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+Index("ix_engine_allocations_kind_pool", Allocation.kind, Allocation.pool)
+
+
+class EngineLock(Base):
+    """Rows locked (UPDATE) to serialise allocation from one pool across API replicas and workers."""
+
+    __tablename__ = "engine_locks"
+
+    name: Mapped[str] = mapped_column(String(160), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+class WorkItem(Base):
+    """One per cluster: reconcile it when `due_at` passes. Leased to one worker at a time; every claim
+    bumps `fencing_token`, and a pass commits only if the token is still its own."""
+
+    __tablename__ = "engine_work"
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), primary_key=True)
+    due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    lease_owner: Mapped[str | None] = mapped_column(String(80))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    fencing_token: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    passes: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class Step(Base):
+    """Every driver operation the engine asked for, keyed by its deterministic client token."""
+
+    __tablename__ = "engine_steps"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    client_token: Mapped[str] = mapped_column(String(160), nullable=False, unique=True)
+    cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), nullable=False,
+                                            index=True)
+    node_id: Mapped[str | None] = mapped_column(String(30))
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    outcome: Mapped[str | None] = mapped_column(String(16))  # succeeded | failed, once observed
+    reason: Mapped[str | None] = mapped_column(Text)
+    worker: Mapped[str] = mapped_column(String(80), nullable=False)
+    fencing_token: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class Worker(Base):
+    __tablename__ = "engine_workers"
+
+    id: Mapped[str] = mapped_column(String(80), primary_key=True)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    passes: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
+
+
+class SimulatedOperation(Base):
+    """The modelled datacenter's own record of operations (what real hardware APIs would keep)."""
+
+    __tablename__ = "sim_operations"
+
+    client_token: Mapped[str] = mapped_column(String(160), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32), nullable=False)
+    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    succeeded: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    reason: Mapped[str | None] = mapped_column(Text)
