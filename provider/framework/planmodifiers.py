@@ -1,0 +1,76 @@
+"""Attribute plan modifiers, applied by the plan algorithm after defaults and unknown-marking.
+
+- `use_state_for_unknown()`: a computed value that does not change after creation (ids, creation times)
+  keeps its prior value instead of showing "(known after apply)" on every update.
+- `requires_replace()`: a change to this attribute destroys and re-creates the resource.
+- `requires_replace_if(condition, description)`: the same, only when `condition(request)` is true.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from provider.cty import AttributePath, CtyType, is_unknown, values_equal
+
+
+@dataclass(slots=True)
+class PlanModification:
+    """What a plan modifier sees and may change (`plan_value`, `requires_replace`)."""
+
+    path: AttributePath
+    type: CtyType
+    config_value: Any
+    state_value: Any
+    plan_value: Any
+    # Whole-resource values: state is None on create.
+    resource_config: Any
+    resource_state: Any
+    resource_plan: Any
+    requires_replace: bool = False
+
+    @property
+    def creating(self) -> bool:
+        return self.resource_state is None
+
+
+class PlanModifier(Protocol):
+    description: str
+
+    def modify(self, m: PlanModification) -> None: ...
+
+
+class UseStateForUnknown:
+    description = "The value does not change after creation; the prior value is kept in plans."
+
+    def modify(self, m: PlanModification) -> None:
+        if m.creating or m.state_value is None or not is_unknown(m.plan_value) or is_unknown(m.config_value):
+            return
+        m.plan_value = m.state_value
+
+
+class RequiresReplaceIf:
+    def __init__(self, condition: Callable[[PlanModification], bool], description: str) -> None:
+        self.condition = condition
+        self.description = description
+
+    def modify(self, m: PlanModification) -> None:
+        if m.creating or m.resource_plan is None:
+            return
+        if not is_unknown(m.plan_value) and values_equal(m.plan_value, m.state_value, m.type):
+            return
+        if self.condition(m):
+            m.requires_replace = True
+
+
+def use_state_for_unknown() -> UseStateForUnknown:
+    return UseStateForUnknown()
+
+
+def requires_replace() -> RequiresReplaceIf:
+    return RequiresReplaceIf(lambda _m: True, "Changing this value forces a new resource to be created.")
+
+
+def requires_replace_if(condition: Callable[[PlanModification], bool], description: str) -> RequiresReplaceIf:
+    return RequiresReplaceIf(condition, description)

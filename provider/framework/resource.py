@@ -1,0 +1,199 @@
+"""What provider authors subclass: Provider, Resource, DataSource, EphemeralResource, Function.
+
+Values are plain Python (see provider.cty): objects are dicts holding every attribute, null is None,
+unknown is `provider.cty.UNKNOWN`. Methods get a `Context` first; they return values and report problems
+through `ctx.error(...)` or by raising `DiagnosticError`. Any other exception becomes an "Internal
+Provider Error" diagnostic (traceback in the log): nothing crashes the plugin.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from provider.cty import AttributePath, CtyType, GetAttr
+from provider.framework.context import Context
+from provider.framework.diagnostics import DiagnosticError
+from provider.framework.schema import Schema
+from provider.framework.state import schema_object
+
+State = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StateUpgrader:
+    """Upgrades state stored at one older schema version straight to the current version.
+
+    `prior_schema` (when given) fits the stored JSON first (missing attributes null); `upgrade` returns
+    the state for the current schema (missing attributes are filled in with null afterwards)."""
+
+    upgrade: Callable[[Context, Any], State]
+    prior_schema: Schema | None = None
+
+
+@dataclass(frozen=True)
+class MoveSource:
+    """A resource being moved (`moved {}` block) from another type or provider into this one."""
+
+    provider_address: str
+    type_name: str
+    schema_version: int
+    state: Any  # parsed JSON of the stored state
+    private: bytes = b""
+
+
+class Resource:
+    """A managed resource. Override `create`, `read`, `update`, `delete` (and hooks as needed)."""
+
+    type_name: ClassVar[str] = ""
+    schema: Schema = Schema()
+    # Set to an attribute name (usually "id") to import by that attribute: `terraform import ADDR ID`
+    # then reads the object with only that attribute set.
+    import_id_attribute: ClassVar[str | None] = None
+
+    def create(self, ctx: Context, plan: State) -> State | None:
+        raise NotImplementedError
+
+    def read(self, ctx: Context, state: State) -> State | None:
+        """Current remote state; None when the object is gone (Terraform then plans to re-create it)."""
+        return state
+
+    def update(self, ctx: Context, plan: State, state: State) -> State | None:
+        raise DiagnosticError(
+            "Update Not Supported",
+            f"{self.type_name} cannot be updated in place; this is a bug in the provider.",
+        )
+
+    def delete(self, ctx: Context, state: State) -> None:
+        raise NotImplementedError
+
+    def validate_config(self, ctx: Context, config: State) -> None:
+        """Cross-attribute checks; values may be unknown (never reject those)."""
+
+    def modify_plan(
+        self, ctx: Context, plan: State | None, state: State | None, config: State | None
+    ) -> State | None:
+        """Adjust the plan after defaults and plan modifiers. `plan` is None on destroy. Add paths to
+        `ctx.requires_replace` to force replacement."""
+        return plan
+
+    def import_state(self, ctx: Context, import_id: str) -> State | None:
+        if self.import_id_attribute is None:
+            raise DiagnosticError(
+                "Resource Import Not Implemented", f"{self.type_name} does not support import."
+            )
+        return schema_object(self.schema, {self.import_id_attribute: import_id})
+
+    def state_upgraders(self) -> dict[int, StateUpgrader]:
+        """Upgraders keyed by the stored version they read (each goes straight to `schema.version`)."""
+        return {}
+
+    def move_state(self, ctx: Context, source: MoveSource) -> State | None:
+        """State for this resource from `source`, or None when this resource cannot take it."""
+        return None
+
+
+class DataSource:
+    type_name: ClassVar[str] = ""
+    schema: Schema = Schema()
+
+    def read(self, ctx: Context, config: State) -> State | None:
+        raise NotImplementedError
+
+    def validate_config(self, ctx: Context, config: State) -> None:
+        """Cross-attribute checks; values may be unknown."""
+
+
+@dataclass
+class EphemeralResult:
+    result: State
+    renew_at: dt.datetime | None = None
+
+
+class EphemeralResource:
+    """Values that exist only while Terraform runs (credentials...): never stored in state or plan.
+    `ctx.private` carries data from open to renew and close."""
+
+    type_name: ClassVar[str] = ""
+    schema: Schema = Schema()
+
+    def open(self, ctx: Context, config: State) -> EphemeralResult:
+        raise NotImplementedError
+
+    def renew(self, ctx: Context) -> dt.datetime | None:
+        """Extend the lease; return when to renew next (or None)."""
+        return None
+
+    def close(self, ctx: Context) -> None:
+        """Release whatever `open` acquired."""
+
+    def validate_config(self, ctx: Context, config: State) -> None:
+        """Cross-attribute checks; values may be unknown."""
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type: CtyType
+    description: str = ""
+    allow_null: bool = False
+    allow_unknown: bool = False
+
+
+class FunctionError(Exception):
+    """Raise from `Function.call`; `argument` is the index of the offending argument, if one is."""
+
+    def __init__(self, text: str, argument: int | None = None) -> None:
+        super().__init__(text)
+        self.text = text
+        self.argument = argument
+
+
+class Function:
+    """A provider-defined function, called from HCL as `provider::<provider>::<name>(...)`."""
+
+    name: ClassVar[str] = ""
+    parameters: ClassVar[Sequence[Parameter]] = ()
+    variadic: ClassVar[Parameter | None] = None
+    return_type: ClassVar[CtyType]
+    summary: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+    deprecation_message: ClassVar[str] = ""
+
+    def call(self, ctx: Context, *args: Any) -> Any:
+        raise NotImplementedError
+
+
+class Provider:
+    """The provider itself: configuration schema, `configure`, and the lists of what it offers."""
+
+    type_name: ClassVar[str] = ""
+    version: ClassVar[str] = "0.0.0"
+    schema: Schema = Schema()
+
+    def validate_config(self, ctx: Context, config: State) -> None:
+        """Cross-attribute checks of the provider block; values may be unknown."""
+
+    def configure(self, ctx: Context, config: State) -> Any:
+        """Called once per process before resource operations; the return value is `ctx.provider_data`.
+        Values may be unknown during plan (for example derived from another resource)."""
+        return None
+
+    def resources(self) -> Sequence[Resource]:
+        return ()
+
+    def data_sources(self) -> Sequence[DataSource]:
+        return ()
+
+    def ephemeral_resources(self) -> Sequence[EphemeralResource]:
+        return ()
+
+    def functions(self) -> Sequence[Function]:
+        return ()
+
+
+def root(name: str) -> AttributePath:
+    """Attribute path of a top-level attribute, for diagnostics: `ctx.error(..., path=root("name"))`."""
+    return AttributePath((GetAttr(name),))

@@ -1,0 +1,172 @@
+"""Attribute validators. Each one skips null and unknown values (Terraform validates configurations that
+are not fully known yet) and reports an error diagnostic carrying the attribute path.
+
+Usage: `StringAttribute(required=True, validators=[string_length(min=1, max=63)])`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
+from typing import Any, Protocol
+
+from provider.cty import AttributePath, format_path, is_unknown
+from provider.framework.diagnostics import Diagnostics
+
+
+class Validator(Protocol):
+    description: str
+
+    def validate(self, value: Any, path: AttributePath, diags: Diagnostics) -> None: ...
+
+
+class ValueValidator:
+    """Base for validators that look at one known, non-null value."""
+
+    summary = "Invalid Attribute Value"
+
+    def __init__(self, description: str, check: Callable[[Any], bool]) -> None:
+        self.description = description
+        self._check = check
+
+    def validate(self, value: Any, path: AttributePath, diags: Diagnostics) -> None:
+        if value is None or is_unknown(value):
+            return
+        if not self._check(value):
+            diags.error(
+                self.summary, f"Attribute {format_path(path)} {self.description}, got: {_show(value)}", path
+            )
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, list):
+        return f"{len(value)} elements"
+    if isinstance(value, dict):
+        return f"{len(value)} elements"
+    return str(value)
+
+
+def _between_text(noun: str, min: Any, max: Any) -> str:
+    if min is not None and max is not None:
+        return f"{noun} must be between {min} and {max}"
+    if min is not None:
+        return f"{noun} must be at least {min}"
+    return f"{noun} must be at most {max}"
+
+
+def _in_range(v: Any, min: Any, max: Any) -> bool:
+    return (min is None or v >= min) and (max is None or v <= max)
+
+
+# -- strings -----------------------------------------------------------------------------------------
+
+
+def string_length(*, min: int | None = None, max: int | None = None) -> ValueValidator:
+    v = ValueValidator(_between_text("string length", min, max), lambda s: _in_range(len(s), min, max))
+    v.summary = "Invalid Attribute Value Length"
+    return v
+
+
+def string_one_of(*values: str) -> ValueValidator:
+    shown = ", ".join(f'"{x}"' for x in values)
+    v = ValueValidator(f"value must be one of: [{shown}]", lambda s: s in values)
+    v.summary = "Invalid Attribute Value Match"
+    return v
+
+
+def string_none_of(*values: str) -> ValueValidator:
+    shown = ", ".join(f'"{x}"' for x in values)
+    v = ValueValidator(f"value must be none of: [{shown}]", lambda s: s not in values)
+    v.summary = "Invalid Attribute Value Match"
+    return v
+
+
+def string_matches(pattern: str, message: str = "") -> ValueValidator:
+    rx = re.compile(pattern)
+    v = ValueValidator(
+        message or f"value must match the regular expression '{pattern}'",
+        lambda s: rx.fullmatch(s) is not None,
+    )
+    v.summary = "Invalid Attribute Value Match"
+    return v
+
+
+# -- numbers -----------------------------------------------------------------------------------------
+
+
+def int_between(min: int | None = None, max: int | None = None) -> ValueValidator:
+    return ValueValidator(_between_text("value", min, max), lambda n: _in_range(n, min, max))
+
+
+def int_at_least(min: int) -> ValueValidator:
+    return int_between(min=min)
+
+
+def int_at_most(max: int) -> ValueValidator:
+    return int_between(max=max)
+
+
+def int_one_of(*values: int) -> ValueValidator:
+    return ValueValidator(f"value must be one of: {list(values)}", lambda n: n in values)
+
+
+def number_between(min: float | Decimal | None = None, max: float | Decimal | None = None) -> ValueValidator:
+    lo = None if min is None else Decimal(str(min))
+    hi = None if max is None else Decimal(str(max))
+    return ValueValidator(_between_text("value", min, max), lambda n: _in_range(Decimal(n), lo, hi))
+
+
+# -- collections -------------------------------------------------------------------------------------
+
+
+def size_between(min: int | None = None, max: int | None = None) -> ValueValidator:
+    """Number of elements of a list, set or map (also a list/set block)."""
+    return ValueValidator(_size_text(min, max), lambda c: _in_range(len(c), min, max))
+
+
+def _size_text(min: int | None, max: int | None) -> str:
+    if min is not None and max is not None:
+        return f"must contain at least {min} and at most {max} elements"
+    if min is not None:
+        return f"must contain at least {min} elements"
+    return f"must contain at most {max} elements"
+
+
+def size_at_least(min: int) -> ValueValidator:
+    return size_between(min=min)
+
+
+def size_at_most(max: int) -> ValueValidator:
+    return size_between(max=max)
+
+
+class EachElement:
+    """Applies validators to every known element of a list, set or map."""
+
+    def __init__(self, validators: Sequence[Validator]) -> None:
+        self.validators = tuple(validators)
+        self.description = "every element: " + "; ".join(v.description for v in validators)
+
+    def validate(self, value: Any, path: AttributePath, diags: Diagnostics) -> None:
+        if value is None or is_unknown(value):
+            return
+        items: Iterable[tuple[Any, Any]] = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, element in items:
+            for v in self.validators:
+                v.validate(element, path.element(key), diags)
+
+
+def each_element(*validators: Validator) -> EachElement:
+    return EachElement(validators)
+
+
+def custom(
+    description: str, check: Callable[[Any], bool], summary: str = "Invalid Attribute Value"
+) -> ValueValidator:
+    """A one-off validator: `check(value)` is called only for known, non-null values."""
+    v = ValueValidator(description, check)
+    v.summary = summary
+    return v
