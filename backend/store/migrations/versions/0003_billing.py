@@ -4,15 +4,11 @@ Revision ID: 0003_billing
 Revises: 0002_engine
 """
 
-from pathlib import Path
-
 import sqlalchemy as sa
 from alembic import op
 
 revision = "0003_billing"
-# TODO(billing): plain "0002_engine" once the engine's revision is committed; until then this keeps a
-# single head whether or not that file has landed yet (helpers work in parallel this session).
-down_revision = "0002_engine" if list(Path(__file__).parent.glob("0002_*.py")) else "0001_core"
+down_revision = "0002_engine"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,174 @@
+"""Compute metering: the engine's node transition history -> reserved terms and priced hour slices.
+
+Reads `engine_node_transitions` (append-only, written by the engine with every node status change) and
+`engine_clusters.first_ready_at` (when a cluster first reached RUNNING: a reserved term starts there).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.billing.clock import ensure_utc
+from backend.billing.meter import (
+    NodeTransition,
+    ReservationCharge,
+    RunningInterval,
+    compute_segments,
+    compute_usage_items,
+    first_time_running,
+    reservation_charge,
+    running_intervals,
+)
+from backend.billing.pricing import PriceBook
+from backend.billing.storage_meter import usage_record
+from backend.store.billing_models import Reservation, UsageRecord
+from backend.store.engine_models import EngineCluster
+from backend.store.engine_models import NodeTransition as NodeTransitionRow
+from backend.store.models import Cluster
+
+DECOMMISSION = "decommission"
+CONVERT_TO_ON_DEMAND = "convert_to_on_demand"
+
+
+@dataclass(frozen=True)
+class ClusterUsage:
+    cluster_id: str
+    region: str
+    instance_type: str
+    gpus_per_node: int
+    intervals: list[RunningInterval]
+
+
+def load_cluster_usage(session: Session, *, project_id: str) -> list[ClusterUsage]:
+    """Every cluster of the project that has node history, with its nodes' metered intervals."""
+    rows = session.scalars(
+        select(NodeTransitionRow)
+        .where(NodeTransitionRow.project_id == project_id)
+        .order_by(NodeTransitionRow.at, NodeTransitionRow.id)
+    ).all()
+    by_cluster: dict[str, list[NodeTransitionRow]] = defaultdict(list)
+    for row in rows:
+        by_cluster[row.cluster_id].append(row)
+    usages = []
+    for cluster_id, history in by_cluster.items():
+        first = history[0]
+        transitions = [NodeTransition(r.node_id, r.to_status, ensure_utc(r.at)) for r in history]
+        usages.append(
+            ClusterUsage(cluster_id, first.region, first.instance_type, first.gpu_count,
+                         running_intervals(transitions))
+        )
+    return usages
+
+
+def term_start(session: Session, cluster: Cluster, usage: ClusterUsage) -> datetime | None:
+    """When the cluster first reached RUNNING (the engine's record, else all its nodes running together)."""
+    engine_cluster = session.get(EngineCluster, cluster.id)
+    if engine_cluster is not None and engine_cluster.first_ready_at is not None:
+        return ensure_utc(engine_cluster.first_ready_at)
+    return first_time_running(usage.intervals, cluster.node_count)
+
+
+def start_reservation(
+    session: Session, *, cluster: Cluster, usage: ClusterUsage, prices: PriceBook, now: datetime
+) -> tuple[Reservation, UsageRecord] | None:
+    """The reservation of a reserved cluster that just reached RUNNING, with its up-front usage record.
+
+    Returns None when the cluster is not reserved, not RUNNING yet, or already has its reservation.
+    """
+    if cluster.billing_type != "reserved" or cluster.billing_duration_days is None:
+        return None
+    if session.get(Reservation, cluster.id) is not None:
+        return None
+    started = term_start(session, cluster, usage)
+    if started is None:
+        return None
+    discount = prices.reserved_discount(usage.instance_type, cluster.billing_duration_days)
+    charge = reservation_charge(
+        cluster_id=cluster.id,
+        node_count=cluster.node_count,
+        gpus_per_node=usage.gpus_per_node,
+        on_demand_gpu_hour_usd=prices.on_demand_gpu_hour(usage.instance_type, usage.region),
+        discount=discount,
+        duration_days=cluster.billing_duration_days,
+        term_start=started,
+    )
+    reservation = Reservation(
+        cluster_id=cluster.id,
+        project_id=cluster.project_id,
+        region=usage.region,
+        instance_type=usage.instance_type,
+        node_count=charge.node_count,
+        gpus_per_node=charge.gpus_per_node,
+        duration_days=charge.duration_days,
+        on_expiry=cluster.billing_on_expiry or DECOMMISSION,
+        term_start=charge.term_start,
+        term_end=charge.term_end,
+        discount=charge.discount,
+        gpu_hour_usd=charge.gpu_hour_usd,
+        upfront_micros=charge.amount_micros,
+        usage_key=charge.key,
+        created_at=ensure_utc(now),
+    )
+    return reservation, _reservation_record(charge, project_id=cluster.project_id, region=usage.region,
+                                            instance_type=usage.instance_type, now=now)
+
+
+def compute_records(
+    *,
+    project_id: str,
+    usage: ClusterUsage,
+    cluster: Cluster | None,
+    reservation: Reservation | None,
+    prices: PriceBook,
+    expiry_grace: timedelta,
+    cutoff: datetime,
+    now: datetime,
+) -> list[UsageRecord]:
+    """Usage records for every final hour slice of the cluster's nodes (stored or not)."""
+    slots, coverage_end = 0, None
+    if reservation is not None:
+        slots = reservation.node_count
+        coverage_end = ensure_utc(reservation.term_end)
+        if reservation.on_expiry == DECOMMISSION:
+            coverage_end += expiry_grace
+    elif cluster is not None and cluster.billing_type == "reserved":
+        slots = cluster.node_count  # nodes up before the term starts are covered by it
+    segments = compute_segments(usage.intervals, reserved_slots=slots, coverage_end=coverage_end)
+    items = compute_usage_items(
+        segments,
+        gpus_per_node=usage.gpus_per_node,
+        on_demand_gpu_hour_usd=prices.on_demand_gpu_hour(usage.instance_type, usage.region),
+        cutoff=cutoff,
+    )
+    return [
+        usage_record(item, project_id=project_id, region=usage.region, resource_type="node", now=now,
+                     cluster_id=usage.cluster_id, instance_type=usage.instance_type)
+        for item in items
+    ]
+
+
+def _reservation_record(
+    charge: ReservationCharge, *, project_id: str, region: str, instance_type: str, now: datetime
+) -> UsageRecord:
+    return UsageRecord(
+        idempotency_key=charge.key,
+        project_id=project_id,
+        kind="reservation",
+        resource_type="cluster",
+        resource_id=charge.cluster_id,
+        cluster_id=charge.cluster_id,
+        region=region,
+        instance_type=instance_type,
+        period_start=charge.term_start,
+        period_end=charge.term_end,
+        seconds=int((charge.term_end - charge.term_start).total_seconds()),
+        units=charge.node_count * charge.gpus_per_node,
+        unit_price_usd=charge.gpu_hour_usd,
+        amount_micros=charge.amount_micros,
+        recorded_at=ensure_utc(now),
+    )
