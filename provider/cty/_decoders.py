@@ -13,6 +13,8 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any, Final
 
+import msgpack
+
 from provider.cty._numbers import NumberError, float_to_number, number_to_json_text, parse_number
 from provider.cty.errors import TypeJsonError, ValueDecodeError
 from provider.cty.path import GetAttr, Index
@@ -75,6 +77,14 @@ def _mismatch(expected: str, v: Any) -> ValueDecodeError:
     return ValueDecodeError(f"{expected} required, got {describe(v)}")
 
 
+def _unexpected(expected: str, v: Any) -> Any:
+    """Slow path of every decoder: msgpack turns extension -1 into a Timestamp instead of calling our
+    ext hook, and every extension value is an unknown; anything else is a type mismatch."""
+    if v.__class__ is msgpack.Timestamp:
+        return UNKNOWN
+    raise _mismatch(expected, v)
+
+
 def _compile(t: CtyType, dialect: Dialect) -> Decoder:
     if t == STRING:
         return _decode_json_string if dialect.is_json else _decode_string
@@ -98,7 +108,7 @@ def _compile(t: CtyType, dialect: Dialect) -> Decoder:
 def _decode_string(v: Any) -> Any:
     if v.__class__ is str or v is None or v.__class__ is Unknown:
         return v
-    raise _mismatch("string", v)
+    return _unexpected("string", v)
 
 
 def _decode_json_string(v: Any) -> Any:
@@ -109,7 +119,7 @@ def _decode_json_string(v: Any) -> Any:
         return "true" if v else "false"
     if v.__class__ is int or v.__class__ is Decimal:
         return number_to_json_text(v)
-    raise _mismatch("string", v)
+    return _unexpected("string", v)
 
 
 def _decode_number(v: Any) -> Any:
@@ -127,13 +137,13 @@ def _decode_number(v: Any) -> Any:
             return v
     except NumberError as exc:
         raise ValueDecodeError(f"number required: {exc}") from None
-    raise _mismatch("number", v)
+    return _unexpected("number", v)
 
 
 def _decode_bool(v: Any) -> Any:
     if v is True or v is False or v is None or v.__class__ is Unknown:
         return v
-    raise _mismatch("bool", v)
+    return _unexpected("bool", v)
 
 
 def _decode_json_bool(v: Any) -> Any:
@@ -141,14 +151,14 @@ def _decode_json_bool(v: Any) -> Any:
         return v
     if v == "true" or v == "false":
         return v == "true"
-    raise _mismatch("bool", v)
+    return _unexpected("bool", v)
 
 
 def _dynamic_decoder(dialect: Dialect) -> Decoder:
     def decode_dynamic(v: Any) -> Any:
         if v is None:
             return None
-        if v.__class__ is Unknown:
+        if v.__class__ is Unknown or v.__class__ is msgpack.Timestamp:
             return UNKNOWN  # refinements never apply to a value of unknown type
         try:
             if dialect.is_json:
@@ -187,7 +197,7 @@ def _list_decoder(t: List | Set, dialect: Dialect) -> Decoder:
                 raise
         if v is None or v.__class__ is Unknown:
             return v
-        raise _mismatch(expected, v)
+        return _unexpected(expected, v)
 
     return decode_list
 
@@ -210,7 +220,7 @@ def _tuple_decoder(t: Tuple, dialect: Dialect) -> Decoder:
             return out
         if v is None or v.__class__ is Unknown:
             return v
-        raise _mismatch("tuple", v)
+        return _unexpected("tuple", v)
 
     return decode_tuple
 
@@ -233,7 +243,7 @@ def _map_decoder(t: Map, dialect: Dialect) -> Decoder:
             return out
         if v is None or v.__class__ is Unknown:
             return v
-        raise _mismatch(expected, v)
+        return _unexpected(expected, v)
 
     return decode_map
 
@@ -256,7 +266,7 @@ def _object_decoder(t: Object, dialect: Dialect) -> Decoder:
             return _decode_object_carefully(v, fields, may_omit, names, ignore_extra)
         if v is None or v.__class__ is Unknown:
             return v
-        raise _mismatch("object", v)
+        return _unexpected("object", v)
 
     return decode_object
 

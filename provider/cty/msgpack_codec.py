@@ -76,16 +76,29 @@ def _truncate_utf8(text: str, limit: int) -> str:
 
 
 def _ext_hook(code: int, data: bytes) -> Unknown | None:
-    """Every extension value is an unknown (go-cty has no other); code 12 carries refinements."""
+    """Every extension value is an unknown (go-cty has no other); code 12 carries refinements.
+
+    Refinements only narrow what the value may become, so a payload we cannot make sense of is dropped
+    (leaving a plain unknown) rather than failing the whole request.
+    """
     if code != _REFINED_UNKNOWN_CODE or len(data) <= 1:
         return UNKNOWN
+    unpacker = msgpack.Unpacker(strict_map_key=False, raw=False)
+    unpacker.feed(data)
     try:
-        refinements = msgpack.unpackb(data, strict_map_key=False, raw=False)
-    except Exception as exc:  # malformed payload from the peer
-        raise ValueDecodeError(f"malformed unknown-value refinements: {exc}") from None
+        refinements = next(unpacker)  # go-cty ignores bytes after the map: so do we
+    except Exception:
+        return UNKNOWN
     if not isinstance(refinements, dict):
-        raise ValueDecodeError("malformed unknown-value refinements: payload is not a map")
-    return _unknown_from_refinements(refinements)
+        return UNKNOWN
+    try:
+        return _unknown_from_refinements(refinements)
+    except (_MalformedRefinement, NumberError):
+        return UNKNOWN
+
+
+class _MalformedRefinement(Exception):
+    pass
 
 
 def _unknown_from_refinements(refinements: dict[Any, Any]) -> Unknown | None:
@@ -94,27 +107,21 @@ def _unknown_from_refinements(refinements: dict[Any, Any]) -> Unknown | None:
         if key == _NULLNESS:
             if value is True:
                 return None  # "definitely null" collapses to a known null
-            if value is False:
-                fields["not_null"] = True
-            else:
-                raise ValueDecodeError("malformed unknown-value refinements: nullness is not a bool")
+            if value is not False:
+                raise _MalformedRefinement("nullness is not a bool")
+            fields["not_null"] = True
         elif key == _STRING_PREFIX:
             if not isinstance(value, str):
-                raise ValueDecodeError("malformed unknown-value refinements: string prefix is not a string")
+                raise _MalformedRefinement("string prefix is not a string")
             fields["string_prefix"] = value
         elif key in (_NUMBER_MIN, _NUMBER_MAX):
             if not (isinstance(value, list) and len(value) == 2 and isinstance(value[1], bool)):
-                raise ValueDecodeError(
-                    "malformed unknown-value refinements: a number bound is [number, bool]"
-                )
-            try:
-                bound = (number_from_wire(value[0]), value[1])
-            except NumberError as exc:
-                raise ValueDecodeError(f"malformed unknown-value refinements: {exc}") from None
+                raise _MalformedRefinement("a number bound is [number, bool]")
+            bound = (number_from_wire(value[0]), value[1])
             fields["number_lower" if key == _NUMBER_MIN else "number_upper"] = bound
         elif key in (_LENGTH_MIN, _LENGTH_MAX):
             if value.__class__ is not int:
-                raise ValueDecodeError("malformed unknown-value refinements: a length bound is an integer")
+                raise _MalformedRefinement("a length bound is an integer")
             fields["length_lower" if key == _LENGTH_MIN else "length_upper"] = value
         # unknown keys are ignored: future Terraform versions may add refinements
     return Unknown(**fields) if fields else UNKNOWN
@@ -343,8 +350,6 @@ def decode_msgpack(data: bytes, t: CtyType) -> Any:
     """Decode Terraform's msgpack DynamicValue bytes as a value of type `t`."""
     try:
         raw = msgpack.unpackb(data, raw=False, ext_hook=_ext_hook, strict_map_key=True)
-    except ValueDecodeError:
-        raise
     except Exception as exc:  # msgpack raises several unrelated classes for malformed input
         raise ValueDecodeError(f"malformed msgpack: {exc}") from None
     return get_decoder(t, MSGPACK_DIALECT)(raw)
