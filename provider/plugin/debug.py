@@ -1,0 +1,66 @@
+"""Debug (reattach) mode: one long-lived plaintext server that Terraform attaches to.
+
+Run `terraform-provider-gpucloud --debug` in one terminal (under a debugger if you like), export the
+TF_REATTACH_PROVIDERS value it prints in another, and run terraform there: every terraform command
+uses this process instead of launching the provider. Ctrl-C stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+from provider.plugin.handshake import APP_PROTOCOL_VERSION, socket_directory
+
+
+def reattach_value(provider_address: str, *, pid: int, socket_path: str) -> str:
+    """The TF_REATTACH_PROVIDERS JSON for one provider served at `socket_path`."""
+    entry = {
+        "Protocol": "grpc",
+        "ProtocolVersion": APP_PROTOCOL_VERSION,
+        "Pid": pid,
+        "Test": True,  # Terraform then never tries to stop this process
+        "Addr": {"Network": "unix", "String": socket_path},
+    }
+    return json.dumps({provider_address: entry}, separators=(",", ":"))
+
+
+def serve_debug(make_server: Callable[[], object], *, provider_address: str) -> None:
+    from provider.plugin.launch import MAX_WORKERS, build_provider
+    from provider.plugin.log import configure_logging
+
+    configure_logging(os.environ)
+    from provider.plugin.grpc_server import build_grpc_server
+
+    directory = socket_directory()
+    socket_path = os.path.join(directory, "plugin.sock")
+    stopping = threading.Event()
+    try:
+        # Shutdown is ignored: the process outlives the terraform commands that attach to it.
+        server = build_grpc_server(
+            build_provider(make_server), on_shutdown=lambda: None, stopping=stopping, max_workers=MAX_WORKERS
+        )
+        server.add_insecure_port("unix:" + socket_path)
+        server.start()
+        value = reattach_value(provider_address, pid=os.getpid(), socket_path=socket_path)
+        sys.stdout.write(
+            "Provider started in debug mode. To attach Terraform, set in the shell you run terraform in:\n\n"
+            f"\texport TF_REATTACH_PROVIDERS='{value}'\n\n"
+            "Press Ctrl-C to stop the provider.\n"
+        )
+        sys.stdout.flush()
+        signal.signal(signal.SIGTERM, lambda _signo, _frame: stopping.set())
+        try:
+            while not stopping.wait(3600):
+                pass
+        except KeyboardInterrupt:
+            pass
+        stopping.set()
+        server.stop(0)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

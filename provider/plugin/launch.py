@@ -1,0 +1,166 @@
+"""Serving a provider the way go-plugin expects, fast: the handshake line comes before the heavy imports.
+
+Order of a launch (Terraform waits only for the handshake line; its connection then waits in the
+listen backlog until the gRPC side is ready, so the work after the line overlaps Terraform's own):
+
+1. magic cookie and protocol version (stdlib only);
+2. private 0700 directory, fresh server certificate (pure-Python ECDSA, ~2 ms), listening socket;
+3. the handshake line on stdout; stdout is then pointed at stderr so nothing else can corrupt it;
+4. logging, grpcio, the provider itself, the gRPC server on a private socket, the TLS terminator;
+5. wait for GRPCController/Shutdown (or SIGTERM), stop, remove the directory, exit.
+
+Only this module's callees import grpc, and only in step 4.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from provider.plugin.handshake import (
+    HandshakeError,
+    check_magic_cookie,
+    format_handshake_line,
+    negotiate_protocol_version,
+    socket_directory,
+)
+
+# Terraform's -parallelism defaults to 10; allow far more, plus the streams that each pin a worker
+# for the whole connection (GRPCStdio, GRPCBroker, a health Watch) and the controller.
+MAX_PARALLEL_RPCS = 64
+PINNED_STREAMS = 4
+MAX_WORKERS = MAX_PARALLEL_RPCS + PINNED_STREAMS
+
+MakeServer = Callable[[], object]
+
+
+def serve(make_server: MakeServer, *, debug: bool, provider_address: str) -> None:
+    """Serve the provider built by `make_server()` until the host shuts it down.
+
+    `provider_address` is the source address (`registry.terraform.io/NS/TYPE`): it names the
+    reattach entry in debug mode and the executable in messages for humans.
+    """
+    if debug:
+        from provider.plugin.debug import serve_debug
+
+        serve_debug(make_server, provider_address=provider_address)
+        return
+    _serve_for_terraform(make_server, provider_address=provider_address)
+
+
+def _program_name(provider_address: str) -> str:
+    return "terraform-provider-" + provider_address.rstrip("/").rsplit("/", 1)[-1]
+
+
+def _serve_for_terraform(make_server: MakeServer, *, provider_address: str) -> NoReturn:
+    environ = os.environ
+    try:
+        check_magic_cookie(environ, _program_name(provider_address))
+        protocol_version = negotiate_protocol_version(environ)
+    except HandshakeError as exc:
+        sys.stderr.write(str(exc))
+        sys.stderr.flush()
+        raise SystemExit(1) from None
+
+    # Ctrl-C reaches the whole process group; Terraform turns it into StopProvider for us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    directory = socket_directory(environ)
+    try:
+        _serve_in(directory, make_server, environ=environ, protocol_version=protocol_version)
+    finally:
+        import shutil
+
+        shutil.rmtree(directory, ignore_errors=True)
+    os._exit(0)
+
+
+def _serve_in(directory: str, make_server: MakeServer, *, environ: Any, protocol_version: int) -> None:
+    public_path = os.path.join(directory, "plugin.sock")
+    client_ca_pem = environ.get("PLUGIN_CLIENT_CERT") or None
+    use_tls = client_ca_pem is not None or not environ.get("TF_DISABLE_PLUGIN_TLS")
+
+    if use_tls:
+        from provider.plugin.selfsigned import generate_server_certificate
+
+        certificate = generate_server_certificate()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(public_path)
+        listener.listen(128)
+        _announce(public_path, protocol_version, certificate.handshake_text())
+        runtime = _start_runtime(make_server, environ, grpc_path=os.path.join(directory, "grpc.sock"))
+
+        from provider.plugin.tls_terminator import TlsTerminator, server_ssl_context
+
+        context = server_ssl_context(
+            cert_pem=certificate.pem,
+            key_pem=certificate.key_pem,
+            directory=directory,
+            client_ca_pem=client_ca_pem,
+        )
+        TlsTerminator(listener, runtime.grpc_path, context).start()
+    else:
+        # TF_DISABLE_PLUGIN_TLS: grpcio serves the public socket itself, so it must exist first.
+        runtime = _start_runtime(make_server, environ, grpc_path=public_path)
+        _announce(public_path, protocol_version, "")
+
+    runtime.wait_for_shutdown()
+
+
+def _announce(address: str, protocol_version: int, cert_b64: str) -> None:
+    line = format_handshake_line(
+        network="unix", address=address, protocol_version=protocol_version, server_cert_b64=cert_b64
+    )
+    os.write(1, line.encode("ascii"))
+    # From here on fd 1 is stderr: a stray print() can no longer corrupt the plugin's stdout.
+    os.dup2(2, 1)
+
+
+class _Runtime:
+    """The gRPC server plus the event that ends the process."""
+
+    def __init__(self, server: Any, grpc_path: str, shutdown: threading.Event) -> None:
+        self.server = server
+        self.grpc_path = grpc_path
+        self._shutdown = shutdown
+
+    def wait_for_shutdown(self) -> None:
+        signal.signal(signal.SIGTERM, lambda _signo, _frame: self._shutdown.set())
+        while not self._shutdown.wait(3600):
+            pass
+        self.server.stop(0)
+
+
+def _start_runtime(make_server: MakeServer, environ: Any, *, grpc_path: str) -> _Runtime:
+    from provider.plugin.log import configure_logging
+
+    configure_logging(environ)
+    from provider.plugin.grpc_server import build_grpc_server
+
+    shutdown = threading.Event()
+    provider = build_provider(make_server)
+    server = build_grpc_server(provider, on_shutdown=shutdown.set, stopping=shutdown, max_workers=MAX_WORKERS)
+    server.add_insecure_port("unix:" + grpc_path)
+    server.start()
+    return _Runtime(server, grpc_path, shutdown)
+
+
+def build_provider(make_server: MakeServer) -> object:
+    """The provider server, or a stand-in answering every RPC with the reason it could not be built."""
+    import logging
+
+    from provider.plugin.services import UnavailableProvider
+
+    try:
+        return make_server()
+    except Exception as exc:
+        logging.getLogger("gpucloud.plugin").error("the provider could not be started", exc_info=True)
+        return UnavailableProvider(
+            "Provider Failed To Start",
+            f"The provider could not be initialised: {exc!r}. Reinstall it, or run it with "
+            "TF_LOG_PROVIDER=debug for the traceback.",
+        )

@@ -1,0 +1,199 @@
+"""The gRPC services a go-plugin host expects: tfplugin6.Provider plus go-plugin's own four.
+
+`tfplugin6.Provider` is served by delegation: RPC `GetProviderSchema` calls the provider server's
+`get_provider_schema(request)`, and so on for every RPC of the proto. A missing method or an exception
+(the framework promises none) becomes an error diagnostic in the RPC's own response type, never a
+gRPC error: Terraform shows diagnostics to the user but reports gRPC errors as a crashed plugin.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+from google.protobuf import empty_pb2
+from google.protobuf.descriptor import MethodDescriptor
+from google.protobuf.message import Message
+from google.protobuf.message_factory import GetMessageClass
+
+from provider._proto import (
+    grpc_broker_pb2,
+    grpc_broker_pb2_grpc,
+    grpc_controller_pb2,
+    grpc_controller_pb2_grpc,
+    grpc_stdio_pb2,
+    grpc_stdio_pb2_grpc,
+    health_pb2,
+    health_pb2_grpc,
+    tfplugin6_pb2,
+    tfplugin6_pb2_grpc,
+)
+
+log = logging.getLogger("gpucloud.plugin")
+
+PROVIDER_SERVICE = tfplugin6_pb2.DESCRIPTOR.services_by_name["Provider"]
+HEALTH_SERVICE_NAME = "plugin"  # the name go-plugin's host checks
+
+
+def snake_case(rpc_name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", rpc_name).lower()
+
+
+def error_response(method: MethodDescriptor, summary: str, detail: str) -> Message:
+    """An RPC's response type carrying one error, in whichever field that response reports errors."""
+    response = GetMessageClass(method.output_type)()
+    fields = response.DESCRIPTOR.fields_by_name
+    if "diagnostics" in fields:
+        response.diagnostics.add(  # type: ignore[attr-defined]
+            severity=tfplugin6_pb2.Diagnostic.ERROR, summary=summary, detail=detail
+        )
+    elif "error" in fields:  # CallFunction
+        response.error.text = f"{summary}: {detail}"  # type: ignore[attr-defined]
+    elif "Error" in fields:  # StopProvider
+        response.Error = f"{summary}: {detail}"  # type: ignore[attr-defined]
+    return response
+
+
+def _delegating_handler(method: MethodDescriptor) -> Callable[..., Message]:
+    attribute = snake_case(method.name)
+
+    def handle(self: DelegatingProviderServicer, request: Message, context: grpc.ServicerContext) -> Message:
+        implementation = getattr(self.delegate, attribute, None)
+        if implementation is None:
+            return error_response(
+                method,
+                "Unsupported Provider Operation",
+                f"This provider does not implement the {method.name} RPC. "
+                "Upgrade the provider, or avoid the feature that needs it.",
+            )
+        try:
+            response: Message = implementation(request)
+        except Exception as exc:
+            log.error("%s failed", method.name, exc_info=True)
+            return error_response(
+                method,
+                "Internal Provider Error",
+                f"The provider failed while handling {method.name}: {exc!r}. "
+                "This is a bug in the provider; the provider log (TF_LOG_PROVIDER=debug) has the traceback.",
+            )
+        return response
+
+    handle.__name__ = method.name
+    return handle
+
+
+class DelegatingProviderServicer:
+    """tfplugin6.Provider; every RPC method is generated from the service descriptor below."""
+
+    def __init__(self, delegate: object) -> None:
+        self.delegate = delegate
+
+
+for _method in PROVIDER_SERVICE.methods:
+    setattr(DelegatingProviderServicer, _method.name, _delegating_handler(_method))
+
+
+class UnavailableProvider:
+    """Stands in when the provider could not be constructed: every RPC answers why, as a diagnostic."""
+
+    def __init__(self, summary: str, detail: str) -> None:
+        self._summary = summary
+        self._detail = detail
+
+    def __getattr__(self, name: str) -> Callable[[Message], Message]:
+        for method in PROVIDER_SERVICE.methods:
+            if snake_case(method.name) == name:
+                return functools.partial(self._answer, method)
+        raise AttributeError(name)
+
+    def _answer(self, method: MethodDescriptor, _request: Message) -> Message:
+        return error_response(method, self._summary, self._detail)
+
+
+class ControllerServicer(grpc_controller_pb2_grpc.GRPCControllerServicer):
+    """plugin.GRPCController: Shutdown asks the process to exit (the caller does it promptly)."""
+
+    def __init__(self, on_shutdown: Callable[[], None]) -> None:
+        self._on_shutdown = on_shutdown
+
+    def Shutdown(
+        self, request: grpc_controller_pb2.Empty, context: grpc.ServicerContext
+    ) -> grpc_controller_pb2.Empty:
+        log.debug("shutdown requested by the host")
+        self._on_shutdown()
+        return grpc_controller_pb2.Empty()
+
+
+def _wait_until_rpc_ends(context: grpc.ServicerContext, stopping: threading.Event) -> None:
+    ended = threading.Event()
+    context.add_callback(ended.set)
+    while context.is_active() and not stopping.is_set():
+        ended.wait(1.0)
+
+
+class StdioServicer(grpc_stdio_pb2_grpc.GRPCStdioServicer):
+    """plugin.GRPCStdio: nothing to forward (logs go straight to stderr); holds the stream open.
+
+    The open stream pins one worker thread for the life of the connection.
+    """
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self._stopping = stopping
+
+    def StreamStdio(
+        self, request: empty_pb2.Empty, context: grpc.ServicerContext
+    ) -> Iterator[grpc_stdio_pb2.StdioData]:
+        _wait_until_rpc_ends(context, self._stopping)
+        yield from ()
+
+
+class BrokerServicer(grpc_broker_pb2_grpc.GRPCBrokerServicer):
+    """plugin.GRPCBroker: providers open no side connections; drain the host's stream until it closes."""
+
+    def StartStream(
+        self, request_iterator: Iterator[grpc_broker_pb2.ConnInfo], context: grpc.ServicerContext
+    ) -> Iterator[grpc_broker_pb2.ConnInfo]:
+        try:
+            for conn_info in request_iterator:
+                log.debug("ignoring broker request for service %d", conn_info.service_id)
+        except grpc.RpcError:
+            pass  # the host hung up
+        yield from ()
+
+
+class HealthServicer(health_pb2_grpc.HealthServicer):
+    """grpc.health.v1.Health: the plugin is serving as long as the process is up."""
+
+    def __init__(self, stopping: threading.Event) -> None:
+        self._stopping = stopping
+
+    def Check(
+        self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext
+    ) -> health_pb2.HealthCheckResponse:
+        if request.service not in ("", HEALTH_SERVICE_NAME):
+            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+        return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+    def Watch(
+        self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext
+    ) -> Iterator[health_pb2.HealthCheckResponse]:
+        statuses = health_pb2.HealthCheckResponse
+        known = request.service in ("", HEALTH_SERVICE_NAME)
+        yield statuses(status=statuses.SERVING if known else statuses.SERVICE_UNKNOWN)
+        _wait_until_rpc_ends(context, self._stopping)
+
+
+def register_services(
+    server: grpc.Server, provider: object, *, on_shutdown: Callable[[], None], stopping: threading.Event
+) -> None:
+    servicer: Any = DelegatingProviderServicer(provider)
+    tfplugin6_pb2_grpc.add_ProviderServicer_to_server(servicer, server)
+    grpc_controller_pb2_grpc.add_GRPCControllerServicer_to_server(ControllerServicer(on_shutdown), server)
+    grpc_stdio_pb2_grpc.add_GRPCStdioServicer_to_server(StdioServicer(stopping), server)
+    grpc_broker_pb2_grpc.add_GRPCBrokerServicer_to_server(BrokerServicer(), server)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(stopping), server)
