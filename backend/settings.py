@@ -28,6 +28,8 @@ class Settings(BaseSettings):
     # Requests per API key per window, counted in the database so replicas share the budget.
     rate_limit_requests: int = 1200
     rate_limit_window_seconds: int = 60
+    # A revoked key keeps working in a replica for at most this long (lookups are cached).
+    auth_cache_seconds: float = 2.0
     idempotency_ttl_hours: int = 24
     default_page_size: int = 50
     max_page_size: int = 200

@@ -2,35 +2,50 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from decimal import Decimal
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
-    Numeric,
     String,
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy.types import DateTime, TypeDecorator
 
 from backend.store.base import Base
 
 ID = String(30)
 
 
+class UtcDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes on every database (SQLite hands back naive ones otherwise)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return value.astimezone(UTC) if value is not None and value.tzinfo is not None else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
 class Versioned:
     """Rows whose `generation` bumps on every write; the ETag is derived from it."""
 
     generation: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 class Project(Base):
@@ -38,7 +53,7 @@ class Project(Base):
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), nullable=False, unique=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 class ApiKey(Base):
@@ -50,8 +65,8 @@ class ApiKey(Base):
     prefix: Mapped[str] = mapped_column(String(16), nullable=False, unique=True)
     digest: Mapped[str] = mapped_column(String(64), nullable=False)
     role: Mapped[str] = mapped_column(String(16), nullable=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
 
 class SshKey(Versioned, Base):
@@ -95,13 +110,14 @@ class Cluster(Versioned, Base):
     billing_on_expiry: Mapped[str | None] = mapped_column(String(32))
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
     deletion_protection: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
-    max_hourly_cost_usd: Mapped[Decimal | None] = mapped_column(Numeric(14, 4))
+    # Money as integer micro-dollars (exact on every database).
+    max_hourly_cost_micros: Mapped[int | None] = mapped_column(BigInteger)
     # Written by the engine (backend.provisioning); core only sets the initial values.
     status: Mapped[str] = mapped_column(String(32), nullable=False, default="PENDING")
     phase: Mapped[str | None] = mapped_column(String(64))
     status_reason: Mapped[str | None] = mapped_column(Text)
     # Set when the user asks for deletion; the engine tears down and marks the cluster DESTROYED.
-    deletion_requested_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    deletion_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
     ssh_key_links: Mapped[list[ClusterSshKey]] = relationship(
         order_by="ClusterSshKey.position", cascade="all, delete-orphan", lazy="selectin"
@@ -145,8 +161,8 @@ class IdempotencyRecord(Base):
     response_status: Mapped[int] = mapped_column(Integer, nullable=False)
     response_body: Mapped[str] = mapped_column(Text, nullable=False)
     response_headers: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, index=True)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False, index=True)
 
 
 class RateLimitCounter(Base):
@@ -162,7 +178,7 @@ class AuditEvent(Base):
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
-    occurred_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    occurred_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
     # Who: the API key prefix (or "cli" for the command line).
     actor: Mapped[str] = mapped_column(String(32), nullable=False)
     action: Mapped[str] = mapped_column(String(64), nullable=False)

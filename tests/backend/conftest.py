@@ -10,14 +10,19 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
+from backend.app import create_app
+from backend.services import auth
 from backend.settings import Settings
-from backend.store.db import make_engine
+from backend.store.db import make_engine, make_session_factory
 from backend.store.migrate import upgrade_to_head
 
 POSTGRES_ENV = "GPUCLOUD_TEST_POSTGRES_URL"
@@ -81,4 +86,63 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
     """Settings for an app on the test database, without the embedded engine worker."""
-    return Settings(database_url=database_url, data_dir=tmp_path / "data", embedded_worker=False)
+    return Settings(
+        database_url=database_url, data_dir=tmp_path / "data", embedded_worker=False, auth_cache_seconds=0
+    )
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A project with an admin and a member key."""
+
+    project_id: str
+    admin_key: str
+    member_key: str
+
+
+def make_tenant(settings: Settings, name: str) -> Tenant:
+    """Create a project and its keys directly through the services."""
+    engine = make_engine(settings)
+    sessions = make_session_factory(engine, write=True)
+    with sessions.begin() as session:
+        project = auth.create_project(session=session, name=name)
+        session.flush()
+        _, admin_key = auth.create_api_key(session=session, project_name=name, role="admin")
+        _, member_key = auth.create_api_key(session=session, project_name=name, role="member")
+    engine.dispose()
+    return Tenant(project.id, admin_key, member_key)
+
+
+@pytest.fixture
+def app(settings: Settings) -> Iterator[FastAPI]:
+    application = create_app(settings)
+    yield application
+    application.state.gpucloud.engine.dispose()
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    """An unauthenticated client (runs the app's lifespan)."""
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def tenant(settings: Settings) -> Tenant:
+    return make_tenant(settings, "acme")
+
+
+@pytest.fixture
+def admin(client: TestClient, tenant: Tenant) -> TestClient:
+    """A client authenticated with the tenant's admin key."""
+    return TestClient(
+        client.app, headers={"Authorization": f"Bearer {tenant.admin_key}"}, raise_server_exceptions=False
+    )
+
+
+@pytest.fixture
+def member(client: TestClient, tenant: Tenant) -> TestClient:
+    """A client authenticated with the tenant's read-only member key."""
+    return TestClient(
+        client.app, headers={"Authorization": f"Bearer {tenant.member_key}"}, raise_server_exceptions=False
+    )

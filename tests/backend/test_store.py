@@ -15,9 +15,21 @@ def test_store_migrations_create_every_core_table(settings: Settings) -> None:
     tables = set(inspect(engine).get_table_names())
     engine.dispose()
     core_tables = {table.name for table in Base.metadata.tables.values() if table.name in tables}
-    expected = {m.__tablename__ for m in (models.Project, models.ApiKey, models.SshKey, models.Volume,
-                                         models.Cluster, models.IdempotencyRecord, models.AuditEvent,
-                                         models.RateLimitCounter, models.ClusterSshKey, models.ClusterVolume)}
+    expected = {
+        m.__tablename__
+        for m in (
+            models.Project,
+            models.ApiKey,
+            models.SshKey,
+            models.Volume,
+            models.Cluster,
+            models.IdempotencyRecord,
+            models.AuditEvent,
+            models.RateLimitCounter,
+            models.ClusterSshKey,
+            models.ClusterVolume,
+        )
+    }
     assert expected <= core_tables
     assert "alembic_version" in tables
 

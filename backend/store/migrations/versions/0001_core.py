@@ -75,7 +75,7 @@ def upgrade() -> None:
         sa.Column("billing_on_expiry", sa.String(length=32), nullable=True),
         sa.Column("labels", sa.JSON(), nullable=False),
         sa.Column("deletion_protection", sa.Boolean(), nullable=False),
-        sa.Column("max_hourly_cost_usd", sa.Numeric(precision=14, scale=4), nullable=True),
+        sa.Column("max_hourly_cost_micros", sa.BigInteger(), nullable=True),
         sa.Column("status", sa.String(length=32), nullable=False),
         sa.Column("phase", sa.String(length=64), nullable=True),
         sa.Column("status_reason", sa.Text(), nullable=True),

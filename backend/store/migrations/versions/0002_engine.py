@@ -111,6 +111,7 @@ def upgrade() -> None:
         sa.Column("op_token", sa.String(length=160), nullable=True),
         sa.Column("op_ready_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("attempt", sa.Integer(), nullable=False),
+        sa.Column("op_seq", sa.Integer(), nullable=False),
         sa.Column("applied_config", sa.JSON(), nullable=False),
         sa.Column("watch_token", sa.String(length=160), nullable=True),
         sa.Column("watch_due_at", sa.DateTime(timezone=True), nullable=True),

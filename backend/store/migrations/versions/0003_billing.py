@@ -66,7 +66,8 @@ def upgrade() -> None:
         _when("created_at"),
         _project_fk("billing_ledger_entries"),
         sa.ForeignKeyConstraint(
-            ["usage_record_id"], ["billing_usage_records.id"],
+            ["usage_record_id"],
+            ["billing_usage_records.id"],
             name=op.f("fk_billing_ledger_entries_usage_record_id_billing_usage_records"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_billing_ledger_entries")),
@@ -136,9 +137,7 @@ def upgrade() -> None:
         _project_fk("billing_volume_segments"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_billing_volume_segments")),
     )
-    op.create_index(
-        op.f("ix_billing_volume_segments_volume_id"), "billing_volume_segments", ["volume_id"]
-    )
+    op.create_index(op.f("ix_billing_volume_segments_volume_id"), "billing_volume_segments", ["volume_id"])
 
     op.create_table(
         "billing_credit_holds",

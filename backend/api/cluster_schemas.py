@@ -1,0 +1,118 @@
+"""Wire schemas of /v1/clusters: the declared spec (create, partial update) and the cluster as returned."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from backend.api.schemas import StrictModel
+
+Orchestrator = Literal["slurm", "kubernetes", "none"]
+Interconnect = Literal["infiniband", "efa", "ethernet"]
+Container = Literal["base", "pytorch"]
+ClusterName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9-]+$")]
+CatalogName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")]
+RefId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z]{3}_[0-9a-z]+$")]
+LabelKey = Annotated[
+    str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?$")
+]
+LabelValue = Annotated[str, StringConstraints(max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")]
+Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=64, description="Free-form key/value tags")]
+Money = Annotated[Decimal, Field(gt=0, le=Decimal("1000000000"), max_digits=14, decimal_places=4)]
+
+
+class Billing(StrictModel):
+    type: Literal["on_demand", "reserved"] = Field(default="on_demand", description="on_demand or reserved")
+    duration_days: int | None = Field(default=None, ge=1, le=90, description="Reserved term (reserved only)")
+    on_expiry: Literal["decommission", "convert_to_on_demand"] | None = Field(
+        default=None, description="What happens at the end of a reserved term (default decommission)"
+    )
+
+
+class ClusterCreate(StrictModel):
+    name: ClusterName = Field(description="DNS label prefix of the node hostnames")
+    region: CatalogName
+    instance_type: CatalogName
+    node_count: int = Field(default=1, ge=1, le=4096)
+    orchestrator: Orchestrator | None = Field(
+        default=None, description="Default: none for 1 node, else slurm"
+    )
+    interconnect: Interconnect | None = Field(default=None, description="Default: the instance type's fabric")
+    container: Container | None = Field(default=None, description="Single-node clusters only")
+    ssh_key_ids: list[RefId] = Field(default_factory=list, max_length=64)
+    volume_ids: list[RefId] = Field(default_factory=list, max_length=64)
+    billing: Billing | None = None
+    labels: Labels = Field(default_factory=dict)
+    deletion_protection: bool = False
+    max_hourly_cost_usd: Money | None = Field(default=None, description="Refuse specs that would cost more")
+
+
+class ClusterUpdate(StrictModel):
+    """Partial update: absent fields keep their value; region, instance_type, orchestrator, interconnect,
+    billing.type and billing.duration_days may only repeat their current value."""
+
+    name: ClusterName | None = None
+    region: CatalogName | None = None
+    instance_type: CatalogName | None = None
+    node_count: int | None = Field(default=None, ge=1, le=4096)
+    orchestrator: Orchestrator | None = None
+    interconnect: Interconnect | None = None
+    container: Container | None = None
+    ssh_key_ids: list[RefId] | None = Field(default=None, max_length=64)
+    volume_ids: list[RefId] | None = Field(default=None, max_length=64)
+    billing: Billing | None = None
+    labels: Labels | None = None
+    deletion_protection: bool | None = None
+    max_hourly_cost_usd: Money | None = None
+
+
+# Fields whose null in a PATCH means "clear it"; for the others null means "leave unchanged".
+NULLABLE_FIELDS = ("container", "max_hourly_cost_usd")
+
+
+class BillingOut(BaseModel):
+    type: str
+    duration_days: int | None
+    on_expiry: str | None
+
+
+class ClusterOut(BaseModel):
+    """A cluster: the declared spec exactly as written (defaults filled in), then computed state."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    name: str
+    region: str
+    instance_type: str
+    node_count: int
+    orchestrator: str
+    interconnect: str
+    container: str | None
+    ssh_key_ids: list[str]
+    volume_ids: list[str]
+    billing: BillingOut
+    labels: dict[str, str]
+    deletion_protection: bool
+    max_hourly_cost_usd: float | None
+    status: str = Field(
+        description="PENDING, PROVISIONING, CONFIGURING, CONTAINER_CREATING, RUNNING, "
+        "DESTROYING, DESTROYED or FAILED"
+    )
+    phase: str | None
+    status_reason: str | None
+    num_gpus: int
+    gpu_type: str | None
+    estimated_hourly_cost_usd: float | None
+    deletion_requested_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    nodes: list[dict[str, Any]] = Field(default_factory=list)
+    login: dict[str, Any] | None = None
+    slurm: dict[str, Any] | None = None
+    kubernetes: dict[str, Any] | None = None
+    nccl_env: dict[str, str] = Field(default_factory=dict)
+    phase_history: list[dict[str, Any]] = Field(default_factory=list)

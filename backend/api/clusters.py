@@ -1,0 +1,208 @@
+"""/v1/clusters: create, list, get, partial update, delete, attach/detach volumes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from sqlalchemy.orm import Session
+from starlette.responses import Response
+
+from backend.api.cluster_schemas import NULLABLE_FIELDS, ClusterCreate, ClusterOut, ClusterUpdate
+from backend.api.deps import Reader, Writer
+from backend.api.listing import page_args, page_body
+from backend.api.schemas import (
+    READ_ERRORS,
+    WRITE_ERRORS,
+    IdempotencyKey,
+    IfMatch,
+    NameFilter,
+    Page,
+    PageSize,
+    PageToken,
+)
+from backend.api.state import app_state
+from backend.api.writes import WriteOutcome, run_write
+from backend.domain.catalog import Catalog
+from backend.domain.etags import etag_for
+from backend.services import clusters, engine_hooks
+from backend.store.models import Cluster
+
+router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
+KIND = "cluster"
+
+
+def to_out(session: Session, row: Cluster, catalog: Catalog) -> ClusterOut:
+    """The cluster as returned: the stored spec, computed fields and the engine's runtime view."""
+    spec = clusters.cluster_spec(row)
+    itype = catalog.instance_type(row.instance_type)
+    try:
+        hourly: float | None = float(clusters.estimated_hourly_cost(spec, catalog))
+    except ValueError:  # a price removed from the catalog after creation
+        hourly = None
+    ceiling = spec["max_hourly_cost_usd"]
+    body: dict[str, Any] = {
+        "id": row.id,
+        **spec,
+        "max_hourly_cost_usd": float(ceiling) if ceiling is not None else None,
+        "status": row.status,
+        "phase": row.phase,
+        "status_reason": row.status_reason,
+        "num_gpus": row.node_count * (itype.gpu_count if itype else 0),
+        "gpu_type": itype.gpu_model if itype else None,
+        "estimated_hourly_cost_usd": hourly,
+        "deletion_requested_at": row.deletion_requested_at,
+        "created_at": row.created_at,
+        "updated_at": row.updated_at,
+    }
+    body.update(engine_hooks.cluster_runtime(session, row.id))
+    return ClusterOut.model_validate(body)
+
+
+def _outcome(
+    session: Session, row: Cluster, catalog: Catalog, status: int = 200, location: str | None = None
+) -> WriteOutcome:
+    return WriteOutcome(
+        KIND, row.id, to_out(session, row, catalog), status, etag_for(row.generation), location
+    )
+
+
+@router.post("", status_code=201, response_model=ClusterOut, responses=WRITE_ERRORS)
+def create_cluster(
+    body: ClusterCreate, request: Request, principal: Writer, idempotency_key: IdempotencyKey = None
+) -> Response:
+    """Accept a cluster; it starts PENDING and the engine provisions it (poll GET for the status)."""
+    catalog = app_state(request).catalog
+    spec = body.model_dump(exclude_none=False)
+
+    def operation(session: Session) -> WriteOutcome:
+        row = clusters.create_cluster(
+            session=session, catalog=catalog, project_id=principal.project_id, spec=spec
+        )
+        return _outcome(session, row, catalog, 201, f"/v1/clusters/{row.id}")
+
+    return run_write(request, principal, action="cluster.create", operation=operation, body=body)
+
+
+@router.get("", response_model=Page[ClusterOut], responses=READ_ERRORS)
+def list_clusters(
+    request: Request,
+    principal: Reader,
+    page_size: PageSize = None,
+    page_token: PageToken = None,
+    name: NameFilter = None,
+) -> Response:
+    """The project's clusters, oldest first (destroyed ones are gone)."""
+    state = app_state(request)
+    after_id, limit = page_args(state.settings, kind=KIND, page_size=page_size, page_token=page_token)
+    with state.read_sessions() as session:
+        rows, more = clusters.list_clusters(
+            session=session, project_id=principal.project_id, after_id=after_id, limit=limit, name=name
+        )
+        page = Page[ClusterOut].model_validate(
+            page_body(KIND, rows, more, lambda row: to_out(session, row, state.catalog))
+        )
+    return Response(page.model_dump_json(), media_type="application/json")
+
+
+@router.get("/{cluster_id}", response_model=ClusterOut, responses=READ_ERRORS)
+def get_cluster(cluster_id: str, request: Request, principal: Reader) -> Response:
+    """One cluster with its runtime state."""
+    state = app_state(request)
+    with state.read_sessions() as session:
+        row = clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        body = to_out(session, row, state.catalog)
+    return Response(
+        body.model_dump_json(), media_type="application/json", headers={"ETag": etag_for(row.generation)}
+    )
+
+
+@router.patch("/{cluster_id}", response_model=ClusterOut, responses=WRITE_ERRORS)
+def update_cluster(
+    cluster_id: str, body: ClusterUpdate, request: Request, principal: Writer, if_match: IfMatch = None
+) -> Response:
+    """Partial update: scale, rename, labels, keys, volumes, container, protection, cost ceiling."""
+    catalog = app_state(request).catalog
+    changes = {
+        field: getattr(body, field)
+        for field in body.model_fields_set
+        if getattr(body, field) is not None or field in NULLABLE_FIELDS
+    }
+    if "billing" in changes:
+        changes["billing"] = body.billing.model_dump(exclude_unset=True) if body.billing else None
+
+    def operation(session: Session) -> WriteOutcome:
+        row = clusters.update_cluster(
+            session=session,
+            catalog=catalog,
+            project_id=principal.project_id,
+            cluster_id=cluster_id,
+            changes=changes,
+            if_match=if_match,
+        )
+        return _outcome(session, row, catalog)
+
+    return run_write(request, principal, action="cluster.update", operation=operation, body=body)
+
+
+@router.delete("/{cluster_id}", status_code=202, response_model=ClusterOut, responses=WRITE_ERRORS)
+def delete_cluster(
+    cluster_id: str, request: Request, principal: Writer, if_match: IfMatch = None
+) -> Response:
+    """Request deletion (409 under deletion_protection); the cluster goes DESTROYING, then 404."""
+    catalog = app_state(request).catalog
+
+    def operation(session: Session) -> WriteOutcome:
+        row = clusters.delete_cluster(
+            session=session, project_id=principal.project_id, cluster_id=cluster_id, if_match=if_match
+        )
+        return _outcome(session, row, catalog, 202)
+
+    return run_write(request, principal, action="cluster.delete", operation=operation)
+
+
+@router.post("/{cluster_id}/volumes/{volume_id}", response_model=ClusterOut, responses=WRITE_ERRORS)
+def attach_volume(
+    cluster_id: str,
+    volume_id: str,
+    request: Request,
+    principal: Writer,
+    if_match: IfMatch = None,
+    idempotency_key: IdempotencyKey = None,
+) -> Response:
+    """Attach a volume of the cluster's region (no change if already attached)."""
+    catalog = app_state(request).catalog
+
+    def operation(session: Session) -> WriteOutcome:
+        row = clusters.attach_volume(
+            session=session,
+            catalog=catalog,
+            project_id=principal.project_id,
+            cluster_id=cluster_id,
+            volume_id=volume_id,
+            if_match=if_match,
+        )
+        return _outcome(session, row, catalog)
+
+    return run_write(request, principal, action="cluster.attach_volume", operation=operation)
+
+
+@router.delete("/{cluster_id}/volumes/{volume_id}", response_model=ClusterOut, responses=WRITE_ERRORS)
+def detach_volume(
+    cluster_id: str, volume_id: str, request: Request, principal: Writer, if_match: IfMatch = None
+) -> Response:
+    """Detach a volume (404 when it is not attached)."""
+    catalog = app_state(request).catalog
+
+    def operation(session: Session) -> WriteOutcome:
+        row = clusters.detach_volume(
+            session=session,
+            catalog=catalog,
+            project_id=principal.project_id,
+            cluster_id=cluster_id,
+            volume_id=volume_id,
+            if_match=if_match,
+        )
+        return _outcome(session, row, catalog)
+
+    return run_write(request, principal, action="cluster.detach_volume", operation=operation)

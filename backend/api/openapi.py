@@ -1,0 +1,45 @@
+"""The OpenAPI document: errors as problem+json; committed as proto/openapi.json."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
+
+
+def build_openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's document with every 4xx/5xx response described as `application/problem+json`."""
+    document = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            for status, response in operation.get("responses", {}).items():
+                if status.isdigit() and int(status) >= 400:
+                    response["content"] = {"application/problem+json": {"schema": PROBLEM_REF}}
+                    if status == "422":
+                        response["description"] = "Invalid input; `field` names the offending field"
+    schemas = document.get("components", {}).get("schemas", {})
+    for unused in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    return document
+
+
+def install_openapi(app: FastAPI) -> None:
+    """Serve `build_openapi` at /openapi.json (built once)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_openapi(app)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def render_openapi(app: FastAPI) -> str:
+    """The committed form: sorted keys, two-space indent, trailing newline."""
+    return json.dumps(app.openapi(), indent=2, sort_keys=True) + "\n"

@@ -1,0 +1,94 @@
+"""Wire schemas shared by the routes: strict request bases, pages, problem documents, common params."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Generic, TypeVar
+
+from fastapi import Header, Query
+from pydantic import BaseModel, ConfigDict
+
+# Names of SSH keys and volumes: printable, no leading/trailing blanks, no control characters.
+DISPLAY_NAME_PATTERN = r"^[^\x00-\x20\x7f]([^\x00-\x1f\x7f]{0,126}[^\x00-\x20\x7f])?$"
+
+Item = TypeVar("Item")
+
+
+class StrictModel(BaseModel):
+    """Request bodies: unknown fields are rejected, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Page(BaseModel, Generic[Item]):
+    """One page of a listing; pass `next_page_token` back as `page_token` for the next (null: last)."""
+
+    items: list[Item]
+    next_page_token: str | None
+
+
+class ProblemFieldError(BaseModel):
+    field: str
+    code: str
+    message: str
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem document with a stable machine `code` and the offending `field`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str = "about:blank"
+    title: str
+    status: int
+    code: str
+    detail: str
+    field: str | None = None
+    errors: list[ProblemFieldError] = []
+    request_id: str | None = None
+
+
+def _problem(description: str) -> dict[str, Any]:
+    # backend.api.openapi moves the schema under application/problem+json.
+    return {"description": description, "model": Problem}
+
+
+READ_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _problem("Malformed request (bad JSON, bad page token, bad header)"),
+    401: _problem("Missing, malformed, unknown or revoked API key"),
+    404: _problem("No such resource in this project"),
+    413: _problem("Request body too large"),
+    422: _problem("Invalid input; `field` names the offending field"),
+    429: _problem("Rate limit exceeded; see Retry-After"),
+}
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    **READ_ERRORS,
+    403: _problem("The API key's role may not write"),
+    409: _problem("Conflicts with the current state"),
+    412: _problem("If-Match does not match the current ETag"),
+}
+
+PageSize = Annotated[int | None, Query(ge=1, le=200, description="Items per page (default 50)")]
+PageToken = Annotated[
+    str | None,
+    Query(
+        max_length=512,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="Token from a previous page's `next_page_token`",
+    ),
+]
+NameFilter = Annotated[
+    str | None,
+    Query(max_length=128, pattern=DISPLAY_NAME_PATTERN, description="Only items with exactly this name"),
+]
+IfMatch = Annotated[
+    str | None,
+    Header(alias="If-Match", max_length=256, description="Only act if the resource's current ETag is listed"),
+]
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        max_length=255,
+        description="Makes a POST safe to retry: the same key and body replay the first response (24 h)",
+    ),
+]

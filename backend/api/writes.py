@@ -1,0 +1,137 @@
+"""Running a write: one transaction holding the change, its audit event and its idempotency record.
+
+A POST carrying `Idempotency-Key` whose key was seen before replays the stored response (same request)
+or answers 422 (different request). Two concurrent requests with one key: the loser's insert of the
+record violates the unique constraint, its transaction rolls back and it replays the winner's response.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import Request
+from pydantic import BaseModel
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from starlette.responses import Response
+
+from backend.api.problems import request_id_of
+from backend.api.state import app_state
+from backend.domain.errors import BadRequest, Conflict
+from backend.services import audit, idempotency
+from backend.services.auth import Principal
+from backend.services.idempotency import StoredResponse
+
+_KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+@dataclass
+class WriteOutcome:
+    """What a write produced: the response body (None for 204) and what the audit log records."""
+
+    resource_type: str
+    resource_id: str | None
+    body: BaseModel | None = None
+    status: int = 200
+    etag: str | None = None
+    location: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def render_json(model: BaseModel) -> str:
+    """The JSON text of a response model (keys as declared, nulls kept)."""
+    return model.model_dump_json()
+
+
+def _stored(outcome: WriteOutcome) -> StoredResponse:
+    headers: dict[str, str] = {}
+    if outcome.etag:
+        headers["ETag"] = outcome.etag
+    if outcome.location:
+        headers["Location"] = outcome.location
+    body = render_json(outcome.body) if outcome.body is not None else ""
+    return StoredResponse(status=outcome.status, body=body, headers=headers)
+
+
+def _response(stored: StoredResponse, *, replayed: bool = False) -> Response:
+    headers = dict(stored.headers)
+    if replayed:
+        headers["Idempotent-Replayed"] = "true"
+    if stored.status == 204 or not stored.body:
+        return Response(status_code=stored.status, headers=headers)
+    return Response(stored.body, status_code=stored.status, media_type="application/json", headers=headers)
+
+
+def _idempotency_key(request: Request) -> str | None:
+    if request.method != "POST":
+        return None
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    if not _KEY_PATTERN.match(key):
+        raise BadRequest(
+            "Idempotency-Key must be 1-255 visible ASCII characters",
+            field="Idempotency-Key",
+            code="invalid_idempotency_key",
+        )
+    return key
+
+
+def run_write(
+    request: Request,
+    principal: Principal,
+    *,
+    action: str,
+    operation: Callable[[Session], WriteOutcome],
+    body: BaseModel | None = None,
+) -> Response:
+    """Run `operation` in a write transaction with audit and idempotency; return the HTTP response."""
+    state = app_state(request)
+    key = _idempotency_key(request)
+    payload = body.model_dump(mode="json", exclude_unset=True) if body is not None else None
+    fingerprint = idempotency.request_fingerprint(
+        method=request.method, path=request.url.path, body=json.dumps(payload, sort_keys=True).encode()
+    )
+    for attempt in (1, 2):
+        try:
+            with state.write_sessions.begin() as session:
+                if key is not None:
+                    replay = idempotency.find_replay(
+                        session=session, project_id=principal.project_id, key=key, fingerprint=fingerprint
+                    )
+                    if replay is not None:
+                        return _response(replay, replayed=True)
+                outcome = operation(session)
+                stored = _stored(outcome)
+                if key is not None:
+                    idempotency.save_response(
+                        session=session,
+                        project_id=principal.project_id,
+                        key=key,
+                        fingerprint=fingerprint,
+                        response=stored,
+                        ttl_hours=state.settings.idempotency_ttl_hours,
+                    )
+                audit.record_event(
+                    session=session,
+                    project_id=principal.project_id,
+                    actor=principal.key_prefix,
+                    action=action,
+                    resource_type=outcome.resource_type,
+                    resource_id=outcome.resource_id,
+                    request_id=request_id_of(request),
+                    details={"request": payload, "status": outcome.status, **outcome.details},
+                )
+            return _response(stored)
+        except IntegrityError:
+            # A concurrent request won a uniqueness race (same Idempotency-Key, or the same resource).
+            # The retry sees its committed result: a replay or the service's own conflict check.
+            if attempt == 2:
+                raise Conflict(
+                    "a concurrent request changed the same resource; retry", code="concurrent_write"
+                ) from None
+    raise AssertionError("unreachable")

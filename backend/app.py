@@ -1,0 +1,95 @@
+"""The FastAPI application factory: middleware, problem handlers, routers, and the embedded engine."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy import Engine
+
+from backend.api import audit_events, clusters, health, ssh_keys, volumes
+from backend.api.metrics import Metrics
+from backend.api.middleware import RequestMiddleware
+from backend.api.openapi import install_openapi
+from backend.api.problems import install_problem_handlers
+from backend.api.state import AppState
+from backend.domain.catalog import default_catalog
+from backend.logging import configure_logging
+from backend.services.auth import Authenticator
+from backend.services.rate_limit import RateLimiter
+from backend.settings import Settings
+from backend.store.db import make_engine, make_session_factory
+
+API_DESCRIPTION = """The gpucloud control plane: SSH keys, shared volumes and GPU clusters of a project.
+
+Authenticate with `Authorization: Bearer gpc_...`. Errors are RFC 9457 `application/problem+json` with a
+stable `code` and the offending `field`. POSTs accept `Idempotency-Key`; mutable resources carry an `ETag`
+and honour `If-Match`. Lists are keyset-paginated with an opaque `page_token`.
+"""
+
+
+def build_state(settings: Settings, engine: Engine | None = None) -> AppState:
+    """Everything an app instance needs, built from settings."""
+    engine = engine or make_engine(settings)
+    read_sessions = make_session_factory(engine)
+    write_sessions = make_session_factory(engine, write=True)
+    return AppState(
+        settings=settings,
+        engine=engine,
+        read_sessions=read_sessions,
+        write_sessions=write_sessions,
+        catalog=default_catalog(),
+        authenticator=Authenticator(sessions=read_sessions, cache_seconds=settings.auth_cache_seconds),
+        rate_limiter=RateLimiter(
+            sessions=write_sessions,
+            limit=settings.rate_limit_requests,
+            window_seconds=settings.rate_limit_window_seconds,
+        ),
+        metrics=Metrics(),
+    )
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The backend's ASGI app; the database must already be migrated (`serve` and `migrate` do that)."""
+    settings = settings or Settings()
+    configure_logging(settings.log_level)
+    state = build_state(settings)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        worker = None
+        if settings.embedded_worker:
+            worker = _start_embedded_worker(state)
+        try:
+            yield
+        finally:
+            if worker is not None:
+                worker.stop()
+            state.engine.dispose()
+
+    app = FastAPI(
+        title="gpucloud API",
+        version="1.0.0",
+        description=API_DESCRIPTION,
+        lifespan=lifespan,
+        openapi_url="/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+        generate_unique_id_function=lambda route: route.name,
+    )
+    app.state.gpucloud = state
+    install_problem_handlers(app)
+    app.include_router(health.router)
+    app.include_router(ssh_keys.router)
+    app.include_router(volumes.router)
+    app.include_router(clusters.router)
+    app.include_router(audit_events.router)
+    install_openapi(app)
+    app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes, metrics=state.metrics)
+    return app
+
+
+def _start_embedded_worker(state: AppState) -> object | None:
+    # TODO(engine): call backend.provisioning.worker.start_embedded once the engine lands.
+    return None

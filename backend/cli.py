@@ -1,0 +1,190 @@
+"""`gpucloud-backend`: serve the API, migrate the store, manage projects and API keys, run engine workers."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from backend.settings import Settings
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    overrides = {
+        k: v
+        for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None)))
+        if v is not None
+    }
+    return Settings(**overrides)  # type: ignore[arg-type]
+
+
+def _migrate(settings: Settings) -> None:
+    from backend.store.db import make_engine
+    from backend.store.migrate import upgrade_to_head
+
+    engine = make_engine(settings)
+    try:
+        upgrade_to_head(engine)
+    finally:
+        engine.dispose()
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the API under uvicorn; the default SQLite store is created and migrated on first start."""
+    import uvicorn
+
+    from backend.app import create_app
+
+    settings = _settings(args)
+    if settings.is_sqlite:
+        _migrate(settings)  # one process owns an SQLite file; PostgreSQL deployments run `migrate` once
+    app = create_app(settings)
+    uvicorn.run(
+        app, host=settings.host, port=settings.port, access_log=False, log_level="warning", lifespan="on"
+    )
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Apply the Alembic migrations to the configured database."""
+    settings = _settings(args)
+    _migrate(settings)
+    print(f"migrated {settings.resolved_database_url.split('@')[-1]}", file=sys.stderr)
+    return 0
+
+
+def _with_write_session(settings: Settings):  # type: ignore[no-untyped-def]
+    from backend.store.db import make_engine, make_session_factory
+
+    engine = make_engine(settings)
+    return engine, make_session_factory(engine, write=True)
+
+
+def cmd_create_project(args: argparse.Namespace) -> int:
+    """Create a project and print its id."""
+    from backend.services import audit, auth
+
+    settings = _settings(args)
+    if settings.is_sqlite:
+        _migrate(settings)
+    engine, sessions = _with_write_session(settings)
+    try:
+        with sessions.begin() as session:
+            project = auth.create_project(session=session, name=args.name)
+            session.flush()
+            audit.record_event(
+                session=session,
+                project_id=project.id,
+                actor="cli",
+                action="project.create",
+                resource_type="project",
+                resource_id=project.id,
+                request_id=None,
+                details={"name": args.name},
+            )
+    finally:
+        engine.dispose()
+    print(project.id)
+    return 0
+
+
+def cmd_create_api_key(args: argparse.Namespace) -> int:
+    """Create an API key and print it alone on stdout (shown once; only its digest is stored)."""
+    from backend.services import audit, auth
+
+    settings = _settings(args)
+    engine, sessions = _with_write_session(settings)
+    try:
+        with sessions.begin() as session:
+            row, plaintext = auth.create_api_key(session=session, project_name=args.project, role=args.role)
+            session.flush()
+            audit.record_event(
+                session=session,
+                project_id=row.project_id,
+                actor="cli",
+                action="api_key.create",
+                resource_type="api_key",
+                resource_id=row.id,
+                request_id=None,
+                details={"prefix": row.prefix, "role": row.role},
+            )
+    finally:
+        engine.dispose()
+    print(plaintext)
+    return 0
+
+
+def cmd_revoke_api_key(args: argparse.Namespace) -> int:
+    """Revoke the API key whose prefix (its first 12 characters) is given."""
+    from backend.services import audit, auth
+
+    settings = _settings(args)
+    engine, sessions = _with_write_session(settings)
+    try:
+        with sessions.begin() as session:
+            row = auth.revoke_api_key(session=session, prefix=args.prefix)
+            audit.record_event(
+                session=session,
+                project_id=row.project_id,
+                actor="cli",
+                action="api_key.revoke",
+                resource_type="api_key",
+                resource_id=row.id,
+                request_id=None,
+                details={"prefix": row.prefix},
+            )
+    finally:
+        engine.dispose()
+    print(f"revoked {row.prefix}", file=sys.stderr)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run one provisioning engine worker until interrupted."""
+    from backend.services import engine_hooks
+
+    module = engine_hooks._engine_module("worker")
+    if module is None:  # TODO(engine): call backend.provisioning.worker.run_forever directly once it exists
+        print("the provisioning engine is not installed in this build", file=sys.stderr)
+        return 2
+    module.run_forever(_settings(args))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpucloud-backend", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run the HTTP API")
+    serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1 or GPUCLOUD_HOST)")
+    serve.add_argument("--port", type=int, default=None, help="listen port (default 8080 or GPUCLOUD_PORT)")
+    serve.set_defaults(func=cmd_serve)
+    commands.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
+    project = commands.add_parser("create-project", help="create a project, print its id")
+    project.add_argument("name")
+    project.set_defaults(func=cmd_create_project)
+    key = commands.add_parser("create-api-key", help="create an API key, print it")
+    key.add_argument("--project", required=True, help="project name")
+    key.add_argument("--role", required=True, choices=["admin", "member"])
+    key.set_defaults(func=cmd_create_api_key)
+    revoke = commands.add_parser("revoke-api-key", help="revoke an API key by its prefix")
+    revoke.add_argument("prefix", help="the key's first 12 characters, e.g. gpc_AbCdEfGh")
+    revoke.set_defaults(func=cmd_revoke_api_key)
+    commands.add_parser("worker", help="run a provisioning engine worker").set_defaults(func=cmd_worker)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    from backend.domain.errors import ApiError
+
+    args = build_parser().parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ApiError as error:
+        print(f"error: {error.detail}", file=sys.stderr)
+        return 1
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The audit log: every write is recorded (who, what, when, request id) in the write's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.domain.ids import new_id
+from backend.services.clock import utcnow
+from backend.store.models import AuditEvent
+
+
+def record_event(
+    *,
+    session: Session,
+    project_id: str,
+    actor: str,
+    action: str,
+    resource_type: str,
+    resource_id: str | None,
+    request_id: str | None,
+    details: dict[str, Any] | None = None,
+) -> AuditEvent:
+    """Add one audit event to the current transaction."""
+    event = AuditEvent(
+        id=new_id("audit_event"),
+        project_id=project_id,
+        occurred_at=utcnow(),
+        actor=actor,
+        action=action,
+        resource_type=resource_type,
+        resource_id=resource_id,
+        request_id=request_id,
+        details=details or {},
+    )
+    session.add(event)
+    return event
+
+
+def list_events(
+    *,
+    session: Session,
+    project_id: str,
+    after_id: str | None,
+    limit: int,
+    resource_id: str | None = None,
+    action: str | None = None,
+) -> Sequence[AuditEvent]:
+    """A page of a project's audit events, oldest first, after `after_id`."""
+    query = select(AuditEvent).where(AuditEvent.project_id == project_id)
+    if after_id is not None:
+        query = query.where(AuditEvent.id > after_id)
+    if resource_id is not None:
+        query = query.where(AuditEvent.resource_id == resource_id)
+    if action is not None:
+        query = query.where(AuditEvent.action == action)
+    return session.scalars(query.order_by(AuditEvent.id).limit(limit)).all()

@@ -1,0 +1,118 @@
+"""Projects and API keys: creation, revocation, and authenticating a presented bearer key."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.domain import api_keys
+from backend.domain.errors import Conflict, NotFound, Unauthorized, Unprocessable
+from backend.domain.ids import new_id
+from backend.services.clock import utcnow
+from backend.store.models import ApiKey, Project
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: an API key of a project with a role."""
+
+    api_key_id: str
+    key_prefix: str
+    project_id: str
+    role: str
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == "admin"
+
+
+def create_project(*, session: Session, name: str) -> Project:
+    """Create a project with a unique name."""
+    if not name or len(name) > 128:
+        raise Unprocessable("project name must be 1-128 characters", field="name")
+    if session.scalar(select(Project.id).where(Project.name == name)) is not None:
+        raise Conflict(f"project {name!r} already exists", field="name", code="already_exists")
+    project = Project(id=new_id("project"), name=name, created_at=utcnow())
+    session.add(project)
+    return project
+
+
+def create_api_key(*, session: Session, project_name: str, role: str) -> tuple[ApiKey, str]:
+    """Create a key for a project; returns the row and the plaintext key (shown once, never stored)."""
+    if role not in api_keys.ROLES:
+        raise Unprocessable(f"role must be one of {', '.join(api_keys.ROLES)}", field="role")
+    project = session.scalar(select(Project).where(Project.name == project_name))
+    if project is None:
+        raise NotFound(f"no project named {project_name!r}", field="project")
+    plaintext = api_keys.generate_api_key()
+    row = ApiKey(
+        id=new_id("api_key"),
+        project_id=project.id,
+        prefix=api_keys.display_prefix(plaintext),
+        digest=api_keys.digest(plaintext),
+        role=role,
+        created_at=utcnow(),
+    )
+    session.add(row)
+    return row, plaintext
+
+
+def revoke_api_key(*, session: Session, prefix: str) -> ApiKey:
+    """Revoke the key whose display prefix is `prefix`."""
+    row = session.scalar(select(ApiKey).where(ApiKey.prefix == prefix))
+    if row is None:
+        raise NotFound(f"no API key with prefix {prefix!r}", field="prefix")
+    if row.revoked_at is None:
+        row.revoked_at = utcnow()
+    return row
+
+
+class Authenticator:
+    """Turns a bearer key into a Principal; caches lookups for `cache_seconds` (0 disables)."""
+
+    def __init__(self, *, sessions: sessionmaker[Session], cache_seconds: float) -> None:
+        self._sessions = sessions
+        self._cache_seconds = cache_seconds
+        self._cache: dict[str, tuple[float, str, Principal | None]] = {}
+        self._lock = threading.Lock()
+
+    def authenticate(self, key: str) -> Principal:
+        """The principal of a valid, unrevoked key; 401 otherwise."""
+        if not api_keys.is_well_formed(key):
+            raise Unauthorized(
+                "the API key is malformed (expected gpc_...)",
+                field="Authorization",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        prefix = api_keys.display_prefix(key)
+        now = time.monotonic()
+        cached = self._cache.get(prefix) if self._cache_seconds > 0 else None
+        if cached is not None and cached[0] > now:
+            digest, principal = cached[1], cached[2]
+        else:
+            digest, principal = self._load(prefix)
+            if self._cache_seconds > 0:
+                with self._lock:
+                    self._cache[prefix] = (now + self._cache_seconds, digest, principal)
+        if principal is None or not api_keys.matches(key, digest):
+            raise Unauthorized(
+                "the API key is unknown or revoked",
+                field="Authorization",
+                code="invalid_api_key",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        return principal
+
+    def _load(self, prefix: str) -> tuple[str, Principal | None]:
+        with self._sessions() as session:
+            row = session.scalar(select(ApiKey).where(ApiKey.prefix == prefix))
+        if row is None or row.revoked_at is not None:
+            return "", None
+        return row.digest, Principal(
+            api_key_id=row.id, key_prefix=row.prefix, project_id=row.project_id, role=row.role
+        )

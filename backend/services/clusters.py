@@ -1,0 +1,325 @@
+"""Cluster use cases: create, list, get, partial update, delete, attach/detach volumes.
+
+The declared spec is validated in full (engine rules, references, the cost ceiling) before anything is
+stored; every accepted write asks the engine to reconcile in the same transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import or_, select
+from sqlalchemy.orm import Session
+
+from backend.billing.estimate import estimate_cluster_cost
+from backend.billing.pricing import PricingError
+from backend.domain.catalog import Catalog
+from backend.domain.cluster_rules import apply_cluster_defaults, validate_cluster_spec
+from backend.domain.errors import Conflict, FieldError, NotFound, validation_failed
+from backend.domain.ids import is_id_of, new_id
+from backend.services import engine_hooks
+from backend.services.clock import utcnow
+from backend.services.common import check_if_match, get_owned, keyset_page, touch
+from backend.store.models import Cluster, ClusterSshKey, ClusterVolume, SshKey, Volume
+
+# Fields a PATCH may not change (a different value needs a new cluster).
+IMMUTABLE_FIELDS = ("region", "instance_type", "orchestrator", "interconnect")
+IMMUTABLE_BILLING_FIELDS = ("type", "duration_days")
+DESTROYED = "DESTROYED"
+MICROS = Decimal(1_000_000)
+
+
+def cluster_spec(row: Cluster) -> dict[str, Any]:
+    """The declared spec of a stored cluster, as the API returns it."""
+    return {
+        "name": row.name,
+        "region": row.region,
+        "instance_type": row.instance_type,
+        "node_count": row.node_count,
+        "orchestrator": row.orchestrator,
+        "interconnect": row.interconnect,
+        "container": row.container,
+        "ssh_key_ids": [link.ssh_key_id for link in row.ssh_key_links],
+        "volume_ids": [link.volume_id for link in row.volume_links],
+        "billing": {
+            "type": row.billing_type,
+            "duration_days": row.billing_duration_days,
+            "on_expiry": row.billing_on_expiry,
+        },
+        "labels": dict(row.labels),
+        "deletion_protection": row.deletion_protection,
+        "max_hourly_cost_usd": (
+            Decimal(row.max_hourly_cost_micros) / MICROS if row.max_hourly_cost_micros is not None else None
+        ),
+    }
+
+
+def estimated_hourly_cost(spec: Mapping[str, Any], catalog: Catalog) -> Decimal:
+    """The hourly cost of a (valid) spec from the billing estimate."""
+    return estimate_cluster_cost(spec, catalog).hourly_usd
+
+
+def _check_spec(
+    session: Session, catalog: Catalog, project_id: str, spec: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The spec with defaults applied; 422 naming every offending field."""
+    full = apply_cluster_defaults(spec, catalog)
+    errors = [FieldError(e.path, e.code, e.message) for e in validate_cluster_spec(full, catalog)]
+    errors += _check_references(session, project_id, full)
+    if not errors:
+        errors += _check_cost(full, catalog)
+    if errors:
+        raise validation_failed(errors)
+    return full
+
+
+def _check_references(session: Session, project_id: str, spec: Mapping[str, Any]) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for field, kind, model in (("ssh_key_ids", "ssh_key", SshKey), ("volume_ids", "volume", Volume)):
+        ids: list[str] = list(spec.get(field) or [])
+        wellformed = [i for i in ids if is_id_of(kind, i)]
+        found = (
+            {
+                row.id: row
+                for row in session.scalars(
+                    select(model).where(model.id.in_(wellformed), model.project_id == project_id)
+                )
+            }
+            if wellformed
+            else {}
+        )
+        seen: set[str] = set()
+        for index, ref in enumerate(ids):
+            path = f"{field}[{index}]"
+            if ref in seen:
+                errors.append(FieldError(path, "duplicate", f"{ref} is listed twice"))
+            elif ref not in found:
+                errors.append(
+                    FieldError(
+                        path, "not_found", f"no {kind.replace('_', ' ')} with id {ref!r} in this project"
+                    )
+                )
+            elif kind == "volume" and found[ref].region != spec.get("region"):
+                errors.append(
+                    FieldError(
+                        path,
+                        "region_mismatch",
+                        f"volume {ref} is in {found[ref].region}, the cluster in {spec.get('region')}",
+                    )
+                )
+            seen.add(ref)
+    return errors
+
+
+def _check_cost(spec: Mapping[str, Any], catalog: Catalog) -> list[FieldError]:
+    try:
+        hourly = estimated_hourly_cost(spec, catalog)
+    except PricingError as error:
+        return [FieldError(error.field, "no_price", error.message)]
+    ceiling = spec.get("max_hourly_cost_usd")
+    if ceiling is not None and hourly > Decimal(ceiling):
+        return [
+            FieldError(
+                "max_hourly_cost_usd",
+                "cost_limit_exceeded",
+                f"the cluster would cost {hourly} USD per hour, above max_hourly_cost_usd {ceiling}",
+            )
+        ]
+    return []
+
+
+def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
+    billing = spec["billing"]
+    row.name, row.region, row.instance_type = spec["name"], spec["region"], spec["instance_type"]
+    row.node_count, row.orchestrator, row.interconnect = (
+        spec["node_count"],
+        spec["orchestrator"],
+        spec["interconnect"],
+    )
+    row.container = spec.get("container")
+    row.billing_type, row.billing_duration_days = billing["type"], billing.get("duration_days")
+    row.billing_on_expiry = billing.get("on_expiry")
+    row.labels = dict(spec.get("labels") or {})
+    row.deletion_protection = bool(spec.get("deletion_protection", False))
+    ceiling = spec.get("max_hourly_cost_usd")
+    row.max_hourly_cost_micros = int(Decimal(ceiling) * MICROS) if ceiling is not None else None
+    row.ssh_key_links = [
+        ClusterSshKey(ssh_key_id=ref, position=i) for i, ref in enumerate(spec.get("ssh_key_ids") or [])
+    ]
+    row.volume_links = [
+        ClusterVolume(volume_id=ref, position=i) for i, ref in enumerate(spec.get("volume_ids") or [])
+    ]
+
+
+def create_cluster(
+    *, session: Session, catalog: Catalog, project_id: str, spec: Mapping[str, Any]
+) -> Cluster:
+    """Accept a cluster spec (validated in full); the engine provisions it from PENDING."""
+    full = _check_spec(session, catalog, project_id, spec)
+    now = utcnow()
+    row = Cluster(
+        id=new_id("cluster"),
+        project_id=project_id,
+        status="PENDING",
+        generation=1,
+        created_at=now,
+        updated_at=now,
+    )
+    _apply(row, full)
+    session.add(row)
+    session.flush()
+    engine_hooks.request_reconcile(session, row.id)
+    return row
+
+
+def get_cluster(*, session: Session, project_id: str, cluster_id: str, for_update: bool = False) -> Cluster:
+    """One of the project's clusters that is not yet destroyed after deletion; 404 otherwise."""
+    row = get_owned(
+        session,
+        Cluster,
+        kind="cluster",
+        project_id=project_id,
+        row_id=cluster_id,
+        field="cluster_id",
+        for_update=for_update,
+    )
+    if row.deletion_requested_at is not None and row.status == DESTROYED:
+        raise NotFound(f"cluster {cluster_id} was deleted", field="cluster_id")
+    return row
+
+
+def list_clusters(
+    *, session: Session, project_id: str, after_id: str | None, limit: int, name: str | None = None
+) -> tuple[Sequence[Cluster], bool]:
+    """A page of the project's clusters (deleted and destroyed ones left out), oldest first."""
+    query = select(Cluster).where(
+        Cluster.project_id == project_id,
+        or_(Cluster.deletion_requested_at.is_(None), Cluster.status != DESTROYED),
+    )
+    if name is not None:
+        query = query.where(Cluster.name == name)
+    return keyset_page(session, query, Cluster.id, after_id=after_id, limit=limit)
+
+
+def _writable(session: Session, project_id: str, cluster_id: str, if_match: str | None) -> Cluster:
+    row = get_cluster(session=session, project_id=project_id, cluster_id=cluster_id, for_update=True)
+    check_if_match(if_match, row)
+    if row.deletion_requested_at is not None:
+        raise Conflict("the cluster is being deleted", field="cluster_id", code="cluster_deleting")
+    return row
+
+
+def update_cluster(
+    *,
+    session: Session,
+    catalog: Catalog,
+    project_id: str,
+    cluster_id: str,
+    changes: Mapping[str, Any],
+    if_match: str | None,
+) -> Cluster:
+    """Apply a partial update (absent fields keep their value); immutable fields may only repeat theirs."""
+    row = _writable(session, project_id, cluster_id, if_match)
+    current = cluster_spec(row)
+    errors = [
+        FieldError(field, "immutable_field", f"{field} cannot change in place (create a new cluster)")
+        for field in IMMUTABLE_FIELDS
+        if field in changes and changes[field] != current[field]
+    ]
+    merged = {**current, **{k: v for k, v in changes.items() if k != "billing"}}
+    if "billing" in changes:
+        billing = {**current["billing"], **(changes["billing"] or {})}
+        errors += [
+            FieldError(f"billing.{f}", "immutable_field", f"billing.{f} cannot change in place")
+            for f in IMMUTABLE_BILLING_FIELDS
+            if billing.get(f) != current["billing"].get(f)
+        ]
+        merged["billing"] = billing
+    if errors:
+        raise validation_failed(errors)
+    full = _check_spec(session, catalog, project_id, merged)
+    if full != current:
+        _apply(row, full)
+        touch(row)
+        session.flush()
+        engine_hooks.request_reconcile(session, row.id)
+    return row
+
+
+def delete_cluster(*, session: Session, project_id: str, cluster_id: str, if_match: str | None) -> Cluster:
+    """Request deletion (409 under deletion_protection); the engine tears the cluster down."""
+    row = get_cluster(session=session, project_id=project_id, cluster_id=cluster_id, for_update=True)
+    check_if_match(if_match, row)
+    if row.deletion_requested_at is not None:
+        return row
+    if row.deletion_protection:
+        raise Conflict(
+            "deletion_protection is on; set it to false first",
+            field="deletion_protection",
+            code="deletion_protected",
+        )
+    row.deletion_requested_at = utcnow()
+    touch(row)
+    if engine_hooks.engine_available():
+        engine_hooks.request_reconcile(session, row.id)
+    else:  # TODO(engine): nothing to tear down without the engine
+        row.status = DESTROYED
+    return row
+
+
+def attach_volume(
+    *,
+    session: Session,
+    catalog: Catalog,
+    project_id: str,
+    cluster_id: str,
+    volume_id: str,
+    if_match: str | None,
+) -> Cluster:
+    """Attach a volume of the cluster's region (no-op when already attached)."""
+    row = _writable(session, project_id, cluster_id, if_match)
+    volume = get_owned(
+        session, Volume, kind="volume", project_id=project_id, row_id=volume_id, field="volume_id"
+    )
+    current = cluster_spec(row)
+    if volume.id in current["volume_ids"]:
+        return row
+    return update_cluster(
+        session=session,
+        catalog=catalog,
+        project_id=project_id,
+        cluster_id=cluster_id,
+        changes={"volume_ids": [*current["volume_ids"], volume.id]},
+        if_match=None,
+    )
+
+
+def detach_volume(
+    *,
+    session: Session,
+    catalog: Catalog,
+    project_id: str,
+    cluster_id: str,
+    volume_id: str,
+    if_match: str | None,
+) -> Cluster:
+    """Detach a volume (404 naming volume_id when it is not attached)."""
+    row = _writable(session, project_id, cluster_id, if_match)
+    current = cluster_spec(row)
+    if volume_id not in current["volume_ids"]:
+        get_owned(session, Volume, kind="volume", project_id=project_id, row_id=volume_id, field="volume_id")
+        raise NotFound(
+            f"volume {volume_id} is not attached to this cluster",
+            field="volume_id",
+            code="volume_not_attached",
+        )
+    return update_cluster(
+        session=session,
+        catalog=catalog,
+        project_id=project_id,
+        cluster_id=cluster_id,
+        changes={"volume_ids": [v for v in current["volume_ids"] if v != volume_id]},
+        if_match=None,
+    )

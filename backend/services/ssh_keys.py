@@ -1,0 +1,103 @@
+"""SSH key use cases: register (validated, fingerprinted), list, get, rename, delete."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.domain.errors import Conflict, validation_failed
+from backend.domain.ids import new_id
+from backend.domain.ssh_keys import ParsedSshKey, parse_public_key
+from backend.services.clock import utcnow
+from backend.services.common import check_if_match, get_owned, keyset_page, touch
+from backend.store.models import Cluster, ClusterSshKey, SshKey
+
+
+def create_ssh_key(*, session: Session, project_id: str, name: str, public_key: str) -> SshKey:
+    """Register a public key, stored exactly as given; 409 if the project already has this key."""
+    parsed = parse_public_key(public_key)
+    if not isinstance(parsed, ParsedSshKey):
+        raise validation_failed([parsed])
+    existing = session.scalar(
+        select(SshKey).where(SshKey.project_id == project_id, SshKey.fingerprint == parsed.fingerprint)
+    )
+    if existing is not None:
+        raise Conflict(
+            f"this key is already registered as {existing.id} ({existing.name!r})",
+            field="public_key",
+            code="duplicate_ssh_key",
+            extra={"existing_id": existing.id},
+        )
+    now = utcnow()
+    row = SshKey(
+        id=new_id("ssh_key"),
+        project_id=project_id,
+        name=name,
+        public_key=public_key,
+        fingerprint=parsed.fingerprint,
+        key_type=parsed.key_type,
+        generation=1,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_ssh_key(*, session: Session, project_id: str, ssh_key_id: str, for_update: bool = False) -> SshKey:
+    """One of the project's keys; 404 otherwise."""
+    return get_owned(
+        session,
+        SshKey,
+        kind="ssh_key",
+        project_id=project_id,
+        row_id=ssh_key_id,
+        field="ssh_key_id",
+        for_update=for_update,
+    )
+
+
+def list_ssh_keys(
+    *, session: Session, project_id: str, after_id: str | None, limit: int, name: str | None = None
+) -> tuple[Sequence[SshKey], bool]:
+    """A page of the project's keys in creation order, optionally only those named `name`."""
+    query = select(SshKey).where(SshKey.project_id == project_id)
+    if name is not None:
+        query = query.where(SshKey.name == name)
+    return keyset_page(session, query, SshKey.id, after_id=after_id, limit=limit)
+
+
+def rename_ssh_key(
+    *, session: Session, project_id: str, ssh_key_id: str, name: str | None, if_match: str | None
+) -> SshKey:
+    """Rename a key (the key material never changes)."""
+    row = get_ssh_key(session=session, project_id=project_id, ssh_key_id=ssh_key_id, for_update=True)
+    check_if_match(if_match, row)
+    if name is not None and name != row.name:
+        row.name = name
+        touch(row)
+    return row
+
+
+def delete_ssh_key(*, session: Session, project_id: str, ssh_key_id: str, if_match: str | None) -> None:
+    """Delete a key no live cluster uses (409 naming the clusters otherwise)."""
+    row = get_ssh_key(session=session, project_id=project_id, ssh_key_id=ssh_key_id, for_update=True)
+    check_if_match(if_match, row)
+    users = session.scalars(
+        select(Cluster.id)
+        .join(ClusterSshKey, ClusterSshKey.cluster_id == Cluster.id)
+        .where(ClusterSshKey.ssh_key_id == row.id, Cluster.deletion_requested_at.is_(None))
+    ).all()
+    if users:
+        raise Conflict(
+            f"the key is used by cluster(s) {', '.join(users)}; remove it from them first",
+            field="ssh_key_id",
+            code="ssh_key_in_use",
+            extra={"cluster_ids": list(users)},
+        )
+    # Links from clusters already being deleted go with the key.
+    session.execute(ClusterSshKey.__table__.delete().where(ClusterSshKey.ssh_key_id == row.id))
+    session.delete(row)

@@ -1,0 +1,139 @@
+"""Shared volume use cases: create, list, get, rename/grow (never shrink), delete when detached."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.domain.catalog import Catalog
+from backend.domain.errors import Conflict, FieldError, Unprocessable, validation_failed
+from backend.domain.ids import new_id
+from backend.services.clock import utcnow
+from backend.services.common import check_if_match, get_owned, keyset_page, touch
+from backend.store.models import Cluster, ClusterVolume, Volume
+
+
+def check_region(catalog: Catalog, region: str, *, path: str = "region") -> None:
+    """422 naming `path` when the catalog has no such region."""
+    if catalog.region(region) is None:
+        known = ", ".join(r.name for r in catalog.regions)
+        raise validation_failed(
+            [FieldError(path, "unknown_region", f"unknown region {region!r}; choose one of {known}")]
+        )
+
+
+def create_volume(
+    *, session: Session, catalog: Catalog, project_id: str, name: str, region: str, size_tib: int
+) -> Volume:
+    """Create a volume in a known region."""
+    check_region(catalog, region)
+    now = utcnow()
+    row = Volume(
+        id=new_id("volume"),
+        project_id=project_id,
+        name=name,
+        region=region,
+        size_tib=size_tib,
+        status="available",
+        generation=1,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(row)
+    session.flush()
+    return row
+
+
+def get_volume(
+    *, session: Session, project_id: str, volume_id: str, for_update: bool = False, field: str = "volume_id"
+) -> Volume:
+    """One of the project's volumes; 404 otherwise."""
+    return get_owned(
+        session,
+        Volume,
+        kind="volume",
+        project_id=project_id,
+        row_id=volume_id,
+        field=field,
+        for_update=for_update,
+    )
+
+
+def list_volumes(
+    *, session: Session, project_id: str, after_id: str | None, limit: int, name: str | None = None
+) -> tuple[Sequence[Volume], bool]:
+    """A page of the project's volumes in creation order."""
+    query = select(Volume).where(Volume.project_id == project_id)
+    if name is not None:
+        query = query.where(Volume.name == name)
+    return keyset_page(session, query, Volume.id, after_id=after_id, limit=limit)
+
+
+def attached_cluster_ids(*, session: Session, volume_ids: Iterable[str]) -> dict[str, list[str]]:
+    """Volume id -> ids of the live clusters it is attached to (in attach order)."""
+    ids = list(volume_ids)
+    out: dict[str, list[str]] = {volume_id: [] for volume_id in ids}
+    if not ids:
+        return out
+    rows = session.execute(
+        select(ClusterVolume.volume_id, ClusterVolume.cluster_id)
+        .join(Cluster, Cluster.id == ClusterVolume.cluster_id)
+        .where(ClusterVolume.volume_id.in_(ids), Cluster.deletion_requested_at.is_(None))
+        .order_by(Cluster.id)
+    ).all()
+    for volume_id, cluster_id in rows:
+        out[volume_id].append(cluster_id)
+    return out
+
+
+def update_volume(
+    *,
+    session: Session,
+    project_id: str,
+    volume_id: str,
+    name: str | None,
+    size_tib: int | None,
+    if_match: str | None,
+) -> Volume:
+    """Rename and/or grow a volume; shrinking is refused (422) because it would lose data."""
+    row = get_volume(session=session, project_id=project_id, volume_id=volume_id, for_update=True)
+    check_if_match(if_match, row)
+    if size_tib is not None and size_tib < row.size_tib:
+        raise Unprocessable(
+            f"size_tib can only grow: the volume has {row.size_tib} TiB, shrinking to "
+            f"{size_tib} TiB would lose data",
+            field="size_tib",
+            code="shrink_not_supported",
+        )
+    changed = False
+    if name is not None and name != row.name:
+        row.name, changed = name, True
+    if size_tib is not None and size_tib != row.size_tib:
+        row.size_tib, changed = size_tib, True
+    if changed:
+        touch(row)
+    return row
+
+
+def delete_volume(*, session: Session, project_id: str, volume_id: str, if_match: str | None) -> None:
+    """Delete a volume attached to no live cluster (409 naming them otherwise)."""
+    row = get_volume(session=session, project_id=project_id, volume_id=volume_id, for_update=True)
+    check_if_match(if_match, row)
+    users = attached_cluster_ids(session=session, volume_ids=[row.id])[row.id]
+    if users:
+        raise Conflict(
+            f"the volume is attached to cluster(s) {', '.join(users)}; detach it first",
+            field="volume_id",
+            code="volume_attached",
+            extra={"cluster_ids": users},
+        )
+    session.execute(ClusterVolume.__table__.delete().where(ClusterVolume.volume_id == row.id))
+    session.delete(row)
+
+
+def hourly_cost_usd(catalog: Catalog, size_tib: int) -> Decimal:
+    """What the volume costs per hour at the catalog's storage price."""
+    return (catalog.storage_usd_per_tib_hour * size_tib).quantize(Decimal("0.0001"))
