@@ -58,7 +58,11 @@ def _import_root(module: str) -> Path:
 
 def launcher_script(launch_module: str, *, description: str) -> str:
     """The executable Terraform runs: exec this interpreter on `launch_module.main()`."""
-    if importlib.util.find_spec(launch_module) is None:
+    try:
+        found = importlib.util.find_spec(launch_module) is not None
+    except ModuleNotFoundError:
+        found = False
+    if not found:
         raise ValueError(f"launch module {launch_module!r} is not importable")
     paths: list[str] = []
     for entry in (
@@ -68,7 +72,7 @@ def launcher_script(launch_module: str, *, description: str) -> str:
     ):
         if entry not in paths:
             paths.append(entry)
-    code = f"import sys; sys.path += {paths!r}; from {launch_module} import main; main()"
+    code = f"import sys; sys.path += {json.dumps(paths)}; from {launch_module} import main; main()"
     return (
         "#!/bin/sh\n"
         f"# {description}\n"
@@ -87,12 +91,12 @@ def write_mirror(
     hostname: str = DEFAULT_HOSTNAME,
 ) -> Path:
     """Write (or rewrite identically) the unpacked mirror entry; returns the launcher's path."""
+    content = launcher_script(launch_module, description=f"{hostname}/{namespace}/{type_name} {version}")
     package_dir = (
         Path(mirror_dir).resolve() / hostname / namespace / type_name / version / terraform_platform()
     )
     package_dir.mkdir(parents=True, exist_ok=True)
     launcher = package_dir / f"terraform-provider-{type_name}_v{version}"
-    content = launcher_script(launch_module, description=f"{hostname}/{namespace}/{type_name} {version}")
     temporary = launcher.with_name(launcher.name + ".tmp")
     temporary.write_text(content, encoding="utf-8")
     temporary.chmod(0o755)
