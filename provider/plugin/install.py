@@ -64,12 +64,11 @@ def launcher_script(launch_module: str, *, description: str) -> str:
         found = False
     if not found:
         raise ValueError(f"launch module {launch_module!r} is not importable")
+    # `-S` skips site-packages' .pth files (editable installs among them), so name every root:
+    # the launch module's, this package's (the plugin bridge it serves through), site-packages.
+    roots = (_import_root(launch_module), _import_root(__name__))
     paths: list[str] = []
-    for entry in (
-        str(_import_root(launch_module)),
-        sysconfig.get_path("purelib"),
-        sysconfig.get_path("platlib"),
-    ):
+    for entry in (*map(str, roots), sysconfig.get_path("purelib"), sysconfig.get_path("platlib")):
         if entry not in paths:
             paths.append(entry)
     code = f"import sys; sys.path += {json.dumps(paths)}; from {launch_module} import main; main()"

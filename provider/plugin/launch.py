@@ -72,14 +72,33 @@ def _serve_for_terraform(make_server: MakeServer, *, provider_address: str) -> N
 
     # Ctrl-C reaches the whole process group; Terraform turns it into StopProvider for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM before the server runs still removes the socket directory (replaced once serving).
+    signal.signal(signal.SIGTERM, _terminate_during_startup)
     directory = socket_directory(environ)
+    exit_code = 0
     try:
         _serve_in(directory, make_server, environ=environ, protocol_version=protocol_version)
+    except _Terminated:
+        pass
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        exit_code = 1
     finally:
         import shutil
 
         shutil.rmtree(directory, ignore_errors=True)
-    os._exit(0)
+    # os._exit: grpcio's threads must not delay the exit (Terraform kills a plugin after 2 s).
+    os._exit(exit_code)
+
+
+class _Terminated(BaseException):
+    pass
+
+
+def _terminate_during_startup(_signo: int, _frame: object) -> None:
+    raise _Terminated
 
 
 def _serve_in(directory: str, make_server: MakeServer, *, environ: Any, protocol_version: int) -> None:

@@ -159,7 +159,11 @@ def launched(
         yield LaunchedPlugin(process, Handshake.parse(line))
     finally:
         if process.poll() is None:
-            process.kill()
+            process.terminate()  # SIGTERM: the plugin still removes its socket directory
+            try:
+                process.wait(10)
+            except subprocess.TimeoutExpired:
+                process.kill()
         process.wait(10)
         for stream in (process.stdout, process.stderr):
             if stream is not None:

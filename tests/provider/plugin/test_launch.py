@@ -216,3 +216,10 @@ def test_debug_mode_prints_reattach_value_and_stops_on_ctrl_c() -> None:
         for stream in (process.stdout, process.stderr):
             if stream is not None:
                 stream.close()
+
+
+def test_sigterm_right_after_the_handshake_still_cleans_up(client_cert: ClientCertificate) -> None:
+    with launched(FAKE_PROVIDER, terraform_environment(client_cert), cwd=REPO) as plugin:
+        plugin.process.terminate()
+        assert plugin.process.wait(10) == 0
+        assert not Path(plugin.handshake.address).parent.exists()
