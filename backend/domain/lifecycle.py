@@ -162,7 +162,8 @@ def derive_bring_up_phase(stages: Iterable[NodeStage], *, control_plane_ready: b
     if not present:
         return ClusterPhase.READY if control_plane_ready else ClusterPhase.WAITING_FOR_CONTROL_PLANE
     phase = min((STAGE_PHASE[s] for s in present), key=_PHASE_ORDER.index)
-    if phase == ClusterPhase.READY and not control_plane_ready:
+    joining = _PHASE_ORDER.index(ClusterPhase.CONFIGURING_ORCHESTRATOR)
+    if not control_plane_ready and _PHASE_ORDER.index(phase) >= joining:
         return ClusterPhase.WAITING_FOR_CONTROL_PLANE
     if not first_bring_up and phase not in (ClusterPhase.READY, ClusterPhase.RECONFIGURING):
         return ClusterPhase.SCALING

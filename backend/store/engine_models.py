@@ -84,7 +84,10 @@ class EngineNode(Base):
     # The stage's driver operation (client token) and when it is due; NULL = not submitted yet.
     op_token: Mapped[str | None] = mapped_column(String(160))
     op_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # 1 for the first node at this index, +1 for each replacement (seeds the simulated faults).
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    # Bumped on every driver submission: makes each operation's client token unique and deterministic.
+    op_seq: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     # Config applied on the node: ssh_key_ids, volume_ids, container (day-2 changes diff against it).
     applied_config: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
     watch_token: Mapped[str | None] = mapped_column(String(160))

@@ -1,0 +1,75 @@
+"""The driver interface between the engine and the hardware (real or modelled).
+
+Every call carries a deterministic client token; submitting the same token twice returns the same
+operation (so a step retried after a crash never starts a second machine). An operation's result is
+visible once `ready_at` has passed; `ready_at is None` means it never completes (a health watch on a
+healthy node).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from sqlalchemy.orm import Session
+
+
+class OpKind(StrEnum):
+    CONTROL_PLANE_CREATE = "control_plane_create"
+    CONTROL_PLANE_RELEASE = "control_plane_release"
+    NODE_BOOT = "node_boot"
+    FABRIC_JOIN = "fabric_join"
+    DRIVERS_INSTALL = "drivers_install"
+    VOLUME_ATTACH = "volume_attach"
+    ORCHESTRATOR_JOIN = "orchestrator_join"
+    ACCEPTANCE = "acceptance"
+    CONTAINER_START = "container_start"
+    RECONFIGURE = "reconfigure"
+    CONTAINER_RECREATE = "container_recreate"
+    NODE_RELEASE = "node_release"
+    HEALTH_WATCH = "health_watch"
+
+
+@dataclass(frozen=True)
+class OperationRequest:
+    client_token: str
+    kind: OpKind
+    # What the operation is about, stable across retries (the simulated datacenter derives its
+    # seeded randomness from these, not from ids, so a scenario replays identically).
+    cluster_name: str
+    node_name: str | None = None
+    attempt: int = 1
+    instance_type: str | None = None
+    fabric: str | None = None
+    slot: int | None = None
+    volumes_changed: bool = True
+
+
+@dataclass(frozen=True)
+class Operation:
+    client_token: str
+    kind: OpKind
+    submitted_at: dt.datetime
+    ready_at: dt.datetime | None
+    succeeded: bool
+    reason: str | None = None
+
+    def done(self, now: dt.datetime) -> bool:
+        return self.ready_at is not None and now >= self.ready_at
+
+
+class ProvisioningDriver(Protocol):
+    """Hardware operations. `session` is the caller's transaction: a driver may keep its own records
+    there (the simulated datacenter does), so they commit or roll back with the engine's step."""
+
+    name: str
+
+    def submit(self, session: Session, request: OperationRequest, now: dt.datetime) -> Operation:
+        """Start the operation named by `request.client_token`, or return it if it exists."""
+        ...
+
+    def get(self, session: Session, client_token: str) -> Operation | None:
+        """The operation with this client token, or None if it was never submitted."""
+        ...

@@ -1,0 +1,214 @@
+"""The engine's entry point for the API: `request_reconcile`, called in the same transaction as every
+cluster create / patch / delete / attach / detach.
+
+Admission happens here, synchronously: capacity is checked and held (node slots, partition key,
+subnet, IPs) in the caller's transaction, so a create that cannot be placed fails with 409
+`insufficient_capacity` and nothing at all is stored. Everything slow happens later in the reconciler.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from sqlalchemy.orm import Session
+
+from backend.domain.catalog import Catalog, default_catalog
+from backend.domain.errors import Conflict, FieldError, validation_failed
+from backend.domain.lifecycle import ClusterPhase, NodeStatus
+from backend.fabric import addressing
+from backend.fabric.kubernetes import new_control_plane_credentials
+from backend.fabric.topology import slot_position
+from backend.provisioning import allocator
+from backend.provisioning.state import live_nodes, new_node, set_cluster_status, set_phase, utcnow, wake
+from backend.store.engine_models import EngineCluster, EngineNode
+from backend.store.models import Cluster
+
+
+class InsufficientCapacity(Conflict):
+    code = "insufficient_capacity"
+
+
+def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: Sequence[str] = (),
+                      catalog: Catalog | None = None) -> None:
+    """Admit or re-admit the cluster's spec and queue a reconcile pass.
+
+    Raises 409 `insufficient_capacity` (create or scale-up that cannot be placed), 409
+    `deletion_protection` (delete of a protected cluster) or 422 (bad `remove_node_names`).
+    """
+    catalog = catalog or default_catalog()
+    now = utcnow()
+    cluster = session.get(Cluster, cluster_id)
+    if cluster is None:
+        raise ValueError(f"cluster {cluster_id} does not exist")
+    wake(session, cluster_id, now)  # first: serialises with a worker pass on this cluster
+    state = session.get(EngineCluster, cluster_id)
+    if cluster.deletion_requested_at is not None:
+        if cluster.deletion_protection:
+            raise Conflict("deletion_protection is enabled on this cluster; set it to false first",
+                           field="deletion_protection", code="deletion_protected")
+        if state is None:  # deleted before anything was admitted
+            set_cluster_status(cluster, str(NodeStatus.DESTROYED), None)
+        return
+    if state is None:
+        _admit(session, catalog, cluster, now)
+        return
+    if state.finished or state.rollback_reason is not None:
+        return
+    members = [n for n in live_nodes(session, cluster_id) if n.active_name is not None]
+    if remove_node_names:
+        _remove_named(members, list(remove_node_names), cluster.node_count, now)
+    elif cluster.node_count < len(members):
+        for node in sorted(members, key=lambda n: n.index, reverse=True)[: len(members) - cluster.node_count]:
+            node.active_name = None
+            node.updated_at = now
+    elif cluster.node_count > len(members):
+        _scale_up(session, catalog, cluster, state, members, cluster.node_count - len(members), now)
+    if cluster.status != str(NodeStatus.FAILED):
+        cluster.status_reason = None
+
+
+def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetime) -> None:
+    itype = catalog.instance_type(cluster.instance_type)
+    region = catalog.region(cluster.region)
+    if itype is None or region is None:
+        raise ValueError(f"cluster {cluster.id}: spec not validated against the catalog")
+    placed = allocator.place(session, catalog, region=cluster.region, instance_type=itype.name,
+                             interconnect=cluster.interconnect, count=cluster.node_count)
+    if placed is None:
+        raise _no_capacity(session, catalog, cluster, cluster.node_count)
+    fabric, slots = placed
+    partition_key = None
+    if fabric.kind == "infiniband":
+        allocator.lock(session, f"pkeys:{fabric.region}/{fabric.name}")
+        pkey_pool = f"{fabric.region}/{fabric.name}"
+        partition_key = addressing.next_partition_key(allocator.values_in(session, allocator.PARTITION_KEY,
+                                                                          pkey_pool))
+        if partition_key is None:
+            raise InsufficientCapacity(f"fabric {fabric.name} has no free InfiniBand partition key",
+                                       field="region")
+        allocator.add(session, kind=allocator.PARTITION_KEY, pool=pkey_pool, value=partition_key,
+                      cluster_id=cluster.id, node_id=None, now=now)
+    allocator.lock(session, f"addresses:{region.name}")
+    subnet = addressing.next_subnet(region.private_cidr,
+                                    allocator.values_in(session, allocator.SUBNET, region.name))
+    public_ip = addressing.next_public_address(region.public_cidr,
+                                               allocator.values_in(session, allocator.PUBLIC_IP, region.name))
+    if subnet is None or public_ip is None:
+        raise InsufficientCapacity(f"region {region.name} has run out of addresses", field="region")
+    allocator.add(session, kind=allocator.SUBNET, pool=region.name, value=subnet, cluster_id=cluster.id,
+                  node_id=None, now=now)
+    allocator.add(session, kind=allocator.PUBLIC_IP, pool=region.name, value=public_ip,
+                  cluster_id=cluster.id, node_id=None, now=now)
+    multi_node = cluster.node_count > 1
+    jumphost_ip = None
+    if multi_node:
+        jumphost_ip = addressing.jumphost_address(subnet)
+        allocator.add(session, kind=allocator.PRIVATE_IP, pool=subnet, value=jumphost_ip,
+                      cluster_id=cluster.id, node_id=None, now=now)
+    state = EngineCluster(
+        cluster_id=cluster.id, fabric=fabric.name, subnet=subnet, partition_key=partition_key,
+        public_ip=public_ip, jumphost_ip=jumphost_ip, control_plane="absent", current_batch=1,
+        membership_version=1, finished=False,
+    )
+    if cluster.orchestrator == "kubernetes":
+        state.kube_ca_cert_pem, state.kube_admin_token = new_control_plane_credentials(cluster.name, now)
+    session.add(state)
+    session.flush()
+    for index, slot in enumerate(slots):
+        _add_node(session, catalog, cluster, state, index=index, slot=slot, batch=1, attempt=1,
+                  public_ip=None if multi_node else public_ip, now=now)
+    set_cluster_status(cluster, str(NodeStatus.PENDING), None)
+    set_phase(session, cluster, str(ClusterPhase.ADMITTED), now,
+              f"{cluster.node_count} x {itype.name} held on {fabric.name}")
+
+
+def _add_node(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster, *, index: int,
+              slot: int, batch: int, attempt: int, public_ip: str | None, now: dt.datetime) -> EngineNode:
+    fabric = catalog.fabric(cluster.region, state.fabric)
+    itype = catalog.instance_type(cluster.instance_type)
+    assert fabric is not None and itype is not None
+    private_ip = allocator.next_private_ip(session, state.subnet, addressing.FIRST_WORKER_OFFSET)
+    node = new_node(session, cluster, name=f"{cluster.name}-{index}", index=index, batch=batch,
+                    fabric=fabric.name, slot=slot,
+                    scalable_unit=slot_position(fabric, itype.name, slot).scalable_unit,
+                    gpu_count=itype.gpu_count, private_ip=private_ip, public_ip=public_ip, attempt=attempt,
+                    now=now)
+    session.flush()
+    allocator.add(session, kind=allocator.SLOT, pool=allocator.pool_name(cluster.region, fabric.name,
+                                                                          itype.name),
+                  value=str(slot), cluster_id=cluster.id, node_id=node.id, now=now)
+    allocator.add(session, kind=allocator.PRIVATE_IP, pool=state.subnet, value=private_ip,
+                  cluster_id=cluster.id, node_id=node.id, now=now)
+    return node
+
+
+def add_replacement(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster,
+                    failed: EngineNode, now: dt.datetime) -> EngineNode | None:
+    """A new node for a failed one (same name and index, next attempt), or None if the pool is empty."""
+    units = {n.scalable_unit for n in live_nodes(session, cluster.id) if n.active_name is not None}
+    fabric = catalog.fabric(cluster.region, state.fabric)
+    assert fabric is not None
+    first = fabric.first_su_of(cluster.instance_type)
+    placed = allocator.place(session, catalog, region=cluster.region, instance_type=cluster.instance_type,
+                             interconnect=cluster.interconnect, count=1, fabric_name=state.fabric,
+                             preferred_units=[u - first for u in units])
+    if placed is None:
+        return None
+    return _add_node(session, catalog, cluster, state, index=failed.index, slot=placed[1][0],
+                     batch=failed.batch, attempt=failed.attempt + 1, public_ip=failed.public_ip, now=now)
+
+
+def _scale_up(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster,
+              members: list[EngineNode], count: int, now: dt.datetime) -> None:
+    fabric = catalog.fabric(cluster.region, state.fabric)
+    assert fabric is not None
+    first = fabric.first_su_of(cluster.instance_type)
+    placed = allocator.place(session, catalog, region=cluster.region, instance_type=cluster.instance_type,
+                             interconnect=cluster.interconnect, count=count, fabric_name=state.fabric,
+                             preferred_units=[n.scalable_unit - first for n in members])
+    if placed is None:
+        raise _no_capacity(session, catalog, cluster, count, fabric_name=state.fabric)
+    if state.jumphost_ip is None and cluster.node_count > 1:  # a single node grows into a cluster
+        state.jumphost_ip = addressing.jumphost_address(state.subnet)
+        allocator.add(session, kind=allocator.PRIVATE_IP, pool=state.subnet, value=state.jumphost_ip,
+                      cluster_id=cluster.id, node_id=None, now=now)
+    state.current_batch += 1
+    used = {n.index for n in live_nodes(session, cluster.id)}
+    free_indexes = (i for i in range(10**6) if i not in used)
+    for slot in placed[1]:
+        _add_node(session, catalog, cluster, state, index=next(free_indexes), slot=slot,
+                  batch=state.current_batch, attempt=1, public_ip=None, now=now)
+
+
+def _remove_named(members: list[EngineNode], names: list[str], node_count: int, now: dt.datetime) -> None:
+    by_name = {n.name: n for n in members}
+    unknown = [name for name in names if name not in by_name]
+    if unknown:
+        raise validation_failed([FieldError("remove_node_names", "unknown_node",
+                                            f"not nodes of this cluster: {', '.join(unknown)}")])
+    if len(members) - len(set(names)) != node_count:
+        raise validation_failed([FieldError(
+            "node_count", "inconsistent_with_removed_nodes",
+            f"removing {len(set(names))} of {len(members)} nodes leaves {len(members) - len(set(names))}, "
+            f"not node_count = {node_count}")])
+    for name in set(names):
+        by_name[name].active_name = None
+        by_name[name].updated_at = now
+
+
+def _no_capacity(session: Session, catalog: Catalog, cluster: Cluster, requested: int,
+                 fabric_name: str | None = None) -> InsufficientCapacity:
+    free = allocator.free_by_fabric(session, catalog, cluster.region, cluster.instance_type,
+                                    cluster.interconnect)
+    if fabric_name is not None:
+        free = {k: v for k, v in free.items() if k == fabric_name}
+    most = max(free.values(), default=0)
+    where = ", ".join(f"{name}: {count}" for name, count in free.items()) or "no such fabric"
+    detail = (f"{requested} x {cluster.instance_type} requested on one {cluster.interconnect} fabric in "
+              f"{cluster.region}, at most {most} available now ({where})")
+    return InsufficientCapacity(detail, field="node_count", extra={
+        "requested_nodes": requested,
+        "available": [{"region": cluster.region, "fabric": name, "instance_type": cluster.instance_type,
+                       "available_nodes": count} for name, count in free.items()],
+    })

@@ -1,0 +1,357 @@
+"""One reconcile pass over one cluster: compare the spec with what is built and take every step that is
+due. A pass runs in one transaction; every driver call carries a client token derived from stored
+state (node id, stage, sequence), so a pass replayed after a crash repeats the same calls and the
+driver answers with the operations it already has.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from backend.domain.catalog import Catalog
+from backend.domain.lifecycle import (
+    ClusterPhase,
+    NodeStage,
+    NodeStatus,
+    derive_bring_up_phase,
+    derive_cluster_status,
+)
+from backend.provisioning import allocator
+from backend.provisioning.driver import Operation, OperationRequest, OpKind, ProvisioningDriver
+from backend.provisioning.engine import add_replacement
+from backend.provisioning.settings import EngineSettings
+from backend.provisioning.state import (
+    aware,
+    desired_config,
+    live_nodes,
+    set_cluster_status,
+    set_phase,
+    set_stage,
+)
+from backend.store.engine_models import EngineCluster, EngineNode, Step
+from backend.store.models import Cluster
+
+S = NodeStage
+BRING_UP_ORDER = [S.BOOTING, S.FABRIC, S.DRIVERS, S.VOLUMES, S.JOINING, S.ACCEPTANCE, S.ACCEPTED, S.CONTAINER,
+                  S.READY]
+STAGE_OP = {
+    S.BOOTING: OpKind.NODE_BOOT, S.FABRIC: OpKind.FABRIC_JOIN, S.DRIVERS: OpKind.DRIVERS_INSTALL,
+    S.VOLUMES: OpKind.VOLUME_ATTACH, S.JOINING: OpKind.ORCHESTRATOR_JOIN, S.ACCEPTANCE: OpKind.ACCEPTANCE,
+    S.CONTAINER: OpKind.CONTAINER_START, S.RECONFIGURING: OpKind.RECONFIGURE,
+    S.RECREATING_CONTAINER: OpKind.CONTAINER_RECREATE, S.RELEASING: OpKind.NODE_RELEASE,
+}
+MAX_STEPS_PER_NODE_PASS = 20
+SCALE_UP_FAILED = "scale-up rolled back"
+
+
+@dataclass
+class PassContext:
+    session: Session
+    driver: ProvisioningDriver
+    catalog: Catalog
+    settings: EngineSettings
+    now: dt.datetime
+    worker: str
+    fencing_token: int
+    steps: int = 0
+    due: list[dt.datetime] = field(default_factory=list)
+
+    def next_due(self) -> dt.datetime | None:
+        return min(self.due) if self.due else None
+
+
+def reconcile_cluster(ctx: PassContext, cluster_id: str) -> dt.datetime | None:
+    """Advance the cluster as far as is due now; returns when it next needs a pass (None: converged)."""
+    cluster = ctx.session.get(Cluster, cluster_id)
+    state = ctx.session.get(EngineCluster, cluster_id)
+    if cluster is None or state is None or state.finished:
+        return None
+    nodes = live_nodes(ctx.session, cluster_id)
+    if cluster.deletion_requested_at is not None or state.rollback_reason is not None:
+        _teardown(ctx, cluster, state, nodes)
+        return ctx.next_due()
+    for node in nodes:
+        if node.active_name is None and node.stage != S.RELEASING:
+            _start_release(ctx, cluster, node, "removed from the cluster")
+    _control_plane(ctx, cluster, state)
+    for _ in range(3):  # a few sweeps so barrier-released nodes move in the same pass
+        progressed = False
+        for node in nodes:
+            if node.stage == S.RELEASED:
+                continue
+            if node.stage == S.RELEASING:
+                progressed |= _advance_release(ctx, node)
+            elif node.active_name is not None:
+                progressed |= _advance_member(ctx, cluster, state, node, nodes)
+            if state.rollback_reason is not None:
+                _teardown(ctx, cluster, state, live_nodes(ctx.session, cluster_id))
+                return ctx.next_due()
+        if not progressed:
+            break
+        nodes = live_nodes(ctx.session, cluster_id)
+    _summarise(ctx, cluster, state, live_nodes(ctx.session, cluster_id))
+    return ctx.next_due()
+
+
+def _needs_control_plane(cluster: Cluster) -> bool:
+    return cluster.node_count > 1 or cluster.orchestrator == "kubernetes"
+
+
+def _control_plane(ctx: PassContext, cluster: Cluster, state: EngineCluster) -> None:
+    if state.control_plane == "ready" or not (_needs_control_plane(cluster) or state.jumphost_ip):
+        return
+    token = f"{cluster.id}/control_plane/create"
+    op = _submit(ctx, cluster, None, OperationRequest(token, OpKind.CONTROL_PLANE_CREATE, cluster.name))
+    state.control_plane, state.control_plane_op = "creating", token
+    if op.done(ctx.now):
+        _record_outcome(ctx, op)
+        state.control_plane, state.control_plane_ready_at = "ready", op.ready_at
+    elif op.ready_at is not None:
+        ctx.due.append(op.ready_at)
+
+
+def _control_plane_ready(cluster: Cluster, state: EngineCluster) -> bool:
+    return state.control_plane == "ready" or not (_needs_control_plane(cluster) or state.jumphost_ip)
+
+
+def _next_bring_up_stage(cluster: Cluster, node: EngineNode, current: NodeStage) -> NodeStage:
+    config = desired_config(cluster)
+    skip = set()
+    if cluster.interconnect == "ethernet":
+        skip.add(S.FABRIC)
+    if not config["volume_ids"]:
+        skip.add(S.VOLUMES)
+    if cluster.orchestrator == "none":
+        skip.add(S.JOINING)
+    index = BRING_UP_ORDER.index(current) + 1 if current in BRING_UP_ORDER else 0
+    while BRING_UP_ORDER[index] in skip:
+        index += 1
+    return BRING_UP_ORDER[index]
+
+
+def _bring_up_rank(stage: str) -> int:
+    """Position in the bring-up order; queued is before all, day-2 stages count as done."""
+    if stage == S.QUEUED:
+        return -1
+    return BRING_UP_ORDER.index(NodeStage(stage)) if stage in BRING_UP_ORDER else len(BRING_UP_ORDER)
+
+
+def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, node: EngineNode,
+                    nodes: list[EngineNode]) -> bool:
+    """Take every due step of one member node; True if it changed."""
+    progressed = False
+    for _ in range(MAX_STEPS_PER_NODE_PASS):
+        stage = NodeStage(node.stage)
+        if stage == S.FAILED:
+            return progressed
+        if stage == S.QUEUED:
+            set_stage(ctx.session, cluster, node, _next_bring_up_stage(cluster, node, stage), ctx.now)
+            progressed = True
+            continue
+        if stage == S.READY:
+            return _ready_node(ctx, cluster, node) or progressed
+        if stage == S.ACCEPTED:
+            batch = [n for n in nodes if n.active_name is not None and n.batch == node.batch]
+            if any(_bring_up_rank(n.stage) < _bring_up_rank(S.ACCEPTED) for n in batch):
+                return progressed  # all or nothing: wait for the whole batch to pass acceptance
+            node.applied_config = {**node.applied_config, "container": cluster.container}
+            set_stage(ctx.session, cluster, node, S.CONTAINER, ctx.now)
+            progressed = True
+            continue
+        if stage == S.JOINING and not _control_plane_ready(cluster, state):
+            return progressed
+        op = _node_op(ctx, cluster, node, stage)
+        if not op.done(ctx.now):
+            if op.ready_at is not None:
+                ctx.due.append(op.ready_at)
+            return progressed
+        _record_outcome(ctx, op)
+        progressed = True
+        if not op.succeeded:
+            _bring_up_failed(ctx, cluster, state, node, op.reason or "operation failed")
+            return progressed
+        if stage == S.DRIVERS:
+            config = desired_config(cluster)
+            node.applied_config = {**node.applied_config, "ssh_key_ids": config["ssh_key_ids"],
+                                   "volume_ids": config["volume_ids"]}
+        if stage in (S.RECONFIGURING, S.RECREATING_CONTAINER):
+            node.applied_config = {**desired_config(cluster)}
+            set_stage(ctx.session, cluster, node, S.READY, ctx.now)
+            continue
+        set_stage(ctx.session, cluster, node, _next_bring_up_stage(cluster, node, stage), ctx.now)
+    ctx.due.append(ctx.now)
+    return progressed
+
+
+def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
+    """A RUNNING node: watch its health, apply day-2 config changes."""
+    if node.watch_token is None:
+        node.op_seq += 1
+        token = f"{node.id}/health_watch/{node.op_seq}"
+        op = _submit(ctx, cluster, node, OperationRequest(token, OpKind.HEALTH_WATCH, cluster.name, node.name,
+                                                           node.attempt))
+        node.watch_token, node.watch_due_at = token, op.ready_at
+    watch_due = aware(node.watch_due_at)
+    if watch_due is not None:
+        if watch_due > ctx.now:
+            ctx.due.append(watch_due)
+        else:
+            fault = ctx.driver.get(ctx.session, node.watch_token or "")
+            if fault is not None and not fault.succeeded:
+                _record_outcome(ctx, fault)
+                set_stage(ctx.session, cluster, node, S.FAILED, ctx.now, f"hardware fault: {fault.reason}")
+                node.watch_due_at = None
+                return True
+    config = desired_config(cluster)
+    applied = node.applied_config
+    if applied.get("container") != config["container"]:
+        set_stage(ctx.session, cluster, node, S.RECREATING_CONTAINER, ctx.now)
+        return True
+    wanted = (config["volume_ids"], config["ssh_key_ids"])
+    if (applied.get("volume_ids"), applied.get("ssh_key_ids")) != wanted:
+        set_stage(ctx.session, cluster, node, S.RECONFIGURING, ctx.now)
+        return True
+    return False
+
+
+def _node_op(ctx: PassContext, cluster: Cluster, node: EngineNode, stage: NodeStage) -> Operation:
+    if node.op_token is None:
+        node.op_seq += 1
+        node.op_token = f"{node.id}/{stage}/{node.op_seq}"
+    volumes_changed = node.applied_config.get("volume_ids") != desired_config(cluster)["volume_ids"]
+    attempt = node.attempt if stage in BRING_UP_ORDER else node.op_seq
+    request = OperationRequest(node.op_token, STAGE_OP[stage], cluster.name, node.name, attempt,
+                               cluster.instance_type, node.fabric, node.slot, volumes_changed)
+    if node.op_ready_at is not None and aware(node.op_ready_at) > ctx.now:  # type: ignore[operator]
+        # Submitted and not due: no need to ask the driver again.
+        return Operation(node.op_token, STAGE_OP[stage], ctx.now, aware(node.op_ready_at), True)
+    op = _submit(ctx, cluster, node, request)
+    node.op_ready_at = op.ready_at
+    return op
+
+
+def _submit(ctx: PassContext, cluster: Cluster, node: EngineNode | None, request: OperationRequest
+            ) -> Operation:
+    existing = ctx.driver.get(ctx.session, request.client_token)
+    if existing is not None:
+        return existing
+    op = ctx.driver.submit(ctx.session, request, ctx.now)
+    ctx.session.add(Step(client_token=request.client_token, cluster_id=cluster.id,
+                         node_id=node.id if node else None, kind=str(request.kind), submitted_at=ctx.now,
+                         ready_at=op.ready_at, worker=ctx.worker, fencing_token=ctx.fencing_token))
+    ctx.steps += 1
+    return op
+
+
+def _record_outcome(ctx: PassContext, op: Operation) -> None:
+    ctx.session.execute(update(Step).where(Step.client_token == op.client_token, Step.outcome.is_(None))
+                        .values(outcome="succeeded" if op.succeeded else "failed", reason=op.reason))
+
+
+def _bring_up_failed(ctx: PassContext, cluster: Cluster, state: EngineCluster, node: EngineNode,
+                     reason: str) -> None:
+    """All or nothing: replace the node from the pool; if that is impossible, roll back the batch."""
+    what = f"node {node.name} failed: {reason}"
+    set_stage(ctx.session, cluster, node, S.FAILED, ctx.now, reason)
+    node.active_name = None
+    ctx.session.flush()
+    replacement = None
+    if node.attempt <= ctx.settings.engine_max_replacements:
+        replacement = add_replacement(ctx.session, ctx.catalog, cluster, state, node, ctx.now)
+    _start_release(ctx, cluster, node, "replaced" if replacement else "failed")
+    if replacement is not None:
+        ctx.due.append(ctx.now)
+        return
+    cause = (f"{what}; no replacement {cluster.instance_type} node is free on {state.fabric}"
+             if node.attempt <= ctx.settings.engine_max_replacements
+             else f"{what}; {node.attempt - 1} replacements at this position failed too")
+    if state.first_ready_at is None:
+        state.rollback_reason = f"create rolled back: {cause}"
+        return
+    # A scale-up batch fails alone: its nodes go, the running ones are untouched.
+    for other in live_nodes(ctx.session, cluster.id):
+        if other.batch == node.batch and other.active_name is not None:
+            other.active_name = None
+            _start_release(ctx, cluster, other, "scale-up rolled back")
+    cluster.status_reason = f"{SCALE_UP_FAILED}: {cause}"
+
+
+def _start_release(ctx: PassContext, cluster: Cluster, node: EngineNode, reason: str) -> None:
+    if node.stage in (S.RELEASING, S.RELEASED):
+        return
+    node.active_name = None
+    node.watch_due_at = None
+    set_stage(ctx.session, cluster, node, S.RELEASING, ctx.now, reason)
+    _advance_release(ctx, node, cluster)
+
+
+def _advance_release(ctx: PassContext, node: EngineNode, cluster: Cluster | None = None) -> bool:
+    cluster = cluster or ctx.session.get(Cluster, node.cluster_id)
+    assert cluster is not None
+    op = _node_op(ctx, cluster, node, S.RELEASING)
+    if not op.done(ctx.now):
+        if op.ready_at is not None:
+            ctx.due.append(op.ready_at)
+        return False
+    _record_outcome(ctx, op)
+    set_stage(ctx.session, cluster, node, S.RELEASED, ctx.now)
+    allocator.release_node(ctx.session, node.id)
+    return True
+
+
+def _teardown(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: list[EngineNode]) -> None:
+    rollback = state.rollback_reason is not None and cluster.deletion_requested_at is None
+    for node in nodes:
+        if node.stage == S.RELEASING:
+            _advance_release(ctx, node, cluster)
+        elif node.stage != S.RELEASED:
+            _start_release(ctx, cluster, node, state.rollback_reason or "cluster deleted")
+    if state.control_plane in ("creating", "ready", "releasing"):
+        token = f"{cluster.id}/control_plane/release"
+        op = _submit(ctx, cluster, None, OperationRequest(token, OpKind.CONTROL_PLANE_RELEASE, cluster.name))
+        state.control_plane = "releasing"
+        if op.done(ctx.now):
+            _record_outcome(ctx, op)
+            state.control_plane = "released"
+        elif op.ready_at is not None:
+            ctx.due.append(op.ready_at)
+    remaining = [n for n in live_nodes(ctx.session, cluster.id) if n.stage != S.RELEASED]
+    if rollback:
+        set_cluster_status(cluster, str(NodeStatus.FAILED), state.rollback_reason)
+        set_phase(ctx.session, cluster, str(ClusterPhase.ROLLING_BACK), ctx.now, state.rollback_reason)
+    else:
+        set_cluster_status(cluster, str(NodeStatus.DESTROYING), None)
+        set_phase(ctx.session, cluster, str(ClusterPhase.DELETING), ctx.now)
+    if remaining or state.control_plane == "releasing":
+        return
+    allocator.release_cluster(ctx.session, cluster.id)
+    state.finished = True
+    if rollback:
+        set_phase(ctx.session, cluster, str(ClusterPhase.FAILED), ctx.now, "everything released")
+    else:
+        set_cluster_status(cluster, str(NodeStatus.DESTROYED), None)
+        set_phase(ctx.session, cluster, str(ClusterPhase.DELETED), ctx.now)
+
+
+def _summarise(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: list[EngineNode]) -> None:
+    members = [n for n in nodes if n.active_name is not None]
+    status = derive_cluster_status([NodeStatus(n.status) for n in members])
+    failed = [n for n in members if n.status == NodeStatus.FAILED]
+    reason = "; ".join(f"node {n.name}: {n.status_reason}" for n in failed)
+    if failed:
+        set_cluster_status(cluster, str(status), reason)
+        set_phase(ctx.session, cluster, str(ClusterPhase.DEGRADED), ctx.now, reason)
+        return
+    phase = derive_bring_up_phase([NodeStage(n.stage) for n in members],
+                                  control_plane_ready=_control_plane_ready(cluster, state),
+                                  first_bring_up=state.first_ready_at is None)
+    if phase == ClusterPhase.READY and state.first_ready_at is None:
+        state.first_ready_at = ctx.now
+    # A failed scale-up explains itself until the next spec change; node faults are derived above.
+    kept = cluster.status_reason if (cluster.status_reason or "").startswith(SCALE_UP_FAILED) else None
+    set_cluster_status(cluster, str(status), kept)
+    set_phase(ctx.session, cluster, str(phase), ctx.now)

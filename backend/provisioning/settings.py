@@ -1,0 +1,31 @@
+"""Engine and simulated-datacenter settings (`GPUCLOUD_*` environment variables).
+
+Kept next to the engine so the core settings stay about the API; `serve` and `worker` read both.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class EngineSettings(BaseSettings):
+    """Provisioning engine configuration; `GPUCLOUD_<NAME>` overrides each field."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUCLOUD_", extra="ignore", frozen=True)
+
+    driver: str = "simulated"
+    # Simulated time runs this many times faster than real time (1 = real time; 600 turns a 20-minute
+    # cluster bring-up into 2 seconds). Phase durations are the reference table's divided by it.
+    simulation_speed: float = Field(default=1.0, gt=0)
+    simulation_seed: int = 0
+    simulation_boot_failure_rate: float = Field(default=0.025, ge=0, le=1)
+    simulation_acceptance_failure_rate: float = Field(default=0.02, ge=0, le=1)
+    # Chance that a RUNNING node suffers a GPU hardware fault (XID) within the window below.
+    simulation_xid_rate: float = Field(default=0.0, ge=0, le=1)
+    simulation_xid_window_seconds: float = Field(default=86_400.0, gt=0)
+    # Replacements from the pool allowed per node position during one bring-up before rolling back.
+    engine_max_replacements: int = Field(default=2, ge=0)
+    engine_lease_seconds: float = Field(default=10.0, gt=0)
+    engine_poll_seconds: float = Field(default=0.2, gt=0)
+    engine_batch_size: int = Field(default=20, ge=1)

@@ -1,0 +1,118 @@
+"""The modelled datacenter: phase durations from the reference table, seeded faults, idempotent ops.
+
+Durations are the reference's typical time plus a tail towards its p95, divided by the speed factor.
+Outcomes come from a hash of (seed, cluster name, node name, operation, attempt), so the same scenario
+under the same seed fails the same nodes at the same steps; the operations themselves are recorded in
+`sim_operations`, keyed by client token, exactly as a hardware API would keep them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+
+from sqlalchemy.orm import Session
+
+from backend.provisioning.driver import Operation, OperationRequest, OpKind
+from backend.provisioning.settings import EngineSettings
+from backend.store.engine_models import SimulatedOperation
+
+# (typical seconds, p95 seconds), from shared/reference/datacenter.md; release/container are estimates.
+PHASE_SECONDS: dict[OpKind, tuple[float, float]] = {
+    OpKind.CONTROL_PLANE_CREATE: (180, 360),
+    OpKind.CONTROL_PLANE_RELEASE: (30, 60),
+    OpKind.NODE_BOOT: (360, 720),
+    OpKind.FABRIC_JOIN: (20, 90),
+    OpKind.DRIVERS_INSTALL: (240, 480),
+    OpKind.VOLUME_ATTACH: (60, 180),
+    OpKind.ORCHESTRATOR_JOIN: (60, 180),
+    OpKind.ACCEPTANCE: (480, 1200),
+    OpKind.CONTAINER_START: (30, 90),
+    OpKind.RECONFIGURE: (60, 180),
+    OpKind.CONTAINER_RECREATE: (30, 90),
+    OpKind.NODE_RELEASE: (60, 180),
+}
+SSH_ONLY_RECONFIGURE_SECONDS = (10.0, 30.0)
+BOOT_FAILURES = ("PXE boot timed out waiting for DHCP", "BMC did not confirm power-on",
+                 "image checksum mismatch after download")
+ACCEPTANCE_FAILURES = ("DCGM diagnostic level 3 failed on GPU {gpu}",
+                       "NCCL all_reduce bus bandwidth {bw} GB/s below the 360 GB/s floor",
+                       "HCA mlx5_{gpu} link down during NCCL test")
+XID_FAULTS = ("XID 79: GPU {gpu} has fallen off the bus", "XID 48: double-bit ECC error on GPU {gpu}",
+              "XID 94: contained ECC error on GPU {gpu}")
+
+
+class SimulatedDatacenter:
+    name = "simulated"
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+
+    def _uniform(self, request: OperationRequest, purpose: str) -> float:
+        key = (f"{self.settings.simulation_seed}|{request.cluster_name}|{request.node_name}|"
+               f"{request.kind}|{request.attempt}|{purpose}")
+        digest = hashlib.sha256(key.encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    def _duration(self, request: OperationRequest) -> float:
+        typical, p95 = PHASE_SECONDS[request.kind]
+        if request.kind == OpKind.RECONFIGURE and not request.volumes_changed:
+            typical, p95 = SSH_ONLY_RECONFIGURE_SECONDS
+        u = self._uniform(request, "duration")
+        seconds = typical * (0.85 + 0.3 * u) + (p95 - typical) * u**6
+        return seconds / self.settings.simulation_speed
+
+    def _outcome(self, request: OperationRequest, now: dt.datetime
+                 ) -> tuple[dt.datetime | None, bool, str | None]:
+        gpu = int(self._uniform(request, "gpu") * 8)
+        if request.kind == OpKind.HEALTH_WATCH:
+            if self._uniform(request, "fault") >= self.settings.simulation_xid_rate:
+                return None, True, None
+            after = self._uniform(request, "when") * self.settings.simulation_xid_window_seconds
+            reason = XID_FAULTS[int(self._uniform(request, "which") * len(XID_FAULTS))].format(gpu=gpu)
+            delay = dt.timedelta(milliseconds=int(after * 1000 / self.settings.simulation_speed))
+            return now + delay, False, reason
+        # Whole milliseconds: at very high speeds steps become instant and a pass takes many at once.
+        ready = now + dt.timedelta(milliseconds=int(self._duration(request) * 1000))
+        fail = self._uniform(request, "fail")
+        if request.kind == OpKind.NODE_BOOT and fail < self.settings.simulation_boot_failure_rate:
+            return ready, False, BOOT_FAILURES[int(self._uniform(request, "which") * len(BOOT_FAILURES))]
+        if request.kind == OpKind.ACCEPTANCE and fail < self.settings.simulation_acceptance_failure_rate:
+            template = ACCEPTANCE_FAILURES[int(self._uniform(request, "which") * len(ACCEPTANCE_FAILURES))]
+            return ready, False, template.format(gpu=gpu, bw=200 + int(self._uniform(request, "bw") * 150))
+        return ready, True, None
+
+    def submit(self, session: Session, request: OperationRequest, now: dt.datetime) -> Operation:
+        existing = session.get(SimulatedOperation, request.client_token)
+        if existing is None:
+            ready_at, succeeded, reason = self._outcome(request, now)
+            existing = SimulatedOperation(client_token=request.client_token, kind=str(request.kind),
+                                          submitted_at=now, ready_at=ready_at, succeeded=succeeded,
+                                          reason=reason)
+            session.add(existing)
+        return _to_operation(existing)
+
+    def get(self, session: Session, client_token: str) -> Operation | None:
+        found = session.get(SimulatedOperation, client_token)
+        return None if found is None else _to_operation(found)
+
+
+def _aware(value: dt.datetime | None) -> dt.datetime | None:
+    # SQLite hands back naive datetimes; everything the engine stores is UTC.
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value
+
+
+def _to_operation(row: SimulatedOperation) -> Operation:
+    submitted = _aware(row.submitted_at)
+    assert submitted is not None
+    return Operation(row.client_token, OpKind(row.kind), submitted, _aware(row.ready_at), row.succeeded,
+                     row.reason)
+
+
+def make_driver(settings: EngineSettings) -> SimulatedDatacenter:
+    """The configured driver; `simulated` is the only one shipped."""
+    if settings.driver != "simulated":
+        raise ValueError(f"unknown provisioning driver {settings.driver!r} (available: simulated)")
+    return SimulatedDatacenter(settings)

@@ -1,0 +1,139 @@
+"""Read models of the engine's state: the runtime part of a cluster response and the artifacts.
+
+Everything is generated from the stored placement on every read, so Slurm and Kubernetes artifacts
+always reflect the current membership. Secrets (the Kubernetes admin token) never appear here except in
+`cluster_credentials`, which only the admin-only, audited credentials route calls.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.domain.catalog import Catalog, default_catalog
+from backend.fabric import kubernetes, slurm
+from backend.fabric.layout import ClusterLayout, NodeLayout
+from backend.fabric.nccl import nccl_env
+from backend.fabric.topology import node_network
+from backend.provisioning.state import aware, live_nodes
+from backend.store.engine_models import EngineCluster, EngineNode, PhaseRecord
+from backend.store.models import Cluster
+
+ARTIFACTS = {
+    "slurm.conf": "text/plain",
+    "gres.conf": "text/plain",
+    "topology.conf": "text/plain",
+    "hosts": "text/plain",
+    "kubernetes-nodes.json": "application/json",
+}
+SSH_USER = "ubuntu"
+
+
+def _members(session: Session, cluster_id: str) -> list[EngineNode]:
+    return [n for n in live_nodes(session, cluster_id) if n.active_name is not None]
+
+
+def cluster_layout(session: Session, cluster_id: str, catalog: Catalog | None = None) -> ClusterLayout | None:
+    """The placed layout of a cluster (member nodes only), or None before admission / after the end."""
+    catalog = catalog or default_catalog()
+    cluster = session.get(Cluster, cluster_id)
+    state = session.get(EngineCluster, cluster_id)
+    if cluster is None or state is None or state.finished:
+        return None
+    itype = catalog.instance_type(cluster.instance_type)
+    fabric = catalog.fabric(cluster.region, state.fabric)
+    if itype is None or fabric is None:
+        return None
+    nodes = tuple(NodeLayout(n.name, n.index, n.slot, n.scalable_unit, n.private_ip, n.public_ip)
+                  for n in _members(session, cluster_id))
+    return ClusterLayout(cluster.id, cluster.name, cluster.region, cluster.orchestrator, cluster.interconnect,
+                         itype, fabric, state.subnet, state.partition_key, nodes, state.jumphost_ip,
+                         state.public_ip)
+
+
+def _iso(value: Any) -> str | None:
+    stamp = aware(value)
+    return None if stamp is None else stamp.isoformat().replace("+00:00", "Z")
+
+
+def cluster_runtime(session: Session, cluster_id: str) -> dict[str, Any]:
+    """nodes, login, slurm, kubernetes, nccl_env, fabric and phase_history of one cluster."""
+    catalog = default_catalog()
+    history = [
+        {"phase": r.phase, "at": _iso(r.at), "detail": r.detail}
+        for r in session.scalars(select(PhaseRecord).where(PhaseRecord.cluster_id == cluster_id)
+                                 .order_by(PhaseRecord.id))
+    ]
+    runtime: dict[str, Any] = {"nodes": [], "login": None, "slurm": None, "kubernetes": None,
+                               "nccl_env": {}, "fabric": None, "phase_history": history}
+    layout = cluster_layout(session, cluster_id, catalog)
+    if layout is None:
+        return runtime
+    nodes = _members(session, cluster_id)
+    # live_nodes excludes released nodes: these are still being torn down.
+    leaving = [n for n in live_nodes(session, cluster_id) if n.active_name is None]
+    networks = {n.name: node_network(layout.fabric, layout.instance_type, n.slot, layout.partition_key)
+                for n in nodes}
+    runtime["nodes"] = [
+        {"name": n.name, "index": n.index, "status": n.status, "status_reason": n.status_reason,
+         "private_ip": n.private_ip, "public_ip": n.public_ip, "network": networks[n.name]}
+        for n in nodes
+    ] + [
+        {"name": n.name, "index": n.index, "status": n.status, "status_reason": n.status_reason,
+         "private_ip": n.private_ip, "public_ip": n.public_ip, "network": None}
+        for n in leaving
+    ]
+    login_host = f"{layout.name}-jumphost" if layout.multi_node else layout.controller
+    runtime["login"] = {"host": login_host, "public_ip": layout.public_ip, "user": SSH_USER,
+                        "ssh_command": f"ssh {SSH_USER}@{layout.public_ip}"}
+    runtime["fabric"] = {"name": layout.fabric.name, "kind": layout.fabric.kind,
+                         "partition_key": layout.partition_key, "subnet": layout.subnet,
+                         "scalable_units": sorted({n.scalable_unit for n in layout.nodes})}
+    runtime["nccl_env"] = nccl_env(layout.interconnect, layout.instance_type)
+    base = f"/v1/clusters/{cluster_id}/artifacts"
+    if layout.orchestrator == "slurm":
+        runtime["slurm"] = {"controller": layout.controller, "partition": "gpu",
+                            "artifacts": {name: f"{base}/{name}" for name in
+                                          ("slurm.conf", "gres.conf", "topology.conf", "hosts")}}
+    if layout.orchestrator == "kubernetes":
+        state = session.get(EngineCluster, cluster_id)
+        runtime["kubernetes"] = {
+            "api_endpoint": kubernetes.api_endpoint(layout),
+            "ca_certificate": state.kube_ca_cert_pem if state else None,
+            "node_objects_url": f"{base}/kubernetes-nodes.json",
+            "credentials_url": f"/v1/clusters/{cluster_id}/credentials",
+        }
+    return runtime
+
+
+def artifact(session: Session, cluster_id: str, name: str) -> str | None:
+    """One generated file of a cluster, or None when it has no such artifact (now)."""
+    layout = cluster_layout(session, cluster_id)
+    if layout is None or name not in ARTIFACTS:
+        return None
+    if name == "kubernetes-nodes.json":
+        if layout.orchestrator != "kubernetes":
+            return None
+        networks = {n.name: {"partition_key": layout.partition_key} for n in layout.nodes}
+        return json.dumps({"apiVersion": "v1", "kind": "List",
+                           "items": kubernetes.node_objects(layout, networks)}, indent=2)
+    if layout.orchestrator != "slurm":
+        return None
+    generators = {"slurm.conf": slurm.slurm_conf, "gres.conf": slurm.gres_conf,
+                  "topology.conf": slurm.topology_conf, "hosts": slurm.hosts_file}
+    return generators[name](layout)
+
+
+def cluster_credentials(session: Session, cluster_id: str) -> dict[str, Any] | None:
+    """The admin kubeconfig (secret) of a Kubernetes cluster; None for other orchestrators."""
+    layout = cluster_layout(session, cluster_id)
+    state = session.get(EngineCluster, cluster_id)
+    if layout is None or state is None or layout.orchestrator != "kubernetes":
+        return None
+    if state.kube_ca_cert_pem is None or state.kube_admin_token is None:
+        return None
+    return {"kubeconfig": kubernetes.kubeconfig(layout, state.kube_ca_cert_pem, state.kube_admin_token),
+            "api_endpoint": kubernetes.api_endpoint(layout)}

@@ -1,0 +1,223 @@
+"""Engine workers: claim due clusters with a lease, run a reconcile pass each, heartbeat, repeat.
+
+Claiming uses `FOR UPDATE SKIP LOCKED` on PostgreSQL (workers never wait on each other) and a
+`BEGIN IMMEDIATE` transaction on SQLite (SQLAlchemy drops SKIP LOCKED there; the write lock serialises
+claims instead). Every claim bumps the item's fencing token; a pass commits only while the token is
+still its own, so a worker that lost its lease (paused, partitioned) can never overwrite a newer one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import signal
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from sqlalchemy import Engine, or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.domain.catalog import Catalog, default_catalog
+from backend.provisioning.driver import ProvisioningDriver
+from backend.provisioning.reconciler import PassContext, reconcile_cluster
+from backend.provisioning.settings import EngineSettings
+from backend.provisioning.simulated import make_driver
+from backend.provisioning.state import utcnow
+from backend.store.engine_models import Worker as WorkerRow
+from backend.store.engine_models import WorkItem
+
+log = structlog.get_logger("gpucloud.engine")
+ERROR_BACKOFF = dt.timedelta(seconds=1)
+
+
+@dataclass
+class PassResult:
+    claimed: int = 0
+    committed: int = 0
+    steps: int = 0
+
+
+class EngineWorker:
+    """One worker; `run_once` claims and reconciles one batch, `run` loops until `stop_event` is set."""
+
+    def __init__(self, session_factory: sessionmaker[Session], settings: EngineSettings | None = None, *,
+                 catalog: Catalog | None = None, driver: ProvisioningDriver | None = None,
+                 worker_id: str | None = None) -> None:
+        self.settings = settings or EngineSettings()
+        self.session_factory = _write_sessions(session_factory)
+        self.catalog = catalog or default_catalog()
+        self.driver = driver or make_driver(self.settings)
+        self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.stop_event = threading.Event()
+        self.total_steps = 0
+        self.total_passes = 0
+
+    @property
+    def _lease(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.settings.engine_lease_seconds)
+
+    def _claim(self) -> list[tuple[str, int]]:
+        now = utcnow()
+        with self.session_factory() as session:
+            query = (select(WorkItem)
+                     .where(WorkItem.due_at <= now,
+                            or_(WorkItem.lease_expires_at.is_(None), WorkItem.lease_expires_at < now))
+                     .order_by(WorkItem.due_at)
+                     .limit(self.settings.engine_batch_size))
+            if session.get_bind().dialect.name == "postgresql":
+                query = query.with_for_update(skip_locked=True)
+            items = list(session.scalars(query))
+            for item in items:
+                item.lease_owner = self.id
+                item.lease_expires_at = now + self._lease
+                item.fencing_token += 1
+            claimed = [(item.cluster_id, item.fencing_token) for item in items]
+            session.commit()
+        return claimed
+
+    def _process(self, cluster_id: str, fencing_token: int, result: PassResult) -> None:
+        with self.session_factory() as session:
+            item = session.get(WorkItem, cluster_id, with_for_update=True)
+            if item is None or item.lease_owner != self.id or item.fencing_token != fencing_token:
+                log.warning("engine.lease_lost", cluster_id=cluster_id, worker=self.id)
+                return
+            ctx = PassContext(session=session, driver=self.driver, catalog=self.catalog,
+                              settings=self.settings, now=utcnow(), worker=self.id,
+                              fencing_token=fencing_token)
+            try:
+                next_due = reconcile_cluster(ctx, cluster_id)
+            except Exception as exc:  # one broken cluster must not stop the others
+                session.rollback()
+                log.exception("engine.pass_failed", cluster_id=cluster_id)
+                self._record_error(cluster_id, fencing_token, repr(exc))
+                return
+            item.due_at = next_due
+            item.lease_owner = None
+            item.lease_expires_at = None
+            item.passes += 1
+            item.last_error = None
+            session.commit()
+            result.committed += 1
+            result.steps += ctx.steps
+
+    def _record_error(self, cluster_id: str, fencing_token: int, error: str) -> None:
+        with self.session_factory() as session:
+            session.execute(update(WorkItem)
+                            .where(WorkItem.cluster_id == cluster_id, WorkItem.fencing_token == fencing_token)
+                            .values(last_error=error[:2000], due_at=utcnow() + ERROR_BACKOFF,
+                                    lease_owner=None, lease_expires_at=None))
+            session.commit()
+
+    def heartbeat(self) -> None:
+        """Record liveness and extend the leases this worker holds."""
+        now = utcnow()
+        with self.session_factory() as session:
+            row = session.get(WorkerRow, self.id)
+            if row is None:
+                session.add(WorkerRow(id=self.id, started_at=now, heartbeat_at=now, passes=self.total_passes))
+            else:
+                row.heartbeat_at, row.passes = now, self.total_passes
+            session.execute(update(WorkItem).where(WorkItem.lease_owner == self.id)
+                            .values(lease_expires_at=now + self._lease))
+            session.commit()
+
+    def run_once(self) -> PassResult:
+        result = PassResult()
+        claimed = self._claim()
+        result.claimed = len(claimed)
+        for cluster_id, token in claimed:
+            if self.stop_event.is_set():
+                break
+            self._process(cluster_id, token, result)
+        self.total_steps += result.steps
+        self.total_passes += result.committed
+        return result
+
+    def next_due_in(self) -> float:
+        """Seconds until the earliest due item (capped by the poll interval)."""
+        with self.session_factory() as session:
+            due = session.scalar(select(WorkItem.due_at).where(WorkItem.due_at.is_not(None))
+                                 .order_by(WorkItem.due_at).limit(1))
+            session.rollback()
+        poll = self.settings.engine_poll_seconds
+        if due is None:
+            return poll
+        if due.tzinfo is None:
+            due = due.replace(tzinfo=dt.UTC)
+        return max(0.0, min(poll, (due - utcnow()).total_seconds()))
+
+    def run(self) -> None:
+        log.info("engine.worker_started", worker=self.id, driver=self.driver.name,
+                 speed=self.settings.simulation_speed)
+        beat = threading.Thread(target=self._heartbeat_loop, name="engine-heartbeat", daemon=True)
+        beat.start()
+        while not self.stop_event.is_set():
+            try:
+                result = self.run_once()
+                if result.claimed == 0:
+                    self.stop_event.wait(self.next_due_in())
+            except Exception:  # the database may be restarting: back off and retry
+                log.exception("engine.worker_loop_error", worker=self.id)
+                self.stop_event.wait(1.0)
+        beat.join(timeout=5)
+        log.info("engine.worker_stopped", worker=self.id)
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.settings.engine_lease_seconds / 3
+        while not self.stop_event.wait(interval):
+            try:
+                self.heartbeat()
+            except Exception:
+                log.exception("engine.heartbeat_failed", worker=self.id)
+
+
+def _write_sessions(factory: sessionmaker[Session]) -> sessionmaker[Session]:
+    """The same database, with SQLite transactions opened as BEGIN IMMEDIATE (see backend.store.db)."""
+    bind: Any = factory.kw.get("bind")
+    if isinstance(bind, Engine) and bind.dialect.name == "sqlite":
+        return sessionmaker(bind=bind.execution_options(sqlite_begin="IMMEDIATE"), expire_on_commit=False)
+    return factory
+
+
+class EmbeddedWorker:
+    """Handle of the in-process worker thread started by `serve`."""
+
+    def __init__(self, worker: EngineWorker) -> None:
+        self.worker = worker
+        self.thread = threading.Thread(target=worker.run, name="engine-worker", daemon=True)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self.worker.stop_event.set()
+        self.thread.join(timeout=timeout)
+
+
+def start_embedded(settings: Any, session_factory: sessionmaker[Session]) -> EmbeddedWorker:
+    """Start one engine worker thread inside the API process (`settings`: the core settings)."""
+    del settings  # engine knobs come from EngineSettings (same GPUCLOUD_* environment)
+    handle = EmbeddedWorker(EngineWorker(session_factory, EngineSettings()))
+    handle.worker.heartbeat()
+    handle.thread.start()
+    return handle
+
+
+def run_forever(settings: Any) -> None:
+    """`gpucloud-backend worker`: one worker in the foreground until SIGTERM / SIGINT."""
+    from backend.store.db import make_engine, make_session_factory
+
+    engine = make_engine(settings)
+    worker = EngineWorker(make_session_factory(engine, write=True), EngineSettings())
+
+    def _stop(_signum: int, _frame: object) -> None:
+        worker.stop_event.set()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    worker.heartbeat()
+    try:
+        worker.run()
+    finally:
+        engine.dispose()
