@@ -24,8 +24,12 @@ provider "conformance" {{
 """
 
 
-def everything(name: str, *, resource_name: str = "name", region: str = "eu-1", extra: str = "") -> str:
-    """A `conformance_everything` with every attribute and block set (no sensitive value)."""
+def everything(
+    name: str, *, resource_name: str = "name", region: str = "eu-1", extra: str = "", deprecated: bool = True
+) -> str:
+    """A `conformance_everything` with every attribute and block set (no sensitive value); `deprecated`
+    sets the deprecated attribute too (Terraform leaves deprecated attributes out of generated config)."""
+    legacy = 'legacy_note = "kept for old modules"' if deprecated else ""
     return f"""
 resource "conformance_everything" "{name}" {{
   name        = "{resource_name}"
@@ -38,7 +42,7 @@ resource "conformance_everything" "{name}" {{
   labels      = {{ team = "ml", env = "dev" }}
   settings    = {{ mode = "fast", level = 2 }}
   anything    = {{ nested = ["x", 1] }}
-  legacy_note = "kept for old modules"
+  {legacy}
   endpoint    = {{ host = "example.com" }}
   disks       = [{{ size = 10 }}, {{ size = 20 }}]
   rules       = [{{ port = 443 }}, {{ port = 22, protocol = "udp" }}, {{ port = 80 }}]

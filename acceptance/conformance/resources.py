@@ -88,7 +88,12 @@ class VersionedResource(Resource):
         return None
 
     def state_upgraders(self) -> dict[int, StateUpgrader]:
-        return {0: StateUpgrader(lambda ctx, old: {"id": old["id"], "name": old["title"]}, prior_schema=V0)}
+        # version 1 renamed title to name and added size (default 1, so the upgraded state plans clean)
+        return {
+            0: StateUpgrader(
+                lambda ctx, old: {"id": old["id"], "name": old["title"], "size": 1}, prior_schema=V0
+            )
+        }
 
 
 class SlowResource(Resource):
