@@ -1,0 +1,52 @@
+"""httpx client for the gpucloud backend API: retries, idempotency keys, typed errors, waiters.
+
+Knows nothing of Terraform; the provider's resources turn its errors into diagnostics.
+"""
+
+from provider.client.client import GpuCloudClient, new_idempotency_key
+from provider.client.errors import (
+    ApiError,
+    BadRequest,
+    ClientError,
+    Conflict,
+    Forbidden,
+    InsufficientCapacity,
+    NotFound,
+    PreconditionFailed,
+    RateLimited,
+    ServerError,
+    TransportError,
+    Unauthorized,
+    ValidationFailed,
+    WaitCancelled,
+    WaitError,
+    WaitFailed,
+    WaitTimeout,
+)
+from provider.client.http import ApiResponse, Cancelled
+from provider.client.waiter import wait_for
+
+__all__ = [
+    "ApiError",
+    "ApiResponse",
+    "BadRequest",
+    "Cancelled",
+    "ClientError",
+    "Conflict",
+    "Forbidden",
+    "GpuCloudClient",
+    "InsufficientCapacity",
+    "NotFound",
+    "PreconditionFailed",
+    "RateLimited",
+    "ServerError",
+    "TransportError",
+    "Unauthorized",
+    "ValidationFailed",
+    "WaitCancelled",
+    "WaitError",
+    "WaitFailed",
+    "WaitTimeout",
+    "new_idempotency_key",
+    "wait_for",
+]

@@ -1,0 +1,180 @@
+"""GpuCloudClient: one method per backend API operation. Bodies are plain dicts with the API's snake_case
+field names; non-integral numbers arrive as Decimal. Knows nothing of Terraform.
+
+Creates take an explicit `idempotency_key` so a caller can persist the key of a create before sending
+it: a retried request, or a re-run after a crash, then replays the first outcome instead of creating a
+second object.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from provider.client.errors import ServerError
+from provider.client.http import ApiResponse, HttpCore
+
+Body = dict[str, Any]
+
+
+def new_idempotency_key() -> str:
+    """A fresh key for one logical create (keep it with the resource until the create is recorded)."""
+    return str(uuid.uuid4())
+
+
+def _seg(value: str) -> str:
+    """One path segment, escaped so an id can never change the path."""
+    return quote(str(value), safe="")
+
+
+class GpuCloudClient(HttpCore):
+    """The backend API. `GpuCloudClient(endpoint, api_key, timeout=..., max_retries=..., transport=...,
+    user_agent=...)`; see `HttpCore` for the retry policy. Thread-safe (one pooled httpx.Client)."""
+
+    # ---- credentials -------------------------------------------------------------------------------
+
+    def verify_credentials(self) -> None:
+        """One cheap authenticated read: raises Unauthorized/Forbidden when the key is missing or rejected."""
+        self.request("GET", "/v1/ssh-keys", params={"page_size": 1})
+
+    # ---- SSH keys ----------------------------------------------------------------------------------
+
+    def create_ssh_key(self, *, name: str, public_key: str, idempotency_key: str) -> Body:
+        body = {"name": name, "public_key": public_key}
+        return self._body(self.request("POST", "/v1/ssh-keys", json=body, idempotency_key=idempotency_key))
+
+    def get_ssh_key(self, ssh_key_id: str) -> Body:
+        return self._body(self.request("GET", f"/v1/ssh-keys/{_seg(ssh_key_id)}"))
+
+    def list_ssh_keys(self, *, name: str | None = None) -> list[Body]:
+        return list(self.iter_items("/v1/ssh-keys", {"name": name}))
+
+    def update_ssh_key(self, ssh_key_id: str, *, name: str, if_match: str | None = None) -> Body:
+        path = f"/v1/ssh-keys/{_seg(ssh_key_id)}"
+        return self._body(self.request("PATCH", path, json={"name": name}, if_match=if_match))
+
+    def delete_ssh_key(self, ssh_key_id: str, *, if_match: str | None = None) -> None:
+        self.request("DELETE", f"/v1/ssh-keys/{_seg(ssh_key_id)}", if_match=if_match)
+
+    # ---- volumes -----------------------------------------------------------------------------------
+
+    def create_volume(self, *, name: str, region: str, size_tib: int, idempotency_key: str) -> Body:
+        body = {"name": name, "region": region, "size_tib": size_tib}
+        return self._body(self.request("POST", "/v1/volumes", json=body, idempotency_key=idempotency_key))
+
+    def get_volume(self, volume_id: str) -> Body:
+        return self._body(self.request("GET", f"/v1/volumes/{_seg(volume_id)}"))
+
+    def list_volumes(self, *, name: str | None = None, region: str | None = None) -> list[Body]:
+        return list(self.iter_items("/v1/volumes", {"name": name, "region": region}))
+
+    def update_volume(
+        self,
+        volume_id: str,
+        *,
+        name: str | None = None,
+        size_tib: int | None = None,
+        if_match: str | None = None,
+    ) -> Body:
+        """Rename and/or grow (the API refuses to shrink). Only the given fields are sent."""
+        changes = {k: v for k, v in (("name", name), ("size_tib", size_tib)) if v is not None}
+        path = f"/v1/volumes/{_seg(volume_id)}"
+        return self._body(self.request("PATCH", path, json=changes, if_match=if_match))
+
+    def delete_volume(self, volume_id: str, *, if_match: str | None = None) -> None:
+        self.request("DELETE", f"/v1/volumes/{_seg(volume_id)}", if_match=if_match)
+
+    # ---- clusters ----------------------------------------------------------------------------------
+
+    def create_cluster(self, spec: Mapping[str, Any], *, idempotency_key: str) -> Body:
+        """Create from a spec (name, region, instance_type, node_count, orchestrator, interconnect,
+        container, ssh_key_ids, volume_ids, billing, labels, deletion_protection, max_hourly_cost_usd).
+        Returns at once with the cluster in a non-terminal status: poll with `wait_for`."""
+        return self._body(
+            self.request("POST", "/v1/clusters", json=dict(spec), idempotency_key=idempotency_key)
+        )
+
+    def get_cluster(self, cluster_id: str) -> Body:
+        return self._body(self.request("GET", f"/v1/clusters/{_seg(cluster_id)}"))
+
+    def list_clusters(self, *, name: str | None = None) -> list[Body]:
+        return list(self.iter_items("/v1/clusters", {"name": name}))
+
+    def update_cluster(
+        self, cluster_id: str, changes: Mapping[str, Any], *, if_match: str | None = None
+    ) -> Body:
+        """Partial update: absent fields keep their value."""
+        path = f"/v1/clusters/{_seg(cluster_id)}"
+        return self._body(self.request("PATCH", path, json=dict(changes), if_match=if_match))
+
+    def delete_cluster(self, cluster_id: str, *, if_match: str | None = None) -> Body | None:
+        """Request deletion; returns the cluster (now DESTROYING) when the API sends it back."""
+        response = self.request("DELETE", f"/v1/clusters/{_seg(cluster_id)}", if_match=if_match)
+        return response.body if isinstance(response.body, dict) else None
+
+    def attach_volume(self, cluster_id: str, volume_id: str, *, idempotency_key: str | None = None) -> Body:
+        """Attach a shared volume. One key serves every retry of this call (a fresh one if none given)."""
+        path = f"/v1/clusters/{_seg(cluster_id)}/volumes/{_seg(volume_id)}"
+        key = idempotency_key or new_idempotency_key()
+        return self._body(self.request("POST", path, idempotency_key=key))
+
+    def detach_volume(self, cluster_id: str, volume_id: str) -> Body:
+        path = f"/v1/clusters/{_seg(cluster_id)}/volumes/{_seg(volume_id)}"
+        return self._body(self.request("DELETE", path))
+
+    def get_cluster_artifact(self, cluster_id: str, file: str) -> str:
+        """A generated file of the cluster (e.g. slurm.conf, topology.conf), as text."""
+        return self.request_text("GET", f"/v1/clusters/{_seg(cluster_id)}/artifacts/{_seg(file)}")
+
+    def get_cluster_credentials(self, cluster_id: str) -> Body:
+        """Login credentials (kubeconfig or SSH login); admin only, audited, never in get/list."""
+        return self._body(self.request("GET", f"/v1/clusters/{_seg(cluster_id)}/credentials"))
+
+    # ---- catalog and pricing -----------------------------------------------------------------------
+
+    def list_regions(self) -> list[Body]:
+        return list(self.iter_items("/v1/regions"))
+
+    def list_instance_types(
+        self, *, region: str | None = None, gpu: str | None = None, min_gpus: int | None = None
+    ) -> list[Body]:
+        return list(
+            self.iter_items("/v1/instance-types", {"region": region, "gpu": gpu, "min_gpus": min_gpus})
+        )
+
+    def estimate_price(self, spec: Mapping[str, Any]) -> Body:
+        """Hourly (and reserved up-front) cost of a cluster spec. A POST without side effects: retried."""
+        return self._body(
+            self.request("POST", "/v1/pricing/estimate", json=dict(spec), side_effect_free=True)
+        )
+
+    # ---- billing -----------------------------------------------------------------------------------
+
+    def get_balance(self) -> Body:
+        return self._body(self.request("GET", "/v1/billing/balance"))
+
+    def list_usage(self, **filters: Any) -> list[Body]:
+        return list(self.iter_items("/v1/billing/usage", filters))
+
+    def list_invoices(self) -> list[Body]:
+        return list(self.iter_items("/v1/billing/invoices"))
+
+    def add_credits(self, body: Mapping[str, Any], *, idempotency_key: str) -> Body:
+        return self._body(
+            self.request("POST", "/v1/billing/credits", json=dict(body), idempotency_key=idempotency_key)
+        )
+
+    # ---- helpers -----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _body(response: ApiResponse) -> Body:
+        """The JSON object a single-object endpoint must answer with."""
+        if not isinstance(response.body, dict):
+            raise ServerError(
+                status=response.status,
+                code="malformed_response",
+                detail="the API answered without the expected JSON object",
+            )
+        return response.body

@@ -1,0 +1,300 @@
+"""The HTTP core of the backend client: one pooled httpx.Client, and the retry policy around it.
+
+Policy lives here; the transport only sends. A request is retried (tenacity) when repeating it cannot do
+anything twice:
+- the connection could not be made (nothing reached the server): any method;
+- a timeout or broken connection, or a 429/502/503/504 answer: only for replayable requests, meaning
+  GET/HEAD/OPTIONS/PUT/DELETE, PATCH (this API's PATCH carries absolute values) and a POST that carries
+  an `Idempotency-Key` (the server replays the first outcome) or that the caller marks side-effect free.
+Waits honour `Retry-After` (capped at `max_retry_after`), otherwise exponential backoff with jitter.
+The same request object, with the same Idempotency-Key, is sent on every attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import tenacity
+
+from provider.client._wire import dumps, error_from_response, loads, retry_after_seconds
+from provider.client.errors import ApiError, ServerError, TransportError
+
+_log = logging.getLogger("provider.client")
+
+RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+_REPLAYABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "PATCH"})
+# Failures in which the request never left this process: safe to repeat for any method.
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+class Cancelled(ApiError):
+    """The caller's cancellation event was set while a request waited to be retried."""
+
+    default_code = "cancelled"
+
+
+@dataclass(frozen=True)
+class ApiResponse:
+    status: int
+    body: Any
+    headers: httpx.Headers
+
+    @property
+    def etag(self) -> str | None:
+        etag: str | None = self.headers.get("etag")
+        return etag
+
+
+class HttpCore:
+    """Sends requests to the API with authentication, retries and typed errors."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        max_retries: int = 4,
+        transport: httpx.BaseTransport | None = None,
+        user_agent: str = "gpucloud-client",
+        max_retry_after: float = 30.0,
+        backoff_max: float = 8.0,
+        cancelled: threading.Event | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"endpoint must be an http:// or https:// URL, got {endpoint!r}")
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        if timeout <= 0:
+            raise ValueError("timeout must be > 0 seconds")
+        self.endpoint = endpoint.rstrip("/")
+        self._has_api_key = bool(api_key)
+        self._max_retries = max_retries
+        self._max_retry_after = max_retry_after
+        self._backoff = tenacity.wait_random_exponential(multiplier=0.25, max=backoff_max)
+        self._cancelled = cancelled
+        self._sleep_impl = sleep
+        headers = {
+            "User-Agent": user_agent,
+            "Accept": "application/json, application/problem+json",
+        }
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        self._http = httpx.Client(
+            base_url=self.endpoint + "/",
+            headers=headers,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            transport=transport,
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
+            follow_redirects=False,
+        )
+
+    def __repr__(self) -> str:
+        key = "<redacted>" if self._has_api_key else "<unset>"
+        return f"{type(self).__name__}(endpoint={self.endpoint!r}, api_key={key})"
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> HttpCore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ---- requests ----------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        idempotency_key: str | None = None,
+        if_match: str | None = None,
+        side_effect_free: bool = False,
+    ) -> ApiResponse:
+        """Send one logical request (retried per the policy) and return the parsed 2xx JSON response.
+
+        Raises an `ApiError` subclass for any failure."""
+        response = self._perform(method, path, params, json, idempotency_key, if_match, side_effect_free)
+        try:
+            body = loads(response.content)
+        except ValueError:
+            raise ServerError(
+                status=response.status_code,
+                code="malformed_response",
+                detail="the API answered with a body that is not JSON",
+                method=method.upper(),
+                path=path,
+            ) from None
+        return ApiResponse(response.status_code, body, response.headers)
+
+    def request_text(self, method: str, path: str, *, params: Mapping[str, Any] | None = None) -> str:
+        """Like `request`, for endpoints answering plain text (generated files)."""
+        return self._perform(method, path, params, None, None, None, False).text
+
+    def _perform(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None,
+        json: Any,
+        idempotency_key: str | None,
+        if_match: str | None,
+        side_effect_free: bool,
+    ) -> httpx.Response:
+        method = method.upper()
+        headers: dict[str, str] = {}
+        content: bytes | None = None
+        if json is not None:
+            content = dumps(json)
+            headers["Content-Type"] = "application/json"
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        if if_match is not None:
+            headers["If-Match"] = if_match
+        query = {k: _query_value(v) for k, v in (params or {}).items() if v is not None}
+        request = self._http.build_request(
+            method, path.lstrip("/"), params=query, content=content, headers=headers
+        )
+        replayable = method in _REPLAYABLE_METHODS or idempotency_key is not None or side_effect_free
+        response = self._send_with_retries(request, replayable)
+        if response.status_code >= 400:
+            raise error_from_response(response, method=method, path=path)
+        return response
+
+    def _send_with_retries(self, request: httpx.Request, replayable: bool) -> httpx.Response:
+        started = time.monotonic()
+
+        def should_retry(state: tenacity.RetryCallState) -> bool:
+            outcome = state.outcome
+            if outcome is None:
+                return False
+            if outcome.failed:
+                error = outcome.exception()
+                if isinstance(error, _NOT_SENT):
+                    return True
+                return replayable and isinstance(error, httpx.TransportError)
+            response: httpx.Response = outcome.result()
+            return replayable and response.status_code in RETRYABLE_STATUSES
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            outcome = state.outcome
+            if outcome is not None and not outcome.failed:
+                after = retry_after_seconds(outcome.result())
+                if after is not None:
+                    return min(after, self._max_retry_after)
+            return float(self._backoff(state))
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            outcome = state.outcome
+            why = (
+                type(outcome.exception()).__name__
+                if outcome is not None and outcome.failed
+                else f"HTTP {outcome.result().status_code}"
+                if outcome is not None
+                else "?"
+            )
+            delay = state.next_action.sleep if state.next_action else 0.0
+            _log.info(
+                "retrying %s %s after %s (attempt %d of %d, waiting %.1fs)",
+                request.method,
+                request.url.path,
+                why,
+                state.attempt_number,
+                self._max_retries + 1,
+                delay,
+            )
+
+        retrying = tenacity.Retrying(
+            stop=tenacity.stop_after_attempt(self._max_retries + 1),
+            retry=should_retry,
+            wait=wait,
+            sleep=self._sleep,
+            before_sleep=before_sleep,
+            retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+            reraise=True,
+        )
+        try:
+            response: httpx.Response = retrying(self._http.send, request)
+        except httpx.TransportError as exc:
+            raise TransportError(
+                status=0,
+                detail=f"could not reach the API at {self.endpoint}: {type(exc).__name__}: {exc}",
+                method=request.method,
+                path=request.url.path,
+            ) from exc
+        _log.debug(
+            "%s %s -> %d in %.0f ms (request id %s)",
+            request.method,
+            request.url.path,
+            response.status_code,
+            (time.monotonic() - started) * 1000,
+            response.headers.get("x-request-id", "-"),
+        )
+        return response
+
+    def _sleep(self, seconds: float) -> None:
+        if self._cancelled is not None and self._cancelled.is_set():
+            raise Cancelled(status=0, detail="the operation was cancelled")
+        if self._sleep_impl is not None:
+            self._sleep_impl(seconds)
+        elif self._cancelled is not None:
+            if self._cancelled.wait(seconds):
+                raise Cancelled(status=0, detail="the operation was cancelled")
+        else:
+            time.sleep(seconds)
+
+    # ---- pagination --------------------------------------------------------------------------------
+
+    def iter_items(
+        self, path: str, params: Mapping[str, Any] | None = None, *, page_size: int = 100
+    ) -> Iterator[Any]:
+        """Every item of a paginated listing (`{items, next_page_token}`), following page tokens."""
+        query = dict(params or {})
+        query["page_size"] = page_size
+        seen: set[str] = set()
+        while True:
+            body = self.request("GET", path, params=query).body
+            if isinstance(body, list):  # an unpaginated listing
+                yield from body
+                return
+            if not isinstance(body, dict) or not isinstance(body.get("items"), list):
+                raise ServerError(
+                    status=200,
+                    code="malformed_response",
+                    detail="a listing without items",
+                    method="GET",
+                    path=path,
+                )
+            yield from body["items"]
+            token = body.get("next_page_token")
+            if not token:
+                return
+            if token in seen:
+                raise ServerError(
+                    status=200,
+                    code="malformed_response",
+                    detail="the listing repeats a page token",
+                    method="GET",
+                    path=path,
+                )
+            seen.add(token)
+            query["page_token"] = token
+
+
+def _query_value(value: Any) -> Any:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return value
