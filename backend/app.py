@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from backend.api import audit_events, clusters, health, ssh_keys, volumes
+from backend.api import audit_events, clusters, engine_routes, health, ssh_keys, volumes
 from backend.api.metrics import Metrics
 from backend.api.middleware import RequestMiddleware
 from backend.api.openapi import install_openapi
@@ -85,6 +85,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(volumes.router)
     app.include_router(clusters.router)
     app.include_router(audit_events.router)
+    app.include_router(engine_routes.router)
     install_openapi(app)
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes, metrics=state.metrics)
     return app

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 
 import structlog
 
@@ -19,6 +18,6 @@ def configure_logging(level: str = "info") -> None:
             structlog.processors.JSONRenderer(),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
-        logger_factory=structlog.WriteLoggerFactory(file=sys.stdout),
+        logger_factory=structlog.WriteLoggerFactory(),  # sys.stdout as it is at write time
         cache_logger_on_first_use=False,
     )
