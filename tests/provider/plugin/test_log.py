@@ -1,0 +1,88 @@
+"""hclog-shaped JSON logging on stderr."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from provider.plugin.log import (
+    TRACE,
+    HclogJsonFormatter,
+    configure_logging,
+    hclog_level,
+    level_from_environment,
+)
+
+
+@pytest.mark.parametrize(
+    ("environ", "level"),
+    [
+        ({}, logging.WARNING),
+        ({"TF_LOG": "debug"}, logging.DEBUG),
+        ({"TF_LOG": "JSON"}, TRACE),
+        ({"TF_LOG": "trace", "TF_LOG_PROVIDER": "error"}, logging.ERROR),
+        ({"TF_LOG_PROVIDER": "off"}, logging.CRITICAL + 10),
+        ({"TF_LOG": "loud"}, TRACE),
+    ],
+)
+def test_level_from_environment(environ: dict[str, str], level: int) -> None:
+    assert level_from_environment(environ) == level
+
+
+@pytest.mark.parametrize(
+    ("levelno", "name"),
+    [
+        (TRACE, "trace"),
+        (logging.DEBUG, "debug"),
+        (logging.INFO, "info"),
+        (logging.WARNING, "warn"),
+        (logging.ERROR, "error"),
+        (logging.CRITICAL, "error"),
+    ],
+)
+def test_hclog_level_names(levelno: int, name: str) -> None:
+    assert hclog_level(levelno) == name
+
+
+def test_formatter_writes_hclog_fields_extras_and_exceptions() -> None:
+    logger = logging.getLogger("gpucloud.test")
+    try:
+        raise ValueError("bad")
+    except ValueError:
+        record = logger.makeRecord(
+            "gpucloud.test", logging.ERROR, __file__, 1, "failed %s", ("thing",), exc_info=sys.exc_info()
+        )
+    record.__dict__["cluster_id"] = "c-1"
+    entry = json.loads(HclogJsonFormatter().format(record))
+    assert entry["@level"] == "error"
+    assert entry["@message"] == "failed thing"
+    assert entry["@module"] == "gpucloud.test"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", entry["@timestamp"])
+    assert entry["cluster_id"] == "c-1"
+    assert "ValueError: bad" in entry["exception"]
+
+
+@pytest.fixture
+def restore_root_logger() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.captureWarnings(False)
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_configure_logging_filters_by_level() -> None:
+    stream = io.StringIO()
+    configure_logging({"TF_LOG_PROVIDER": "info"}, stream=stream)
+    logging.getLogger("gpucloud.x").debug("hidden")
+    logging.getLogger("gpucloud.x").info("shown")
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(e["@level"], e["@message"]) for e in lines] == [("info", "shown")]
