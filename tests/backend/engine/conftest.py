@@ -2,21 +2,32 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.domain import catalog as catalog_module
+from backend.domain.catalog import Catalog, catalog_to_dict
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
 
-FAST = {"simulation_speed": 1e9, "simulation_boot_failure_rate": 0.0,
-        "simulation_acceptance_failure_rate": 0.0, "simulation_xid_rate": 0.0, "engine_lease_seconds": 5.0}
+FAST = {
+    "simulation_speed": 1e9,
+    "simulation_boot_failure_rate": 0.0,
+    "simulation_acceptance_failure_rate": 0.0,
+    "simulation_xid_rate": 0.0,
+    "engine_lease_seconds": 5.0,
+}
 
 
 @pytest.fixture
@@ -30,6 +41,7 @@ def sessions(settings: Settings) -> Iterator[sessionmaker[Session]]:
 def make_worker(sessions: sessionmaker[Session]) -> Callable[..., EngineWorker]:
     def build(**overrides: Any) -> EngineWorker:
         return EngineWorker(sessions, EngineSettings(**{**FAST, **overrides}))
+
     return build
 
 
@@ -49,7 +61,12 @@ def drain(worker: EngineWorker, *, timeout: float = 20.0) -> int:
 
 
 def cluster_body(**overrides: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"name": "train", "region": "us-east-1", "instance_type": "8xH100", "node_count": 2}
+    body: dict[str, Any] = {
+        "name": "train",
+        "region": "us-east-1",
+        "instance_type": "8xH100",
+        "node_count": 2,
+    }
     body.update(overrides)
     return body
 
@@ -66,3 +83,26 @@ def create(admin: TestClient, **overrides: Any) -> dict[str, Any]:
     assert response.status_code in (200, 201, 202), response.text
     data: dict[str, Any] = response.json()
     return data
+
+
+@pytest.fixture
+def small_catalog(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[dict[str, int]], Catalog]:
+    """Install a catalog whose us-east-1 InfiniBand fabric holds only the given pools."""
+
+    def install(pools: dict[str, int]) -> Catalog:
+        doc = catalog_to_dict(catalog_module._builtin_catalog())
+        for fabric in doc["fabrics"]:
+            if fabric["name"] == "ib-east-a":
+                fabric["pools"] = pools
+        path = tmp_path / "catalog.json"
+        path.write_text(json.dumps(doc))
+        monkeypatch.setenv("GPUCLOUD_CATALOG_FILE", str(path))
+        monkeypatch.setattr(catalog_module, "_cache", {})
+        return catalog_module.default_catalog()
+
+    return install
+
+
+def ssh_public_key() -> str:
+    key = ed25519.Ed25519PrivateKey.generate().public_key()
+    return key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()

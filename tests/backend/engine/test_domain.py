@@ -25,8 +25,12 @@ CATALOG = default_catalog()
 
 
 def spec(**overrides: object) -> dict[str, object]:
-    base: dict[str, object] = {"name": "train", "region": "us-east-1", "instance_type": "8xH100",
-                               "node_count": 2}
+    base: dict[str, object] = {
+        "name": "train",
+        "region": "us-east-1",
+        "instance_type": "8xH100",
+        "node_count": 2,
+    }
     base.update(overrides)
     return base
 
@@ -99,8 +103,14 @@ def test_rules_name_the_offending_field(overrides: dict[str, object], expected: 
 
 
 def test_rules_report_every_violation_at_once() -> None:
-    found = codes(spec(node_count=3, orchestrator="none", container="base",
-                       billing={"type": "reserved", "duration_days": 0}))
+    found = codes(
+        spec(
+            node_count=3,
+            orchestrator="none",
+            container="base",
+            billing={"type": "reserved", "duration_days": 0},
+        )
+    )
     assert {"orchestrator", "container", "billing.duration_days"} <= {path for path, _ in found}
 
 
@@ -116,17 +126,32 @@ def test_rules_are_published_per_instance_type() -> None:
 
 
 def test_lifecycle_happy_path_and_day2_edges() -> None:
-    path = [NodeStatus.PENDING, NodeStatus.PROVISIONING, NodeStatus.CONFIGURING,
-            NodeStatus.CONTAINER_CREATING, NodeStatus.RUNNING, NodeStatus.CONFIGURING, NodeStatus.RUNNING,
-            NodeStatus.CONTAINER_CREATING, NodeStatus.RUNNING, NodeStatus.DESTROYING, NodeStatus.DESTROYED]
+    path = [
+        NodeStatus.PENDING,
+        NodeStatus.PROVISIONING,
+        NodeStatus.CONFIGURING,
+        NodeStatus.CONTAINER_CREATING,
+        NodeStatus.RUNNING,
+        NodeStatus.CONFIGURING,
+        NodeStatus.RUNNING,
+        NodeStatus.CONTAINER_CREATING,
+        NodeStatus.RUNNING,
+        NodeStatus.DESTROYING,
+        NodeStatus.DESTROYED,
+    ]
     for current, target in itertools.pairwise(path):
         check_transition(current, target)
 
 
-@pytest.mark.parametrize(("current", "target"), [
-    (NodeStatus.DESTROYED, NodeStatus.RUNNING), (NodeStatus.PENDING, NodeStatus.RUNNING),
-    (NodeStatus.FAILED, NodeStatus.RUNNING), (NodeStatus.DESTROYING, NodeStatus.RUNNING),
-])
+@pytest.mark.parametrize(
+    ("current", "target"),
+    [
+        (NodeStatus.DESTROYED, NodeStatus.RUNNING),
+        (NodeStatus.PENDING, NodeStatus.RUNNING),
+        (NodeStatus.FAILED, NodeStatus.RUNNING),
+        (NodeStatus.DESTROYING, NodeStatus.RUNNING),
+    ],
+)
 def test_lifecycle_refuses_impossible_transitions(current: NodeStatus, target: NodeStatus) -> None:
     with pytest.raises(InvalidTransition):
         check_transition(current, target)

@@ -13,9 +13,9 @@ from backend.store.engine_models import Allocation, NodeTransition
 from tests.backend.engine.conftest import create, drain, get
 
 
-def test_engine_create_runs_every_phase_to_running(admin: TestClient,
-                                                   make_worker: Callable[..., EngineWorker],
-                                                   sessions: sessionmaker[Session]) -> None:
+def test_engine_create_runs_every_phase_to_running(
+    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session]
+) -> None:
     cluster = create(admin)
     assert cluster["status"] == "PENDING"
     drain(make_worker(simulation_speed=5000))
@@ -25,15 +25,23 @@ def test_engine_create_runs_every_phase_to_running(admin: TestClient,
     assert all(n["status"] == "RUNNING" for n in body["nodes"])
     phases = [p["phase"] for p in body["phase_history"]]
     assert phases[0] == "Admitted" and phases[-1] == "Ready"
-    assert {"ProvisioningNodes", "ProgrammingFabric", "InstallingDrivers", "RunningAcceptanceTests"} <= set(phases)
+    expected = {"ProvisioningNodes", "ProgrammingFabric", "InstallingDrivers", "RunningAcceptanceTests"}
+    assert expected <= set(phases)
     with sessions() as session:
-        statuses = [t.to_status for t in session.scalars(
-            select(NodeTransition).where(NodeTransition.node_name == "train-0").order_by(NodeTransition.id))]
+        statuses = [
+            t.to_status
+            for t in session.scalars(
+                select(NodeTransition)
+                .where(NodeTransition.node_name == "train-0")
+                .order_by(NodeTransition.id)
+            )
+        ]
     assert statuses == ["PENDING", "PROVISIONING", "CONFIGURING", "CONTAINER_CREATING", "RUNNING"]
 
 
-def test_engine_destroy_releases_everything(admin: TestClient, make_worker: Callable[..., EngineWorker],
-                                            sessions: sessionmaker[Session]) -> None:
+def test_engine_destroy_releases_everything(
+    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session]
+) -> None:
     cluster = create(admin)
     worker = make_worker()
     drain(worker)
@@ -42,6 +50,9 @@ def test_engine_destroy_releases_everything(admin: TestClient, make_worker: Call
     assert admin.get(f"/v1/clusters/{cluster['id']}").status_code == 404
     with sessions() as session:
         assert session.scalars(select(Allocation)).all() == []
-        last = session.scalars(select(NodeTransition.to_status).where(NodeTransition.node_name == "train-1")
-                               .order_by(NodeTransition.id.desc())).first()
+        last = session.scalars(
+            select(NodeTransition.to_status)
+            .where(NodeTransition.node_name == "train-1")
+            .order_by(NodeTransition.id.desc())
+        ).first()
     assert last == "DESTROYED"

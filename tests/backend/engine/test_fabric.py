@@ -29,12 +29,29 @@ def layout(count: int, *, gaps: bool = False, orchestrator: str = "slurm") -> Cl
     slots = choose_slots(IB, "8xH100", range(20), count) or []
     indexes = [i * 2 if gaps else i for i in range(count)]
     nodes = tuple(
-        NodeLayout(f"train-{i}", i, s, slot_position(IB, "8xH100", s).scalable_unit,
-                   addressing.worker_address("10.0.4.0/22", i))
+        NodeLayout(
+            f"train-{i}",
+            i,
+            s,
+            slot_position(IB, "8xH100", s).scalable_unit,
+            addressing.worker_address("10.0.4.0/22", i),
+        )
         for i, s in zip(indexes, slots, strict=True)
     )
-    return ClusterLayout("cls_x", "train", "us-east-1", orchestrator, "infiniband", H100, IB, "10.0.4.0/22",
-                         "0x0001", nodes, jumphost_ip="10.0.4.4", public_ip="198.18.0.1")
+    return ClusterLayout(
+        "cls_x",
+        "train",
+        "us-east-1",
+        orchestrator,
+        "infiniband",
+        H100,
+        IB,
+        "10.0.4.0/22",
+        "0x0001",
+        nodes,
+        jumphost_ip="10.0.4.4",
+        public_ip="198.18.0.1",
+    )
 
 
 def test_placement_fits_in_one_scalable_unit_when_possible() -> None:
@@ -105,8 +122,9 @@ def test_nccl_env_matches_the_reference() -> None:
 
 def scontrol(conf_dir: Path, *args: str) -> str:
     env = {**os.environ, "SLURM_CONF": str(conf_dir / "slurm.conf")}
-    done = subprocess.run(["scontrol", *args], env=env, capture_output=True, text=True, timeout=30,
-                          check=False)
+    done = subprocess.run(
+        ["scontrol", *args], env=env, capture_output=True, text=True, timeout=30, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert "error" not in done.stderr.lower(), done.stderr
     return done.stdout
@@ -142,7 +160,8 @@ def test_kubeconfig_loads_with_the_kubernetes_client(tmp_path: Path) -> None:
     path.write_text(kubernetes.kubeconfig(cluster, ca, token))
     client_config = kube_client.Configuration()
     kube_config.load_kube_config(  # type: ignore[no-untyped-call]
-        config_file=str(path), client_configuration=client_config)
+        config_file=str(path), client_configuration=client_config
+    )
     assert client_config.host == "https://198.18.0.1:6443"
     assert client_config.api_key["BearerToken"] == f"Bearer {token}"
     assert Path(str(client_config.ssl_ca_cert)).read_text() == ca

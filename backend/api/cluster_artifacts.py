@@ -1,0 +1,57 @@
+"""Generated cluster files (`/artifacts/{file}`) and the admin-only, audited `/credentials`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel
+from starlette.responses import Response
+
+from backend.api.deps import Reader, Writer
+from backend.api.problems import request_id_of
+from backend.api.schemas import READ_ERRORS, WRITE_ERRORS
+from backend.api.state import app_state
+from backend.domain.errors import NotFound
+from backend.provisioning import views
+from backend.services import audit, clusters
+
+router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
+ArtifactName = Literal["slurm.conf", "gres.conf", "topology.conf", "hosts", "kubernetes-nodes.json"]
+
+
+class CredentialsOut(BaseModel):
+    kubeconfig: str
+    api_endpoint: str
+
+
+@router.get("/{cluster_id}/artifacts/{file}", responses={**READ_ERRORS, 200: {"content": {"text/plain": {}}}},
+            response_class=Response)
+def get_artifact(cluster_id: str, file: ArtifactName, request: Request, principal: Reader) -> Response:
+    """A file generated from the cluster's current placement (regenerated on every membership change)."""
+    state = app_state(request)
+    with state.read_sessions() as session:
+        clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        content = views.artifact(session, cluster_id, file)
+    if content is None:
+        raise NotFound(f"cluster {cluster_id} has no {file} (wrong orchestrator, or not placed)",
+                       field="file", code="artifact_not_available")
+    return Response(content, media_type=views.ARTIFACTS[file])
+
+
+@router.get("/{cluster_id}/credentials", response_model=CredentialsOut, responses=WRITE_ERRORS)
+def get_credentials(cluster_id: str, request: Request, principal: Writer) -> Response:
+    """The admin kubeconfig of a Kubernetes cluster (admin keys only; every read is audited)."""
+    state = app_state(request)
+    with state.write_sessions.begin() as session:
+        clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        found = views.cluster_credentials(session, cluster_id)
+        if found is None:
+            raise NotFound(f"cluster {cluster_id} has no credentials (not Kubernetes, or not placed)",
+                           field="cluster_id", code="credentials_not_available")
+        audit.record_event(session=session, project_id=principal.project_id, actor=principal.key_prefix,
+                           action="cluster.credentials_read", resource_type="cluster",
+                           resource_id=cluster_id, request_id=request_id_of(request))
+    body = CredentialsOut(kubeconfig=found["kubeconfig"], api_endpoint=found["api_endpoint"])
+    return Response(body.model_dump_json(), media_type="application/json",
+                    headers={"Cache-Control": "no-store"})

@@ -1,0 +1,9 @@
+"""Every route the engine owns, as one router for the app to include."""
+
+from fastapi import APIRouter
+
+from backend.api import catalog, cluster_artifacts
+
+router = APIRouter()
+router.include_router(catalog.router)
+router.include_router(cluster_artifacts.router)
