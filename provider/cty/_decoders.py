@@ -50,6 +50,7 @@ MSGPACK_DIALECT: Final = Dialect("msgpack", is_json=False)
 JSON_DIALECT: Final = Dialect("json", is_json=True)
 JSON_IGNORING_EXTRA_DIALECT: Final = Dialect("json-ignore-extra", is_json=True, ignore_extra_attributes=True)
 
+MAX_CACHED_CODECS: Final = 4096
 _DECODERS: dict[tuple[CtyType, Dialect], Decoder] = {}
 
 
@@ -69,6 +70,8 @@ def get_decoder(t: CtyType, dialect: Dialect) -> Decoder:
     decoder = _DECODERS.get(key)
     if decoder is None:
         decoder = _compile(t, dialect)
+        if len(_DECODERS) >= MAX_CACHED_CODECS:  # dynamic values can bring endless new types
+            _DECODERS.clear()
         _DECODERS[key] = decoder
     return decoder
 

@@ -11,7 +11,13 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
-from provider.cty._decoders import JSON_DIALECT, JSON_IGNORING_EXTRA_DIALECT, describe, get_decoder
+from provider.cty._decoders import (
+    JSON_DIALECT,
+    JSON_IGNORING_EXTRA_DIALECT,
+    MAX_CACHED_CODECS,
+    describe,
+    get_decoder,
+)
 from provider.cty._numbers import NumberError, number_to_json_text
 from provider.cty.errors import ValueDecodeError, ValueEncodeError
 from provider.cty.path import GetAttr, Index
@@ -59,6 +65,8 @@ def _writer(t: CtyType) -> JsonWriter:
     writer = _WRITERS.get(t)
     if writer is None:
         writer = _compile_writer(t)
+        if len(_WRITERS) >= MAX_CACHED_CODECS:
+            _WRITERS.clear()
         _WRITERS[t] = writer
     return writer
 

@@ -13,7 +13,7 @@ from typing import Any, Final
 
 import msgpack
 
-from provider.cty._decoders import MSGPACK_DIALECT, describe, get_decoder
+from provider.cty._decoders import MAX_CACHED_CODECS, MSGPACK_DIALECT, describe, get_decoder
 from provider.cty._numbers import NumberError, number_from_wire, number_to_msgpack
 from provider.cty.errors import ValueDecodeError, ValueEncodeError
 from provider.cty.path import GetAttr, Index
@@ -146,6 +146,8 @@ def _encoder(t: CtyType) -> Encoder:
     encoder = _ENCODERS.get(t)
     if encoder is None:
         encoder = _compile_encoder(t)
+        if len(_ENCODERS) >= MAX_CACHED_CODECS:  # dynamic values can bring endless new types
+            _ENCODERS.clear()
         _ENCODERS[t] = encoder
     return encoder
 

@@ -124,3 +124,9 @@ def test_creates_of_keys_volumes_and_credits_carry_the_callers_key() -> None:
 
 def test_new_idempotency_keys_are_unique() -> None:
     assert len({new_idempotency_key() for _ in range(100)}) == 100
+
+
+def test_generic_request_exposes_status_and_etag() -> None:
+    api = ScriptedApi(httpx.Response(200, json={"id": "vol_1"}, headers={"ETag": '"7"'}))
+    response = make_client(api).request("GET", "/v1/volumes/vol_1")
+    assert (response.status, response.body, response.etag) == (200, {"id": "vol_1"}, '"7"')

@@ -282,3 +282,16 @@ def test_msgpack_collections_accept_tuples_and_python_sets() -> None:
     assert sorted(decode_msgpack(encode_msgpack({"a", "b"}, Set(STRING)), Set(STRING))) == ["a", "b"]
     with pytest.raises(ValueEncodeError):
         encode_msgpack({"a"}, List(STRING))
+
+
+def test_msgpack_codec_caches_stay_bounded_under_endless_dynamic_types(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from provider.cty import _decoders, msgpack_codec
+
+    monkeypatch.setattr(msgpack_codec, "MAX_CACHED_CODECS", 3)
+    monkeypatch.setattr(_decoders, "MAX_CACHED_CODECS", 3)
+    for i in range(20):
+        value = Dynamic(Object({f"attr{i}": List(STRING)}), {f"attr{i}": ["x"]})
+        assert decode_msgpack(encode_msgpack(value, DYNAMIC), DYNAMIC) == value
+        assert len(msgpack_codec._ENCODERS) <= 3 and len(_decoders._DECODERS) <= 3
