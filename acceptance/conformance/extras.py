@@ -41,7 +41,8 @@ class EchoDataSource(DataSource):
 
 
 class TokenEphemeral(EphemeralResource):
-    """A credential that must never reach state; open/close are logged in the store."""
+    """A credential that must never reach state; open/close are logged in the store (with the value,
+    so tests can check it appears nowhere else)."""
 
     type_name = "conformance_token"
     schema = Schema(
@@ -58,15 +59,15 @@ class TokenEphemeral(EphemeralResource):
         data: ConformanceData = ctx.provider_data
         value = secrets.token_hex(32)[: int(config["length"])]
         lease = data.store.next_id("lease")
-        ctx.private["lease"] = lease
-        data.store.put("ephemeral_log", lease, "opened", STRING)
+        ctx.private.update(lease=lease, value=value)
+        data.store.put("ephemeral_log", lease, f"opened:{value}", STRING)
         return EphemeralResult(
             {**config, "value": value}, renew_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
         )
 
     def close(self, ctx: Context) -> None:
         data: ConformanceData = ctx.provider_data
-        data.store.put("ephemeral_log", ctx.private["lease"], "closed", STRING)
+        data.store.put("ephemeral_log", ctx.private["lease"], f"closed:{ctx.private['value']}", STRING)
 
 
 class JoinFunction(Function):
