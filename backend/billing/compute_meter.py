@@ -7,6 +7,7 @@ Reads `engine_node_transitions` (append-only, written by the engine with every n
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -23,6 +24,7 @@ from backend.billing.meter import (
     first_time_running,
     reservation_charge,
     running_intervals,
+    without_gaps,
 )
 from backend.billing.pricing import PriceBook
 from backend.billing.storage_meter import usage_record
@@ -128,8 +130,10 @@ def compute_records(
     expiry_grace: timedelta,
     cutoff: datetime,
     now: datetime,
+    held: Sequence[tuple[datetime, datetime | None]] = (),
 ) -> list[UsageRecord]:
-    """Usage records for every final hour slice of the cluster's nodes (stored or not)."""
+    """Usage records for every final hour slice of the cluster's nodes (stored or not); time inside
+    `held` (credit holds) is not metered."""
     slots, coverage_end = 0, None
     if reservation is not None:
         slots = reservation.node_count
@@ -138,7 +142,8 @@ def compute_records(
             coverage_end += expiry_grace
     elif cluster is not None and cluster.billing_type == "reserved":
         slots = cluster.node_count  # nodes up before the term starts are covered by it
-    segments = compute_segments(usage.intervals, reserved_slots=slots, coverage_end=coverage_end)
+    intervals = without_gaps(usage.intervals, held) if held else usage.intervals
+    segments = compute_segments(intervals, reserved_slots=slots, coverage_end=coverage_end)
     items = compute_usage_items(
         segments,
         gpus_per_node=usage.gpus_per_node,

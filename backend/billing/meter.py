@@ -120,6 +120,25 @@ def running_intervals(transitions: Iterable[NodeTransition]) -> list[RunningInte
     return intervals
 
 
+def without_gaps(
+    intervals: Sequence[RunningInterval], gaps: Sequence[tuple[datetime, datetime | None]]
+) -> list[RunningInterval]:
+    """The intervals minus the time inside `gaps` (credit holds: a held cluster is not metered)."""
+    result = list(intervals)
+    for gap_start, gap_end in gaps:
+        start, end = to_second(gap_start), None if gap_end is None else to_second(gap_end)
+        clipped: list[RunningInterval] = []
+        for interval in result:
+            if interval.start < start:  # the part before the gap
+                before_end = start if interval.end is None else min(interval.end, start)
+                clipped.append(RunningInterval(interval.node_id, interval.start, before_end))
+            if end is not None and (interval.end is None or interval.end > end):  # the part after it
+                clipped.append(RunningInterval(interval.node_id, max(interval.start, end), interval.end))
+        result = clipped
+    result.sort(key=lambda i: (i.start, i.node_id))
+    return result
+
+
 def first_time_running(intervals: Sequence[RunningInterval], node_count: int) -> datetime | None:
     """The first moment at least `node_count` nodes run together (a cluster "reaches RUNNING")."""
     events: list[tuple[datetime, int]] = []

@@ -178,3 +178,23 @@ def test_unit_prices_recorded_on_items() -> None:
     assert items[0].units == Decimal(1)
     assert items[0].amount_micros == 1192
     assert items[0].end - items[0].start == timedelta(seconds=1)
+
+
+def test_without_gaps_removes_held_time() -> None:
+    from backend.billing.meter import without_gaps
+
+    intervals = [
+        RunningInterval("n0", at("10:00:00"), None),
+        RunningInterval("n1", at("10:00:00"), at("10:30:00")),
+        RunningInterval("n2", at("13:00:00"), None),
+    ]
+    assert without_gaps(intervals, [(at("10:20:00"), at("12:00:00"))]) == [
+        RunningInterval("n0", at("10:00:00"), at("10:20:00")),
+        RunningInterval("n1", at("10:00:00"), at("10:20:00")),
+        RunningInterval("n0", at("12:00:00"), None),
+        RunningInterval("n2", at("13:00:00"), None),
+    ]
+    assert without_gaps(intervals, [(at("10:20:00"), None)]) == [
+        RunningInterval("n0", at("10:00:00"), at("10:20:00")),
+        RunningInterval("n1", at("10:00:00"), at("10:20:00")),
+    ]

@@ -1,0 +1,92 @@
+"""What billing does to clusters, through the core's and the engine's public entry points, and how it
+leaves a trace: a phase history entry on the cluster and an audit event, both at billing's clock time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from backend.billing.clock import ensure_utc
+from backend.domain.ids import new_id
+from backend.services import engine_hooks
+from backend.store.engine_models import PhaseRecord
+from backend.store.models import AuditEvent, Cluster
+
+ACTOR = "billing"
+
+
+def record_phase(session: Session, *, cluster_id: str, phase: str, detail: str, at: datetime) -> None:
+    """Append a billing step to the cluster's phase history (shown with the engine's own phases)."""
+    session.add(PhaseRecord(cluster_id=cluster_id, phase=phase, detail=detail, at=ensure_utc(at)))
+
+
+def record_audit(
+    session: Session,
+    *,
+    project_id: str,
+    action: str,
+    resource_type: str,
+    resource_id: str | None,
+    at: datetime,
+    details: dict[str, Any],
+) -> None:
+    """An audit event written by billing (actor "billing", no request id)."""
+    session.add(
+        AuditEvent(
+            id=new_id("audit_event"), project_id=project_id, occurred_at=ensure_utc(at), actor=ACTOR,
+            action=action, resource_type=resource_type, resource_id=resource_id, request_id=None,
+            details=details,
+        )
+    )
+
+
+def decommission(session: Session, *, cluster: Cluster, reason: str, at: datetime) -> bool:
+    """Tear the cluster down as a user delete would; False when `deletion_protection` forbids it (the
+    user's protection is respected: the caller keeps the cluster unbilled or bills it on-demand)."""
+    if cluster.deletion_requested_at is not None:
+        return True
+    if cluster.deletion_protection:
+        record_phase(session, cluster_id=cluster.id, phase="DecommissionBlocked",
+                     detail=f"{reason}; deletion_protection is on, so the cluster is kept", at=at)
+        return False
+    cluster.deletion_requested_at = ensure_utc(at)
+    cluster.generation = cluster.generation + 1
+    cluster.updated_at = ensure_utc(at)
+    session.flush()
+    engine_hooks.request_reconcile(session, cluster.id)
+    record_phase(session, cluster_id=cluster.id, phase="Decommissioning", detail=reason, at=at)
+    return True
+
+
+def pause(session: Session, *, cluster: Cluster, reason: str, at: datetime) -> bool:
+    """Ask the engine to pause the cluster's nodes; returns False when the engine cannot pause.
+
+    Billing stops metering a held cluster from `at` either way (see `credit holds` in docs/billing.md).
+    """
+    record_phase(session, cluster_id=cluster.id, phase="Paused", detail=reason, at=at)
+    hook = _engine_hook("pause_cluster")
+    if hook is None:  # TODO(engine): call backend.provisioning.engine.pause_cluster once it exists
+        return False
+    hook(session, cluster.id, reason)
+    return True
+
+
+def resume(session: Session, *, cluster: Cluster, reason: str, at: datetime) -> bool:
+    """Undo `pause` once credits are back."""
+    record_phase(session, cluster_id=cluster.id, phase="Resumed", detail=reason, at=at)
+    hook = _engine_hook("resume_cluster")
+    if hook is None:  # TODO(engine): call backend.provisioning.engine.resume_cluster once it exists
+        return False
+    hook(session, cluster.id, reason)
+    return True
+
+
+def _engine_hook(name: str) -> Any | None:
+    if importlib.util.find_spec("backend.provisioning.engine") is None:
+        return None
+    return getattr(importlib.import_module("backend.provisioning.engine"), name, None)

@@ -1,0 +1,175 @@
+"""A billing world on a real migrated database: projects, clusters, node histories and volumes written
+with chosen timestamps, a ManualClock, and the metering job run on demand."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.billing.clock import ManualClock
+from backend.billing.ledger import balance_micros, grant_credits
+from backend.billing.pricing_catalog import default_price_book
+from backend.billing.service import MeteringResult, run_metering
+from backend.billing.settings import BillingSettings
+from backend.domain.ids import new_id
+from backend.settings import Settings
+from backend.store.billing_models import UsageRecord
+from backend.store.db import make_engine, make_session_factory
+from backend.store.engine_models import EngineNode, NodeTransition
+from backend.store.models import AuditEvent, Cluster, Project, Volume
+
+T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
+
+
+def at(hhmmss: str, day: int = 2, month: int = 3) -> datetime:
+    h, m, s = (int(x) for x in hhmmss.split(":"))
+    return datetime(2026, month, day, h, m, s, tzinfo=UTC)
+
+
+class BillingWorld:
+    def __init__(self, sessions: sessionmaker[Session], settings: BillingSettings) -> None:
+        self.sessions = sessions
+        self.settings = settings
+        self.clock = ManualClock(T0)
+        self.prices = default_price_book()
+        self._names = itertools.count()
+
+    # --- the metering job -------------------------------------------------------------------------------
+    def run(self, moment: datetime | None = None) -> MeteringResult:
+        if moment is not None:
+            self.clock.set(moment)
+        return run_metering(
+            sessions=self.sessions, clock=self.clock, settings=self.settings, prices=self.prices
+        )
+
+    # --- core rows --------------------------------------------------------------------------------------
+    def project(self, name: str = "acme") -> str:
+        with self.sessions.begin() as session:
+            project = Project(id=new_id("project"), name=name, created_at=T0)
+            session.add(project)
+        return project.id
+
+    def grant(self, project_id: str, usd: str, key: str = "k1", moment: datetime | None = None) -> None:
+        with self.sessions.begin() as session:
+            grant_credits(session, project_id=project_id, amount_micros=int(Decimal(usd) * 1_000_000),
+                          idempotency_key=key, actor="test", description="test grant",
+                          now=moment or self.clock.now())
+
+    def cluster(self, project_id: str, *, instance_type: str, region: str, node_count: int,
+                billing_type: str = "on_demand", duration_days: int | None = None,
+                on_expiry: str | None = None, deletion_protection: bool = False) -> str:
+        with self.sessions.begin() as session:
+            cluster = Cluster(
+                id=new_id("cluster"), project_id=project_id, name=f"c{next(self._names)}", region=region,
+                instance_type=instance_type, node_count=node_count, orchestrator="slurm",
+                interconnect="infiniband", container=None, billing_type=billing_type,
+                billing_duration_days=duration_days, billing_on_expiry=on_expiry, labels={},
+                deletion_protection=deletion_protection, status="PENDING", generation=1, created_at=T0,
+                updated_at=T0,
+            )
+            session.add(cluster)
+        return cluster.id
+
+    def set_node_count(self, cluster_id: str, node_count: int) -> None:
+        with self.sessions.begin() as session:
+            cluster = session.get(Cluster, cluster_id)
+            assert cluster is not None
+            cluster.node_count = node_count
+
+    def transition(self, cluster_id: str, node: str, status: str, moment: datetime) -> None:
+        """Record a node status change the way the engine does (creating the node on first use)."""
+        with self.sessions.begin() as session:
+            cluster = session.get(Cluster, cluster_id)
+            assert cluster is not None
+            node_id = f"nod_{cluster_id[-12:]}_{node}"
+            row = session.get(EngineNode, node_id)
+            gpus = self.prices.gpus_per_node(cluster.instance_type)
+            if row is None:
+                row = EngineNode(
+                    id=node_id, cluster_id=cluster_id, name=node, active_name=node, index=0, batch=1,
+                    region=cluster.region, fabric="f", instance_type=cluster.instance_type, gpu_count=gpus,
+                    slot=0, scalable_unit=0, private_ip="10.0.0.1", status="PENDING", stage="queued",
+                    applied_config={}, created_at=moment, updated_at=moment,
+                )
+                session.add(row)
+                session.flush()
+            session.add(NodeTransition(
+                node_id=node_id, cluster_id=cluster_id, project_id=cluster.project_id, node_name=node,
+                instance_type=cluster.instance_type, region=cluster.region, gpu_count=gpus,
+                from_status=row.status, to_status=status, at=moment,
+            ))
+            row.status = status
+
+    def nodes(self, cluster_id: str, names: list[str], status: str, moment: datetime) -> None:
+        for name in names:
+            self.transition(cluster_id, name, status, moment)
+
+    def volume(self, project_id: str, *, region: str, size_tib: int, created: datetime) -> str:
+        with self.sessions.begin() as session:
+            volume = Volume(id=new_id("volume"), project_id=project_id, name=f"v{next(self._names)}",
+                            region=region, size_tib=size_tib, status="available", generation=1,
+                            created_at=created, updated_at=created)
+            session.add(volume)
+        return volume.id
+
+    def resize_volume(self, volume_id: str, size_tib: int, moment: datetime) -> None:
+        with self.sessions.begin() as session:
+            volume = session.get(Volume, volume_id)
+            assert volume is not None
+            volume.size_tib, volume.updated_at = size_tib, moment
+
+    def delete_volume(self, volume_id: str, moment: datetime) -> None:
+        """Delete the volume as core does: the row goes, an audit event says when."""
+        with self.sessions.begin() as session:
+            volume = session.get(Volume, volume_id)
+            assert volume is not None
+            session.add(AuditEvent(id=new_id("audit_event"), project_id=volume.project_id, occurred_at=moment,
+                                   actor="gpc_test", action="volume.delete", resource_type="volume",
+                                   resource_id=volume_id, request_id=None, details={}))
+            session.delete(volume)
+
+    # --- reading back -----------------------------------------------------------------------------------
+    def balance(self, project_id: str) -> Decimal:
+        with self.sessions() as session:
+            return Decimal(balance_micros(session, project_id)) / 1_000_000
+
+    def charged(self, project_id: str, **filters: Any) -> Decimal:
+        with self.sessions() as session:
+            query = select(func.coalesce(func.sum(UsageRecord.amount_micros), 0)).where(
+                UsageRecord.project_id == project_id
+            )
+            for name, value in filters.items():
+                query = query.where(getattr(UsageRecord, name) == value)
+            return Decimal(int(session.scalar(query) or 0)) / 1_000_000
+
+    def records(self, project_id: str) -> list[UsageRecord]:
+        with self.sessions() as session:
+            return list(session.scalars(select(UsageRecord).where(UsageRecord.project_id == project_id)
+                                        .order_by(UsageRecord.id)))
+
+    def audit_actions(self, project_id: str) -> list[str]:
+        with self.sessions() as session:
+            return list(session.scalars(select(AuditEvent.action).where(AuditEvent.project_id == project_id)
+                                        .order_by(AuditEvent.occurred_at, AuditEvent.id)))
+
+    def get_cluster(self, cluster_id: str) -> Cluster:
+        with self.sessions() as session:
+            cluster = session.get(Cluster, cluster_id)
+            assert cluster is not None
+            return cluster
+
+
+@pytest.fixture
+def world(database_url: str) -> Iterator[BillingWorld]:
+    engine = make_engine(Settings(database_url=database_url))
+    settings = BillingSettings(settle_seconds=60, decommission_after_hours=6, attach_refused_after_hours=2,
+                               volume_data_kept_days=7, expiry_grace_minutes=15)
+    yield BillingWorld(make_session_factory(engine, write=True), settings)
+    engine.dispose()
