@@ -87,6 +87,10 @@ class BoolAttribute(Attribute):
     def _build_type(self) -> CtyType:
         return BOOL
 
+    @property
+    def type_label(self) -> str:
+        return "Boolean"
+
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class NumberAttribute(Attribute):
@@ -103,11 +107,19 @@ class Int64Attribute(Attribute):
     def _build_type(self) -> CtyType:
         return NUMBER
 
+    @property
+    def type_label(self) -> str:
+        return "Number"
+
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Float64Attribute(Attribute):
     def _build_type(self) -> CtyType:
         return NUMBER
+
+    @property
+    def type_label(self) -> str:
+        return "Number"
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
