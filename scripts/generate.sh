@@ -35,7 +35,12 @@ step_stubs() {
   rm -rf "$stage"
 }
 
-ALL_STEPS="stubs"
+# proto/openapi.json: the backend's OpenAPI document (the provider<->backend contract).
+step_openapi() {
+  "$PY" -m backend.api.openapi "${1:-proto/openapi.json}"
+}
+
+ALL_STEPS="stubs openapi"
 
 if [ $# -gt 0 ]; then
   step=$1

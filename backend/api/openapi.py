@@ -43,3 +43,21 @@ def install_openapi(app: FastAPI) -> None:
 def render_openapi(app: FastAPI) -> str:
     """The committed form: sorted keys, two-space indent, trailing newline."""
     return json.dumps(app.openapi(), indent=2, sort_keys=True) + "\n"
+
+
+def export_openapi(path: str) -> None:
+    """Write the committed document (`scripts/generate.sh openapi`); needs no database."""
+    from pathlib import Path
+
+    from backend.app import create_app
+    from backend.settings import Settings
+
+    app = create_app(Settings(database_url="sqlite://", embedded_worker=False))
+    Path(path).write_text(render_openapi(app))
+    app.state.gpucloud.engine.dispose()
+
+
+if __name__ == "__main__":
+    import sys
+
+    export_openapi(sys.argv[1] if len(sys.argv) > 1 else "proto/openapi.json")

@@ -16,13 +16,13 @@ def make_engine(settings: Settings) -> Engine:
     """Create the engine for the configured store, preparing the SQLite file's directory if needed."""
     url = make_url(settings.resolved_database_url)
     if url.get_backend_name() == "sqlite":
-        if url.database and url.database != ":memory:":
-            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        on_disk = bool(url.database) and url.database != ":memory:"
+        if on_disk:
+            Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": settings.sqlite_busy_timeout_ms / 1000},
-            pool_size=20,
-            max_overflow=20,
+            **({"pool_size": 20, "max_overflow": 20} if on_disk else {}),
         )
         _configure_sqlite(engine, settings.sqlite_busy_timeout_ms)
         return engine
