@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 MAX_PARALLEL_RPCS = 64
 PINNED_STREAMS = 4
 MAX_WORKERS = MAX_PARALLEL_RPCS + PINNED_STREAMS
+ORPHAN_CHECK_INTERVAL_S = 2.0
+_HOST_PID = os.getppid()  # taken at import, before the host could have died
 
 MakeServer = Callable[[], object]
 
@@ -151,9 +153,11 @@ class _Runtime:
         self._shutdown = shutdown
 
     def wait_for_shutdown(self) -> None:
+        """Until Shutdown or SIGTERM, or until Terraform itself is gone (killed: nobody would stop us)."""
         signal.signal(signal.SIGTERM, lambda _signo, _frame: self._shutdown.set())
-        while not self._shutdown.wait(3600):
-            pass
+        while not self._shutdown.wait(ORPHAN_CHECK_INTERVAL_S):
+            if os.getppid() != _HOST_PID:
+                break
         self.server.stop(0)
 
 

@@ -223,3 +223,45 @@ def test_sigterm_right_after_the_handshake_still_cleans_up(client_cert: ClientCe
         plugin.process.terminate()
         assert plugin.process.wait(10) == 0
         assert not Path(plugin.handshake.address).parent.exists()
+
+
+def test_plugin_exits_when_terraform_dies(client_cert: ClientCertificate, tmp_path: Path) -> None:
+    """A host killed with SIGKILL never calls Shutdown: the orphaned plugin must not linger."""
+    env = terraform_environment(client_cert)
+    host = subprocess.Popen(
+        [
+            "/bin/sh",
+            "-c",
+            f"{' '.join(FAKE_PROVIDER)} > {tmp_path / 'out'} & echo $! > {tmp_path / 'pid'}; sleep 60",
+        ],
+        env=env,
+        cwd=REPO,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while not (tmp_path / "out").exists() or not (tmp_path / "out").read_text():
+            assert time.monotonic() < deadline, "plugin never printed its handshake"
+            time.sleep(0.05)
+        plugin_pid = int((tmp_path / "pid").read_text())
+        socket_dir = Path((tmp_path / "out").read_text().split("|")[3]).parent
+        host.kill()
+        host.wait(10)
+        deadline = time.monotonic() + 10
+        while _alive(plugin_pid):
+            assert time.monotonic() < deadline, "orphaned plugin still running"
+            time.sleep(0.1)
+        assert not socket_dir.exists()
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by init) counts as gone
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split(") ", 1)[1][0] != "Z"
