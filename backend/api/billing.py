@@ -1,0 +1,245 @@
+"""/v1/billing/* (credits, usage, balance, invoices) and /v1/pricing/estimate (cost before apply)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+from starlette.responses import Response
+
+from backend.api.cluster_schemas import ClusterCreate, ClusterName
+from backend.api.deps import Reader, Writer
+from backend.api.schemas import (
+    READ_ERRORS,
+    WRITE_ERRORS,
+    IdempotencyKey,
+    Page,
+    PageSize,
+    PageToken,
+    StrictModel,
+)
+from backend.api.state import app_state
+from backend.api.writes import WriteOutcome, run_write
+from backend.billing import reports
+from backend.billing.clock import SystemClock, ensure_utc
+from backend.billing.estimate import estimate_cluster_cost
+from backend.billing.ledger import balance_micros, grant_credits
+from backend.billing.money import micros_to_usd, quantize_usd, usd_to_micros
+from backend.billing.pricing import PricingError
+from backend.billing.settings import BillingSettings
+from backend.domain.cluster_rules import apply_cluster_defaults, validate_cluster_spec
+from backend.domain.errors import FieldError, validation_failed
+from backend.domain.pagination import decode_page_token, encode_page_token
+
+router = APIRouter(tags=["billing"])
+USAGE_KIND = "usage"
+_READ: dict[int | str, dict[str, Any]] = {code: READ_ERRORS[code] for code in (400, 401, 413, 422, 429)}
+_WRITE: dict[int | str, dict[str, Any]] = {
+    code: WRITE_ERRORS[code] for code in (400, 401, 403, 413, 422, 429)
+}
+UsdAmount = Annotated[Decimal, Field(gt=0, le=Decimal("10000000"), max_digits=14, decimal_places=6)]
+UsageKindName = Literal["compute_on_demand", "compute_reserved", "reservation", "storage"]
+RefFilter = Annotated[str | None, Query(max_length=64, pattern=r"^[a-z]{3}_[0-9a-z_-]+$")]
+_clock = SystemClock()
+
+
+class CreditGrantIn(StrictModel):
+    amount_usd: UsdAmount = Field(description="Credits to add, in USD (up to six decimals)")
+    description: str = Field(default="", max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")
+
+
+class CreditGrantOut(BaseModel):
+    id: str
+    amount_usd: str = Field(description="Exact decimal string")
+    description: str
+    balance_usd: str = Field(description="The project's balance after this grant")
+    created_at: datetime
+
+
+class BalanceOut(BaseModel):
+    prepaid: bool = Field(description="True once credits were granted: exhaustion rules apply")
+    granted_usd: str
+    charged_usd: str
+    balance_usd: str
+    exhausted: bool
+    exhausted_since: datetime | None
+    on_demand_paused: bool
+    decommission_at: datetime | None = Field(description="When paused on-demand clusters are decommissioned")
+    attach_refused: bool
+    attach_refused_at: datetime | None
+    volume_data_deadline: datetime | None = Field(description="Volume data is kept at least until then")
+
+
+class UsageItemOut(BaseModel):
+    id: str
+    idempotency_key: str
+    kind: str = Field(description="compute_on_demand, compute_reserved (prepaid, 0), reservation, storage")
+    resource_type: str
+    resource_id: str
+    cluster_id: str | None
+    region: str
+    instance_type: str | None
+    period_start: datetime
+    period_end: datetime
+    seconds: int
+    units: str = Field(description="GPUs (compute), TiB (storage) or reserved GPUs (reservation)")
+    unit_price_usd: str = Field(description="USD per unit-hour charged")
+    amount_usd: str
+    recorded_at: datetime
+
+
+class InvoiceOut(BaseModel):
+    period: str = Field(description="YYYY-MM")
+    status: Literal["open", "closed"]
+    period_start: datetime
+    period_end: datetime
+    compute_on_demand_usd: str
+    reserved_upfront_usd: str
+    storage_usd: str
+    total_usd: str
+    line_count: int
+    issued_at: datetime | None
+
+
+class InvoiceList(BaseModel):
+    items: list[InvoiceOut]
+
+
+class EstimateIn(ClusterCreate):
+    """A cluster spec as for create; only region, instance_type, node_count and billing affect the price."""
+
+    name: ClusterName | None = Field(default=None, description="Optional here")  # type: ignore[assignment]
+
+
+class EstimateOut(BaseModel):
+    hourly_usd: str
+    upfront_usd: str | None = Field(
+        description="The whole reserved term, charged when the cluster is RUNNING"
+    )
+    on_demand_gpu_hour_usd: str
+    reserved_gpu_hour_usd: str | None
+    reserved_discount: str | None
+    gpu_count: int
+    within_max_hourly_cost: bool | None = Field(description="Null when max_hourly_cost_usd is not set")
+
+
+def _settings() -> BillingSettings:
+    return BillingSettings()
+
+
+@router.post("/v1/billing/credits", status_code=201, response_model=CreditGrantOut, responses=_WRITE)
+def add_credits(
+    body: CreditGrantIn, request: Request, principal: Writer, idempotency_key: IdempotencyKey = None
+) -> Response:
+    """Add credits to the project (admin keys only)."""
+
+    def operation(session: Session) -> WriteOutcome:
+        entry, _new = grant_credits(
+            session,
+            project_id=principal.project_id,
+            amount_micros=usd_to_micros(body.amount_usd),
+            idempotency_key=uuid.uuid4().hex,
+            actor=principal.key_prefix,
+            description=body.description,
+            now=_clock.now(),
+        )
+        out = CreditGrantOut(
+            id=str(entry.id),
+            amount_usd=str(micros_to_usd(entry.amount_micros)),
+            description=entry.description,
+            balance_usd=str(micros_to_usd(balance_micros(session, principal.project_id))),
+            created_at=entry.created_at,
+        )
+        return WriteOutcome(resource_type="billing_credit", resource_id=None, body=out, status=201)
+
+    return run_write(request, principal, action="billing.credits_added", operation=operation, body=body)
+
+
+@router.get("/v1/billing/balance", response_model=BalanceOut, responses=_READ)
+def get_balance(request: Request, principal: Reader) -> BalanceOut:
+    """The project's credit balance and, when it ran out, the deadlines in force."""
+    state = app_state(request)
+    with state.read_sessions() as session:
+        view = reports.balance_view(
+            session, project_id=principal.project_id, now=_clock.now(), settings=_settings()
+        )
+    return BalanceOut(**view)
+
+
+@router.get("/v1/billing/usage", response_model=Page[UsageItemOut], responses=_READ)
+def list_usage(
+    request: Request,
+    principal: Reader,
+    page_size: PageSize = None,
+    page_token: PageToken = None,
+    kind: UsageKindName | None = None,
+    cluster_id: RefFilter = None,
+    resource_id: RefFilter = None,
+    start: Annotated[datetime | None, Query(description="Only lines ending after this time")] = None,
+    end: Annotated[datetime | None, Query(description="Only lines starting before this time")] = None,
+) -> dict[str, Any]:
+    """Usage line items (hour slices per node and volume, reserved terms), oldest first."""
+    state = app_state(request)
+    after_id = None
+    if page_token:
+        raw = decode_page_token(page_token, kind=USAGE_KIND)
+        after_id = int(raw) if raw.isdigit() else None
+    limit = min(page_size or state.settings.default_page_size, state.settings.max_page_size)
+    filters = reports.UsageFilter(
+        kind=kind, cluster_id=cluster_id, resource_id=resource_id, start=_aware(start), end=_aware(end)
+    )
+    with state.read_sessions() as session:
+        rows, more = reports.list_usage(
+            session, project_id=principal.project_id, filters=filters, after_id=after_id, limit=limit
+        )
+        items = [reports.usage_item(row) for row in rows]
+    token = encode_page_token(kind=USAGE_KIND, after_id=str(rows[-1].id)) if more and rows else None
+    return {"items": items, "next_page_token": token}
+
+
+@router.get("/v1/billing/invoices", response_model=InvoiceList, responses=_READ)
+def list_invoices(request: Request, principal: Reader) -> InvoiceList:
+    """Monthly summaries: the open current month first, then every closed month, newest first."""
+    state = app_state(request)
+    with state.read_sessions() as session:
+        items = reports.invoices_view(session, project_id=principal.project_id, now=_clock.now())
+    return InvoiceList(items=[InvoiceOut(**item) for item in items])
+
+
+@router.post("/v1/pricing/estimate", response_model=EstimateOut, responses=_READ)
+def estimate(body: EstimateIn, request: Request, principal: Reader) -> JSONResponse:
+    """What a cluster spec would cost: per hour and, for a reserved term, up front. Nothing is stored."""
+    catalog = app_state(request).catalog
+    spec = body.model_dump(mode="json", exclude_none=True)
+    spec.setdefault("name", "estimate")
+    full = apply_cluster_defaults(spec, catalog)
+    errors = [FieldError(e.path, e.code, e.message) for e in validate_cluster_spec(full, catalog)]
+    if errors:
+        raise validation_failed(errors)
+    try:
+        result = estimate_cluster_cost(full, catalog)
+    except PricingError as error:
+        raise validation_failed([FieldError(error.field, "no_price", error.message)]) from None
+    ceiling = body.max_hourly_cost_usd
+    out = EstimateOut(
+        hourly_usd=str(result.hourly_usd.normalize()),
+        upfront_usd=None if result.upfront_usd is None else str(result.upfront_usd.normalize()),
+        on_demand_gpu_hour_usd=str(result.on_demand_gpu_hour_usd),
+        reserved_gpu_hour_usd=None
+        if result.reserved_gpu_hour_usd is None
+        else str(quantize_usd(result.reserved_gpu_hour_usd).normalize()),
+        reserved_discount=None if result.reserved_discount is None else str(result.reserved_discount),
+        gpu_count=result.gpu_count,
+        within_max_hourly_cost=None if ceiling is None else result.hourly_usd <= ceiling,
+    )
+    return JSONResponse(out.model_dump(mode="json"))
+
+
+def _aware(moment: datetime | None) -> datetime | None:
+    return None if moment is None else ensure_utc(moment)

@@ -1,0 +1,150 @@
+"""Read models for the billing API: usage line items, balance, invoices, and a cluster's reserved term."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.billing.account import credit_standing
+from backend.billing.clock import ensure_utc
+from backend.billing.credits import CreditStanding
+from backend.billing.invoices import month_bounds, month_of, month_totals
+from backend.billing.ledger import balance_micros, granted_micros
+from backend.billing.money import micros_to_usd
+from backend.billing.settings import BillingSettings
+from backend.store.billing_models import Invoice, Reservation, UsageRecord
+
+
+@dataclass(frozen=True)
+class UsageFilter:
+    kind: str | None = None
+    cluster_id: str | None = None
+    resource_id: str | None = None
+    start: datetime | None = None  # period_end > start
+    end: datetime | None = None  # period_start < end
+
+
+def list_usage(
+    session: Session, *, project_id: str, filters: UsageFilter, after_id: int | None, limit: int
+) -> tuple[Sequence[UsageRecord], bool]:
+    """A page of the project's usage records, oldest first; True when more follow."""
+    query = select(UsageRecord).where(UsageRecord.project_id == project_id)
+    if filters.kind is not None:
+        query = query.where(UsageRecord.kind == filters.kind)
+    if filters.cluster_id is not None:
+        query = query.where(UsageRecord.cluster_id == filters.cluster_id)
+    if filters.resource_id is not None:
+        query = query.where(UsageRecord.resource_id == filters.resource_id)
+    if filters.start is not None:
+        query = query.where(UsageRecord.period_end > filters.start)
+    if filters.end is not None:
+        query = query.where(UsageRecord.period_start < filters.end)
+    if after_id is not None:
+        query = query.where(UsageRecord.id > after_id)
+    rows = session.scalars(query.order_by(UsageRecord.id).limit(limit + 1)).all()
+    return rows[:limit], len(rows) > limit
+
+
+def usage_item(row: UsageRecord) -> dict[str, Any]:
+    return {
+        "id": str(row.id),
+        "idempotency_key": row.idempotency_key,
+        "kind": row.kind,
+        "resource_type": row.resource_type,
+        "resource_id": row.resource_id,
+        "cluster_id": row.cluster_id,
+        "region": row.region,
+        "instance_type": row.instance_type,
+        "period_start": ensure_utc(row.period_start),
+        "period_end": ensure_utc(row.period_end),
+        "seconds": row.seconds,
+        "units": str(row.units.normalize()),
+        "unit_price_usd": str(row.unit_price_usd),
+        "amount_usd": str(micros_to_usd(row.amount_micros)),
+        "recorded_at": ensure_utc(row.recorded_at),
+    }
+
+
+def balance_view(
+    session: Session, *, project_id: str, now: datetime, settings: BillingSettings
+) -> dict[str, Any]:
+    granted = granted_micros(session, project_id)
+    balance = balance_micros(session, project_id)
+    standing: CreditStanding = credit_standing(session, project_id=project_id, now=now, settings=settings)
+    return {
+        "prepaid": standing.prepaid,
+        "granted_usd": str(micros_to_usd(granted)),
+        "charged_usd": str(micros_to_usd(granted - balance)),
+        "balance_usd": str(micros_to_usd(balance)),
+        "exhausted": standing.exhausted,
+        "exhausted_since": standing.exhausted_since,
+        "on_demand_paused": standing.pause_on_demand,
+        "decommission_at": standing.decommission_at,
+        "attach_refused_at": standing.attach_refused_at,
+        "attach_refused": standing.refuse_attach,
+        "volume_data_deadline": standing.volume_data_deadline,
+    }
+
+
+def invoices_view(session: Session, *, project_id: str, now: datetime) -> list[dict[str, Any]]:
+    """Closed months from the invoices table, newest first, led by the open current month."""
+    current = month_of(now)
+    totals = month_totals(session, project_id=project_id, period=current)
+    items = [_invoice_item(current, "open", totals, issued_at=None)]
+    for invoice in session.scalars(
+        select(Invoice).where(Invoice.project_id == project_id).order_by(Invoice.period.desc())
+    ):
+        if invoice.period == current:
+            continue
+        closed = {
+            "compute_on_demand": invoice.compute_on_demand_micros,
+            "compute_reserved": 0,
+            "reservation": invoice.reserved_micros,
+            "storage": invoice.storage_micros,
+            "lines": invoice.line_count,
+        }
+        items.append(_invoice_item(invoice.period, "closed", closed, issued_at=ensure_utc(invoice.issued_at)))
+    return items
+
+
+def _invoice_item(
+    period: str, status: str, totals: dict[str, int], *, issued_at: datetime | None
+) -> dict[str, Any]:
+    start, end = month_bounds(period)
+    compute = totals["compute_on_demand"] + totals["compute_reserved"]
+    total = compute + totals["reservation"] + totals["storage"]
+    return {
+        "period": period,
+        "status": status,
+        "period_start": start,
+        "period_end": end,
+        "compute_on_demand_usd": str(micros_to_usd(compute)),
+        "reserved_upfront_usd": str(micros_to_usd(totals["reservation"])),
+        "storage_usd": str(micros_to_usd(totals["storage"])),
+        "total_usd": str(micros_to_usd(total)),
+        "line_count": totals["lines"],
+        "issued_at": issued_at,
+    }
+
+
+def cluster_billing(session: Session, cluster_id: str) -> dict[str, Any]:
+    """Billing fields of a cluster response: its reserved term (null for on-demand or before RUNNING)."""
+    reservation = session.get(Reservation, cluster_id)
+    if reservation is None:
+        return {"reservation": None}
+    return {
+        "reservation": {
+            "term_start": ensure_utc(reservation.term_start),
+            "term_end": ensure_utc(reservation.term_end),
+            "node_count": reservation.node_count,
+            "upfront_usd": str(micros_to_usd(reservation.upfront_micros)),
+            "discount": str(reservation.discount.normalize()),
+            "on_expiry": reservation.on_expiry,
+            "expired": reservation.expired_at is not None,
+        }
+    }
