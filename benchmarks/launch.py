@@ -148,7 +148,46 @@ def run(launches: int = LAUNCHES) -> dict[str, Any]:
         f"target median <= {TARGET_MEDIAN_MS:.0f} ms: {verdict}"
     )
     figures["transport"] = tls_cost()
+    figures["transport_out_of_process"] = relay_cost_out_of_process()
     return figures
+
+
+def relay_cost_out_of_process(calls: int = 1000) -> dict[str, float]:
+    """Median health-check latency against a launched plugin: mutual TLS via the relay vs plaintext."""
+    from provider._proto import health_pb2, health_pb2_grpc
+    from tests.provider.plugin.launching import (
+        FAKE_PROVIDER,
+        REPO,
+        launched,
+        make_client_certificate,
+        terraform_environment,
+    )
+
+    client_cert = make_client_certificate()
+    modes = {
+        "mutual TLS, ssl relay -> grpcio (default)": terraform_environment(client_cert),
+        "plaintext, grpcio direct (TF_DISABLE_PLUGIN_TLS)": terraform_environment(
+            None, TF_DISABLE_PLUGIN_TLS="1"
+        ),
+    }
+    results: dict[str, float] = {}
+    for name, env in modes.items():
+        with launched(FAKE_PROVIDER, env, cwd=REPO) as plugin, plugin.channel(client_cert) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            request = health_pb2.HealthCheckRequest(service="plugin")
+            for _ in range(50):
+                stub.Check(request, timeout=30)
+            samples = []
+            for _ in range(calls):
+                started = time.perf_counter()
+                stub.Check(request, timeout=30)
+                samples.append(time.perf_counter() - started)
+            results[name] = round(statistics.median(samples) * 1000.0, 3)
+    from benchmarks.stats import table
+
+    print(f"transport cost, client in another process: median of {calls} health checks (ms)")
+    print(table(["transport", "small RPC median"], [[name, f"{ms:.3f}"] for name, ms in results.items()]))
+    return results
 
 
 RPC_CALLS = 400
