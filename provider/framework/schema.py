@@ -1,14 +1,15 @@
 """Schema DSL in the style of terraform-plugin-framework: attributes, nested attributes and blocks.
 
 Definitions are checked when built (a provider bug such as `required` + `computed` fails at import time,
-not in front of a user). Every node caches its cty type.
+not in front of a user). Every node computes its cty type once. Plain classes (not dataclasses): schema
+modules are imported on every provider launch, and dataclass generation costs milliseconds.
+Treat schema objects as immutable.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from provider.cty import BOOL, DYNAMIC, NUMBER, STRING, CtyType, List, Map, Object, Set
@@ -28,174 +29,164 @@ class _NoDefault:
 NO_DEFAULT: Any = _NoDefault()
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class Attribute:
     """Common fields of every attribute. Use the concrete subclasses (StringAttribute, ...)."""
 
-    required: bool = False
-    optional: bool = False
-    computed: bool = False
-    sensitive: bool = False
-    description: str = ""
-    deprecation_message: str = ""
-    validators: Sequence[Validator] = ()
-    plan_modifiers: Sequence[PlanModifier] = ()
-    # A static value planned when the configuration leaves the attribute null (needs computed=True).
-    default: Any = NO_DEFAULT
+    label = ""
 
-    def __post_init__(self) -> None:
-        if self.required and (self.optional or self.computed):
+    def __init__(
+        self,
+        *,
+        required: bool = False,
+        optional: bool = False,
+        computed: bool = False,
+        sensitive: bool = False,
+        description: str = "",
+        deprecation_message: str = "",
+        validators: Sequence[Validator] = (),
+        plan_modifiers: Sequence[PlanModifier] = (),
+        default: Any = NO_DEFAULT,
+    ) -> None:
+        if required and (optional or computed):
             raise ValueError("a required attribute cannot also be optional or computed")
-        if not (self.required or self.optional or self.computed):
+        if not (required or optional or computed):
             raise ValueError("an attribute must be required, optional or computed")
-        if self.has_default and not self.computed:
+        if default is not NO_DEFAULT and not computed:
             raise ValueError(
                 "an attribute with a default must be computed (set optional=True, computed=True)"
             )
-        object.__setattr__(self, "validators", tuple(self.validators))
-        object.__setattr__(self, "plan_modifiers", tuple(self.plan_modifiers))
-        object.__setattr__(self, "_type", self._build_type())
-
-    @property
-    def has_default(self) -> bool:
-        return self.default is not NO_DEFAULT
+        self.required = required
+        self.optional = optional
+        self.computed = computed
+        self.sensitive = sensitive
+        self.description = description
+        self.deprecation_message = deprecation_message
+        self.validators: tuple[Validator, ...] = tuple(validators)
+        self.plan_modifiers: tuple[PlanModifier, ...] = tuple(plan_modifiers)
+        # A static value planned when the configuration leaves the attribute null.
+        self.default = default
+        self.has_default = default is not NO_DEFAULT
+        self.cty_type: CtyType = self._build_type()
 
     def default_value(self) -> Any:
         return copy.deepcopy(self.default) if isinstance(self.default, list | dict) else self.default
-
-    @property
-    def cty_type(self) -> CtyType:
-        return self._type  # type: ignore[attr-defined,no-any-return]
 
     def _build_type(self) -> CtyType:
         raise NotImplementedError
 
     @property
     def type_label(self) -> str:
-        """Human-readable type for docs ("String", "List of String", ...)."""
-        return type(self).__name__.removesuffix("Attribute")
+        """Type as the Registry docs name it ("String", "List of String", ...)."""
+        return self.label
+
+    def __repr__(self) -> str:
+        flags = [f for f in ("required", "optional", "computed", "sensitive") if getattr(self, f)]
+        return f"{type(self).__name__}({', '.join(flags)})"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class StringAttribute(Attribute):
+    label = "String"
+
     def _build_type(self) -> CtyType:
         return STRING
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class BoolAttribute(Attribute):
+    label = "Boolean"
+
     def _build_type(self) -> CtyType:
         return BOOL
 
-    @property
-    def type_label(self) -> str:
-        return "Boolean"
 
-
-@dataclass(frozen=True, kw_only=True, eq=False)
 class NumberAttribute(Attribute):
     """Arbitrary-precision number (int or Decimal)."""
 
+    label = "Number"
+
     def _build_type(self) -> CtyType:
         return NUMBER
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class Int64Attribute(Attribute):
     """Whole number; a fractional or out-of-range configuration value is rejected at validation."""
 
+    label = "Number"
+
     def _build_type(self) -> CtyType:
         return NUMBER
 
-    @property
-    def type_label(self) -> str:
-        return "Number"
 
-
-@dataclass(frozen=True, kw_only=True, eq=False)
 class Float64Attribute(Attribute):
+    label = "Number"
+
     def _build_type(self) -> CtyType:
         return NUMBER
 
-    @property
-    def type_label(self) -> str:
-        return "Number"
 
-
-@dataclass(frozen=True, kw_only=True, eq=False)
 class DynamicAttribute(Attribute):
     """Any type, chosen by the configuration; values are `provider.cty.Dynamic`."""
+
+    label = "Dynamic"
 
     def _build_type(self) -> CtyType:
         return DYNAMIC
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
-class ListAttribute(Attribute):
-    element_type: CtyType
+class _CollectionAttribute(Attribute):
+    collection: type[List] | type[Set] | type[Map] = List
+    kind = "List"
+
+    def __init__(self, *, element_type: CtyType, **kwargs: Any) -> None:
+        self.element_type = element_type
+        super().__init__(**kwargs)
 
     def _build_type(self) -> CtyType:
-        return List(self.element_type)
+        return self.collection(self.element_type)
 
     @property
     def type_label(self) -> str:
-        return f"List of {_label(self.element_type)}"
+        return f"{self.kind} of {_label(self.element_type)}"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
-class SetAttribute(Attribute):
-    element_type: CtyType
-
-    def _build_type(self) -> CtyType:
-        return Set(self.element_type)
-
-    @property
-    def type_label(self) -> str:
-        return f"Set of {_label(self.element_type)}"
+class ListAttribute(_CollectionAttribute):
+    collection = List
+    kind = "List"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
-class MapAttribute(Attribute):
-    element_type: CtyType
-
-    def _build_type(self) -> CtyType:
-        return Map(self.element_type)
-
-    @property
-    def type_label(self) -> str:
-        return f"Map of {_label(self.element_type)}"
+class SetAttribute(_CollectionAttribute):
+    collection = Set
+    kind = "Set"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
+class MapAttribute(_CollectionAttribute):
+    collection = Map
+    kind = "Map"
+
+
 class ObjectAttribute(Attribute):
-    attribute_types: Mapping[str, CtyType]
+    label = "Object"
+
+    def __init__(self, *, attribute_types: Mapping[str, CtyType], **kwargs: Any) -> None:
+        self.attribute_types = dict(attribute_types)
+        super().__init__(**kwargs)
 
     def _build_type(self) -> CtyType:
-        return Object(dict(self.attribute_types))
-
-    @property
-    def type_label(self) -> str:
-        return "Object"
+        return Object(self.attribute_types)
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class NestedAttribute(Attribute):
     """Attribute whose value is an object (or a list/set/map of objects) described by `attributes`."""
 
-    attributes: Mapping[str, Attribute]
     nesting: Nesting = "single"
+    blocks: Mapping[str, Block] = {}  # nested attributes have no blocks (shared walker interface)
 
-    @property
-    def blocks(self) -> Mapping[str, Block]:
-        return {}
+    def __init__(self, *, attributes: Mapping[str, Attribute], **kwargs: Any) -> None:
+        self.attributes = dict(attributes)
+        self.object_type = Object({name: a.cty_type for name, a in self.attributes.items()})
+        super().__init__(**kwargs)
 
     def _build_type(self) -> CtyType:
-        obj = Object({name: a.cty_type for name, a in self.attributes.items()})
-        return _wrap(obj, self.nesting)
-
-    @property
-    def object_type(self) -> Object:
-        return Object({name: a.cty_type for name, a in self.attributes.items()})
+        return _wrap(self.object_type, self.nesting)
 
     @property
     def type_label(self) -> str:
@@ -207,62 +198,26 @@ class NestedAttribute(Attribute):
         }[self.nesting]
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class SingleNestedAttribute(NestedAttribute):
     nesting: Nesting = "single"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class ListNestedAttribute(NestedAttribute):
     nesting: Nesting = "list"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class SetNestedAttribute(NestedAttribute):
     nesting: Nesting = "set"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class MapNestedAttribute(NestedAttribute):
     nesting: Nesting = "map"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class Block:
     """A nested block (`name { ... }` in HCL). Blocks are never computed; absent list/set blocks are []."""
 
-    attributes: Mapping[str, Attribute] = field(default_factory=dict)
-    blocks: Mapping[str, Block] = field(default_factory=dict)
     nesting: Nesting = "list"
-    description: str = ""
-    deprecation_message: str = ""
-    min_items: int = 0
-    max_items: int = 0
-    validators: Sequence[Validator] = ()
-    plan_modifiers: Sequence[PlanModifier] = ()
-
-    def __post_init__(self) -> None:
-        if self.nesting == "map":
-            raise ValueError("map blocks are not supported; use a MapNestedAttribute")
-        object.__setattr__(self, "validators", tuple(self.validators))
-        object.__setattr__(self, "plan_modifiers", tuple(self.plan_modifiers))
-        obj = Object(
-            {
-                **{n: a.cty_type for n, a in self.attributes.items()},
-                **{n: b.cty_type for n, b in self.blocks.items()},
-            }
-        )
-        object.__setattr__(self, "_object_type", obj)
-        object.__setattr__(self, "_type", _wrap(obj, self.nesting))
-
-    @property
-    def cty_type(self) -> CtyType:
-        return self._type  # type: ignore[attr-defined,no-any-return]
-
-    @property
-    def object_type(self) -> Object:
-        return self._object_type  # type: ignore[attr-defined,no-any-return]
-
     # Blocks share the attribute interface used by the plan walker.
     computed = False
     required = False
@@ -270,51 +225,73 @@ class Block:
     sensitive = False
     has_default = False
 
+    def __init__(
+        self,
+        *,
+        attributes: Mapping[str, Attribute] | None = None,
+        blocks: Mapping[str, Block] | None = None,
+        description: str = "",
+        deprecation_message: str = "",
+        min_items: int = 0,
+        max_items: int = 0,
+        validators: Sequence[Validator] = (),
+        plan_modifiers: Sequence[PlanModifier] = (),
+    ) -> None:
+        self.attributes: dict[str, Attribute] = dict(attributes or {})
+        self.blocks: dict[str, Block] = dict(blocks or {})
+        self.description = description
+        self.deprecation_message = deprecation_message
+        self.min_items = min_items
+        self.max_items = max_items
+        self.validators: tuple[Validator, ...] = tuple(validators)
+        self.plan_modifiers: tuple[PlanModifier, ...] = tuple(plan_modifiers)
+        self.object_type = _object_type(self.attributes, self.blocks)
+        self.cty_type: CtyType = _wrap(self.object_type, self.nesting)
+
     @property
     def type_label(self) -> str:
         return {"single": "Block", "list": "Block List", "set": "Block Set"}[self.nesting]
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class ListNestedBlock(Block):
     nesting: Nesting = "list"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class SetNestedBlock(Block):
     nesting: Nesting = "set"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class SingleNestedBlock(Block):
     nesting: Nesting = "single"
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
 class Schema:
     """The schema of a provider configuration, resource, data source or ephemeral resource."""
 
-    attributes: Mapping[str, Attribute] = field(default_factory=dict)
-    blocks: Mapping[str, Block] = field(default_factory=dict)
-    description: str = ""
-    deprecation_message: str = ""
-    version: int = 0
-
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        attributes: Mapping[str, Attribute] | None = None,
+        blocks: Mapping[str, Block] | None = None,
+        description: str = "",
+        deprecation_message: str = "",
+        version: int = 0,
+    ) -> None:
+        self.attributes: dict[str, Attribute] = dict(attributes or {})
+        self.blocks: dict[str, Block] = dict(blocks or {})
         clash = set(self.attributes) & set(self.blocks)
         if clash:
             raise ValueError(f"names used both as attribute and block: {sorted(clash)}")
-        obj = Object(
-            {
-                **{n: a.cty_type for n, a in self.attributes.items()},
-                **{n: b.cty_type for n, b in self.blocks.items()},
-            }
-        )
-        object.__setattr__(self, "_type", obj)
+        self.description = description
+        self.deprecation_message = deprecation_message
+        self.version = version
+        self.cty_type: Object = _object_type(self.attributes, self.blocks)
 
-    @property
-    def cty_type(self) -> Object:
-        return self._type  # type: ignore[attr-defined,no-any-return]
+
+def _object_type(attributes: Mapping[str, Attribute], blocks: Mapping[str, Block]) -> Object:
+    return Object(
+        {**{n: a.cty_type for n, a in attributes.items()}, **{n: b.cty_type for n, b in blocks.items()}}
+    )
 
 
 def _wrap(obj: Object, nesting: Nesting) -> CtyType:
