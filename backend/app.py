@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from backend.api import audit_events, clusters, engine_routes, health, ssh_keys, volumes
+from backend.api import audit_events, billing, clusters, engine_routes, health, ssh_keys, volumes
 from backend.api.metrics import Metrics
 from backend.api.middleware import RequestMiddleware
 from backend.api.openapi import install_openapi
@@ -16,6 +16,7 @@ from backend.api.problems import install_problem_handlers
 from backend.api.state import AppState
 from backend.domain.catalog import default_catalog
 from backend.logging import configure_logging
+from backend.provisioning.worker import EmbeddedWorker, start_embedded
 from backend.services.auth import Authenticator
 from backend.services.rate_limit import RateLimiter
 from backend.settings import Settings
@@ -86,11 +87,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(clusters.router)
     app.include_router(audit_events.router)
     app.include_router(engine_routes.router)
+    app.include_router(billing.router)
     install_openapi(app)
     app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes, metrics=state.metrics)
     return app
 
 
-def _start_embedded_worker(state: AppState) -> object | None:
-    # TODO(engine): call backend.provisioning.worker.start_embedded once the engine lands.
-    return None
+def _start_embedded_worker(state: AppState) -> EmbeddedWorker:
+    return start_embedded(state.settings, state.write_sessions)
