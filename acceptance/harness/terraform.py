@@ -29,7 +29,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any, Protocol
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 TF115_LAUNCHER = Path(__file__).with_name("tf115.py")
 
 SUPPORTED_VERSIONS = ("1.11", "1.15")
@@ -154,15 +153,7 @@ def terraform_env(cli_config: Path, extra: Mapping[str, str] | None = None) -> d
         key: value for key, value in os.environ.items()
         if key not in _SCRUBBED_ENV and not key.startswith(_SCRUBBED_PREFIXES)
     }
-    # The test-only conformance provider lives in this repo, not in the installed distribution.
-    python_path = [str(REPO_ROOT), *filter(None, env.get("PYTHONPATH", "").split(os.pathsep))]
-    env.update(
-        TF_IN_AUTOMATION="1",
-        TF_INPUT="0",
-        CHECKPOINT_DISABLE="1",
-        TF_CLI_CONFIG_FILE=str(cli_config),
-        PYTHONPATH=os.pathsep.join(dict.fromkeys(python_path)),
-    )
+    env.update(TF_IN_AUTOMATION="1", TF_INPUT="0", CHECKPOINT_DISABLE="1", TF_CLI_CONFIG_FILE=str(cli_config))
     env.update(extra or {})
     return env
 
