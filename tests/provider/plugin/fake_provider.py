@@ -2,14 +2,19 @@
 
 Run as `python -m tests.provider.plugin.fake_provider` (what the launch tests spawn). It answers
 GetProviderSchema with one resource, raises inside ValidateResourceConfig (to prove exceptions become
-diagnostics) and implements nothing else (to prove missing RPCs become diagnostics).
+diagnostics), echoes ReadResource (large messages), holds ApplyResourceChange until 12 run at once
+(worker pool size), and implements nothing else (to prove missing RPCs become diagnostics).
 """
 
 from __future__ import annotations
 
+import threading
+
 from provider._proto import tfplugin6_pb2
 
 ADDRESS = "registry.terraform.io/gpucloud/fake"
+CONCURRENT_APPLIES = 12  # more than Terraform's default -parallelism of 10
+_all_applies_running = threading.Barrier(CONCURRENT_APPLIES)
 
 
 class FakeProviderServer:
@@ -29,6 +34,18 @@ class FakeProviderServer:
         self, request: tfplugin6_pb2.ValidateResourceConfig.Request
     ) -> tfplugin6_pb2.ValidateResourceConfig.Response:
         raise RuntimeError("boom in " + request.type_name)
+
+    def read_resource(
+        self, request: tfplugin6_pb2.ReadResource.Request
+    ) -> tfplugin6_pb2.ReadResource.Response:
+        return tfplugin6_pb2.ReadResource.Response(new_state=request.current_state)
+
+    def apply_resource_change(
+        self, request: tfplugin6_pb2.ApplyResourceChange.Request
+    ) -> tfplugin6_pb2.ApplyResourceChange.Response:
+        """Returns only once CONCURRENT_APPLIES calls are in flight at the same time (raises otherwise)."""
+        _all_applies_running.wait(timeout=15)
+        return tfplugin6_pb2.ApplyResourceChange.Response(new_state=request.planned_state)
 
 
 def main() -> None:

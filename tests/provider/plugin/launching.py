@@ -122,8 +122,9 @@ class LaunchedPlugin:
 
     def channel(self, client_cert: ClientCertificate | None) -> grpc.Channel:
         target = f"unix:{self.handshake.address}"
+        limits = [("grpc.max_receive_message_length", 256 << 20), ("grpc.max_send_message_length", 256 << 20)]
         if self.handshake.server_cert_der is None:
-            return grpc.insecure_channel(target)
+            return grpc.insecure_channel(target, options=limits)
         server_pem = x509.load_der_x509_certificate(self.handshake.server_cert_der).public_bytes(
             serialization.Encoding.PEM
         )
@@ -133,7 +134,7 @@ class LaunchedPlugin:
             certificate_chain=client_cert.cert_pem if client_cert else None,
         )
         return grpc.secure_channel(
-            target, credentials, options=[("grpc.ssl_target_name_override", "localhost")]
+            target, credentials, options=[("grpc.ssl_target_name_override", "localhost"), *limits]
         )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -15,6 +16,8 @@ import pytest
 from google.protobuf import empty_pb2
 
 from provider._proto import (
+    grpc_broker_pb2,
+    grpc_broker_pb2_grpc,
     grpc_controller_pb2,
     grpc_controller_pb2_grpc,
     grpc_stdio_pb2_grpc,
@@ -265,3 +268,38 @@ def _alive(pid: int) -> bool:
     # a zombie (exited, not yet reaped by init) counts as gone
     with open(f"/proc/{pid}/stat") as stat:
         return stat.read().split(") ", 1)[1][0] != "Z"
+
+
+def test_launch_carries_messages_far_above_grpcs_4_mib_default(client_cert: ClientCertificate) -> None:
+    state = tfplugin6_pb2.DynamicValue(msgpack=os.urandom(40 * 1024 * 1024))
+    with launched(FAKE_PROVIDER, terraform_environment(client_cert), cwd=REPO) as plugin:
+        with plugin.channel(client_cert) as channel:
+            response = tfplugin6_pb2_grpc.ProviderStub(channel).ReadResource(
+                tfplugin6_pb2.ReadResource.Request(type_name="fake_thing", current_state=state), timeout=60
+            )
+        assert response.new_state == state
+        _shutdown(plugin, client_cert)
+
+
+def test_launch_runs_parallel_rpcs_beside_the_pinned_streams(client_cert: ClientCertificate) -> None:
+    """Terraform holds GRPCStdio and GRPCBroker streams open; -parallelism RPCs must still run at once."""
+    from tests.provider.plugin.fake_provider import CONCURRENT_APPLIES
+
+    with launched(FAKE_PROVIDER, terraform_environment(client_cert), cwd=REPO) as plugin:
+        with plugin.channel(client_cert) as channel:
+            stdio = grpc_stdio_pb2_grpc.GRPCStdioStub(channel).StreamStdio(empty_pb2.Empty())
+            broker_requests: queue.Queue[grpc_broker_pb2.ConnInfo | None] = queue.Queue()
+            broker = grpc_broker_pb2_grpc.GRPCBrokerStub(channel).StartStream(iter(broker_requests.get, None))
+            provider = tfplugin6_pb2_grpc.ProviderStub(channel)
+            futures = [
+                provider.ApplyResourceChange.future(
+                    tfplugin6_pb2.ApplyResourceChange.Request(type_name="fake_thing"), timeout=RPC_TIMEOUT
+                )
+                for _ in range(CONCURRENT_APPLIES)
+            ]
+            results = [future.result() for future in futures]
+            assert all(not result.diagnostics for result in results), results[0].diagnostics
+            broker_requests.put(None)
+            stdio.cancel()
+            broker.cancel()
+        assert _shutdown(plugin, client_cert) < 2.0
