@@ -1,0 +1,320 @@
+"""Hypothesis stateful test of the engine: creates, scales, volume changes, deletes, worker passes and
+crashes (passes rolled back mid-way, abandoned leases, stale workers), with the invariants checked
+after every step: capacity conserved, no node in two clusters, partition keys unique, no leaked IPs."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from sqlalchemy import select
+
+from backend.domain import catalog as catalog_module
+from backend.domain.catalog import catalog_from_dict, catalog_to_dict
+from backend.domain.errors import Conflict
+from backend.provisioning.engine import request_reconcile
+from backend.provisioning.reconciler import PassContext, reconcile_cluster
+from backend.provisioning.settings import EngineSettings
+from backend.provisioning.worker import EngineWorker
+from backend.settings import Settings
+from backend.store.db import make_engine, make_session_factory
+from backend.store.engine_models import Allocation, EngineCluster, EngineNode, WorkItem
+from backend.store.models import Cluster, ClusterVolume, Project, Volume
+
+POOLS = {"8xH100": 6, "8xH200": 3}
+FAULTY = {
+    "simulation_speed": 1e9,
+    "simulation_boot_failure_rate": 0.25,
+    "simulation_acceptance_failure_rate": 0.1,
+    "engine_lease_seconds": 5.0,
+}
+
+
+def small_catalog() -> catalog_module.Catalog:
+    doc = catalog_to_dict(catalog_module._builtin_catalog())
+    for fabric in doc["fabrics"]:
+        if fabric["name"] == "ib-east-a":
+            fabric["pools"] = POOLS
+    return catalog_from_dict(doc)
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class EngineMachine(RuleBasedStateMachine):
+    template: Path
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = Path(tempfile.mkdtemp(prefix="engine-stateful-"))
+        path = self.dir / "db.sqlite"
+        shutil.copyfile(self.template, path)
+        self.engine = make_engine(Settings(database_url=f"sqlite:///{path}"))
+        self.sessions = make_session_factory(self.engine, write=True)
+        self.catalog = small_catalog()
+        self.worker = EngineWorker(
+            self.sessions, EngineSettings(**FAULTY), catalog=self.catalog, worker_id="main"
+        )
+        self.seq = 0
+        with self.sessions.begin() as session:
+            session.add(Project(id="prj_stateful", name="stateful", created_at=now()))
+            session.add(
+                Volume(
+                    id="vol_stateful",
+                    project_id="prj_stateful",
+                    name="v",
+                    region="us-east-1",
+                    size_tib=1,
+                    generation=1,
+                    created_at=now(),
+                    updated_at=now(),
+                )
+            )
+        self.clusters: list[str] = []
+
+    def teardown(self) -> None:
+        try:
+            with self.sessions.begin() as session:
+                for cluster in session.scalars(select(Cluster)):
+                    if cluster.deletion_requested_at is None:
+                        cluster.deletion_requested_at = now()
+                        request_reconcile(session, cluster.id, catalog=self.catalog)
+            self._drain()
+            self.check_allocations()
+            with self.sessions() as session:
+                assert session.scalars(select(Allocation)).all() == []
+        finally:
+            self.engine.dispose()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _drain(self) -> None:
+        for _ in range(200):
+            if self.worker.run_once().claimed == 0:
+                with self.sessions() as session:
+                    pending = session.scalar(select(WorkItem.cluster_id).where(WorkItem.due_at.is_not(None)))
+                if pending is None:
+                    return
+                time.sleep(0.02)
+        raise AssertionError("engine did not converge")
+
+    def _free(self, itype: str) -> int:
+        with self.sessions() as session:
+            held = session.scalars(
+                select(Allocation).where(
+                    Allocation.kind == "slot", Allocation.pool == f"us-east-1/ib-east-a/{itype}"
+                )
+            )
+            return POOLS[itype] - len(held.all())
+
+    @rule(node_count=st.integers(1, 4), itype=st.sampled_from(sorted(POOLS)))
+    def create(self, node_count: int, itype: str) -> None:
+        self.seq += 1
+        free = self._free(itype)
+        try:
+            with self.sessions.begin() as session:
+                cluster = Cluster(
+                    id=f"cls_{self.seq:026d}",
+                    project_id="prj_stateful",
+                    name=f"c{self.seq}",
+                    region="us-east-1",
+                    instance_type=itype,
+                    node_count=node_count,
+                    orchestrator="slurm",
+                    interconnect="infiniband",
+                    billing_type="on_demand",
+                    labels={},
+                    deletion_protection=False,
+                    status="PENDING",
+                    generation=1,
+                    created_at=now(),
+                    updated_at=now(),
+                )
+                session.add(cluster)
+                session.flush()
+                request_reconcile(session, cluster.id, catalog=self.catalog)
+        except Conflict as exc:
+            assert exc.code == "insufficient_capacity" and free < node_count
+            event("create refused: no capacity")
+            with self.sessions() as session:
+                assert session.get(Cluster, f"cls_{self.seq:026d}") is None  # nothing half-built
+            return
+        assert free >= node_count
+        event("create admitted")
+        self.clusters.append(f"cls_{self.seq:026d}")
+
+    def _live(self) -> list[str]:
+        with self.sessions() as session:
+            return [
+                c
+                for c in self.clusters
+                if (row := session.get(Cluster, c)) is not None and row.deletion_requested_at is None
+            ]
+
+    @precondition(lambda self: bool(self.clusters))
+    @rule(data=st.data(), node_count=st.integers(1, 5))
+    def scale(self, data: st.DataObject, node_count: int) -> None:
+        live = self._live()
+        if not live:
+            return
+        cluster_id = data.draw(st.sampled_from(live))
+        try:
+            with self.sessions.begin() as session:
+                cluster = session.get(Cluster, cluster_id)
+                assert cluster is not None
+                cluster.node_count = node_count
+                cluster.generation += 1
+                request_reconcile(session, cluster_id, catalog=self.catalog)
+        except Conflict as exc:
+            assert exc.code == "insufficient_capacity"
+
+    @precondition(lambda self: bool(self.clusters))
+    @rule(data=st.data())
+    def toggle_volume(self, data: st.DataObject) -> None:
+        live = self._live()
+        if not live:
+            return
+        cluster_id = data.draw(st.sampled_from(live))
+        with self.sessions.begin() as session:
+            cluster = session.get(Cluster, cluster_id)
+            assert cluster is not None
+            if cluster.volume_links:
+                cluster.volume_links = []
+            else:
+                cluster.volume_links = [ClusterVolume(volume_id="vol_stateful", position=0)]
+            request_reconcile(session, cluster_id, catalog=self.catalog)
+
+    @precondition(lambda self: bool(self.clusters))
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        live = self._live()
+        if not live:
+            return
+        cluster_id = data.draw(st.sampled_from(live))
+        with self.sessions.begin() as session:
+            cluster = session.get(Cluster, cluster_id)
+            assert cluster is not None
+            cluster.deletion_requested_at = now()
+            request_reconcile(session, cluster_id, catalog=self.catalog)
+
+    @rule(rounds=st.integers(1, 3))
+    def work(self, rounds: int) -> None:
+        for _ in range(rounds):
+            self.worker.run_once()
+
+    @rule()
+    def crash_mid_pass(self) -> None:
+        """A worker claims, runs a pass and dies before committing; its lease then runs out."""
+        ghost = EngineWorker(
+            self.sessions,
+            EngineSettings(**{**FAULTY, "engine_lease_seconds": 0.01}),
+            catalog=self.catalog,
+            worker_id="ghost",
+        )
+        for cluster_id, token in ghost._claim()[:2]:
+            with self.sessions() as session:
+                ctx = PassContext(
+                    session=session,
+                    driver=ghost.driver,
+                    catalog=self.catalog,
+                    settings=ghost.settings,
+                    now=now(),
+                    worker="ghost",
+                    fencing_token=token,
+                )
+                reconcile_cluster(ctx, cluster_id)
+                session.rollback()  # killed: nothing of the pass survives
+        time.sleep(0.02)
+
+    @rule()
+    def stale_worker_is_fenced(self) -> None:
+        """A paused worker whose lease was taken over cannot commit its pass."""
+        ghost = EngineWorker(
+            self.sessions,
+            EngineSettings(**{**FAULTY, "engine_lease_seconds": 0.01}),
+            catalog=self.catalog,
+            worker_id="stale",
+        )
+        claimed = ghost._claim()
+        if not claimed:
+            return
+        time.sleep(0.02)
+        with self.sessions.begin() as session:
+            for cluster_id, _ in claimed:
+                item = session.get(WorkItem, cluster_id)
+                assert item is not None
+                item.due_at = now() - dt.timedelta(seconds=1)
+        self.worker.run_once()  # takes the expired leases over, bumping the fencing tokens
+        from backend.provisioning.worker import PassResult
+
+        result = PassResult()
+        for cluster_id, token in claimed:
+            ghost._process(cluster_id, token, result)
+        assert result.committed == 0
+
+    @rule()
+    def drain(self) -> None:
+        self._drain()
+        with self.sessions() as session:
+            for cluster in session.scalars(select(Cluster)):
+                if cluster.deletion_requested_at is not None:
+                    assert cluster.status == "DESTROYED"
+                else:
+                    assert cluster.status in ("RUNNING", "FAILED"), (cluster.status, cluster.phase)
+                    event(f"drained cluster {cluster.status}")
+
+    @invariant()
+    def check_allocations(self) -> None:
+        with self.sessions() as session:
+            allocations = session.scalars(select(Allocation)).all()
+            live_nodes = session.scalars(select(EngineNode).where(EngineNode.status != "DESTROYED")).all()
+            states = {s.cluster_id: s for s in session.scalars(select(EngineCluster))}
+        slots = [a for a in allocations if a.kind == "slot"]
+        # Capacity conserved: held slots == live nodes, never above the pool.
+        for itype, capacity in POOLS.items():
+            held = [a for a in slots if a.pool.endswith("/" + itype)]
+            assert len(held) <= capacity
+            assert len(held) == len([n for n in live_nodes if n.instance_type == itype])
+        # No node in two clusters: every live node owns its own slot.
+        assert sorted(a.node_id or "" for a in slots) == sorted(n.id for n in live_nodes)
+        assert len({(n.fabric, n.instance_type, n.slot) for n in live_nodes}) == len(live_nodes)
+        members = Counter((n.cluster_id, n.active_name) for n in live_nodes if n.active_name is not None)
+        assert all(count == 1 for count in members.values())
+        # Partition keys: one per unfinished cluster, unique on the fabric.
+        pkeys = [a for a in allocations if a.kind == "partition_key"]
+        assert len({a.value for a in pkeys}) == len(pkeys)
+        assert {a.cluster_id for a in pkeys} == {c for c, s in states.items() if not s.finished}
+        # No leaked IPs: node IPs belong to live nodes, jumphost IPs to unfinished clusters.
+        node_ips = {(a.pool, a.value) for a in allocations if a.kind == "private_ip" and a.node_id}
+        assert node_ips == {(states[n.cluster_id].subnet, n.private_ip) for n in live_nodes}
+        assert all(not states[a.cluster_id].finished for a in allocations)
+
+
+def test_engine_stateful_invariants(sqlite_template: Path) -> None:
+    EngineMachine.template = sqlite_template
+    run_state_machine_as_test(
+        EngineMachine,
+        settings=settings(
+            max_examples=12, stateful_step_count=14, deadline=None, suppress_health_check=list(HealthCheck)
+        ),
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_catalog_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUCLOUD_CATALOG_FILE", raising=False)
+
