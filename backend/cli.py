@@ -140,14 +140,10 @@ def cmd_revoke_api_key(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """Run one provisioning engine worker until interrupted."""
-    from backend.services import engine_hooks
+    """Run one provisioning engine worker until SIGTERM/SIGINT (deployments with several processes)."""
+    from backend.provisioning.worker import run_forever
 
-    module = engine_hooks._engine_module("worker")
-    if module is None:  # TODO(engine): call backend.provisioning.worker.run_forever directly once it exists
-        print("the provisioning engine is not installed in this build", file=sys.stderr)
-        return 2
-    module.run_forever(_settings(args))
+    run_forever(_settings(args))
     return 0
 
 

@@ -67,6 +67,13 @@ class ClusterUpdate(StrictModel):
     labels: Labels | None = None
     deletion_protection: bool | None = None
     max_hourly_cost_usd: Money | None = None
+    remove_node_names: (
+        list[Annotated[str, StringConstraints(max_length=80, pattern=r"^[a-z0-9-]+$")]] | None
+    ) = Field(
+        default=None,
+        max_length=4096,
+        description="With a lower node_count: which nodes to release (default: the highest indexes)",
+    )
 
 
 # Fields whose null in a PATCH means "clear it"; for the others null means "leave unchanged".
@@ -115,4 +122,5 @@ class ClusterOut(BaseModel):
     slurm: dict[str, Any] | None = None
     kubernetes: dict[str, Any] | None = None
     nccl_env: dict[str, str] = Field(default_factory=dict)
+    fabric: dict[str, Any] | None = None
     phase_history: list[dict[str, Any]] = Field(default_factory=list)

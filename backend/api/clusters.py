@@ -25,7 +25,8 @@ from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
 from backend.domain.catalog import Catalog
 from backend.domain.etags import etag_for
-from backend.services import clusters, engine_hooks
+from backend.provisioning.views import cluster_runtime
+from backend.services import clusters
 from backend.store.models import Cluster
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
@@ -55,7 +56,7 @@ def to_out(session: Session, row: Cluster, catalog: Catalog) -> ClusterOut:
         "created_at": row.created_at,
         "updated_at": row.updated_at,
     }
-    body.update(engine_hooks.cluster_runtime(session, row.id))
+    body.update(cluster_runtime(session, row.id))
     return ClusterOut.model_validate(body)
 
 
@@ -125,7 +126,7 @@ def update_cluster(
     catalog = app_state(request).catalog
     changes = {
         field: getattr(body, field)
-        for field in body.model_fields_set
+        for field in body.model_fields_set - {"remove_node_names"}
         if getattr(body, field) is not None or field in NULLABLE_FIELDS
     }
     if "billing" in changes:
@@ -139,6 +140,7 @@ def update_cluster(
             cluster_id=cluster_id,
             changes=changes,
             if_match=if_match,
+            remove_node_names=body.remove_node_names or (),
         )
         return _outcome(session, row, catalog)
 

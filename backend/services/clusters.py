@@ -19,7 +19,7 @@ from backend.domain.catalog import Catalog
 from backend.domain.cluster_rules import apply_cluster_defaults, validate_cluster_spec
 from backend.domain.errors import Conflict, FieldError, NotFound, validation_failed
 from backend.domain.ids import is_id_of, new_id
-from backend.services import engine_hooks
+from backend.provisioning.engine import request_reconcile
 from backend.services.clock import utcnow
 from backend.services.common import check_if_match, get_owned, keyset_page, touch
 from backend.store.models import Cluster, ClusterSshKey, ClusterVolume, SshKey, Volume
@@ -170,7 +170,7 @@ def create_cluster(
     _apply(row, full)
     session.add(row)
     session.flush()
-    engine_hooks.request_reconcile(session, row.id)
+    request_reconcile(session, row.id, catalog=catalog)
     return row
 
 
@@ -219,8 +219,12 @@ def update_cluster(
     cluster_id: str,
     changes: Mapping[str, Any],
     if_match: str | None,
+    remove_node_names: Sequence[str] = (),
 ) -> Cluster:
-    """Apply a partial update (absent fields keep their value); immutable fields may only repeat theirs."""
+    """Apply a partial update (absent fields keep their value); immutable fields may only repeat theirs.
+
+    `remove_node_names` picks the nodes a scale-down releases (default: the highest indexes first).
+    """
     row = _writable(session, project_id, cluster_id, if_match)
     current = cluster_spec(row)
     errors = [
@@ -244,7 +248,7 @@ def update_cluster(
         _apply(row, full)
         touch(row)
         session.flush()
-        engine_hooks.request_reconcile(session, row.id)
+        request_reconcile(session, row.id, remove_node_names=remove_node_names, catalog=catalog)
     return row
 
 
@@ -262,10 +266,7 @@ def delete_cluster(*, session: Session, project_id: str, cluster_id: str, if_mat
         )
     row.deletion_requested_at = utcnow()
     touch(row)
-    if engine_hooks.engine_available():
-        engine_hooks.request_reconcile(session, row.id)
-    else:  # TODO(engine): nothing to tear down without the engine
-        row.status = DESTROYED
+    request_reconcile(session, row.id)
     return row
 
 
