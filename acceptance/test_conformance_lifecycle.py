@@ -54,6 +54,14 @@ def test_conformance_smoke_lifecycle(terraform: TerraformFactory, tf_version: st
     main_id = created["conformance_everything.main"]["id"]
     assert created["conformance_everything.main"]["revision"] == 1
     assert created["conformance_everything.main"]["endpoint"] == {"host": "example.com", "port": 443}
+    # Sets of objects: another order in the configuration is no change.
+    reordered = config(store).replace(
+        '{ port = 443 }, { port = 22, protocol = "udp" }, { port = 80 }',
+        '{ port = 80 }, { port = 22, protocol = "udp" }, { port = 443 }',
+    )
+    assert reordered != config(store)
+    tf.write_main(reordered)
+    assert tf.plan_changes("-refresh=false").returncode == 0
     remote = stored_objects(store)[main_id]
     assert remote["big"] == Decimal("123456789012345678901234567890.5")  # arbitrary precision survives
 
