@@ -1,12 +1,17 @@
-"""The gpucloud provider: its configuration block and what it offers (resources arrive in later work)."""
+"""The gpucloud provider: its configuration block, the API client it builds, and what it offers.
+
+Resources and data sources are registered in `RESOURCES` / `DATA_SOURCES` / `EPHEMERAL_RESOURCES`
+below: one line each."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
+from provider.client import ApiError, Forbidden, GpuCloudClient, TransportError, Unauthorized
 from provider.cty import is_unknown
 from provider.framework import (
     Context,
@@ -21,6 +26,30 @@ from provider.framework import (
     root,
 )
 from provider.framework.validators import custom, int_between, string_matches
+from provider.resources._common import GpuCloudConfig
+from provider.resources.data_sources import (
+    InstanceTypesDataSource,
+    RegionsDataSource,
+    SharedVolumeDataSource,
+    SshKeyDataSource,
+)
+from provider.resources.shared_volume import SharedVolumeResource
+from provider.resources.ssh_key import SshKeyResource
+
+__all__ = ["DEFAULT_ENDPOINT", "GpuCloudConfig", "GpuCloudProvider"]
+
+# What the provider offers (resources helper B adds the cluster lines).
+RESOURCES: tuple[type[Resource], ...] = (
+    SshKeyResource,
+    SharedVolumeResource,
+)
+DATA_SOURCES: tuple[type[DataSource], ...] = (
+    RegionsDataSource,
+    InstanceTypesDataSource,
+    SshKeyDataSource,
+    SharedVolumeDataSource,
+)
+EPHEMERAL_RESOURCES: tuple[type[EphemeralResource], ...] = ()
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
 DEFAULT_REQUEST_TIMEOUT = "30s"
@@ -32,20 +61,6 @@ def _is_duration(text: str) -> bool:
         return parse_duration(text).total_seconds() > 0
     except ValueError:
         return False
-
-
-@dataclass(frozen=True)
-class GpuCloudConfig:
-    """The resolved provider configuration handed to resources as `ctx.provider_data`.
-
-    `complete` is False while some value is unknown (Terraform plans before a value it depends on is
-    known); resources must then plan without calling the API."""
-
-    endpoint: str
-    api_key: str | None
-    request_timeout_seconds: float
-    max_retries: int
-    complete: bool = True
 
 
 class GpuCloudProvider(Provider):
@@ -81,6 +96,13 @@ class GpuCloudProvider(Provider):
         },
     )
 
+    def __init__(self, transport: httpx.BaseTransport | None = None) -> None:
+        # Tests inject an httpx transport; Terraform launches use the real network.
+        self._transport = transport
+        self._resources = [r() for r in RESOURCES]
+        self._data_sources = [d() for d in DATA_SOURCES]
+        self._ephemerals = [e() for e in EPHEMERAL_RESOURCES]
+
     def configure(self, ctx: Context, config: dict[str, Any]) -> GpuCloudConfig:
         if any(is_unknown(v) for v in config.values()):
             # Known only after another resource is applied: plan without the API, configure later.
@@ -89,6 +111,12 @@ class GpuCloudProvider(Provider):
         api_key = config.get("api_key") or os.environ.get("GPUCLOUD_API_KEY") or None
         timeout = parse_duration(config.get("request_timeout") or DEFAULT_REQUEST_TIMEOUT).total_seconds()
         retries = config.get("max_retries")
+        resolved = GpuCloudConfig(
+            endpoint=endpoint.rstrip("/"),
+            api_key=api_key,
+            request_timeout_seconds=timeout,
+            max_retries=DEFAULT_MAX_RETRIES if retries is None else int(retries),
+        )
         if not endpoint.startswith(("http://", "https://")):
             ctx.error(
                 "Invalid Endpoint",
@@ -102,18 +130,65 @@ class GpuCloudProvider(Provider):
                 "with an API key of your gpucloud project.",
                 root("api_key"),
             )
+        if ctx.diagnostics.has_errors:
+            return resolved
+        client = self._client(resolved)
+        if not self._credentials_accepted(ctx, client, resolved):
+            client.close()
+            return resolved
         return GpuCloudConfig(
-            endpoint=endpoint.rstrip("/"),
-            api_key=api_key,
-            request_timeout_seconds=timeout,
-            max_retries=DEFAULT_MAX_RETRIES if retries is None else int(retries),
+            resolved.endpoint, api_key, timeout, resolved.max_retries, complete=True, client=client
         )
 
+    def _client(self, config: GpuCloudConfig) -> GpuCloudClient:
+        return GpuCloudClient(
+            config.endpoint,
+            config.api_key or "",
+            timeout=config.request_timeout_seconds,
+            max_retries=config.max_retries,
+            transport=self._transport,
+            user_agent=f"terraform-provider-gpucloud/{self.version}",
+        )
+
+    @staticmethod
+    def _credentials_accepted(ctx: Context, client: GpuCloudClient, config: GpuCloudConfig) -> bool:
+        """One cheap authenticated read, so a wrong key or endpoint is reported at the provider block."""
+        try:
+            client.verify_credentials()
+        except Unauthorized:
+            ctx.error(
+                "Invalid API Key",
+                f"The gpucloud API at {config.endpoint} rejected the API key (unknown, malformed or "
+                "revoked). Check api_key in the provider block or GPUCLOUD_API_KEY.",
+                root("api_key"),
+            )
+            return False
+        except Forbidden as error:
+            ctx.error("API Key Not Allowed", f"{error.detail} Use a key with the member or admin role.",
+                      root("api_key"))
+            return False
+        except TransportError as error:
+            ctx.error(
+                "Cannot Reach the gpucloud API",
+                f"No answer from {config.endpoint} ({error.detail}). Check endpoint (or GPUCLOUD_ENDPOINT) "
+                "and that the API is running.",
+                root("endpoint"),
+            )
+            return False
+        except ApiError as error:
+            ctx.error(
+                "Cannot Verify the API Key",
+                f"The gpucloud API at {config.endpoint} answered {error.status}: {error.detail}",
+                root("endpoint"),
+            )
+            return False
+        return True
+
     def resources(self) -> Sequence[Resource]:
-        return ()
+        return self._resources
 
     def data_sources(self) -> Sequence[DataSource]:
-        return ()
+        return self._data_sources
 
     def ephemeral_resources(self) -> Sequence[EphemeralResource]:
-        return ()
+        return self._ephemerals

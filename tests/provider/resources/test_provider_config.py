@@ -1,3 +1,4 @@
+import httpx
 import pytest
 
 from provider._proto import tfplugin6_pb2 as pb
@@ -12,8 +13,12 @@ def config(**values):
     return {"endpoint": None, "api_key": None, "request_timeout": None, "max_retries": None, **values}
 
 
-def configure(values):
-    provider = GpuCloudProvider()
+def accepting(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, json={"items": [], "next_page_token": None})
+
+
+def configure(values, handler=accepting):
+    provider = GpuCloudProvider(transport=httpx.MockTransport(handler))
     server = ProviderServer(provider)
     resp = server.configure_provider(
         pb.ConfigureProvider.Request(
@@ -75,3 +80,51 @@ def test_provider_schema_marks_api_key_sensitive():
     resp = ProviderServer(GpuCloudProvider()).get_provider_schema(pb.GetProviderSchema.Request())
     attrs = {a.name: a for a in resp.provider.block.attributes}
     assert attrs["api_key"].sensitive and attrs["api_key"].optional
+
+
+def problem(status, code, detail):
+    body = {"title": "x", "status": status, "code": code, "detail": detail}
+    return httpx.Response(status, json=body, headers={"content-type": "application/problem+json"})
+
+
+def test_provider_config_builds_client_and_verifies_key_once():
+    seen = []
+
+    def handler(request):
+        seen.append((request.url.path, request.headers["authorization"]))
+        return accepting(request)
+
+    resp, server = configure(config(api_key="gpc_good", max_retries=0), handler)
+    assert not resp.diagnostics
+    assert server._provider_data.client is not None
+    assert seen == [("/v1/ssh-keys", "Bearer gpc_good")]
+
+
+def test_provider_config_rejected_key_is_diagnostic_at_api_key():
+    resp, server = configure(
+        config(api_key="gpc_bad", max_retries=0), lambda r: problem(401, "unauthorized", "unknown API key")
+    )
+    (diag,) = resp.diagnostics
+    assert diag.severity == pb.Diagnostic.ERROR and diag.summary == "Invalid API Key"
+    assert [s.attribute_name for s in diag.attribute.steps] == ["api_key"]
+    assert "rejected the API key" in diag.detail
+    assert server._provider_data is None
+
+
+def test_provider_config_unreachable_endpoint_is_diagnostic_at_endpoint():
+    def refuse(request):
+        raise httpx.ConnectError("connection refused", request=request)
+
+    resp, _ = configure(config(api_key="k", endpoint="http://127.0.0.1:9", max_retries=0), refuse)
+    (diag,) = resp.diagnostics
+    assert diag.summary == "Cannot Reach the gpucloud API"
+    assert [s.attribute_name for s in diag.attribute.steps] == ["endpoint"]
+    assert "http://127.0.0.1:9" in diag.detail
+
+
+def test_provider_lists_resources_and_data_sources():
+    resp = ProviderServer(GpuCloudProvider()).get_provider_schema(pb.GetProviderSchema.Request())
+    assert {"gpucloud_ssh_key", "gpucloud_shared_volume"} <= set(resp.resource_schemas)
+    assert {"gpucloud_regions", "gpucloud_instance_types", "gpucloud_ssh_key", "gpucloud_shared_volume"} <= set(
+        resp.data_source_schemas
+    )

@@ -1,0 +1,222 @@
+"""gpucloud_shared_volume: a shared filesystem volume in a region that clusters mount."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from provider.client import ApiError
+from provider.cty import STRING, is_unknown
+from provider.framework import (
+    Context,
+    DiagnosticError,
+    Int64Attribute,
+    ListAttribute,
+    NumberAttribute,
+    Resource,
+    Schema,
+    State,
+    StringAttribute,
+    requires_replace,
+    root,
+    use_state_for_unknown,
+)
+from provider.framework.validators import int_between, string_length, string_matches
+from provider.resources._common import (
+    api_error,
+    client_of,
+    configured,
+    create_done,
+    create_key,
+    etag_of,
+    get_with_etag,
+    number,
+    plan_create_key,
+    regions_by_name,
+    remember_etag,
+    timestamp,
+)
+from provider.resources.ssh_key import NAME_PATTERN, NAME_RULE
+
+MAX_SIZE_TIB = 10_000
+RENAMES = {"volume_id": "id"}
+
+
+def _path(volume_id: str) -> str:
+    return f"/v1/volumes/{volume_id}"
+
+
+def hourly_cost(storage_usd_per_tib_hour: Any, size_tib: int) -> int | Decimal:
+    """What the API reports for a volume of `size_tib` (its formula: price x size to 1/100 cent, sent as
+    a JSON float), so the planned cost equals the applied one."""
+    exact = (Decimal(str(storage_usd_per_tib_hour)) * size_tib).quantize(Decimal("0.0001"))
+    return number(Decimal(repr(float(exact))))
+
+
+class SharedVolumeResource(Resource):
+    type_name = "gpucloud_shared_volume"
+    import_id_attribute = "id"
+    schema = Schema(
+        description="A shared volume: network storage in one region that clusters in that region mount "
+        "at `mount_path`. It can be renamed and grown in place; it never shrinks (that would lose data).",
+        attributes={
+            # Required
+            "name": StringAttribute(
+                required=True,
+                description="Display name of the volume. Renaming is done in place.",
+                validators=[string_length(min=1, max=128), string_matches(NAME_PATTERN, NAME_RULE)],
+            ),
+            "region": StringAttribute(
+                required=True,
+                description="Region of the volume, for example `us-east-1` (see the `gpucloud_regions` data "
+                "source). Changing it replaces the volume (its data does not move).",
+                validators=[string_matches(r"[a-z0-9-]{1,64}", "must be a region name such as us-east-1")],
+                plan_modifiers=[requires_replace()],
+            ),
+            "size_tib": Int64Attribute(
+                required=True,
+                description=f"Size in TiB, 1 to {MAX_SIZE_TIB}. Growing is done in place; a smaller value is "
+                "rejected at plan time, because shrinking would lose data.",
+                validators=[int_between(1, MAX_SIZE_TIB)],
+            ),
+            # Computed
+            "id": StringAttribute(
+                computed=True,
+                description="Identifier of the volume (`volume_...`); use it in a cluster's "
+                "`shared_volume_ids`.",
+                plan_modifiers=[use_state_for_unknown()],
+            ),
+            "status": StringAttribute(computed=True, description="Status of the volume, e.g. `available`."),
+            "mount_path": StringAttribute(
+                computed=True,
+                description="Where clusters mount the volume; stable for the volume's life.",
+                plan_modifiers=[use_state_for_unknown()],
+            ),
+            "attached_cluster_ids": ListAttribute(
+                element_type=STRING,
+                computed=True,
+                description="Ids of the clusters the volume is attached to (clusters attach volumes through "
+                "their `shared_volume_ids`).",
+            ),
+            "created_at": StringAttribute(
+                computed=True,
+                description="When the volume was created (RFC 3339, UTC).",
+                plan_modifiers=[use_state_for_unknown()],
+            ),
+            "estimated_hourly_cost_usd": NumberAttribute(
+                computed=True,
+                description="What the volume costs per hour in USD at the current storage price; known at "
+                "plan time, so `terraform plan` shows the cost of a new size.",
+            ),
+        },
+    )
+
+    # ---- plan ------------------------------------------------------------------------------------------
+
+    def modify_plan(
+        self, ctx: Context, plan: State | None, state: State | None, config: State | None
+    ) -> State | None:
+        if plan is None:
+            return None
+        plan_create_key(ctx, state, plan)
+        self._refuse_shrink(ctx, plan, state)
+        if not configured(ctx) or ctx.diagnostics.has_errors:
+            return plan  # provider block not known yet: plan without the API
+        region, size = plan["region"], plan["size_tib"]
+        if is_unknown(region) or region is None:
+            return plan
+        regions = regions_by_name(ctx)
+        if region not in regions:
+            known = ", ".join(sorted(regions))
+            ctx.error(
+                "Unknown Region",
+                f'There is no region "{region}". Choose one of: {known} '
+                "(see the gpucloud_regions data source).",
+                root("region"),
+            )
+            return plan
+        if is_unknown(plan["estimated_hourly_cost_usd"]) and isinstance(size, int):
+            cost = hourly_cost(regions[region]["storage_usd_per_tib_hour"], size)
+            plan = {**plan, "estimated_hourly_cost_usd": cost}
+        return plan
+
+    @staticmethod
+    def _refuse_shrink(ctx: Context, plan: State, state: State | None) -> None:
+        if state is None or ctx.requires_replace:
+            return  # a new volume may have any size
+        old, new = state.get("size_tib"), plan.get("size_tib")
+        if isinstance(old, int) and isinstance(new, int) and new < old:
+            ctx.error(
+                "Shared Volume Cannot Shrink",
+                f"size_tib can only grow: the volume has {old} TiB and shrinking it to {new} TiB would lose "
+                "data. Keep the size, or create a new, smaller volume and copy the data over.",
+                root("size_tib"),
+            )
+
+    # ---- CRUD ------------------------------------------------------------------------------------------
+
+    def create(self, ctx: Context, plan: State) -> State | None:
+        body = {"name": plan["name"], "region": plan["region"], "size_tib": plan["size_tib"]}
+        try:
+            response = client_of(ctx).request(
+                "POST", "/v1/volumes", json=body, idempotency_key=create_key(ctx)
+            )
+        except ApiError as error:
+            api_error(ctx, "Error Creating Shared Volume", error, subject="shared volume",
+                      schema=self.schema, renames=RENAMES)
+            return None
+        create_done(ctx)
+        remember_etag(ctx, response.etag)
+        return self._state(response.body)
+
+    def read(self, ctx: Context, state: State) -> State | None:
+        try:
+            body = get_with_etag(ctx, _path(state["id"]))
+        except ApiError as error:
+            api_error(ctx, "Error Reading Shared Volume", error, subject="shared volume")
+            return state
+        return None if body is None else self._state(body)
+
+    def update(self, ctx: Context, plan: State, state: State) -> State | None:
+        changes = {k: plan[k] for k in ("name", "size_tib") if plan[k] != state[k]}
+        try:
+            response = client_of(ctx).request(
+                "PATCH", _path(state["id"]), json=changes, if_match=etag_of(ctx)
+            )
+        except ApiError as error:
+            api_error(ctx, "Error Updating Shared Volume", error, subject="shared volume",
+                      schema=self.schema, renames=RENAMES)
+            return None
+        remember_etag(ctx, response.etag)
+        return self._state(response.body)
+
+    def delete(self, ctx: Context, state: State) -> None:
+        try:
+            client_of(ctx).request("DELETE", _path(state["id"]), if_match=etag_of(ctx))
+        except ApiError as error:
+            if error.status == 404:
+                return  # already gone: the goal of a delete
+            if error.code == "volume_attached":
+                clusters = ", ".join(error.extra.get("cluster_ids") or []) or "a cluster"
+                raise DiagnosticError(
+                    "Shared Volume Still Attached",
+                    f"The volume is attached to {clusters}. Remove it from that cluster's shared_volume_ids "
+                    "(or destroy the cluster) first, then destroy the volume.",
+                ) from None
+            api_error(ctx, "Error Deleting Shared Volume", error, subject="shared volume")
+
+    @staticmethod
+    def _state(body: Any) -> State:
+        if not isinstance(body, dict):
+            raise DiagnosticError("Unexpected API Response", "The API answered without a volume object.")
+        return {
+            "id": body["id"],
+            "name": body["name"],
+            "region": body["region"],
+            "size_tib": int(body["size_tib"]),
+            "status": body["status"],
+            "mount_path": body["mount_path"],
+            "attached_cluster_ids": [str(c) for c in body.get("attached_cluster_ids") or []],
+            "created_at": timestamp(body["created_at"]),
+            "estimated_hourly_cost_usd": number(body["estimated_hourly_cost_usd"]),
+        }
