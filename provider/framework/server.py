@@ -233,7 +233,11 @@ class ProviderServer:
         t = resource.schema.cty_type
         state = decode_value(request.current_state, t)
         ctx = self._context(request.type_name, request.private)
-        new_state = resource.read(ctx, state) if state is not None else None
+        try:
+            new_state = resource.read(ctx, state) if state is not None else None
+        except Exception as exc:  # answered below with the current state kept
+            ctx.diagnostics.append(diagnostic_from_exception(exc, "ReadResource"))
+            new_state = state
         resp = pb.ReadResource.Response(diagnostics=self._diags(ctx))
         if ctx.diagnostics.has_errors:
             resp.new_state.CopyFrom(request.current_state)  # keep what Terraform has
