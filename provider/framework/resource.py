@@ -18,6 +18,7 @@ from provider.framework.context import Context
 from provider.framework.diagnostics import DiagnosticError
 from provider.framework.schema import Schema
 from provider.framework.state import schema_object
+from provider.framework.validators import ConfigValidator
 
 State = dict[str, Any]
 
@@ -49,6 +50,8 @@ class Resource:
 
     type_name: ClassVar[str] = ""
     schema: Schema = Schema()
+    # Whole-configuration checks such as `exactly_one_of("id", "name")` (validators module).
+    config_validators: ClassVar[Sequence[ConfigValidator]] = ()
     # Set to an attribute name (usually "id") to import by that attribute: `terraform import ADDR ID`
     # then reads the object with only that attribute set.
     import_id_attribute: ClassVar[str | None] = None
@@ -98,6 +101,8 @@ class Resource:
 class DataSource:
     type_name: ClassVar[str] = ""
     schema: Schema = Schema()
+    # Whole-configuration checks such as `exactly_one_of("id", "name")` (validators module).
+    config_validators: ClassVar[Sequence[ConfigValidator]] = ()
 
     def read(self, ctx: Context, config: State) -> State | None:
         raise NotImplementedError
@@ -118,6 +123,8 @@ class EphemeralResource:
 
     type_name: ClassVar[str] = ""
     schema: Schema = Schema()
+    # Whole-configuration checks such as `exactly_one_of("id", "name")` (validators module).
+    config_validators: ClassVar[Sequence[ConfigValidator]] = ()
 
     def open(self, ctx: Context, config: State) -> EphemeralResult:
         raise NotImplementedError
@@ -172,6 +179,8 @@ class Provider:
     type_name: ClassVar[str] = ""
     version: ClassVar[str] = "0.0.0"
     schema: Schema = Schema()
+    # Whole-configuration checks such as `exactly_one_of("id", "name")` (validators module).
+    config_validators: ClassVar[Sequence[ConfigValidator]] = ()
 
     def validate_config(self, ctx: Context, config: State) -> None:
         """Cross-attribute checks of the provider block; values may be unknown."""

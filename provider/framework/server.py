@@ -101,6 +101,17 @@ class ProviderServer:
         return found
 
     @staticmethod
+    def _validate(
+        target: Provider | Resource | DataSource | EphemeralResource, config: Any, ctx: Context
+    ) -> None:
+        """Schema validators, then whole-configuration validators, then the author's hook."""
+        validate_config(target.schema, config, ctx.diagnostics)
+        if isinstance(config, dict):
+            for validator in target.config_validators:
+                validator.validate(config, ctx.diagnostics)
+            target.validate_config(ctx, config)
+
+    @staticmethod
     def _diags(ctx: Context) -> list[pb.Diagnostic]:
         return diagnostics_to_pb(ctx.diagnostics)
 
@@ -152,9 +163,7 @@ class ProviderServer:
         schema = self.provider.schema
         config = decode_value(request.config, schema.cty_type)
         ctx = self._context()
-        validate_config(schema, config, ctx.diagnostics)
-        if config is not None:
-            self.provider.validate_config(ctx, config)
+        self._validate(self.provider, config, ctx)
         return pb.ValidateProviderConfig.Response(diagnostics=self._diags(ctx))
 
     @_rpc(pb.ConfigureProvider.Response)
@@ -185,9 +194,7 @@ class ProviderServer:
         resource: Resource = self._lookup(self._resources, request.type_name, "Resource")
         config = decode_value(request.config, resource.schema.cty_type)
         ctx = self._context(request.type_name)
-        validate_config(resource.schema, config, ctx.diagnostics)
-        if config is not None:
-            resource.validate_config(ctx, config)
+        self._validate(resource, config, ctx)
         return pb.ValidateResourceConfig.Response(diagnostics=self._diags(ctx))
 
     @_rpc(pb.UpgradeResourceState.Response)
@@ -390,9 +397,7 @@ class ProviderServer:
         source: DataSource = self._lookup(self._data_sources, request.type_name, "Data Source")
         config = decode_value(request.config, source.schema.cty_type)
         ctx = self._context(request.type_name)
-        validate_config(source.schema, config, ctx.diagnostics)
-        if config is not None:
-            source.validate_config(ctx, config)
+        self._validate(source, config, ctx)
         return pb.ValidateDataResourceConfig.Response(diagnostics=self._diags(ctx))
 
     @_rpc(pb.ReadDataSource.Response)
@@ -422,9 +427,7 @@ class ProviderServer:
         eph: EphemeralResource = self._lookup(self._ephemerals, request.type_name, "Ephemeral Resource")
         config = decode_value(request.config, eph.schema.cty_type)
         ctx = self._context(request.type_name)
-        validate_config(eph.schema, config, ctx.diagnostics)
-        if config is not None:
-            eph.validate_config(ctx, config)
+        self._validate(eph, config, ctx)
         return pb.ValidateEphemeralResourceConfig.Response(diagnostics=self._diags(ctx))
 
     @_rpc(pb.OpenEphemeralResource.Response)

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any, Protocol
 
-from provider.cty import AttributePath, format_path, is_unknown
+from provider.cty import AttributePath, GetAttr, format_path, is_unknown
 from provider.framework.diagnostics import Diagnostics
 
 
@@ -170,3 +170,67 @@ def custom(
     v = ValueValidator(description, check)
     v.summary = summary
     return v
+
+
+# -- whole-configuration validators (Resource/DataSource/EphemeralResource/Provider.config_validators) --
+
+
+class ConfigValidator(Protocol):
+    description: str
+
+    def validate(self, config: dict[str, Any], diags: Diagnostics) -> None: ...
+
+
+class _AttributeSet:
+    """Checks how many of some top-level attributes are set; unknown values count as "maybe"."""
+
+    def __init__(self, names: Sequence[str], rule: str, description: str) -> None:
+        self.names = tuple(names)
+        self.rule = rule
+        self.description = description
+
+    def validate(self, config: dict[str, Any], diags: Diagnostics) -> None:
+        values = [config.get(n) for n in self.names]
+        if any(is_unknown(v) for v in values):
+            return
+        present = [n for n, v in zip(self.names, values, strict=True) if v is not None and v != []]
+        shown = ", ".join(self.names)
+        if self.rule == "conflicting" and len(present) > 1:
+            diags.error(
+                "Invalid Attribute Combination",
+                f"Only one of these attributes may be set: {shown} (got {', '.join(present)}).",
+                AttributePath((GetAttr(present[1]),)),
+            )
+        elif self.rule == "exactly_one_of" and len(present) != 1:
+            diags.error(
+                "Invalid Attribute Combination",
+                f"Exactly one of these attributes must be set: {shown}.",
+                AttributePath((GetAttr(present[1]),)) if len(present) > 1 else None,
+            )
+        elif self.rule == "at_least_one_of" and not present:
+            diags.error(
+                "Missing Attribute Configuration", f"At least one of these attributes must be set: {shown}."
+            )
+        elif self.rule == "required_together" and 0 < len(present) < len(self.names):
+            missing = [n for n in self.names if n not in present]
+            diags.error(
+                "Invalid Attribute Combination",
+                f"These attributes must be set together: {shown} ({', '.join(missing)} missing).",
+                AttributePath((GetAttr(missing[0]),)),
+            )
+
+
+def conflicting(*names: str) -> ConfigValidator:
+    return _AttributeSet(names, "conflicting", f"at most one of {', '.join(names)}")
+
+
+def exactly_one_of(*names: str) -> ConfigValidator:
+    return _AttributeSet(names, "exactly_one_of", f"exactly one of {', '.join(names)}")
+
+
+def at_least_one_of(*names: str) -> ConfigValidator:
+    return _AttributeSet(names, "at_least_one_of", f"at least one of {', '.join(names)}")
+
+
+def required_together(*names: str) -> ConfigValidator:
+    return _AttributeSet(names, "required_together", f"all or none of {', '.join(names)}")

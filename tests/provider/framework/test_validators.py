@@ -95,3 +95,51 @@ def test_validate_config_ignores_unknown_values():
     diags = Diagnostics()
     validate_config(schema, {"name": UNKNOWN}, diags)
     assert diags == []
+
+
+def test_config_validators_combinations():
+    from provider.framework.validators import at_least_one_of, conflicting, exactly_one_of, required_together
+
+    def check(validator, config):
+        diags = Diagnostics()
+        validator.validate(config, diags)
+        return diags
+
+    assert check(exactly_one_of("id", "name"), {"id": "x", "name": None}) == []
+    (both,) = check(exactly_one_of("id", "name"), {"id": "x", "name": "y"})
+    assert both.path == AttributePath((GetAttr("name"),))
+    assert (
+        "Exactly one of these attributes must be set: id, name"
+        in check(exactly_one_of("id", "name"), {"id": None, "name": None})[0].detail
+    )
+    assert check(exactly_one_of("id", "name"), {"id": UNKNOWN, "name": None}) == []
+    assert check(conflicting("a", "b"), {"a": 1, "b": None}) == []
+    assert check(conflicting("a", "b"), {"a": 1, "b": 2})
+    assert check(at_least_one_of("a", "b"), {"a": None, "b": []})
+    (missing,) = check(required_together("user", "password"), {"user": "u", "password": None})
+    assert missing.path == AttributePath((GetAttr("password"),))
+
+
+def test_config_validators_run_in_validate_rpc():
+    from provider._proto import tfplugin6_pb2 as pb
+    from provider.cty import encode_msgpack
+    from provider.framework import DataSource
+    from provider.framework.server import ProviderServer
+    from provider.framework.validators import exactly_one_of
+    from tests.provider.framework.sample_provider import SampleProvider
+
+    class Lookup(DataSource):
+        type_name = "sample_lookup"
+        schema = Schema(
+            attributes={"id": StringAttribute(optional=True), "name": StringAttribute(optional=True)}
+        )
+        config_validators = (exactly_one_of("id", "name"),)
+
+    provider = SampleProvider()
+    provider.data_sources = lambda: [Lookup()]
+    server = ProviderServer(provider)
+    config = pb.DynamicValue(msgpack=encode_msgpack({"id": None, "name": None}, Lookup.schema.cty_type))
+    resp = server.validate_data_resource_config(
+        pb.ValidateDataResourceConfig.Request(type_name="sample_lookup", config=config)
+    )
+    assert resp.diagnostics[0].summary == "Invalid Attribute Combination"
