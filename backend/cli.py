@@ -15,7 +15,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None)))
         if v is not None
     }
-    return Settings(**overrides)  # type: ignore[arg-type]
+    return Settings(**overrides)
 
 
 def _migrate(settings: Settings) -> None:

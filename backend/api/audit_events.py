@@ -18,7 +18,9 @@ from backend.store.models import AuditEvent
 
 router = APIRouter(prefix="/v1/audit-events", tags=["audit"])
 KIND = "audit_event"
-_ERRORS = {code: WRITE_ERRORS[code] for code in (400, 401, 403, 413, 422, 429)}
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    code: WRITE_ERRORS[code] for code in (400, 401, 403, 413, 422, 429)
+}
 
 
 class AuditEventOut(BaseModel):

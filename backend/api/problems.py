@@ -110,7 +110,8 @@ def problem_response(
 
 def request_id_of(request: Request) -> str | None:
     """The id the middleware gave this request."""
-    return request.scope.get("state", {}).get("request_id")
+    request_id = request.scope.get("state", {}).get("request_id")
+    return str(request_id) if request_id is not None else None
 
 
 def _field_path(loc: Sequence[int | str]) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
@@ -75,41 +75,44 @@ def _check_spec(
     return full
 
 
+Referenced = TypeVar("Referenced", SshKey, Volume)
+
+
+def _owned(
+    session: Session, model: type[Referenced], ids: list[str], project_id: str
+) -> Sequence[Referenced]:
+    if not ids:
+        return []
+    return session.scalars(select(model).where(model.id.in_(ids), model.project_id == project_id)).all()
+
+
 def _check_references(session: Session, project_id: str, spec: Mapping[str, Any]) -> list[FieldError]:
-    errors: list[FieldError] = []
-    for field, kind, model in (("ssh_key_ids", "ssh_key", SshKey), ("volume_ids", "volume", Volume)):
-        ids: list[str] = list(spec.get(field) or [])
-        wellformed = [i for i in ids if is_id_of(kind, i)]
-        found = (
-            {
-                row.id: row
-                for row in session.scalars(
-                    select(model).where(model.id.in_(wellformed), model.project_id == project_id)
-                )
-            }
-            if wellformed
-            else {}
-        )
-        seen: set[str] = set()
-        for index, ref in enumerate(ids):
-            path = f"{field}[{index}]"
-            if ref in seen:
-                errors.append(FieldError(path, "duplicate", f"{ref} is listed twice"))
-            elif ref not in found:
-                errors.append(
-                    FieldError(
-                        path, "not_found", f"no {kind.replace('_', ' ')} with id {ref!r} in this project"
-                    )
-                )
-            elif kind == "volume" and found[ref].region != spec.get("region"):
-                errors.append(
-                    FieldError(
-                        path,
-                        "region_mismatch",
-                        f"volume {ref} is in {found[ref].region}, the cluster in {spec.get('region')}",
-                    )
-                )
-            seen.add(ref)
+    key_ids, volume_ids = list(spec.get("ssh_key_ids") or []), list(spec.get("volume_ids") or [])
+    keys = {r.id for r in _owned(session, SshKey, [i for i in key_ids if is_id_of("ssh_key", i)], project_id)}
+    volumes = {
+        r.id: r.region
+        for r in _owned(session, Volume, [i for i in volume_ids if is_id_of("volume", i)], project_id)
+    }
+    errors = _check_list("ssh_key_ids", "SSH key", key_ids, keys)
+    errors += _check_list("volume_ids", "volume", volume_ids, set(volumes))
+    region = spec.get("region")
+    for index, ref in enumerate(volume_ids):
+        if ref in volumes and volumes[ref] != region:
+            message = f"volume {ref} is in {volumes[ref]}, the cluster in {region}"
+            errors.append(FieldError(f"volume_ids[{index}]", "region_mismatch", message))
+    return errors
+
+
+def _check_list(field: str, label: str, ids: list[str], existing: set[str]) -> list[FieldError]:
+    errors, seen = [], set()
+    for index, ref in enumerate(ids):
+        if ref in seen:
+            errors.append(FieldError(f"{field}[{index}]", "duplicate", f"{ref} is listed twice"))
+        elif ref not in existing:
+            errors.append(
+                FieldError(f"{field}[{index}]", "not_found", f"no {label} with id {ref!r} in this project")
+            )
+        seen.add(ref)
     return errors
 
 

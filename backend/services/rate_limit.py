@@ -49,8 +49,8 @@ class RateLimiter:
     def _increment(session: Session, api_key_id: str, window_start: int) -> int:
         dialect = session.get_bind().dialect.name
         insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        statement = insert(RateLimitCounter).values(api_key_id=api_key_id, window_start=window_start, count=1)
-        statement = statement.on_conflict_do_update(
+        values = insert(RateLimitCounter).values(api_key_id=api_key_id, window_start=window_start, count=1)
+        statement = values.on_conflict_do_update(
             index_elements=["api_key_id", "window_start"], set_={"count": RateLimitCounter.count + 1}
         ).returning(RateLimitCounter.count)
         return int(session.execute(statement).scalar_one())

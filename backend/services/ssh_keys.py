@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from backend.domain.errors import Conflict, validation_failed
@@ -99,5 +99,5 @@ def delete_ssh_key(*, session: Session, project_id: str, ssh_key_id: str, if_mat
             extra={"cluster_ids": list(users)},
         )
     # Links from clusters already being deleted go with the key.
-    session.execute(ClusterSshKey.__table__.delete().where(ClusterSshKey.ssh_key_id == row.id))
+    session.execute(delete(ClusterSshKey).where(ClusterSshKey.ssh_key_id == row.id))
     session.delete(row)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog
@@ -130,7 +130,7 @@ def delete_volume(*, session: Session, project_id: str, volume_id: str, if_match
             code="volume_attached",
             extra={"cluster_ids": users},
         )
-    session.execute(ClusterVolume.__table__.delete().where(ClusterVolume.volume_id == row.id))
+    session.execute(delete(ClusterVolume).where(ClusterVolume.volume_id == row.id))
     session.delete(row)
 
 
