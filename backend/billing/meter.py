@@ -172,6 +172,8 @@ def compute_segments(
     stop, expire, start = 0, 1, 2  # order of events that share a second
     events: list[tuple[datetime, int, str]] = []
     for interval in intervals:
+        if interval.end is not None and interval.end <= interval.start:
+            continue  # started and stopped within one second: nothing to bill, no slot to take
         events.append((interval.start, start, interval.node_id))
         if interval.end is not None:
             events.append((interval.end, stop, interval.node_id))

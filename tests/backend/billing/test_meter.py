@@ -198,3 +198,11 @@ def test_without_gaps_removes_held_time() -> None:
         RunningInterval("n0", at("10:00:00"), at("10:20:00")),
         RunningInterval("n1", at("10:00:00"), at("10:20:00")),
     ]
+
+
+def test_an_interval_that_stops_within_its_first_second_is_ignored_by_reserved_slots() -> None:
+    intervals = [
+        RunningInterval("n0", at("10:00:00"), at("10:00:00")),
+        RunningInterval("n1", at("10:00:00"), None),
+    ]
+    assert compute_segments(intervals, reserved_slots=1) == [ComputeSegment("n1", RES, at("10:00:00"), None)]
