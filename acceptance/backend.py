@@ -1,0 +1,95 @@
+"""The real backend for acceptance tests: `gpucloud-backend serve` on a free loopback port with a fresh
+SQLite store, a project and an admin API key made with the backend's own CLI.
+
+    from acceptance.backend import running_backend
+    with running_backend(tmp_dir) as backend:
+        backend.url, backend.api_key, backend.client   # client: a GpuCloudClient for out-of-band changes
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from provider.client import GpuCloudClient
+
+BACKEND = Path(sys.executable).with_name("gpucloud-backend")
+START_TIMEOUT = 60.0
+
+
+@dataclass
+class Backend:
+    url: str
+    api_key: str
+    client: GpuCloudClient
+    data_dir: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def provider_env(self) -> dict[str, str]:
+        """What a Terraform run needs to reach this backend (the provider reads these variables)."""
+        return {"GPUCLOUD_ENDPOINT": self.url, "GPUCLOUD_API_KEY": self.api_key}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _cli(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([str(BACKEND), *args], env=env, capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"gpucloud-backend {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+    return done.stdout.strip()
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the backend exited with {process.returncode}:\n{log.read_text()}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"the backend did not become healthy within {START_TIMEOUT}s:\n{log.read_text()}")
+
+
+@contextlib.contextmanager
+def running_backend(data_dir: Path) -> Iterator[Backend]:
+    """Start the backend in `data_dir`; stop it (SIGTERM, then SIGKILL) when the block ends."""
+    port = _free_port()
+    env = {**os.environ, "GPUCLOUD_DATA_DIR": str(data_dir), "GPUCLOUD_PORT": str(port),
+           "GPUCLOUD_HOST": "127.0.0.1"}
+    _cli(env, "create-project", "acceptance")
+    api_key = _cli(env, "create-api-key", "--project", "acceptance", "--role", "admin")
+    log = data_dir / "backend.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen([str(BACKEND), "serve"], env=env, stdout=sink, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    client = GpuCloudClient(url, api_key, max_retries=2)
+    try:
+        _wait_healthy(url, process, log)
+        yield Backend(url, api_key, client, data_dir, process)
+    finally:
+        client.close()
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()

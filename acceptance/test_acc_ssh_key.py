@@ -1,0 +1,118 @@
+"""gpucloud_ssh_key against the real backend, real provider launch path and Terraform 1.11."""
+
+from __future__ import annotations
+
+from acceptance.backend import Backend
+from acceptance.gpucloud_steps import (
+    GpuCloudTerraform,
+    apply_and_check,
+    backend,
+    gpucloud_tf,
+    import_verify,
+    new_public_key,
+    plan_error,
+    plan_text,
+    values,
+    write_text,
+)
+
+__all__ = ["backend", "gpucloud_tf"]  # fixtures used by the tests below
+
+ADDRESS = "gpucloud_ssh_key.deploy"
+
+
+def key_config(name: str, public_key_expr: str = 'file("${path.module}/key.pub")') -> str:
+    return f"""
+    resource "gpucloud_ssh_key" "deploy" {{
+      name       = "{name}"
+      public_key = {public_key_expr}
+    }}
+    """
+
+
+def test_acc_ssh_key_lifecycle(gpucloud_tf: GpuCloudTerraform, backend: Backend) -> None:
+    tf = gpucloud_tf(key_config("deploy"))
+    public_key = new_public_key()
+    write_text(tf, "key.pub", public_key + "\n")  # as ssh-keygen writes it: with a newline
+    apply_and_check(tf)
+    state = values(tf, ADDRESS)
+    remote = backend.client.get_ssh_key(state["id"])
+    assert remote["name"] == "deploy" and remote["fingerprint"] == state["fingerprint"]
+    assert state["key_type"] == "ssh-ed25519" and state["created_at"].endswith("Z")
+    assert state["public_key"] == public_key + "\n"
+
+    import_verify(tf, ADDRESS)
+
+    # Whitespace only: no diff, no replacement.
+    tf.write_main(key_config("deploy", f'"  {public_key.replace(" ", "   ")}  "'))
+    assert plan_text(tf)[0] == 0
+
+    # Rename: in place, same id.
+    tf.write_main(key_config("deploy-renamed"))
+    code, output = plan_text(tf)
+    assert code == 2 and "1 to change, 0 to destroy" in output
+    apply_and_check(tf)
+    assert values(tf, ADDRESS)["id"] == state["id"]
+    assert backend.client.get_ssh_key(state["id"])["name"] == "deploy-renamed"
+
+    # Another key: replaced.
+    write_text(tf, "key.pub", new_public_key() + "\n")
+    code, output = plan_text(tf)
+    assert code == 2 and "must be replaced" in output and "1 to add, 0 to change, 1 to destroy" in output
+    apply_and_check(tf)
+    new_id = values(tf, ADDRESS)["id"]
+    assert new_id != state["id"]
+    ids = {k["id"] for k in backend.client.list_ssh_keys()}
+    assert new_id in ids and state["id"] not in ids
+
+    tf.destroy()
+    assert new_id not in {k["id"] for k in backend.client.list_ssh_keys()}
+
+
+def test_acc_ssh_key_disappears_and_drift(gpucloud_tf: GpuCloudTerraform, backend: Backend) -> None:
+    tf = gpucloud_tf(key_config("drifty"))
+    write_text(tf, "key.pub", new_public_key())
+    apply_and_check(tf)
+    key_id = values(tf, ADDRESS)["id"]
+
+    backend.client.update_ssh_key(key_id, name="renamed-by-hand")  # drift
+    code, output = plan_text(tf)
+    assert code == 2 and '"renamed-by-hand" -> "drifty"' in output
+    apply_and_check(tf)
+    assert backend.client.get_ssh_key(key_id)["name"] == "drifty"
+
+    backend.client.delete_ssh_key(key_id)  # disappears
+    code, output = plan_text(tf)
+    assert code == 2 and "will be created" in output
+    apply_and_check(tf)
+    assert values(tf, ADDRESS)["id"] != key_id
+    tf.destroy()
+    assert backend.client.list_ssh_keys(name="drifty") == []
+
+
+def test_acc_ssh_key_invalid_configurations_fail_at_plan(gpucloud_tf: GpuCloudTerraform) -> None:
+    tf = gpucloud_tf(key_config("", '"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA"'))
+    output = plan_error(tf)
+    assert "Attribute name string length must be between 1 and 128" in output
+
+    tf.write_main(key_config("ok", '"ssh-dss AAAAB3NzaC1kc3MAAACBAP"'))
+    output = plan_error(tf)
+    assert "Attribute public_key" in output and "ssh-dss" in output
+
+    tf.write_main(key_config("ok", '"ssh-ed25519 not-base64!"'))
+    output = plan_error(tf)
+    assert "Attribute public_key" in output and "base64" in output
+
+
+def test_acc_ssh_key_duplicate_names_the_existing_key(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    public_key = new_public_key()
+    existing = backend.client.create_ssh_key(name="by-hand", public_key=public_key, idempotency_key="dup-1")
+    tf = gpucloud_tf(key_config("again"))
+    write_text(tf, "key.pub", public_key)
+    result = tf.apply(check=False)
+    assert result.returncode == 1
+    assert "SSH Key Already Registered" in result.output and existing["id"] in result.output
+    assert tf.run("state", "list", check=False).stdout.strip() == ""
+    backend.client.delete_ssh_key(existing["id"])
