@@ -1,5 +1,6 @@
-"""Conformance on Terraform 1.11: unknown values across resources, data source, ephemeral resource,
-provider function, moved {} across types, plan-time validation, internal errors, timeouts and Ctrl-C."""
+"""Conformance on Terraform 1.11 (the smoke case also on 1.15): unknown values across resources, data
+source, ephemeral resource, provider function, moved {} across types, plan-time validation, internal
+errors, timeouts and Ctrl-C."""
 
 from __future__ import annotations
 
@@ -48,8 +49,10 @@ output "token_length" {
 """
 
 
-def test_conformance_unknowns_ephemeral_function_and_data_source(terraform: TerraformFactory) -> None:
-    tf = terraform()
+def test_conformance_smoke_unknowns_ephemeral_function_and_data_source(
+    terraform: TerraformFactory, tf_version: str
+) -> None:
+    tf = terraform(tf_version)
     store = tf.workdir / "remote.json"
     tf.write_main(header(store) + WIRING.replace("STORE", str(store)))
     tf.init()
@@ -123,8 +126,7 @@ def test_conformance_errors_are_diagnostics(terraform: TerraformFactory) -> None
     # A validator error at plan time names the attribute.
     tf.write(
         "bad.tf",
-        'resource "conformance_everything" "bad" {\n'
-        '  name = "has spaces and is far too long for names"\n}\n',
+        'resource "conformance_everything" "bad" {\n  name = "has spaces and is far too long for names"\n}\n',
     )
     invalid = tf.plan(check=False)
     assert invalid.returncode == 1

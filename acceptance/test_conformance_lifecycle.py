@@ -12,7 +12,10 @@ from decimal import Decimal
 from acceptance.conformance.hcl import everything, header, stored_objects
 from acceptance.harness import TerraformFactory
 
-SMOKE_CASES = ["test_conformance_smoke_lifecycle"]
+SMOKE_CASES = [
+    "test_conformance_lifecycle.py::test_conformance_smoke_lifecycle",
+    "test_conformance_features.py::test_conformance_smoke_unknowns_ephemeral_function_and_data_source",
+]
 
 SECRET = "hunter2-do-not-print"
 
