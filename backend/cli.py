@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from backend.billing import cli as billing_cli
 from backend.settings import Settings
 
 
@@ -166,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("prefix", help="the key's first 12 characters, e.g. gpc_AbCdEfGh")
     revoke.set_defaults(func=cmd_revoke_api_key)
     commands.add_parser("worker", help="run a provisioning engine worker").set_defaults(func=cmd_worker)
+    billing_cli.add_subcommands(commands)  # add-credits, billing-run
     return parser
 
 

@@ -195,3 +195,14 @@ def test_add_credits_command(
         parser.parse_args(["add-credits", "--project", project_name, "--amount-usd", "-3"])
     once = parser.parse_args(["billing-run", "--once"])
     assert once.func(once) == 0
+
+
+def test_gpucloud_backend_add_credits_subcommand(
+    settings: Settings, tenant: Tenant, monkeypatch: pytest.MonkeyPatch, billing_world: BillingWorld
+) -> None:
+    from backend.cli import main
+
+    monkeypatch.setenv("GPUCLOUD_DATABASE_URL", settings.database_url)
+    assert main(["add-credits", "--project", "acme", "--amount-usd", "75", "--description", "trial"]) == 0
+    assert billing_world.balance(tenant.project_id) == Decimal("75")
+    assert "billing.credits_added" in billing_world.audit_actions(tenant.project_id)
