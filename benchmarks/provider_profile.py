@@ -1,0 +1,174 @@
+"""Where a Python provider spends its time during `terraform plan`: py-spy on every provider process.
+
+Terraform starts the provider itself, so the profiler attaches from outside: a watcher polls /proc
+for processes descended from the Terraform command and runs `py-spy record --pid` on each, writing
+collapsed stacks. The summary folds all processes together: samples by package (leaf frame) and the
+functions with the most inclusive samples. Sampling at 250 Hz; samples whose leaf frame is a blocking
+wait are left out (py-spy's own idle detection misses them, and `--gil` loses the worker threads),
+so the figures approximate on-CPU Python time, threads waiting for the GIL included.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from acceptance.harness import Terraform
+from benchmarks.stats import table
+
+PY_SPY = Path(sys.executable).with_name("py-spy")
+SAMPLE_RATE = 250
+# Leaf frames that are a thread blocked in the kernel (py-spy's idle detection misses these when
+# the process is paused for sampling): idle pool workers, condition waits, the event loop's poll.
+BLOCKED_LEAVES = (
+    "_worker (concurrent/futures/thread.py:81)",
+    "Condition.wait (threading.py:",
+    "Event.wait (threading.py:",
+    "Thread._wait_for_tstate_lock (threading.py:",
+    "EpollSelector.select (selectors.py:",
+    "SimpleQueue.get",
+)
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of pid, from /proc (Linux)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return []
+    found: list[int] = []
+    for task in tasks:
+        try:
+            found += [int(child) for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return found
+
+
+def _descendants(pid: int) -> set[int]:
+    seen: set[int] = set()
+    pending = [pid]
+    while pending:
+        for child in _children(pending.pop()):
+            if child not in seen:
+                seen.add(child)
+                pending.append(child)
+    return seen
+
+
+def _is_python(pid: int) -> bool:
+    try:
+        return "python" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+
+
+class ProviderSampler:
+    """Attach py-spy to every Python process started under a root pid until stopped."""
+
+    def __init__(self, root_pid: int, out_dir: Path) -> None:
+        self.root_pid = root_pid
+        self.out_dir = out_dir
+        self.recorders: list[subprocess.Popen[bytes]] = []
+        self._attached: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def __enter__(self) -> ProviderSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        for recorder in self.recorders:
+            try:
+                recorder.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                recorder.kill()
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            for pid in _descendants(self.root_pid) - self._attached:
+                if _is_python(pid):
+                    self._attached.add(pid)
+                    self.recorders.append(subprocess.Popen(
+                        [str(PY_SPY), "record", "--pid", str(pid), "--format", "raw", "--rate",
+                         str(SAMPLE_RATE), "--output", str(self.out_dir / f"{pid}.txt")],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                    ))
+            time.sleep(0.005)
+
+
+def read_stacks(out_dir: Path) -> Counter[tuple[str, ...]]:
+    """Collapsed stacks ("f1;f2;f3 COUNT", outermost first) from every recorded process."""
+    stacks: Counter[tuple[str, ...]] = Counter()
+    for path in out_dir.glob("*.txt"):
+        for line in path.read_text().splitlines():
+            frames, _, count = line.rpartition(" ")
+            if frames:
+                stacks[tuple(frames.split(";"))] += int(count)
+    return stacks
+
+
+def _package(frame: str) -> str:
+    """`encode (provider/cty/msgpack_codec.py:12)` -> `provider/cty`; site-packages -> the library."""
+    location = frame.rpartition("(")[2].rstrip(")").rpartition(":")[0]
+    parts = Path(location).parts
+    if not parts:
+        return "?"
+    return "/".join(parts[:2]) if parts[0] in {"provider", "acceptance", "benchmarks"} else parts[0]
+
+
+def summarise(stacks: Counter[tuple[str, ...]], processes: int, top: int = 15) -> str:
+    blocked = sum(count for frames, count in stacks.items() if frames[-1].startswith(BLOCKED_LEAVES))
+    stacks = Counter({frames: count for frames, count in stacks.items()
+                      if not frames[-1].startswith(BLOCKED_LEAVES)})
+    total = sum(stacks.values())
+    if not total:
+        return "no samples (did py-spy attach? it needs ptrace permission)"
+    by_package: Counter[str] = Counter()
+    inclusive: Counter[str] = Counter()
+    for frames, count in stacks.items():
+        by_package[_package(frames[-1])] += count
+        for frame in set(frames):
+            inclusive[frame] += count
+    seconds = total / SAMPLE_RATE
+    package_rows = [[name, f"{count / SAMPLE_RATE * 1000:.0f}", f"{100 * count / total:.0f}%"]
+                    for name, count in by_package.most_common(top)]
+    function_rows = [[name[:90], f"{100 * count / total:.0f}%"] for name, count in inclusive.most_common(top)]
+    return "\n\n".join([
+        f"{processes} provider processes; {total} samples = {seconds:.2f}s of Python on-CPU time across them "
+        f"({blocked / SAMPLE_RATE:.2f}s of blocked-thread samples left out)",
+        "self time by package (leaf frame):\n" + table(["package", "ms", "share"], package_rows),
+        "inclusive time by function:\n" + table(["function (file:line)", "share"], function_rows),
+    ])
+
+
+def profile_command(tf: Terraform, out_dir: Path, *args: str) -> str:
+    """Run `terraform ARGS` with every provider process sampled; returns the summary."""
+    shutil.rmtree(out_dir, ignore_errors=True)
+    out_dir.mkdir(parents=True)
+    running = tf.start(*args)
+    try:
+        with ProviderSampler(running.pid, out_dir):
+            running.wait(check=True)
+    finally:
+        running.kill()
+    return summarise(read_stacks(out_dir), processes=len(list(out_dir.glob("*.txt"))))
+
+
+def profile_plan(tf: Terraform, out_dir: Path) -> None:
+    """Profile a create-plan, then (after an apply) a refreshing re-plan, of tf's configuration."""
+    print(f"\n-- provider profile: plan of {tf.workdir.name} (empty state) --")
+    print(profile_command(tf, out_dir / "plan", "plan"))
+    tf.apply()
+    print(f"\n-- provider profile: re-plan of {tf.workdir.name} (refresh of every resource) --")
+    print(profile_command(tf, out_dir / "re-plan", "plan"))
+    tf.destroy()
