@@ -33,6 +33,9 @@ from provider.resources.data_sources import (
     SharedVolumeDataSource,
     SshKeyDataSource,
 )
+from provider.resources.cluster_credentials import ClusterCredentialsEphemeralResource
+from provider.resources.cluster_data_source import GpuClusterDataSource
+from provider.resources.gpu_cluster import GpuClusterResource
 from provider.resources.shared_volume import SharedVolumeResource
 from provider.resources.ssh_key import SshKeyResource
 
@@ -42,14 +45,16 @@ __all__ = ["DEFAULT_ENDPOINT", "GpuCloudConfig", "GpuCloudProvider"]
 RESOURCES: tuple[type[Resource], ...] = (
     SshKeyResource,
     SharedVolumeResource,
+    GpuClusterResource,
 )
 DATA_SOURCES: tuple[type[DataSource], ...] = (
     RegionsDataSource,
     InstanceTypesDataSource,
     SshKeyDataSource,
     SharedVolumeDataSource,
+    GpuClusterDataSource,
 )
-EPHEMERAL_RESOURCES: tuple[type[EphemeralResource], ...] = ()
+EPHEMERAL_RESOURCES: tuple[type[EphemeralResource], ...] = (ClusterCredentialsEphemeralResource,)
 
 DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
 DEFAULT_REQUEST_TIMEOUT = "30s"

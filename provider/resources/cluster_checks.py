@@ -1,0 +1,280 @@
+"""Plan-time knowledge of `gpucloud_gpu_cluster`: the catalog (fetched once per provider process), the
+backend's spec rules checked against known values with attribute paths, capacity, and the cost estimate.
+
+Unknown values are never rejected: a check runs only when every value it needs is known.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any, TypeGuard
+
+from provider.client import GpuCloudClient
+from provider.cty import AttributePath, is_unknown
+from provider.framework import Context, root
+
+USD_QUANTUM = Decimal("0.000001")
+HOURS_PER_DAY = 24
+LABEL_KEY = re.compile(r"[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?")
+
+
+def known(value: Any) -> TypeGuard[Any]:
+    """Neither null nor unknown (narrows `Any | None` for the type checker)."""
+    return value is not None and not is_unknown(value)
+
+
+def path(*steps: str) -> AttributePath:
+    out = root(steps[0])
+    for step in steps[1:]:
+        out = out.attr(step)
+    return out
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """What the API publishes about regions and instance types (prices, rules, capacity now)."""
+
+    regions: Mapping[str, Mapping[str, Any]]
+    instance_types: Mapping[str, Mapping[str, Any]]
+
+    def region_names(self) -> str:
+        return ", ".join(sorted(self.regions))
+
+    def type_names(self) -> str:
+        return ", ".join(sorted(self.instance_types))
+
+    def availability(self, itype: str, region: str, interconnect: str | None) -> list[Mapping[str, Any]]:
+        """Fabrics of `region` carrying `itype` nodes (on `interconnect` when given)."""
+        return [
+            a
+            for a in self.instance_types[itype].get("availability") or []
+            if a.get("region") == region and (interconnect is None or a.get("interconnect") == interconnect)
+        ]
+
+    def default_interconnect(self, itype: str) -> str | None:
+        rules = self.instance_types[itype].get("rules") or {}
+        offered = self.instance_types[itype].get("interconnects") or [None]
+        value = rules.get("default_interconnect") or offered[0]
+        return value if isinstance(value, str) else None
+
+    def reserved_discount(self, itype: str, days: int) -> Decimal:
+        """The discount of the deepest reserved tier a term of `days` reaches (0 below all)."""
+        best = Decimal(0)
+        tiers = sorted(
+            self.instance_types[itype].get("reserved") or [], key=lambda t: int(t["min_duration_days"])
+        )
+        for tier in tiers:
+            if days >= int(tier["min_duration_days"]):
+                best = Decimal(str(tier["discount"]))
+        return best
+
+
+_catalogs: dict[int, Catalog] = {}
+_lock = threading.Lock()
+
+
+def catalog_of(client: GpuCloudClient) -> Catalog:
+    """The catalog, fetched once per provider process (per configured client)."""
+    with _lock:
+        cached = _catalogs.get(id(client))
+    if cached is not None:
+        return cached
+    fetched = Catalog(
+        regions={r["name"]: r for r in client.list_regions()},
+        instance_types={t["name"]: t for t in client.list_instance_types()},
+    )
+    with _lock:
+        _catalogs[id(client)] = fetched
+    return fetched
+
+
+def forget_catalogs() -> None:
+    """Drop cached catalogs (tests)."""
+    with _lock:
+        _catalogs.clear()
+
+
+# -- cost ---------------------------------------------------------------------------------------------
+
+
+def _usd(value: Decimal) -> int | Decimal:
+    """A USD figure as the API shows it: six decimals at most, trailing zeros dropped."""
+    rounded = value.quantize(USD_QUANTUM, rounding=ROUND_HALF_UP).normalize()
+    return int(rounded) if rounded == rounded.to_integral_value() else rounded
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    hourly_usd: int | Decimal
+    upfront_usd: int | Decimal | None
+
+
+def estimate(catalog: Catalog, plan: Mapping[str, Any]) -> CostEstimate | None:
+    """Hourly (and reserved up-front) cost from catalog prices, as the API computes it; None when a value
+    it needs is unknown or the catalog has no price."""
+    itype, nodes, billing = plan.get("instance_type"), plan.get("node_count"), plan.get("billing")
+    if not (known(itype) and known(nodes) and known(billing)) or itype not in catalog.instance_types:
+        return None
+    shape = catalog.instance_types[itype]
+    gpus = int(shape["gpu_count"]) * int(nodes)
+    on_demand = Decimal(str(shape["on_demand_usd_per_gpu_hour"]))
+    kind, days = billing.get("type"), billing.get("duration_days")
+    if not known(kind):
+        return None
+    if kind != "reserved":
+        return CostEstimate(_usd(on_demand * gpus), None)
+    if not known(days):
+        return None
+    rate = on_demand * (1 - catalog.reserved_discount(itype, int(days)))
+    return CostEstimate(_usd(rate * gpus), _usd(rate * gpus * int(days) * HOURS_PER_DAY))
+
+
+# -- rules --------------------------------------------------------------------------------------------
+
+
+def check_static_rules(ctx: Context, config: Mapping[str, Any]) -> None:
+    """Cross-attribute rules that need no catalog (also run by `terraform validate`)."""
+    nodes = config.get("node_count")
+    multi = known(nodes) and int(nodes) > 1
+    if multi and config.get("orchestrator") == "none":
+        ctx.error(
+            "Orchestrator Required",
+            f"A cluster of {nodes} nodes needs orchestrator \"slurm\" or \"kubernetes\"; \"none\" is only "
+            "for single-node clusters.",
+            root("orchestrator"),
+        )
+    if multi and known(config.get("container")):
+        ctx.error(
+            "Container Needs A Single Node",
+            f"container is only available on single-node clusters, but node_count is {nodes}. Remove "
+            "container or set node_count = 1.",
+            root("container"),
+        )
+    billing = config.get("billing")
+    if known(billing):
+        kind, days = billing.get("type"), billing.get("duration_days")
+        if kind == "reserved" and days is None:
+            ctx.error(
+                "Missing Reserved Term",
+                "Reserved billing needs billing.duration_days (1-90 days).",
+                path("billing", "duration_days"),
+            )
+        if known(days) and known(kind) and kind != "reserved":
+            ctx.error(
+                "Reserved Term Without Reserved Billing",
+                "billing.duration_days is only allowed with billing.type = \"reserved\".",
+                path("billing", "duration_days"),
+            )
+    labels = config.get("labels")
+    if known(labels):
+        for key, value in labels.items():
+            if not LABEL_KEY.fullmatch(key):
+                ctx.error(
+                    "Invalid Label Key",
+                    f"Label key \"{key}\" must be 1-63 lowercase letters, digits, '.', '_', '/' or '-', "
+                    "starting and ending with a letter or digit.",
+                    root("labels").element(key),
+                )
+            elif known(value) and (len(value) > 256 or any(ord(c) < 32 or ord(c) == 127 for c in value)):
+                ctx.error(
+                    "Invalid Label Value",
+                    f"Label \"{key}\" must be at most 256 characters without control characters.",
+                    root("labels").element(key),
+                )
+
+
+def check_catalog_rules(ctx: Context, catalog: Catalog, plan: Mapping[str, Any]) -> None:
+    """The backend's spec rules that need the catalog: region, instance type, fabric, interconnect."""
+    region, itype, nodes = plan.get("region"), plan.get("instance_type"), plan.get("node_count")
+    if known(region) and region not in catalog.regions:
+        ctx.error(
+            "Unknown Region",
+            f"Region \"{region}\" does not exist; choose one of {catalog.region_names()}.",
+            root("region"),
+        )
+        region = None
+    if known(itype) and itype not in catalog.instance_types:
+        ctx.error(
+            "Unknown Instance Type",
+            f"Instance type \"{itype}\" does not exist; choose one of {catalog.type_names()} (see the "
+            "gpucloud_instance_types data source).",
+            root("instance_type"),
+        )
+        return
+    if not known(itype):
+        return
+    shape = catalog.instance_types[itype]
+    if known(nodes) and int(nodes) > 1 and not shape.get("fabric_capable"):
+        ctx.error(
+            "Instance Type Cannot Form A Cluster",
+            f"{itype} is not fabric-capable: clusters of more than one node need an 8-GPU type with "
+            "InfiniBand or EFA. Use node_count = 1 or a fabric-capable instance type.",
+            root("node_count"),
+        )
+    interconnect = plan.get("interconnect")
+    offered = list(shape.get("interconnects") or [])
+    if known(interconnect) and interconnect not in offered:
+        ctx.error(
+            "Unsupported Interconnect",
+            f"{itype} supports {', '.join(offered)}, not {interconnect}.",
+            root("interconnect"),
+        )
+        return
+    wanted = interconnect if known(interconnect) else None
+    if known(region) and not is_unknown(interconnect) and not catalog.availability(itype, region, wanted):
+        regions = sorted({a["region"] for a in shape.get("availability") or []})
+        in_region = catalog.availability(itype, region, None)
+        fabric = f"{interconnect} fabric" if known(interconnect) else "fabric"
+        ctx.error(
+            "Instance Type Not Offered In Region",
+            f"{region} has no {fabric} with {itype} nodes; {itype} is offered in "
+            f"{', '.join(regions) or 'no region'}"
+            + (f" ({region} has it on {in_region[0]['interconnect']})." if in_region else "."),
+            root("interconnect") if in_region else root("instance_type"),
+        )
+
+def check_capacity(
+    ctx: Context, catalog: Catalog, plan: Mapping[str, Any], prior_nodes: int | None
+) -> None:
+    """A create, or a scale-up by the added nodes, must fit on one fabric of the region right now."""
+    region, itype, nodes = plan.get("region"), plan.get("instance_type"), plan.get("node_count")
+    interconnect = plan.get("interconnect")
+    if not (known(region) and known(itype) and known(nodes) and known(interconnect)):
+        return
+    if region not in catalog.regions or itype not in catalog.instance_types:
+        return
+    needed = int(nodes) - (prior_nodes or 0)
+    if needed <= 0:
+        return
+    fabrics = catalog.availability(itype, region, interconnect)
+    if not fabrics:
+        return
+    best = max(int(a.get("available_nodes") or 0) for a in fabrics)
+    if needed <= best:
+        return
+    where = ", ".join(f"{a['fabric']}: {a.get('available_nodes', 0)} of {a.get('capacity_nodes', '?')}"
+                      for a in fabrics)
+    verb = f"add {needed} nodes" if prior_nodes else f"place {needed} nodes"
+    ctx.error(
+        "Insufficient Capacity",
+        f"{region} cannot {verb} of {itype} on one {interconnect} fabric now: at most {best} are available "
+        f"({where} nodes free). Lower node_count or choose another region.",
+        root("node_count"),
+    )
+
+
+def check_cost_ceiling(ctx: Context, plan: Mapping[str, Any], cost: CostEstimate | None) -> None:
+    ceiling = plan.get("max_hourly_cost_usd")
+    if cost is None or not known(ceiling):
+        return
+    if Decimal(cost.hourly_usd) > Decimal(ceiling):
+        ctx.error(
+            "Hourly Cost Above Limit",
+            f"The cluster would cost {cost.hourly_usd} USD per hour, above max_hourly_cost_usd = {ceiling}. "
+            "Lower node_count, pick a cheaper instance type or raise the limit.",
+            root("max_hourly_cost_usd"),
+        )

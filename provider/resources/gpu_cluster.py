@@ -1,0 +1,342 @@
+"""gpucloud_gpu_cluster: a GPU cluster on a fabric, with Slurm or Kubernetes on top.
+
+Plans show defaults, GPU count and the hourly cost from the catalog, and reject at plan time what the
+API would reject (with the attribute to blame) and what the region has no capacity for. Applies wait for
+RUNNING within `timeouts`; a failed create is returned as partial state with an error so Terraform
+taints it, and a cluster found FAILED is planned for replacement.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+from provider.client import ApiError, Conflict, GpuCloudClient, NotFound, TransportError
+from provider.cty import UNKNOWN, is_unknown
+from provider.framework import Cancelled, Context, Resource, State, root, timeout
+from provider.resources import cluster_checks as checks
+from provider.resources._common import (
+    api_error,
+    client_of,
+    configured,
+    create_done,
+    create_key,
+    etag_of,
+    get_with_etag,
+    number,
+    plan_create_key,
+    remember_etag,
+    timestamp,
+)
+from provider.resources.cluster_checks import known
+from provider.resources.cluster_wait import (
+    ClusterWaitError,
+    Poller,
+    wait_until_gone,
+    wait_until_running,
+)
+from provider.resources.gpu_cluster_schema import (
+    CLUSTER_SCHEMA,
+    cluster_state,
+    spec_from_plan,
+)
+
+SUBJECT = "GPU cluster"
+RENAMES = {"volume_ids": "shared_volume_ids"}
+DEFAULT_CREATE = dt.timedelta(hours=2)
+DEFAULT_UPDATE = dt.timedelta(hours=2)
+DEFAULT_DELETE = dt.timedelta(hours=1)
+CREATE_RETRY_SECONDS = 2.0  # pause between create attempts while the API is unreachable
+# Changes the API applies as a plain PATCH (Terraform name -> API name).
+PATCHABLE = {
+    "name": "name",
+    "node_count": "node_count",
+    "container": "container",
+    "ssh_key_ids": "ssh_key_ids",
+    "labels": "labels",
+    "deletion_protection": "deletion_protection",
+    "max_hourly_cost_usd": "max_hourly_cost_usd",
+}
+# Changes the engine has to carry out on the nodes (the update then waits for convergence).
+ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids")
+
+
+SETS = ("ssh_key_ids", "shared_volume_ids")
+EMPTY_AS_NULL = ("ssh_key_ids", "shared_volume_ids", "labels")
+
+
+def _path(cluster_id: str) -> str:
+    return f"/v1/clusters/{cluster_id}"
+
+
+def _differs(name: str, plan: State, state: State) -> bool:
+    """Whether an attribute changed (sets compare unordered; an empty collection equals null)."""
+    new, old = plan.get(name), state.get(name)
+    if name in EMPTY_AS_NULL:
+        new, old = new or None, old or None
+    if name in SETS and new is not None and old is not None:
+        return set(new) != set(old)
+    return bool(new != old)
+
+
+class GpuClusterResource(Resource):
+    type_name = "gpucloud_gpu_cluster"
+    import_id_attribute = "id"
+    schema = CLUSTER_SCHEMA
+
+    # -- plan -----------------------------------------------------------------------------------------
+
+    def validate_config(self, ctx: Context, config: State) -> None:
+        checks.check_static_rules(ctx, config)
+
+    def modify_plan(
+        self, ctx: Context, plan: State | None, state: State | None, config: State | None
+    ) -> State | None:
+        if plan is None:
+            if state is not None and state.get("deletion_protection") is True:
+                ctx.error(
+                    "Cluster Is Protected From Deletion",
+                    f"Cluster {state.get('id')} has deletion_protection = true. Set it to false and apply "
+                    "before destroying or replacing the cluster.",
+                    root("deletion_protection"),
+                )
+            return None
+        plan = dict(plan)
+        plan_create_key(ctx, state, plan)
+        if state is not None and state.get("status") == "FAILED":
+            plan["status"] = UNKNOWN
+            ctx.requires_replace.append(root("status"))
+            ctx.warning(
+                "Failed Cluster Will Be Replaced",
+                f"Cluster {state.get('id')} is FAILED ({state.get('phase')}); Terraform will destroy it and "
+                "create a new one.",
+                root("status"),
+            )
+        nodes = plan.get("node_count")
+        if is_unknown(plan.get("orchestrator")) and known(nodes):
+            plan["orchestrator"] = "slurm" if int(nodes) > 1 else "none"
+        if plan.get("orchestrator") == "none" and known(nodes) and int(nodes) > 1:
+            ctx.error(
+                "Orchestrator Required",
+                f"This cluster runs without an orchestrator, so it cannot have {nodes} nodes. Set "
+                "orchestrator = \"slurm\" or \"kubernetes\" (this replaces the cluster) or keep one node.",
+                root("node_count"),
+            )
+        if not configured(ctx):
+            return plan
+        try:
+            catalog = checks.catalog_of(client_of(ctx))
+        except ApiError as error:
+            ctx.warning(
+                "Cluster Checks Skipped",
+                f"The catalog could not be read ({error}); region, capacity and cost are checked at apply.",
+            )
+            return plan
+        self._plan_with_catalog(ctx, catalog, plan, state)
+        return plan
+
+    def _plan_with_catalog(
+        self, ctx: Context, catalog: checks.Catalog, plan: State, state: State | None
+    ) -> None:
+        itype = plan.get("instance_type")
+        shape = catalog.instance_types.get(itype) if known(itype) else None
+        if is_unknown(plan.get("interconnect")) and shape is not None:
+            plan["interconnect"] = catalog.default_interconnect(str(itype))
+        checks.check_catalog_rules(ctx, catalog, plan)
+        if ctx.diagnostics.has_errors:
+            return
+        creating = state is None
+        prior_nodes = None if creating or state is None else state.get("node_count")
+        if creating or (known(plan.get("node_count")) and plan["node_count"] != prior_nodes):
+            checks.check_capacity(ctx, catalog, plan, prior_nodes)
+        cost = checks.estimate(catalog, plan)
+        checks.check_cost_ceiling(ctx, plan, cost)
+        if shape is not None and known(plan.get("node_count")) and is_unknown(plan.get("num_gpus")):
+            plan["num_gpus"] = int(shape["gpu_count"]) * int(plan["node_count"])
+        if shape is not None and is_unknown(plan.get("gpu_type")):
+            plan["gpu_type"] = shape["gpu_model"]
+        if cost is not None and is_unknown(plan.get("estimated_hourly_cost_usd")):
+            plan["estimated_hourly_cost_usd"] = cost.hourly_usd
+        self._check_references(ctx, plan, state)
+
+    def _check_references(self, ctx: Context, plan: State, state: State | None) -> None:
+        """Keys and volumes named by known ids must exist; volumes must be in the cluster's region."""
+        client = client_of(ctx)
+        for attr, getter, kind in (
+            ("ssh_key_ids", client.get_ssh_key, "SSH key"),
+            ("shared_volume_ids", client.get_volume, "shared volume"),
+        ):
+            ids = plan.get(attr)
+            before = set((state or {}).get(attr) or [])
+            if not known(ids):
+                continue
+            for ref in sorted(i for i in ids if known(i) and i not in before):
+                try:
+                    found = getter(ref)
+                except NotFound:
+                    ctx.error(f"Unknown {kind.title()}", f"No {kind} with id \"{ref}\" in this project.",
+                              root(attr))
+                    continue
+                except ApiError:
+                    continue  # checked again by the API at apply
+                region = plan.get("region")
+                if attr == "shared_volume_ids" and known(region) and found.get("region") != region:
+                    ctx.error(
+                        "Volume In Another Region",
+                        f"Shared volume {ref} is in {found.get('region')}, the cluster in {region}; "
+                        "a cluster can only mount volumes of its own region.",
+                        root(attr),
+                    )
+
+    # -- apply ----------------------------------------------------------------------------------------
+
+    def create(self, ctx: Context, plan: State) -> State | None:
+        client = client_of(ctx)
+        limit = timeout(plan, "create", DEFAULT_CREATE).total_seconds()
+        deadline = time.monotonic() + limit
+        body = self._send_create(ctx, client, plan, deadline)
+        if body is None:
+            return None
+        state = self._state(ctx, client, body, plan)
+        if plan.get("wait_for_running") is False:
+            create_done(ctx)
+            return state
+        poller = Poller(client, body["id"], deadline, ctx.sleep)
+        try:
+            body = wait_until_running(poller)
+        except (ClusterWaitError, Cancelled) as error:
+            reason = error.message if isinstance(error, ClusterWaitError) else "the apply was interrupted"
+            ctx.error(
+                "Error Creating GPU Cluster",
+                f"Cluster {body['id']} did not become RUNNING: {reason}. It is saved in state as "
+                "tainted; the next apply replaces it.",
+            )
+            return self._state(ctx, client, poller.last or body, plan)
+        create_done(ctx)
+        return self._state(ctx, client, body, plan)
+
+    def _send_create(
+        self, ctx: Context, client: GpuCloudClient, plan: State, deadline: float
+    ) -> dict[str, Any] | None:
+        """POST the cluster, repeating the same Idempotency-Key while the API is unreachable, so a
+        backend restart mid-apply neither fails the apply nor creates a second cluster."""
+        key = create_key(ctx)
+        while True:
+            try:
+                return client.create_cluster(spec_from_plan(plan), idempotency_key=key)
+            except TransportError as error:
+                if time.monotonic() >= deadline:
+                    api_error(ctx, "Error Creating GPU Cluster", error, subject=SUBJECT)
+                    return None
+                ctx.sleep(CREATE_RETRY_SECONDS)
+            except ApiError as error:
+                api_error(ctx, "Error Creating GPU Cluster", error, subject=SUBJECT, schema=self.schema,
+                          renames=RENAMES)
+                return None
+
+    def read(self, ctx: Context, state: State) -> State | None:
+        body = get_with_etag(ctx, _path(state["id"]))
+        if body is None or body.get("deletion_requested_at") is not None:
+            return None  # gone (or being deleted outside Terraform): the next plan re-creates it
+        return self._state(ctx, client_of(ctx), body, state)
+
+    def update(self, ctx: Context, plan: State, state: State) -> State | None:
+        client = client_of(ctx)
+        deadline = time.monotonic() + timeout(plan, "update", DEFAULT_UPDATE).total_seconds()
+        cluster_id = state["id"]
+        changes = {
+            api: plan.get(name) for name, api in PATCHABLE.items() if _differs(name, plan, state)
+        }
+        if "ssh_key_ids" in changes:
+            changes["ssh_key_ids"] = sorted(changes["ssh_key_ids"] or [])
+        if "labels" in changes:
+            changes["labels"] = changes["labels"] or {}
+        if (plan.get("billing") or {}).get("on_expiry") != (state.get("billing") or {}).get("on_expiry"):
+            changes["billing"] = {"on_expiry": plan["billing"]["on_expiry"]}
+        body: dict[str, Any] | None = None
+        try:
+            if changes:
+                response = client.request("PATCH", _path(cluster_id), json=changes, if_match=etag_of(ctx))
+                remember_etag(ctx, response.etag)
+                body = response.body
+            before = set(state.get("shared_volume_ids") or [])
+            after = set(plan.get("shared_volume_ids") or [])
+            for volume_id in sorted(before - after):
+                body = client.detach_volume(cluster_id, volume_id)
+            for volume_id in sorted(after - before):
+                body = client.attach_volume(cluster_id, volume_id)
+        except ApiError as error:
+            api_error(ctx, "Error Updating GPU Cluster", error, subject=SUBJECT, schema=self.schema,
+                      renames=RENAMES)
+            return self._refreshed_or(ctx, client, cluster_id, state)
+        body = body or client.get_cluster(cluster_id)
+        engine_work = any(_differs(n, plan, state) for n in ENGINE_WORK)
+        if engine_work and plan.get("wait_for_running") is not False:
+            poller = Poller(client, cluster_id, deadline, ctx.sleep)
+            try:
+                body = wait_until_running(poller, changed_at=body.get("updated_at"))
+            except (ClusterWaitError, Cancelled) as error:
+                reason = error.message if isinstance(error, ClusterWaitError) else "the apply was interrupted"
+                ctx.error("Error Updating GPU Cluster", f"Cluster {cluster_id} did not converge after the "
+                          f"change: {reason}. Run terraform apply again to finish.")
+                return self._state(ctx, client, poller.last or body, plan)
+        return self._state(ctx, client, body, plan)
+
+    def _refreshed_or(self, ctx: Context, client: GpuCloudClient, cluster_id: str, state: State) -> State:
+        """After a failed update: the cluster as it is now (so partial changes are recorded)."""
+        try:
+            return self._state(ctx, client, client.get_cluster(cluster_id), state)
+        except ApiError:
+            return state
+
+    def delete(self, ctx: Context, state: State) -> None:
+        client = client_of(ctx)
+        deadline = time.monotonic() + timeout(state, "delete", DEFAULT_DELETE).total_seconds()
+        try:
+            client.delete_cluster(state["id"])
+        except NotFound:
+            return
+        except Conflict as error:
+            api_error(ctx, "Error Deleting GPU Cluster", error, subject=SUBJECT, schema=self.schema)
+            return
+        except ApiError as error:
+            api_error(ctx, "Error Deleting GPU Cluster", error, subject=SUBJECT)
+            return
+        try:
+            wait_until_gone(Poller(client, state["id"], deadline, ctx.sleep))
+        except ClusterWaitError as error:
+            ctx.error(
+                "Error Deleting GPU Cluster", f"Cluster {state['id']} was not deleted: {error.message}."
+            )
+
+    # -- state ----------------------------------------------------------------------------------------
+
+    def _state(self, ctx: Context, client: GpuCloudClient, body: dict[str, Any], prior: State) -> State:
+        return cluster_state(body, prior, self._reservation(client, body))
+
+    @staticmethod
+    def _reservation(client: GpuCloudClient, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The reserved term: from its billing record once the cluster ran, else the catalog estimate."""
+        billing = body.get("billing") or {}
+        if billing.get("type") != "reserved":
+            return None
+        out: dict[str, Any] = {"starts_at": None, "ends_at": None, "upfront_cost_usd": None}
+        try:
+            records = client.list_usage(kind="reservation", cluster_id=body["id"])
+        except ApiError:
+            records = []
+        if records:
+            record = records[0]
+            return {
+                "starts_at": timestamp(record.get("period_start")),
+                "ends_at": timestamp(record.get("period_end")),
+                "upfront_cost_usd": number(record.get("amount_usd")),
+            }
+        try:
+            cost = checks.estimate(checks.catalog_of(client), body)
+        except ApiError:
+            cost = None
+        if cost is not None:
+            out["upfront_cost_usd"] = cost.upfront_usd
+        return out

@@ -1,0 +1,448 @@
+"""Schema of `gpucloud_gpu_cluster` and the mapping from the API's cluster object to Terraform state.
+
+Shared by the resource and the `gpucloud_gpu_cluster` data source (which reuses the computed parts).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from provider.cty import STRING
+from provider.framework import (
+    BoolAttribute,
+    Int64Attribute,
+    ListAttribute,
+    ListNestedAttribute,
+    MapAttribute,
+    NumberAttribute,
+    Schema,
+    SetAttribute,
+    SingleNestedAttribute,
+    StringAttribute,
+    requires_replace,
+    timeouts_block,
+    use_state_for_unknown,
+)
+from provider.framework.schema import Attribute
+from provider.framework.validators import (
+    each_element,
+    int_between,
+    number_between,
+    size_at_most,
+    string_matches,
+    string_one_of,
+)
+from provider.resources._common import number, timestamp
+
+ORCHESTRATORS = ("slurm", "kubernetes", "none")
+INTERCONNECTS = ("infiniband", "efa", "ethernet")
+CONTAINERS = ("base", "pytorch")
+BILLING_TYPES = ("on_demand", "reserved")
+ON_EXPIRY = ("decommission", "convert_to_on_demand")
+NAME_PATTERN = r"[a-z]([a-z0-9-]{0,38}[a-z0-9])?"
+REF_ID_PATTERN = r"[a-z]{3}_[0-9a-z]+"
+DEFAULT_BILLING = {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"}
+DEFAULT_TIMEOUTS = {"create": "2h", "update": "2h", "delete": "1h"}
+
+
+def _computed_str(description: str) -> StringAttribute:
+    return StringAttribute(computed=True, description=description)
+
+
+NODE_ATTRIBUTES: dict[str, Attribute] = {
+    "name": _computed_str("Hostname of the node, `<cluster name>-<index>`."),
+    "instance_id": _computed_str("Id of the machine backing the node (changes when a node is replaced)."),
+    "role": _computed_str("`worker` in multi-node clusters, `standalone` for a single-node cluster."),
+    "status": _computed_str("Node status: PENDING, PROVISIONING, CONFIGURING, RUNNING, FAILED..."),
+    "private_ip": _computed_str("Address on the cluster's private subnet."),
+    "public_ip": _computed_str("Public address, when the node has one (single-node clusters)."),
+    "fabric": _computed_str("Name of the fabric (InfiniBand or EFA network) the node is cabled to."),
+    "partition_key": _computed_str("InfiniBand partition key (P_Key) isolating the cluster, e.g. `0x8001`."),
+    "hcas": ListAttribute(
+        element_type=STRING,
+        computed=True,
+        description="InfiniBand HCAs used for GPU traffic, one per GPU rail (e.g. `mlx5_0`..`mlx5_7`).",
+    ),
+    "topology_path": _computed_str(
+        "Where the node sits in the fat tree: `<fabric>/su<NN>/pos<NN>` (scalable unit and position)."
+    ),
+    "leaves": ListAttribute(
+        element_type=STRING, computed=True, description="Leaf switches the node's rails connect to."
+    ),
+    "efa_interfaces": ListAttribute(
+        element_type=STRING, computed=True, description="EFA interface devices (EFA fabrics only)."
+    ),
+}
+
+LOGIN_ATTRIBUTES: dict[str, Attribute] = {
+    "host": _computed_str("Address to SSH to: the jumphost of a multi-node cluster, else the node."),
+    "port": Int64Attribute(computed=True, description="SSH port."),
+    "user": _computed_str("Login user."),
+    "ssh_command": _computed_str("A ready-to-run SSH command line."),
+}
+
+SLURM_ATTRIBUTES: dict[str, Attribute] = {
+    "controller": _computed_str("Host running slurmctld."),
+    "partitions": ListAttribute(element_type=STRING, computed=True, description="Slurm partitions."),
+}
+
+KUBERNETES_ATTRIBUTES: dict[str, Attribute] = {
+    "api_endpoint": _computed_str("URL of the Kubernetes API server."),
+    "ca_certificate": _computed_str("PEM CA certificate of the API server."),
+}
+
+RESERVATION_ATTRIBUTES: dict[str, Attribute] = {
+    "starts_at": _computed_str("Start of the reserved term (RFC 3339); null until the cluster first runs."),
+    "ends_at": _computed_str("End of the reserved term (RFC 3339); null until the cluster first runs."),
+    "upfront_cost_usd": NumberAttribute(
+        computed=True, description="The whole term's charge in USD, billed when the cluster first runs."
+    ),
+}
+
+BILLING_ATTRIBUTES: dict[str, Attribute] = {
+    "type": StringAttribute(
+        optional=True,
+        computed=True,
+        default="on_demand",
+        description="`on_demand` (per-second metering) or `reserved` (a prepaid term at a discount). "
+        "Changing it replaces the cluster.",
+        validators=[string_one_of(*BILLING_TYPES)],
+        plan_modifiers=[requires_replace()],
+    ),
+    "duration_days": Int64Attribute(
+        optional=True,
+        description="Length of a reserved term, 1-90 days (reserved only). Changing it replaces the cluster.",
+        validators=[int_between(1, 90)],
+        plan_modifiers=[requires_replace()],
+    ),
+    "on_expiry": StringAttribute(
+        optional=True,
+        computed=True,
+        default="decommission",
+        description="What happens at the end of a reserved term: `decommission` or "
+        "`convert_to_on_demand`. Changes in place.",
+        validators=[string_one_of(*ON_EXPIRY)],
+    ),
+}
+
+
+def computed_attributes() -> dict[str, Attribute]:
+    """The attributes the backend computes (shared with the data source)."""
+    return {
+        "id": StringAttribute(
+            computed=True, description="Cluster id.", plan_modifiers=[use_state_for_unknown()]
+        ),
+        "status": _computed_str(
+            "PENDING, PROVISIONING, CONFIGURING, CONTAINER_CREATING, RUNNING, DESTROYING or FAILED."
+        ),
+        "phase": _computed_str("Finer-grained progress, e.g. `ProgrammingFabric`, `Ready`, `Degraded`."),
+        "num_gpus": Int64Attribute(computed=True, description="GPUs in the cluster (all nodes)."),
+        "gpu_type": _computed_str("GPU model of the instance type, e.g. `H100 SXM 80GB`."),
+        "created_at": StringAttribute(
+            computed=True,
+            description="When the cluster was created (RFC 3339).",
+            plan_modifiers=[use_state_for_unknown()],
+        ),
+        "nodes": ListNestedAttribute(
+            computed=True,
+            attributes=NODE_ATTRIBUTES,
+            description="The cluster's nodes with their fabric placement.",
+        ),
+        "login": SingleNestedAttribute(
+            computed=True, attributes=LOGIN_ATTRIBUTES, description="How to log in (SSH)."
+        ),
+        "slurm": SingleNestedAttribute(
+            computed=True, attributes=SLURM_ATTRIBUTES, description="Slurm details (Slurm clusters only)."
+        ),
+        "kubernetes": SingleNestedAttribute(
+            computed=True,
+            attributes=KUBERNETES_ATTRIBUTES,
+            description="Kubernetes API details (Kubernetes clusters only). Credentials come from the "
+            "`gpucloud_cluster_credentials` ephemeral resource, never from state.",
+        ),
+        "nccl_env": MapAttribute(
+            element_type=STRING,
+            computed=True,
+            description="NCCL / libfabric environment variables tuned for the cluster's interconnect.",
+        ),
+        "estimated_hourly_cost_usd": NumberAttribute(
+            computed=True,
+            description="Hourly cost in USD while all nodes run, from the catalog prices. Known at plan "
+            "time, so `terraform plan` shows what a change costs.",
+        ),
+        "reservation": SingleNestedAttribute(
+            computed=True,
+            attributes=RESERVATION_ATTRIBUTES,
+            description="The reserved term (reserved billing only).",
+        ),
+    }
+
+
+CLUSTER_SCHEMA = Schema(
+    description="A GPU cluster: one or more nodes of one instance type on a GPU fabric (InfiniBand or "
+    "EFA), optionally with Slurm or Kubernetes on top. Creation waits until the cluster is RUNNING.",
+    attributes={
+        # Required
+        "name": StringAttribute(
+            required=True,
+            description="Cluster name, the prefix of its hostnames: 1-40 lowercase letters, digits or "
+            "hyphens, starting with a letter. Changes in place.",
+            validators=[
+                string_matches(
+                    NAME_PATTERN,
+                    "must be 1-40 lowercase letters, digits or hyphens, start with a letter and not end "
+                    "with a hyphen",
+                )
+            ],
+        ),
+        "region": StringAttribute(
+            required=True,
+            description="Region, e.g. `us-east-1`. Changing it replaces the cluster.",
+            plan_modifiers=[requires_replace()],
+        ),
+        "instance_type": StringAttribute(
+            required=True,
+            description="Node shape, e.g. `8xH100` (see the `gpucloud_instance_types` data source). "
+            "Changing it replaces the cluster.",
+            plan_modifiers=[requires_replace()],
+        ),
+        # Optional
+        "node_count": Int64Attribute(
+            optional=True,
+            computed=True,
+            default=1,
+            description="Number of nodes. Scales in place (the plan checks the region has the capacity). "
+            "More than one node needs a fabric-capable 8-GPU instance type.",
+            validators=[int_between(1, 4096)],
+        ),
+        "orchestrator": StringAttribute(
+            optional=True,
+            computed=True,
+            description="`slurm`, `kubernetes` or `none`. Default: `none` for one node, `slurm` for more. "
+            "Changing it replaces the cluster.",
+            validators=[string_one_of(*ORCHESTRATORS)],
+            plan_modifiers=[use_state_for_unknown(), requires_replace()],
+        ),
+        "interconnect": StringAttribute(
+            optional=True,
+            computed=True,
+            description="`infiniband`, `efa` or `ethernet`. Default: the instance type's fabric. Changing "
+            "it replaces the cluster.",
+            validators=[string_one_of(*INTERCONNECTS)],
+            plan_modifiers=[use_state_for_unknown(), requires_replace()],
+        ),
+        "container": StringAttribute(
+            optional=True,
+            description="Container image family to run on a single-node cluster: `base` or `pytorch`. "
+            "Changes in place (the container is re-created).",
+            validators=[string_one_of(*CONTAINERS)],
+        ),
+        "ssh_key_ids": SetAttribute(
+            element_type=STRING,
+            optional=True,
+            description="Ids of `gpucloud_ssh_key`s allowed to log in. Changes in place.",
+            validators=[size_at_most(64), each_element(string_matches(REF_ID_PATTERN, "must be an id"))],
+        ),
+        "shared_volume_ids": SetAttribute(
+            element_type=STRING,
+            optional=True,
+            description="Ids of `gpucloud_shared_volume`s (same region) mounted on every node. Volumes are "
+            "attached and detached in place.",
+            validators=[size_at_most(64), each_element(string_matches(REF_ID_PATTERN, "must be an id"))],
+        ),
+        "billing": SingleNestedAttribute(
+            optional=True,
+            computed=True,
+            default=dict(DEFAULT_BILLING),
+            attributes=BILLING_ATTRIBUTES,
+            description="How the cluster is billed. `type` and `duration_days` replace the cluster when "
+            "changed; `on_expiry` changes in place. Default: on-demand.",
+        ),
+        "labels": MapAttribute(
+            element_type=STRING,
+            optional=True,
+            description="Free-form key/value tags (up to 64). Changes in place.",
+            validators=[size_at_most(64)],
+        ),
+        "deletion_protection": BoolAttribute(
+            optional=True,
+            computed=True,
+            default=False,
+            description="When true the API refuses to delete the cluster (destroy fails until it is "
+            "set to false and applied).",
+        ),
+        "max_hourly_cost_usd": NumberAttribute(
+            optional=True,
+            description="Refuse any plan (create or scale) that would cost more than this per hour.",
+            validators=[number_between(Decimal("0.0001"), Decimal("1000000000"))],
+        ),
+        "wait_for_running": BoolAttribute(
+            optional=True,
+            computed=True,
+            default=True,
+            description="Wait until the cluster is RUNNING after create, scale and volume changes. With "
+            "false, apply returns as soon as the API accepted the change.",
+        ),
+        # Computed
+        **computed_attributes(),
+    },
+    blocks={"timeouts": timeouts_block(create=True, update=True, delete=True, defaults=DEFAULT_TIMEOUTS)},
+)
+
+# Values the user configures, sent to the API (Terraform name -> API name).
+SPEC_FIELDS = {
+    "name": "name",
+    "region": "region",
+    "instance_type": "instance_type",
+    "node_count": "node_count",
+    "orchestrator": "orchestrator",
+    "interconnect": "interconnect",
+    "container": "container",
+    "ssh_key_ids": "ssh_key_ids",
+    "shared_volume_ids": "volume_ids",
+    "billing": "billing",
+    "labels": "labels",
+    "deletion_protection": "deletion_protection",
+    "max_hourly_cost_usd": "max_hourly_cost_usd",
+}
+
+
+def spec_from_plan(plan: dict[str, Any]) -> dict[str, Any]:
+    """The API create body from a planned state (nulls left to the API's defaults)."""
+    spec: dict[str, Any] = {}
+    for tf_name, api_name in SPEC_FIELDS.items():
+        value = plan.get(tf_name)
+        if value is None:
+            continue
+        if tf_name == "billing":
+            value = {k: v for k, v in value.items() if v is not None}
+        spec[api_name] = sorted(value) if tf_name in ("ssh_key_ids", "shared_volume_ids") else value
+    return spec
+
+
+# -- API object -> state -------------------------------------------------------------------------------
+
+
+def _number(value: Any) -> int | Decimal | None:
+    """An API number as a cty number (never float); None stays None."""
+    return None if value is None else number(value)
+
+
+def _same_number(prior: Any, value: int | Decimal | None) -> Any:
+    """Keep the user's spelling (e.g. 100 vs 100.0) when the API echoes the same number."""
+    if isinstance(prior, int | Decimal) and value is not None and Decimal(prior) == Decimal(value):
+        return prior
+    return value
+
+
+def _empty_as(prior: Any, value: Any) -> Any:
+    """An empty collection from the API stays null when the state had null (unset in configuration)."""
+    return None if not value and prior is None else value
+
+
+def node_state(node: dict[str, Any], *, multi_node: bool) -> dict[str, Any]:
+    network = node.get("network") or {}
+    hcas = [h["device"] for h in network.get("hcas") or [] if h.get("role", "compute") == "compute"]
+    efa = [e["device"] for e in network.get("efa_interfaces") or []]
+    fabric = network.get("fabric")
+    topology = (
+        f"{fabric}/su{int(network['scalable_unit']):02d}/pos{int(network['position']):02d}"
+        if fabric and network.get("scalable_unit") is not None and network.get("position") is not None
+        else None
+    )
+    return {
+        "name": node.get("name"),
+        "instance_id": node.get("instance_id") or node.get("id"),
+        "role": node.get("role") or ("worker" if multi_node else "standalone"),
+        "status": node.get("status"),
+        "private_ip": node.get("private_ip"),
+        "public_ip": node.get("public_ip"),
+        "fabric": fabric,
+        "partition_key": network.get("partition_key"),
+        "hcas": hcas,
+        "topology_path": topology,
+        "leaves": list(network.get("leaves") or []),
+        "efa_interfaces": efa,
+    }
+
+
+def login_state(login: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not login:
+        return None
+    return {
+        "host": login.get("public_ip") or login.get("host"),
+        "port": int(login.get("port") or 22),
+        "user": login.get("user"),
+        "ssh_command": login.get("ssh_command"),
+    }
+
+
+def slurm_state(slurm: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not slurm:
+        return None
+    partitions = slurm.get("partitions") or ([slurm["partition"]] if slurm.get("partition") else [])
+    return {"controller": slurm.get("controller"), "partitions": list(partitions)}
+
+
+def kubernetes_state(kube: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not kube:
+        return None
+    return {"api_endpoint": kube.get("api_endpoint"), "ca_certificate": kube.get("ca_certificate")}
+
+
+def computed_state(body: dict[str, Any], reservation: dict[str, Any] | None) -> dict[str, Any]:
+    """The computed attributes from the API's cluster object."""
+    multi_node = int(body.get("node_count") or 1) > 1
+    return {
+        "id": body["id"],
+        "status": body.get("status"),
+        "phase": body.get("phase"),
+        "num_gpus": _number(body.get("num_gpus")),
+        "gpu_type": body.get("gpu_type"),
+        "created_at": timestamp(body["created_at"]) if body.get("created_at") else None,
+        "nodes": [node_state(n, multi_node=multi_node) for n in body.get("nodes") or []],
+        "login": login_state(body.get("login")),
+        "slurm": slurm_state(body.get("slurm")),
+        "kubernetes": kubernetes_state(body.get("kubernetes")),
+        "nccl_env": dict(body.get("nccl_env") or {}),
+        "estimated_hourly_cost_usd": _number(body.get("estimated_hourly_cost_usd")),
+        "reservation": reservation,
+    }
+
+
+def cluster_state(
+    body: dict[str, Any], prior: dict[str, Any] | None, reservation: dict[str, Any] | None
+) -> dict[str, Any]:
+    """Full resource state from the API object; `prior` (state or plan) keeps provider-only settings and
+    the user's spelling of equal values."""
+    prior = prior or {}
+    billing = body.get("billing") or {}
+    return {
+        "name": body.get("name"),
+        "region": body.get("region"),
+        "instance_type": body.get("instance_type"),
+        "node_count": body.get("node_count"),
+        "orchestrator": body.get("orchestrator"),
+        "interconnect": body.get("interconnect"),
+        "container": body.get("container"),
+        "ssh_key_ids": _empty_as(prior.get("ssh_key_ids"), sorted(body.get("ssh_key_ids") or [])),
+        "shared_volume_ids": _empty_as(prior.get("shared_volume_ids"), sorted(body.get("volume_ids") or [])),
+        "billing": {
+            "type": billing.get("type") or "on_demand",
+            "duration_days": billing.get("duration_days"),
+            "on_expiry": billing.get("on_expiry") or "decommission",
+        },
+        "labels": _empty_as(prior.get("labels"), dict(body.get("labels") or {})),
+        "deletion_protection": bool(body.get("deletion_protection")),
+        "max_hourly_cost_usd": _same_number(
+            prior.get("max_hourly_cost_usd"), _number(body.get("max_hourly_cost_usd"))
+        ),
+        "wait_for_running": prior.get("wait_for_running") if prior.get("wait_for_running") is not None
+        else True,
+        "timeouts": prior.get("timeouts"),
+        **computed_state(body, reservation),
+        "estimated_hourly_cost_usd": _same_number(
+            prior.get("estimated_hourly_cost_usd"), _number(body.get("estimated_hourly_cost_usd"))
+        ),
+    }

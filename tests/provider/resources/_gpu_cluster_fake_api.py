@@ -1,0 +1,225 @@
+"""An in-memory stand-in for the cluster part of the backend API, for the provider's unit tests.
+
+Clusters advance one status per GET (PENDING -> PROVISIONING -> RUNNING) so waits are exercised; a
+cluster created while `fail_next_create` is set rolls back to FAILED instead.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import httpx
+
+CATALOG_TYPES = [
+    {
+        "name": "1xH100", "gpu_model": "H100 SXM 80GB", "gpu_count": 1, "fabric_capable": False,
+        "interconnects": ["ethernet"], "on_demand_usd_per_gpu_hour": "4.29",
+        "rules": {"default_interconnect": "ethernet"},
+        "reserved": [{"min_duration_days": 1, "discount": "0.10"},
+                     {"min_duration_days": 30, "discount": "0.25"}],
+        "availability": [
+            {"region": "us-east-1", "fabric": "eth-east-a", "interconnect": "ethernet",
+             "capacity_nodes": 64, "available_nodes": 64},
+        ],
+    },
+    {
+        "name": "8xH100", "gpu_model": "H100 SXM 80GB", "gpu_count": 8, "fabric_capable": True,
+        "interconnects": ["infiniband"], "on_demand_usd_per_gpu_hour": "3.99",
+        "rules": {"default_interconnect": "infiniband"},
+        "reserved": [{"min_duration_days": 1, "discount": "0.10"},
+                     {"min_duration_days": 7, "discount": "0.15"},
+                     {"min_duration_days": 30, "discount": "0.25"}],
+        "availability": [
+            {"region": "us-east-1", "fabric": "ib-east-a", "interconnect": "infiniband",
+             "capacity_nodes": 256, "available_nodes": 4},
+        ],
+    },
+    {
+        "name": "8xH100-EFA", "gpu_model": "H100 SXM 80GB", "gpu_count": 8, "fabric_capable": True,
+        "interconnects": ["efa"], "on_demand_usd_per_gpu_hour": "6.88",
+        "rules": {"default_interconnect": "efa"}, "reserved": [],
+        "availability": [
+            {"region": "us-east-1", "fabric": "efa-east-a", "interconnect": "efa",
+             "capacity_nodes": 64, "available_nodes": 64},
+        ],
+    },
+    {
+        "name": "8xB200", "gpu_model": "B200 180GB", "gpu_count": 8, "fabric_capable": True,
+        "interconnects": ["infiniband"], "on_demand_usd_per_gpu_hour": "8.50",
+        "rules": {"default_interconnect": "infiniband"}, "reserved": [],
+        "availability": [
+            {"region": "us-west-2", "fabric": "ib-west-a", "interconnect": "infiniband",
+             "capacity_nodes": 32, "available_nodes": 32},
+        ],
+    },
+]
+REGIONS = [{"name": "us-east-1"}, {"name": "us-west-2"}]
+STEPS = ["PENDING", "PROVISIONING", "RUNNING"]
+
+
+@dataclass
+class FakeClusterApi:
+    clusters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    volumes: dict[str, dict[str, Any]] = field(default_factory=lambda: {
+        "vol_east": {"id": "vol_east", "region": "us-east-1"},
+        "vol_west": {"id": "vol_west", "region": "us-west-2"},
+        "vol_two": {"id": "vol_two", "region": "us-east-1"},
+    })
+    ssh_keys: dict[str, dict[str, Any]] = field(default_factory=lambda: {"key_a": {"id": "key_a"}})
+    requests: list[tuple[str, str, Any]] = field(default_factory=list)
+    idempotency: dict[str, str] = field(default_factory=dict)
+    fail_next_create: bool = False
+    reject_create: list[dict[str, str]] | None = None  # field errors of a 422 for the next create
+    unreachable_posts: int = 0  # the next N cluster POSTs fail as if the backend were down
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    _clock: itertools.count[int] = field(default_factory=lambda: itertools.count(0))
+
+    def transport(self) -> httpx.MockTransport:
+        return httpx.MockTransport(self.handle)
+
+    def _now(self) -> str:
+        return f"2026-11-26T01:00:{next(self._clock) % 60:02d}Z"
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        path, method = request.url.path, request.method
+        self.requests.append((method, path, json.loads(request.content) if request.content else None))
+        parts = path.strip("/").split("/")[1:]  # drop "v1"
+        if parts == ["regions"]:
+            return httpx.Response(200, json={"items": REGIONS})
+        if parts == ["instance-types"]:
+            return httpx.Response(200, json={"items": CATALOG_TYPES})
+        if parts == ["ssh-keys"]:
+            return httpx.Response(200, json={"items": []})
+        if parts == ["billing", "usage"]:
+            return httpx.Response(200, json={"items": []})
+        if parts[0] == "ssh-keys" and len(parts) == 2:
+            return self._found(self.ssh_keys.get(parts[1]))
+        if parts[0] == "volumes" and len(parts) == 2:
+            return self._found(self.volumes.get(parts[1]))
+        if parts == ["clusters"] and method == "POST":
+            return self._create(request, body)
+        if parts == ["clusters"]:
+            name = request.url.params.get("name")
+            items = [c for c in self.clusters.values() if name is None or c["name"] == name]
+            return httpx.Response(200, json={"items": items})
+        cluster = self.clusters.get(parts[1])
+        if cluster is None:
+            return self._problem(404, "not_found", "no such cluster")
+        if len(parts) == 4 and parts[2] == "volumes":
+            if method == "POST":
+                cluster["volume_ids"].append(parts[3])
+            else:
+                cluster["volume_ids"].remove(parts[3])
+            cluster["status"] = "PROVISIONING"  # the engine reconfigures the nodes
+            return self._changed(cluster)
+        if len(parts) == 3 and parts[2] == "credentials":
+            return httpx.Response(200, json={"kubeconfig": "apiVersion: v1\n", "api_endpoint": "https://k"})
+        if method == "GET":
+            self._advance(cluster)
+            return httpx.Response(200, json=cluster, headers={"ETag": f'"{cluster["updated_at"]}"'})
+        if method == "PATCH":
+            billing = body.pop("billing", None)
+            cluster.update(body)
+            if billing:
+                cluster["billing"].update(billing)
+            return self._changed(cluster)
+        if method == "DELETE":
+            del self.clusters[parts[1]]
+            return httpx.Response(202, json=cluster)
+        return self._problem(405, "method_not_allowed", method)
+
+    def _create(self, request: httpx.Request, spec: dict[str, Any]) -> httpx.Response:
+        if self.unreachable_posts:
+            self.unreachable_posts -= 1
+            raise httpx.ConnectError("connection refused", request=request)
+        if self.reject_create:
+            errors, self.reject_create = self.reject_create, None
+            return httpx.Response(422, json={"status": 422, "code": "validation_failed", "detail": "invalid",
+                                             "errors": errors},
+                                  headers={"content-type": "application/problem+json"})
+        key = request.headers.get("idempotency-key", "")
+        if key in self.idempotency:
+            return httpx.Response(201, json=self.clusters[self.idempotency[key]])
+        cluster_id = f"cls_{next(self._ids)}"
+        itype = next(t for t in CATALOG_TYPES if t["name"] == spec["instance_type"])
+        nodes = spec.get("node_count", 1)
+        billing = {"type": "on_demand", "duration_days": None, "on_expiry": "decommission",
+                   **spec.get("billing", {})}
+        cluster = {
+            "id": cluster_id, "name": spec["name"], "region": spec["region"],
+            "instance_type": spec["instance_type"], "node_count": nodes,
+            "orchestrator": spec.get("orchestrator") or ("slurm" if nodes > 1 else "none"),
+            "interconnect": spec.get("interconnect") or itype["interconnects"][0],
+            "container": spec.get("container"), "ssh_key_ids": spec.get("ssh_key_ids", []),
+            "volume_ids": spec.get("volume_ids", []), "billing": billing, "labels": spec.get("labels", {}),
+            "deletion_protection": spec.get("deletion_protection", False),
+            "max_hourly_cost_usd": spec.get("max_hourly_cost_usd"),
+            "status": "PENDING", "phase": "Admitted", "status_reason": None,
+            "num_gpus": nodes * itype["gpu_count"], "gpu_type": itype["gpu_model"],
+            "estimated_hourly_cost_usd": float(
+                Decimal(itype["on_demand_usd_per_gpu_hour"]) * itype["gpu_count"] * nodes
+            ),
+            "deletion_requested_at": None, "created_at": "2026-11-26T01:00:00Z", "updated_at": self._now(),
+            "nodes": [], "login": None, "slurm": None, "kubernetes": None, "nccl_env": {},
+            "phase_history": [], "_fail": self.fail_next_create,
+        }
+        self.fail_next_create = False
+        self.clusters[cluster_id] = cluster
+        self.idempotency[key] = cluster_id
+        return httpx.Response(201, json=cluster)
+
+    def _advance(self, cluster: dict[str, Any]) -> None:
+        """One step towards RUNNING (or FAILED) per read, converging any node count change."""
+        if cluster["_fail"]:
+            cluster.update(status="FAILED", phase="Failed", status_reason="node boot failed 3 times")
+            return
+        index = STEPS.index(cluster["status"]) if cluster["status"] in STEPS else 2
+        wanted = cluster["node_count"]
+        if cluster["status"] != "RUNNING" or len(cluster["nodes"]) != wanted:
+            cluster["status"] = STEPS[min(index + 1, 2)]
+            cluster["nodes"] = [self._node(cluster, i) for i in range(wanted)]
+            cluster["phase"] = "Ready" if cluster["status"] == "RUNNING" else "ProvisioningNodes"
+            cluster["phase_history"].append({"phase": cluster["phase"], "at": self._now()})
+            if cluster["status"] == "RUNNING":
+                self._runtime(cluster)
+
+    def _node(self, cluster: dict[str, Any], index: int) -> dict[str, Any]:
+        network: dict[str, Any] = {"fabric": "ib-east-a", "scalable_unit": 0, "position": index,
+                                   "leaves": [f"ib-east-a-su00-leaf{r}" for r in range(2)]}
+        if cluster["interconnect"] == "infiniband":
+            network["partition_key"] = "0x8001"
+            network["hcas"] = [{"device": f"mlx5_{r}", "role": "compute"} for r in range(8)] + [
+                {"device": "mlx5_8", "role": "storage"}]
+        if cluster["interconnect"] == "efa":
+            network["efa_interfaces"] = [{"device": f"rdmap{i}s0"} for i in range(4)]
+        return {"name": f"{cluster['name']}-{index}", "index": index, "status": cluster["status"],
+                "private_ip": f"10.0.0.{index + 10}", "public_ip": None, "network": network}
+
+    def _runtime(self, cluster: dict[str, Any]) -> None:
+        cluster["login"] = {"host": f"{cluster['name']}-jumphost", "public_ip": "198.18.0.7",
+                            "user": "ubuntu", "ssh_command": "ssh ubuntu@198.18.0.7"}
+        if cluster["orchestrator"] == "slurm":
+            cluster["slurm"] = {"controller": f"{cluster['name']}-jumphost", "partition": "gpu"}
+        if cluster["orchestrator"] == "kubernetes":
+            cluster["kubernetes"] = {"api_endpoint": "https://198.18.0.7:6443", "ca_certificate": "PEM"}
+        cluster["nccl_env"] = {"NCCL_SOCKET_IFNAME": "=eth0"}
+
+    def _changed(self, cluster: dict[str, Any]) -> httpx.Response:
+        cluster["updated_at"] = self._now()
+        return httpx.Response(200, json=cluster, headers={"ETag": f'"{cluster["updated_at"]}"'})
+
+    @staticmethod
+    def _found(obj: dict[str, Any] | None) -> httpx.Response:
+        if obj is None:
+            return FakeClusterApi._problem(404, "not_found", "not found")
+        return httpx.Response(200, json=obj)
+
+    @staticmethod
+    def _problem(status: int, code: str, detail: str) -> httpx.Response:
+        return httpx.Response(status, json={"status": status, "code": code, "detail": detail},
+                              headers={"content-type": "application/problem+json"})

@@ -1,0 +1,233 @@
+"""gpucloud_gpu_cluster create/read/update/delete/import against a fake API, plus the data source and the
+credentials ephemeral resource."""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from provider.client import GpuCloudClient
+from provider.framework import Context
+from provider.framework.state import schema_object
+from provider.resources import cluster_checks, gpu_cluster
+from provider.resources._common import IDEMPOTENCY_KEY, GpuCloudConfig
+from provider.resources.cluster_credentials import ClusterCredentialsEphemeralResource
+from provider.resources.cluster_data_source import GpuClusterDataSource
+from provider.resources.gpu_cluster import GpuClusterResource
+from tests.provider.resources._gpu_cluster_fake_api import FakeClusterApi
+
+RESOURCE = GpuClusterResource()
+SCHEMA = RESOURCE.schema
+
+
+class FastContext(Context):
+    """A context whose waits return at once (still honouring cancellation)."""
+
+    __slots__ = ("sleeps",)
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps = getattr(self, "sleeps", 0) + 1
+        self.check_cancelled()
+
+
+@pytest.fixture(autouse=True)
+def fresh_catalog():
+    cluster_checks.forget_catalogs()
+    yield
+    cluster_checks.forget_catalogs()
+
+
+@pytest.fixture
+def api() -> FakeClusterApi:
+    return FakeClusterApi()
+
+
+def ctx_for(api: FakeClusterApi, private: dict[str, Any] | None = None,
+            stop: threading.Event | None = None) -> FastContext:
+    client = GpuCloudClient("http://api.test", "k", transport=api.transport(), max_retries=0)
+    data = GpuCloudConfig("http://api.test", "k", 30.0, 0, complete=True, client=client)
+    return FastContext(stop=stop or threading.Event(), provider_data=data, private=private or {})
+
+
+def planned(**values: Any) -> dict[str, Any]:
+    """A create plan as Terraform hands it to apply (unknown computed values are simply replaced)."""
+    return schema_object(SCHEMA, {
+        "name": "train", "region": "us-east-1", "instance_type": "8xH100", "node_count": 2,
+        "orchestrator": "slurm", "interconnect": "infiniband",
+        "billing": {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"},
+        "deletion_protection": False, "wait_for_running": True, **values,
+    })
+
+
+def test_gpu_cluster_create_waits_for_running_and_fills_every_computed_value(api):
+    ctx = ctx_for(api, {IDEMPOTENCY_KEY: "key-1"})
+    state = RESOURCE.create(ctx, planned(labels={"team": "ml"}))
+    assert not ctx.diagnostics
+    assert state is not None
+    assert state["status"] == "RUNNING" and state["phase"] == "Ready" and state["id"] == "cls_1"
+    assert state["num_gpus"] == 16 and state["estimated_hourly_cost_usd"] == Decimal("63.84")
+    assert [n["name"] for n in state["nodes"]] == ["train-0", "train-1"]
+    node = state["nodes"][0]
+    assert node["hcas"] == [f"mlx5_{i}" for i in range(8)]  # the storage HCA is left out
+    assert node["partition_key"] == "0x8001" and node["topology_path"] == "ib-east-a/su00/pos00"
+    assert node["role"] == "worker"
+    assert state["login"] == {"host": "198.18.0.7", "port": 22, "user": "ubuntu",
+                              "ssh_command": "ssh ubuntu@198.18.0.7"}
+    assert state["slurm"] == {"controller": "train-jumphost", "partitions": ["gpu"]}
+    assert state["kubernetes"] is None and state["reservation"] is None
+    assert state["ssh_key_ids"] is None and state["labels"] == {"team": "ml"}
+    assert IDEMPOTENCY_KEY not in ctx.private
+    posts = [r for r in api.requests if r[0] == "POST"]
+    assert posts[0][2]["orchestrator"] == "slurm" and "ssh_key_ids" not in posts[0][2]
+
+
+def test_gpu_cluster_create_without_waiting_returns_at_once(api):
+    ctx = ctx_for(api)
+    state = RESOURCE.create(ctx, planned(wait_for_running=False))
+    assert state is not None and state["status"] == "PENDING"
+    assert [r[0] for r in api.requests if "/clusters" in r[1]] == ["POST"]
+
+
+def test_gpu_cluster_create_failure_returns_partial_state_and_error(api):
+    api.fail_next_create = True
+    ctx = ctx_for(api)
+    state = RESOURCE.create(ctx, planned())
+    assert state is not None and state["id"] == "cls_1" and state["status"] == "FAILED"
+    (error,) = ctx.diagnostics
+    assert error.summary == "Error Creating GPU Cluster"
+    assert "node boot failed" in error.detail and "tainted" in error.detail
+
+
+def test_gpu_cluster_create_retries_with_the_same_key_while_the_api_is_down(api, monkeypatch):
+    monkeypatch.setattr(gpu_cluster, "CREATE_RETRY_SECONDS", 0.0)
+    api.unreachable_posts = 2
+    ctx = ctx_for(api, {IDEMPOTENCY_KEY: "key-7"})
+    state = RESOURCE.create(ctx, planned())
+    assert not ctx.diagnostics and state is not None and state["status"] == "RUNNING"
+    assert len(api.clusters) == 1 and api.idempotency == {"key-7": "cls_1"}
+
+
+def test_gpu_cluster_create_rejected_by_api_names_the_field(api):
+    api.reject_create = [{"field": "volume_ids[0]", "message": "volume vol_x is in us-west-2"}]
+    ctx = ctx_for(api)
+    assert RESOURCE.create(ctx, planned()) is None
+    (error,) = ctx.diagnostics
+    assert error.summary == "Error Creating GPU Cluster" and "us-west-2" in error.detail
+    assert error.path is not None and [s.name for s in error.path] == ["shared_volume_ids"]
+
+
+def test_gpu_cluster_create_cancelled_keeps_partial_state(api):
+    stop = threading.Event()
+    ctx = ctx_for(api, stop=stop)
+    stop.set()
+    state = RESOURCE.create(ctx, planned())
+    assert state is not None and state["id"] == "cls_1"
+    assert [d.summary for d in ctx.diagnostics] == ["Error Creating GPU Cluster"]
+    assert "interrupted" in ctx.diagnostics[0].detail
+
+
+def created(api: FakeClusterApi, **values: Any) -> dict[str, Any]:
+    state = RESOURCE.create(ctx_for(api), planned(**values))
+    assert state is not None
+    return state
+
+
+def test_gpu_cluster_read_reflects_drift_and_removes_deleted_clusters(api):
+    state = created(api)
+    api.clusters["cls_1"]["labels"] = {"owner": "someone"}
+    api.clusters["cls_1"]["volume_ids"] = ["vol_east"]
+    fresh = RESOURCE.read(ctx_for(api), state)
+    assert fresh is not None
+    assert fresh["labels"] == {"owner": "someone"} and fresh["shared_volume_ids"] == ["vol_east"]
+    assert fresh["ssh_key_ids"] is None  # still empty: stays null as configured
+    api.clusters["cls_1"]["deletion_requested_at"] = "2026-11-26T02:00:00Z"
+    assert RESOURCE.read(ctx_for(api), state) is None
+    del api.clusters["cls_1"]
+    assert RESOURCE.read(ctx_for(api), state) is None
+
+
+def test_gpu_cluster_read_keeps_the_users_spelling_of_numbers(api):
+    state = created(api, max_hourly_cost_usd=Decimal("100.50"))
+    fresh = RESOURCE.read(ctx_for(api), state)
+    assert fresh is not None and fresh["max_hourly_cost_usd"] == Decimal("100.50")
+
+
+def test_gpu_cluster_update_patches_only_changes_and_waits_for_the_scale(api):
+    state = created(api)
+    ctx = ctx_for(api)
+    plan = {**state, "node_count": 3, "labels": {"a": "b"}}
+    before = len(api.requests)
+    new = RESOURCE.update(ctx, plan, state)
+    assert not ctx.diagnostics and new is not None
+    patch = next(r for r in api.requests[before:] if r[0] == "PATCH")
+    assert patch[2] == {"node_count": 3, "labels": {"a": "b"}}
+    assert len(new["nodes"]) == 3 and new["status"] == "RUNNING"
+
+
+def test_gpu_cluster_update_attaches_and_detaches_volumes(api):
+    state = created(api, shared_volume_ids=["vol_east"])
+    assert state["shared_volume_ids"] == ["vol_east"]
+    before = len(api.requests)
+    new = RESOURCE.update(ctx_for(api), {**state, "shared_volume_ids": ["vol_two"]}, state)
+    calls = [(m, p) for m, p, _ in api.requests[before:] if "/volumes/" in p]
+    assert calls == [("DELETE", "/v1/clusters/cls_1/volumes/vol_east"),
+                     ("POST", "/v1/clusters/cls_1/volumes/vol_two")]
+    assert new is not None and new["shared_volume_ids"] == ["vol_two"]
+
+
+def test_gpu_cluster_update_on_expiry_sends_only_that_billing_field(api):
+    state = created(api)
+    plan = {**state, "billing": {**state["billing"], "on_expiry": "convert_to_on_demand"}}
+    before = len(api.requests)
+    new = RESOURCE.update(ctx_for(api), plan, state)
+    assert [r[2] for r in api.requests[before:] if r[0] == "PATCH"] == [
+        {"billing": {"on_expiry": "convert_to_on_demand"}}]
+    assert new is not None and new["billing"]["on_expiry"] == "convert_to_on_demand"
+
+
+def test_gpu_cluster_delete_waits_until_gone_and_tolerates_404(api):
+    state = created(api)
+    ctx = ctx_for(api)
+    RESOURCE.delete(ctx, state)
+    assert not ctx.diagnostics and api.clusters == {}
+    RESOURCE.delete(ctx, state)  # already gone
+    assert not ctx.diagnostics
+
+
+def test_gpu_cluster_import_reads_a_state_that_plans_clean(api):
+    created(api)
+    ctx = ctx_for(api)
+    imported = RESOURCE.import_state(ctx, "cls_1")
+    assert imported is not None
+    state = RESOURCE.read(ctx, imported)
+    assert state is not None
+    assert state["wait_for_running"] is True and state["timeouts"] is None
+    assert state["billing"] == {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"}
+    assert state["labels"] is None and state["ssh_key_ids"] is None
+
+
+def test_gpu_cluster_data_source_by_name(api):
+    created(api)
+    source = GpuClusterDataSource()
+    config = schema_object(source.schema, {"name": "train"})
+    state = source.read(ctx_for(api), config)
+    assert state is not None and state["id"] == "cls_1" and len(state["nodes"]) == 2
+    assert "wait_for_running" not in source.schema.attributes
+    assert set(state) == set(source.schema.attributes)
+
+
+def test_gpu_cluster_credentials_kubeconfig_or_ssh(api):
+    created(api, orchestrator="kubernetes")
+    created(api, name="slurmy")
+    eph = ClusterCredentialsEphemeralResource()
+    kube = eph.open(ctx_for(api), {"cluster_id": "cls_1"}).result
+    assert kube["kind"] == "kubeconfig" and kube["kubeconfig"].startswith("apiVersion")
+    assert eph.schema.attributes["kubeconfig"].sensitive
+    ssh = eph.open(ctx_for(api), {"cluster_id": "cls_2"}).result
+    assert ssh["kind"] == "ssh" and ssh["ssh_command"] == "ssh ubuntu@198.18.0.7"
+    ctx = ctx_for(api)
+    eph.open(ctx, {"cluster_id": "cls_404"})
+    assert [d.summary for d in ctx.diagnostics] == ["Cluster Not Found"]

@@ -1,0 +1,233 @@
+"""gpucloud_gpu_cluster plans: defaults, plan-time values (cost, GPUs), every backend rule with its
+attribute path, capacity, unknown values never rejected, FAILED clusters replaced."""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from provider.client import GpuCloudClient
+from provider.cty import UNKNOWN, format_path, is_unknown
+from provider.framework import Context
+from provider.framework.plan import plan_resource
+from provider.framework.schema import NestedAttribute
+from provider.framework.state import schema_object
+from provider.resources import cluster_checks
+from provider.resources._common import IDEMPOTENCY_KEY, GpuCloudConfig
+from provider.resources.gpu_cluster import GpuClusterResource
+from tests.provider.resources._gpu_cluster_fake_api import FakeClusterApi
+
+RESOURCE = GpuClusterResource()
+SCHEMA = RESOURCE.schema
+
+
+@pytest.fixture(autouse=True)
+def fresh_catalog():
+    cluster_checks.forget_catalogs()
+    yield
+    cluster_checks.forget_catalogs()
+
+
+def make_ctx(api: FakeClusterApi | None, private: dict[str, Any] | None = None) -> Context:
+    if api is None:  # provider block not fully known: no client
+        data = GpuCloudConfig("http://api.test", None, 30.0, 0, complete=False)
+    else:
+        client = GpuCloudClient("http://api.test", "k", transport=api.transport(), max_retries=0)
+        data = GpuCloudConfig("http://api.test", "k", 30.0, 0, complete=True, client=client)
+    return Context(stop=threading.Event(), provider_data=data, private=private or {})
+
+
+def propose(config: dict[str, Any], prior: dict[str, Any] | None) -> dict[str, Any]:
+    """What Terraform proposes: configured values, prior values for unconfigured computed attributes."""
+    out = dict(config)
+    for name, attr in SCHEMA.attributes.items():
+        if config.get(name) is None and attr.computed and prior is not None:
+            out[name] = prior.get(name)
+        elif isinstance(attr, NestedAttribute) and config.get(name) is not None and prior and prior.get(name):
+            out[name] = {
+                k: (v if v is not None or not attr.attributes[k].computed else prior[name].get(k))
+                for k, v in config[name].items()
+            }
+    return out
+
+
+def plan(config: dict[str, Any], prior: dict[str, Any] | None = None, api: FakeClusterApi | None = None,
+         *, configured: bool = True) -> tuple[dict[str, Any] | None, Context]:
+    full = schema_object(SCHEMA, config)
+    planned, replace = plan_resource(SCHEMA, full, prior, propose(full, prior))
+    ctx = make_ctx((api or FakeClusterApi()) if configured else None)
+    ctx.requires_replace = replace
+    RESOURCE.validate_config(ctx, full)
+    out = RESOURCE.modify_plan(ctx, planned, prior, full)
+    return out, ctx
+
+
+def errors(ctx: Context) -> dict[str, str]:
+    return {format_path(d.path) if d.path else "": f"{d.summary}: {d.detail}"
+            for d in ctx.diagnostics if d.severity == "error"}
+
+
+BASE = {"name": "train", "region": "us-east-1", "instance_type": "8xH100"}
+
+
+def test_gpu_cluster_schema_every_attribute_described_and_immutables_replace():
+    for name, attr in SCHEMA.attributes.items():
+        assert attr.description, name
+    replacing = {n for n, a in SCHEMA.attributes.items()
+                 if any("forces a new resource" in m.description for m in a.plan_modifiers)}
+    assert replacing == {"region", "instance_type", "orchestrator", "interconnect"}
+    billing = SCHEMA.attributes["billing"]
+    assert isinstance(billing, NestedAttribute)
+    assert billing.attributes["type"].plan_modifiers and billing.attributes["duration_days"].plan_modifiers
+    assert not billing.attributes["on_expiry"].plan_modifiers
+
+
+def test_gpu_cluster_plan_create_single_node_defaults_and_cost():
+    planned, ctx = plan({"name": "one", "region": "us-east-1", "instance_type": "1xH100"})
+    assert not ctx.diagnostics
+    assert planned is not None
+    assert planned["node_count"] == 1 and planned["orchestrator"] == "none"
+    assert planned["interconnect"] == "ethernet"
+    assert planned["billing"] == {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"}
+    assert planned["num_gpus"] == 1 and planned["gpu_type"] == "H100 SXM 80GB"
+    assert planned["estimated_hourly_cost_usd"] == Decimal("4.29")
+    assert planned["wait_for_running"] is True and planned["deletion_protection"] is False
+    assert is_unknown(planned["id"]) and is_unknown(planned["nodes"]) and is_unknown(planned["status"])
+    assert isinstance(ctx.private[IDEMPOTENCY_KEY], str)
+
+
+def test_gpu_cluster_plan_multi_node_defaults_to_slurm_on_infiniband():
+    planned, ctx = plan({**BASE, "node_count": 2})
+    assert not ctx.diagnostics
+    assert planned is not None
+    assert (planned["orchestrator"], planned["interconnect"]) == ("slurm", "infiniband")
+    assert planned["num_gpus"] == 16 and planned["estimated_hourly_cost_usd"] == Decimal("63.84")
+
+
+def test_gpu_cluster_plan_reserved_cost_uses_the_term_discount():
+    billing = {"type": "reserved", "duration_days": 30, "on_expiry": None}
+    planned, ctx = plan({**BASE, "node_count": 2, "billing": billing})
+    assert not ctx.diagnostics
+    assert planned is not None
+    # 3.99 x (1 - 0.25) x 16 GPUs
+    assert planned["estimated_hourly_cost_usd"] == Decimal("47.88")
+    assert planned["billing"]["on_expiry"] == "decommission"
+
+
+@pytest.mark.parametrize(
+    ("config", "path", "words"),
+    [
+        ({"region": "mars-1"}, "region", "us-east-1, us-west-2"),
+        ({"instance_type": "9xZ9"}, "instance_type", "choose one of"),
+        ({"instance_type": "1xH100", "node_count": 2}, "node_count", "not fabric-capable"),
+        ({"interconnect": "efa"}, "interconnect", "supports infiniband"),
+        ({"instance_type": "8xB200"}, "instance_type", "offered in us-west-2"),
+        ({"node_count": 5}, "node_count", "at most 4 are available"),
+        ({"max_hourly_cost_usd": 10}, "max_hourly_cost_usd", "31.92 USD per hour"),
+        ({"node_count": 2, "orchestrator": "none"}, "orchestrator", "needs orchestrator"),
+        ({"node_count": 2, "container": "pytorch"}, "container", "single-node"),
+        ({"billing": {"type": "reserved", "duration_days": None, "on_expiry": None}},
+         "billing.duration_days", "needs billing.duration_days"),
+        ({"billing": {"type": "on_demand", "duration_days": 7, "on_expiry": None}},
+         "billing.duration_days", "only allowed"),
+        ({"labels": {"Bad Key": "x"}}, 'labels["Bad Key"]', "Label key"),
+        ({"shared_volume_ids": ["vol_west"]}, "shared_volume_ids", "is in us-west-2"),
+        ({"ssh_key_ids": ["key_missing"]}, "ssh_key_ids", "No SSH key"),
+    ],
+)
+def test_gpu_cluster_plan_rejects_invalid_config_at_its_path(config, path, words):
+    _, ctx = plan({**BASE, **config})
+    found = errors(ctx)
+    assert path in found, found
+    assert words in found[path]
+
+
+def test_gpu_cluster_plan_unknown_values_are_never_rejected():
+    planned, ctx = plan({**BASE, "region": UNKNOWN, "node_count": UNKNOWN, "shared_volume_ids": UNKNOWN})
+    assert not ctx.diagnostics
+    assert planned is not None
+    assert is_unknown(planned["orchestrator"]) and is_unknown(planned["estimated_hourly_cost_usd"])
+    assert planned["interconnect"] == "infiniband"  # known from the instance type alone
+
+
+def test_gpu_cluster_plan_without_configured_provider_skips_catalog_checks():
+    planned, ctx = plan({**BASE, "region": "mars-1"}, configured=False)
+    assert not ctx.diagnostics
+    assert planned is not None and is_unknown(planned["estimated_hourly_cost_usd"])
+
+
+def state_of(**overrides: Any) -> dict[str, Any]:
+    base = schema_object(SCHEMA, {
+        **BASE, "id": "cls_1", "node_count": 1, "orchestrator": "slurm", "interconnect": "infiniband",
+        "billing": {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"},
+        "deletion_protection": False, "wait_for_running": True, "status": "RUNNING", "phase": "Ready",
+        "num_gpus": 8, "gpu_type": "H100 SXM 80GB", "created_at": "2026-11-26T01:00:00Z", "nodes": [],
+        "nccl_env": {}, "estimated_hourly_cost_usd": Decimal("31.92"),
+    })
+    base.update(overrides)
+    return base
+
+
+def config_of(state: dict[str, Any], **overrides: Any) -> dict[str, Any]:
+    keys = ("name", "region", "instance_type", "node_count")
+    return {**{k: state[k] for k in keys}, **overrides}
+
+
+def test_gpu_cluster_plan_unchanged_is_empty():
+    prior = state_of()
+    planned, ctx = plan(config_of(prior), prior)
+    assert not ctx.diagnostics
+    assert planned == prior and not ctx.requires_replace
+
+
+def test_gpu_cluster_plan_scale_up_checks_added_nodes_and_shows_new_cost():
+    prior = state_of(node_count=2, num_gpus=16)
+    planned, ctx = plan(config_of(prior, node_count=6), prior)
+    assert not ctx.diagnostics  # 4 more nodes: exactly what is available
+    assert planned is not None
+    assert planned["num_gpus"] == 48 and planned["estimated_hourly_cost_usd"] == Decimal("191.52")
+    assert planned["orchestrator"] == "slurm" and planned["id"] == "cls_1"
+    planned, ctx = plan(config_of(prior, node_count=7), prior)
+    assert "node_count" in errors(ctx) and "add 5 nodes" in errors(ctx)["node_count"]
+
+
+def test_gpu_cluster_plan_scaling_a_bare_cluster_past_one_node_is_refused():
+    prior = state_of(orchestrator="none")
+    _, ctx = plan(config_of(prior, node_count=2), prior)
+    assert "without an orchestrator" in errors(ctx)["node_count"]
+
+
+def test_gpu_cluster_plan_immutable_change_requires_replace():
+    prior = state_of()
+    _, ctx = plan(config_of(prior, region="us-west-2"), prior)
+    assert [format_path(p) for p in ctx.requires_replace] == ["region"]
+    billing = {"type": "reserved", "duration_days": 7, "on_expiry": None}
+    _, ctx = plan(config_of(prior, billing=billing), prior)
+    assert sorted(format_path(p) for p in ctx.requires_replace) == ["billing.duration_days", "billing.type"]
+
+
+def test_gpu_cluster_plan_on_expiry_changes_in_place():
+    prior = state_of()
+    billing = {"type": None, "duration_days": None, "on_expiry": "convert_to_on_demand"}
+    planned, ctx = plan(config_of(prior, billing=billing), prior)
+    assert not ctx.diagnostics and not ctx.requires_replace
+    assert planned is not None and planned["billing"]["on_expiry"] == "convert_to_on_demand"
+
+
+def test_gpu_cluster_plan_failed_cluster_is_replaced_with_a_reason():
+    prior = state_of(status="FAILED", phase="Failed")
+    planned, ctx = plan(config_of(prior), prior)
+    assert planned is not None and is_unknown(planned["status"])
+    assert [format_path(p) for p in ctx.requires_replace] == ["status"]
+    (warning,) = [d for d in ctx.diagnostics if d.severity == "warning"]
+    assert "FAILED" in warning.detail and "create a new one" in warning.detail
+
+
+def test_gpu_cluster_plan_destroy_of_protected_cluster_fails_at_plan():
+    ctx2 = make_ctx(FakeClusterApi())
+    assert RESOURCE.modify_plan(ctx2, None, state_of(deletion_protection=True), None) is None
+    assert "deletion_protection" in errors(ctx2)
+    assert RESOURCE.modify_plan(make_ctx(None), None, state_of(), None) is None
