@@ -16,6 +16,8 @@ from sqlalchemy.orm import Session
 
 from backend.billing.clock import ensure_utc
 from backend.billing.meter import (
+    RUNNING,
+    STOP_STATUSES,
     NodeTransition,
     ReservationCharge,
     RunningInterval,
@@ -28,7 +30,7 @@ from backend.billing.meter import (
 )
 from backend.billing.pricing import PriceBook
 from backend.billing.storage_meter import usage_record
-from backend.store.billing_models import Reservation, UsageRecord
+from backend.store.billing_models import Reservation, SettledCluster, UsageRecord
 from backend.store.engine_models import EngineCluster
 from backend.store.engine_models import NodeTransition as NodeTransitionRow
 from backend.store.models import Cluster
@@ -46,11 +48,19 @@ class ClusterUsage:
     intervals: list[RunningInterval]
 
 
+METER_STATUSES = (RUNNING, *sorted(STOP_STATUSES))
+
+
 def load_cluster_usage(session: Session, *, project_id: str) -> list[ClusterUsage]:
-    """Every cluster of the project that has node history, with its nodes' metered intervals."""
+    """Every unsettled cluster of the project that has node history, with its nodes' metered intervals."""
+    settled = select(SettledCluster.cluster_id).where(SettledCluster.project_id == project_id)
     rows = session.scalars(
         select(NodeTransitionRow)
-        .where(NodeTransitionRow.project_id == project_id)
+        .where(
+            NodeTransitionRow.project_id == project_id,
+            NodeTransitionRow.to_status.in_(METER_STATUSES),
+            NodeTransitionRow.cluster_id.not_in(settled),
+        )
         .order_by(NodeTransitionRow.at, NodeTransitionRow.id)
     ).all()
     by_cluster: dict[str, list[NodeTransitionRow]] = defaultdict(list)
@@ -61,8 +71,9 @@ def load_cluster_usage(session: Session, *, project_id: str) -> list[ClusterUsag
         first = history[0]
         transitions = [NodeTransition(r.node_id, r.to_status, ensure_utc(r.at)) for r in history]
         usages.append(
-            ClusterUsage(cluster_id, first.region, first.instance_type, first.gpu_count,
-                         running_intervals(transitions))
+            ClusterUsage(
+                cluster_id, first.region, first.instance_type, first.gpu_count, running_intervals(transitions)
+            )
         )
     return usages
 
@@ -116,8 +127,9 @@ def start_reservation(
         usage_key=charge.key,
         created_at=ensure_utc(now),
     )
-    return reservation, _reservation_record(charge, project_id=cluster.project_id, region=usage.region,
-                                            instance_type=usage.instance_type, now=now)
+    return reservation, _reservation_record(
+        charge, project_id=cluster.project_id, region=usage.region, instance_type=usage.instance_type, now=now
+    )
 
 
 def compute_records(
@@ -151,8 +163,15 @@ def compute_records(
         cutoff=cutoff,
     )
     return [
-        usage_record(item, project_id=project_id, region=usage.region, resource_type="node", now=now,
-                     cluster_id=usage.cluster_id, instance_type=usage.instance_type)
+        usage_record(
+            item,
+            project_id=project_id,
+            region=usage.region,
+            resource_type="node",
+            now=now,
+            cluster_id=usage.cluster_id,
+            instance_type=usage.instance_type,
+        )
         for item in items
     ]
 
@@ -177,3 +196,18 @@ def _reservation_record(
         amount_micros=charge.amount_micros,
         recorded_at=ensure_utc(now),
     )
+
+
+def settle_if_done(
+    session: Session, *, project_id: str, usage: ClusterUsage, cutoff: datetime, now: datetime
+) -> bool:
+    """Mark a torn-down cluster settled once every slice of it is final (and so charged by this pass)."""
+    if any(i.end is None or i.end > cutoff for i in usage.intervals):
+        return False
+    state = session.get(EngineCluster, usage.cluster_id)
+    if state is None or not state.finished:
+        return False
+    session.add(
+        SettledCluster(cluster_id=usage.cluster_id, project_id=project_id, settled_at=ensure_utc(now))
+    )
+    return True

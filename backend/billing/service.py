@@ -30,6 +30,7 @@ from backend.billing.compute_meter import (
     DECOMMISSION,
     compute_records,
     load_cluster_usage,
+    settle_if_done,
     start_reservation,
 )
 from backend.billing.credits import assess
@@ -106,7 +107,8 @@ def meter_project(
 
     sync_volume_segments(session, project_id=project_id, now=now)
     records = storage_records(session, project_id=project_id, prices=prices, cutoff=cutoff, now=now)
-    for usage in load_cluster_usage(session, project_id=project_id):
+    usages = load_cluster_usage(session, project_id=project_id)
+    for usage in usages:
         cluster = clusters.get(usage.cluster_id)
         if cluster is not None and usage.cluster_id not in reservations:
             started = _start_reservation(session, cluster=cluster, usage=usage, prices=prices, now=now)
@@ -127,6 +129,8 @@ def meter_project(
             held=[(ensure_utc(hold.paused_at), _maybe_utc(hold.released_at))] if hold is not None else (),
         )
     charged = charge_usage(session, records, now=now)
+    for usage in usages:
+        settle_if_done(session, project_id=project_id, usage=usage, cutoff=cutoff, now=now)
     result.records_charged += len(charged)
     result.micros_charged += sum(r.amount_micros for r in charged)
 

@@ -148,3 +148,13 @@ class CreditHold(Base):
     paused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     decommissioned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class SettledCluster(Base):
+    """A torn-down cluster whose every slice has been charged: later passes skip its history."""
+
+    __tablename__ = "billing_settled_clusters"
+
+    cluster_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
+    settled_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)

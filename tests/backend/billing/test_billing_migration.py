@@ -13,6 +13,7 @@ BILLING_TABLES = {
     "billing_accounts",
     "billing_volume_segments",
     "billing_credit_holds",
+    "billing_settled_clusters",
 }
 
 

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.billing.clock import ManualClock, ensure_utc
+from backend.billing.compute_meter import load_cluster_usage
 from backend.billing.meter import to_second
 from backend.billing.pricing_catalog import default_price_book
 from backend.billing.service import run_metering
@@ -20,9 +21,10 @@ from backend.billing.settings import BillingSettings
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
 from backend.settings import Settings
-from backend.store.billing_models import Reservation, UsageRecord
+from backend.store.billing_models import Reservation, SettledCluster, UsageRecord
 from backend.store.db import make_engine, make_session_factory
 from backend.store.engine_models import EngineCluster, NodeTransition, PhaseRecord
+from tests.backend.conftest import Tenant
 from tests.backend.engine.conftest import FAST, create, drain, get
 
 SETTINGS = BillingSettings(settle_seconds=60)
@@ -45,7 +47,7 @@ def meter(sessions: sessionmaker[Session], clock: ManualClock) -> None:
 
 
 def test_on_demand_cluster_is_metered_from_running_to_destroying(
-    admin: TestClient, sessions: sessionmaker[Session], worker: EngineWorker
+    admin: TestClient, tenant: Tenant, sessions: sessionmaker[Session], worker: EngineWorker
 ) -> None:
     cluster = create(admin, node_count=2)
     drain(worker)
@@ -71,6 +73,9 @@ def test_on_demand_cluster_is_metered_from_running_to_destroying(
         seconds = sum(r.seconds for r in records if r.resource_id == node_id)
         assert seconds == int((destroying[node_id] - started).total_seconds())
     assert all(r.kind == "compute_on_demand" and r.unit_price_usd == Decimal("3.99") for r in records)
+    with sessions() as session:  # torn down and fully charged: later passes skip its history
+        assert session.get(SettledCluster, cluster["id"]) is not None
+        assert load_cluster_usage(session, project_id=tenant.project_id) == []
 
 
 def test_reserved_cluster_term_starts_at_first_running_and_expiry_decommissions_through_the_engine(

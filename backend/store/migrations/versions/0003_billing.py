@@ -150,9 +150,19 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("cluster_id", name=op.f("pk_billing_credit_holds")),
     )
 
+    op.create_table(
+        "billing_settled_clusters",
+        sa.Column("cluster_id", sa.String(length=64), nullable=False),
+        sa.Column("project_id", sa.String(length=30), nullable=False),
+        _when("settled_at"),
+        _project_fk("billing_settled_clusters"),
+        sa.PrimaryKeyConstraint("cluster_id", name=op.f("pk_billing_settled_clusters")),
+    )
+
 
 def downgrade() -> None:
     for table in (
+        "billing_settled_clusters",
         "billing_credit_holds",
         "billing_volume_segments",
         "billing_accounts",
