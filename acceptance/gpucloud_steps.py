@@ -80,16 +80,17 @@ def import_verify(tf: Terraform, address: str) -> None:
 
 
 def plan_text(tf: Terraform, *args: str) -> tuple[int, str]:
-    """`plan -detailed-exitcode`: (exit code, output)."""
+    """`plan -detailed-exitcode`: (exit code, output with whitespace runs collapsed)."""
     result = tf.plan_changes(*args)
-    return result.returncode, result.output
+    return result.returncode, " ".join(result.output.split())
 
 
 def plan_error(tf: Terraform) -> str:
-    """A plan that must fail: its output (the diagnostics)."""
+    """A plan that must fail: its output (the diagnostics; Terraform wraps them, so whitespace runs are
+    collapsed to single spaces)."""
     result = tf.plan(check=False)
     assert result.returncode == 1, result.output
-    return result.output
+    return " ".join(result.output.split())
 
 
 def new_public_key(comment: str = "acc@test") -> str:

@@ -1,0 +1,145 @@
+"""gpucloud_shared_volume against the real backend, real provider launch path and Terraform 1.11."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+from acceptance.backend import Backend
+from acceptance.gpucloud_steps import (
+    GpuCloudTerraform,
+    apply_and_check,
+    backend,
+    gpucloud_tf,
+    import_verify,
+    plan_error,
+    plan_text,
+    values,
+)
+
+__all__ = ["backend", "gpucloud_tf"]  # fixtures used by the tests below
+
+ADDRESS = "gpucloud_shared_volume.data"
+
+
+def volume_config(name: str = "datasets", region: str = "us-east-1", size: object = 2) -> str:
+    return f"""
+    resource "gpucloud_shared_volume" "data" {{
+      name     = "{name}"
+      region   = "{region}"
+      size_tib = {size}
+    }}
+    """
+
+
+def planned_cost(tf_plan_json: dict[str, object]) -> object:
+    (change,) = tf_plan_json["resource_changes"]  # type: ignore[misc]
+    return change["change"]["after"]["estimated_hourly_cost_usd"]
+
+
+def test_acc_shared_volume_lifecycle(gpucloud_tf: GpuCloudTerraform, backend: Backend) -> None:
+    tf = gpucloud_tf(volume_config())
+    # The cost is known at plan time.
+    tf.plan("-out=create.tfplan")
+    price = Decimal(backend.client.list_regions()[0]["storage_usd_per_tib_hour"])
+    assert Decimal(str(planned_cost(tf.show_json("create.tfplan")))) == price * 2
+    tf.apply(plan_file="create.tfplan")
+    tf.assert_plan_empty()
+    state = values(tf, ADDRESS)
+    remote = backend.client.get_volume(state["id"])
+    assert remote["size_tib"] == 2 and remote["region"] == "us-east-1"
+    assert state["status"] == "available" and state["mount_path"] == f"/mnt/shared/{state['id']}"
+    assert state["attached_cluster_ids"] == []
+
+    import_verify(tf, ADDRESS)
+
+    # Rename and grow: in place, same id, the new cost shown in the plan.
+    tf.write_main(volume_config(name="datasets-v2", size=5))
+    code, output = plan_text(tf)
+    assert code == 2 and "1 to change, 0 to destroy" in output and "2 -> 5" in output
+    apply_and_check(tf)
+    grown = values(tf, ADDRESS)
+    assert grown["id"] == state["id"] and Decimal(str(grown["estimated_hourly_cost_usd"])) == price * 5
+    assert backend.client.get_volume(state["id"])["size_tib"] == 5
+
+    # Shrinking is a plan-time error that says why, and changes nothing.
+    tf.write_main(volume_config(name="datasets-v2", size=3))
+    output = plan_error(tf)
+    assert "Shared Volume Cannot Shrink" in output and "would lose data" in output
+    assert "size_tib = 3" in output  # Terraform points at the attribute
+    assert backend.client.get_volume(state["id"])["size_tib"] == 5
+
+    # Another region: replaced (and then a smaller size is fine).
+    tf.write_main(volume_config(name="datasets-v2", region="us-west-2", size=1))
+    code, output = plan_text(tf)
+    assert code == 2 and "must be replaced" in output
+    apply_and_check(tf)
+    moved = values(tf, ADDRESS)
+    assert moved["id"] != state["id"] and moved["region"] == "us-west-2"
+    assert state["id"] not in {v["id"] for v in backend.client.list_volumes()}
+
+    tf.destroy()
+    assert moved["id"] not in {v["id"] for v in backend.client.list_volumes()}
+
+
+def test_acc_shared_volume_disappears_and_drift(gpucloud_tf: GpuCloudTerraform, backend: Backend) -> None:
+    tf = gpucloud_tf(volume_config(name="drifty", size=1))
+    apply_and_check(tf)
+    volume_id = values(tf, ADDRESS)["id"]
+
+    backend.client.update_volume(volume_id, name="renamed-by-hand")  # drift
+    code, output = plan_text(tf)
+    assert code == 2 and '"renamed-by-hand" -> "drifty"' in output
+    apply_and_check(tf)
+
+    backend.client.update_volume(volume_id, size_tib=4)  # grown out of band: config now asks to shrink
+    output = plan_error(tf)
+    assert "Shared Volume Cannot Shrink" in output and "has 4 TiB" in output
+    tf.write_main(volume_config(name="drifty", size=4))
+    apply_and_check(tf)  # nothing to change: the apply only records the refreshed size
+
+    backend.client.delete_volume(volume_id)  # disappears
+    code, output = plan_text(tf)
+    assert code == 2 and "will be created" in output
+    apply_and_check(tf)
+    assert values(tf, ADDRESS)["id"] != volume_id
+    tf.destroy()
+    assert backend.client.list_volumes(name="drifty") == []
+
+
+def test_acc_shared_volume_invalid_configurations_fail_at_plan(gpucloud_tf: GpuCloudTerraform) -> None:
+    tf = gpucloud_tf(volume_config(region="mars-1"))
+    output = plan_error(tf)
+    assert "Unknown Region" in output and '"mars-1"' in output and "us-east-1" in output
+    assert 'region = "mars-1"' in output  # Terraform points at the attribute
+
+    cases = {
+        volume_config(size=0): "Attribute size_tib value must be between 1 and 10000",
+        volume_config(size=1.5): "Attribute size_tib must be a whole number",
+        volume_config(name=" padded"): "Attribute name must be 1-128 printable characters",
+        volume_config(region="US East"): "Attribute region must be a region name",
+    }
+    for config, message in cases.items():
+        tf.write_main(config)
+        assert message in plan_error(tf), config
+
+
+def test_acc_shared_volume_unknown_values_are_not_rejected(gpucloud_tf: GpuCloudTerraform) -> None:
+    tf = gpucloud_tf(
+        """
+        resource "terraform_data" "size" {
+          input = 1
+        }
+        resource "gpucloud_shared_volume" "data" {
+          name     = "from-unknown"
+          region   = "eu-north-1"
+          size_tib = terraform_data.size.output
+        }
+        """
+    )
+    tf.plan("-out=p.tfplan")
+    plan = tf.show_json("p.tfplan")
+    after = {c["address"]: c["change"]["after_unknown"] for c in plan["resource_changes"]}
+    assert after[ADDRESS].get("estimated_hourly_cost_usd") is True, json.dumps(after)
+    apply_and_check(tf)
+    tf.destroy()
