@@ -301,9 +301,11 @@ class Terraform:
 
 
 class TerraformFactory(Protocol):
-    """The `terraform` fixture: `terraform(version="1.11", mirror=True) -> Terraform`."""
+    """The `terraform` fixture: `terraform(version="1.11", mirror=True, env=None) -> Terraform`."""
 
-    def __call__(self, version: str = "1.11", *, mirror: bool = True) -> Terraform: ...
+    def __call__(
+        self, version: str = "1.11", *, mirror: bool = True, env: Mapping[str, str] | None = None
+    ) -> Terraform: ...
 
 
 class RunningTerraform:
