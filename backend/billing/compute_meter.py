@@ -10,11 +10,13 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.billing.clock import ensure_utc
+from backend.billing.ledger import PendingCharge
 from backend.billing.meter import (
     RUNNING,
     STOP_STATUSES,
@@ -88,8 +90,8 @@ def term_start(session: Session, cluster: Cluster, usage: ClusterUsage) -> datet
 
 def start_reservation(
     session: Session, *, cluster: Cluster, usage: ClusterUsage, prices: PriceBook, now: datetime
-) -> tuple[Reservation, UsageRecord] | None:
-    """The reservation of a reserved cluster that just reached RUNNING, with its up-front usage record.
+) -> tuple[Reservation, PendingCharge] | None:
+    """The reservation of a reserved cluster that just reached RUNNING, with its up-front charge.
 
     Returns None when the cluster is not reserved, not RUNNING yet, or already has its reservation.
     """
@@ -127,9 +129,15 @@ def start_reservation(
         usage_key=charge.key,
         created_at=ensure_utc(now),
     )
-    return reservation, _reservation_record(
-        charge, project_id=cluster.project_id, region=usage.region, instance_type=usage.instance_type, now=now
+    build = partial(
+        _reservation_record,
+        charge,
+        project_id=cluster.project_id,
+        region=usage.region,
+        instance_type=usage.instance_type,
+        now=now,
     )
+    return reservation, PendingCharge(charge.key, build)
 
 
 def compute_records(
@@ -143,8 +151,8 @@ def compute_records(
     cutoff: datetime,
     now: datetime,
     held: Sequence[tuple[datetime, datetime | None]] = (),
-) -> list[UsageRecord]:
-    """Usage records for every final hour slice of the cluster's nodes (stored or not); time inside
+) -> list[PendingCharge]:
+    """Charges for every final hour slice of the cluster's nodes (stored or not); time inside
     `held` (credit holds) is not metered."""
     slots, coverage_end = 0, None
     if reservation is not None:
@@ -163,14 +171,18 @@ def compute_records(
         cutoff=cutoff,
     )
     return [
-        usage_record(
-            item,
-            project_id=project_id,
-            region=usage.region,
-            resource_type="node",
-            now=now,
-            cluster_id=usage.cluster_id,
-            instance_type=usage.instance_type,
+        PendingCharge(
+            item.key,
+            partial(
+                usage_record,
+                item,
+                project_id=project_id,
+                region=usage.region,
+                resource_type="node",
+                now=now,
+                cluster_id=usage.cluster_id,
+                instance_type=usage.instance_type,
+            ),
         )
         for item in items
     ]

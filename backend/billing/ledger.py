@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import func, select
@@ -27,41 +28,66 @@ def existing_keys(
     return found
 
 
-def charge_usage(session: Session, records: Sequence[UsageRecord], *, now: datetime) -> list[UsageRecord]:
+@dataclass(frozen=True)
+class PendingCharge:
+    """A usage record that may need charging: its key, and how to build the row if it does."""
+
+    key: str
+    build: Callable[[], UsageRecord]
+
+
+def charge_usage(session: Session, pending: Sequence[PendingCharge], *, now: datetime) -> list[UsageRecord]:
     """Store the usage records not stored yet and debit each one's amount; returns the new ones.
 
-    Each record goes in under a savepoint so a concurrent job that stored the same key first makes this
-    one skip it (unique key) instead of failing the whole run. Nothing is committed here: the caller's
-    transaction makes the record and its debit land together or not at all.
+    All new records go in under one savepoint; if a concurrent pass stored one of the keys first (unique
+    violation), they go in again one savepoint each, skipping the taken keys, so a race costs a retry and
+    never fails or doubles a charge. Nothing is committed here: the caller's transaction makes each
+    record and its debit land together or not at all.
     """
-    done = existing_keys(session, UsageRecord, (r.idempotency_key for r in records))
+    done = existing_keys(session, UsageRecord, (p.key for p in pending))
+    fresh: list[PendingCharge] = []
+    for charge in pending:
+        if charge.key not in done:
+            done.add(charge.key)
+            fresh.append(charge)
+    if not fresh:
+        return []
+    try:
+        with session.begin_nested():
+            return _insert(session, [charge.build() for charge in fresh], now=now)
+    except IntegrityError:
+        pass
     charged: list[UsageRecord] = []
-    for record in records:
-        if record.idempotency_key in done:
-            continue
-        done.add(record.idempotency_key)
+    for charge in fresh:
         try:
             with session.begin_nested():
-                session.add(record)
-                session.flush()
-                if record.amount_micros:
-                    session.add(
-                        LedgerEntry(
-                            idempotency_key=f"charge:{record.idempotency_key}",
-                            project_id=record.project_id,
-                            entry_type="charge",
-                            amount_micros=-record.amount_micros,
-                            usage_record_id=record.id,
-                            description=f"{record.kind} {record.resource_id}",
-                            actor="billing",
-                            created_at=ensure_utc(now),
-                        )
-                    )
-                    session.flush()
+                charged += _insert(session, [charge.build()], now=now)
         except IntegrityError:
-            continue  # another job run charged this key first
-        charged.append(record)
+            continue  # another pass charged this key first
     return charged
+
+
+def _insert(session: Session, records: list[UsageRecord], *, now: datetime) -> list[UsageRecord]:
+    session.add_all(records)
+    session.flush()
+    session.add_all(
+        [
+            LedgerEntry(
+                idempotency_key=f"charge:{record.idempotency_key}",
+                project_id=record.project_id,
+                entry_type="charge",
+                amount_micros=-record.amount_micros,
+                usage_record_id=record.id,
+                description=f"{record.kind} {record.resource_id}",
+                actor="billing",
+                created_at=ensure_utc(now),
+            )
+            for record in records
+            if record.amount_micros
+        ]
+    )
+    session.flush()
+    return records
 
 
 def grant_credits(
@@ -82,8 +108,13 @@ def grant_credits(
     if existing is not None:
         return existing, False
     entry = LedgerEntry(
-        idempotency_key=key, project_id=project_id, entry_type="grant", amount_micros=amount_micros,
-        description=description, actor=actor, created_at=ensure_utc(now),
+        idempotency_key=key,
+        project_id=project_id,
+        entry_type="grant",
+        amount_micros=amount_micros,
+        description=description,
+        actor=actor,
+        created_at=ensure_utc(now),
     )
     session.add(entry)
     account = session.get(BillingAccount, project_id)

@@ -35,12 +35,12 @@ from backend.billing.compute_meter import (
 )
 from backend.billing.credits import assess
 from backend.billing.invoices import issue_invoices
-from backend.billing.ledger import balance_micros, charge_usage
+from backend.billing.ledger import PendingCharge, balance_micros, charge_usage
 from backend.billing.money import micros_to_usd
 from backend.billing.pricing import PriceBook
 from backend.billing.settings import BillingSettings
 from backend.billing.storage_meter import storage_records, sync_volume_segments
-from backend.store.billing_models import BillingAccount, CreditHold, Reservation, UsageRecord
+from backend.store.billing_models import BillingAccount, CreditHold, Reservation
 from backend.store.models import Cluster, Project
 
 log = structlog.get_logger("backend.billing")
@@ -113,8 +113,8 @@ def meter_project(
         if cluster is not None and usage.cluster_id not in reservations:
             started = _start_reservation(session, cluster=cluster, usage=usage, prices=prices, now=now)
             if started is not None:
-                reservations[cluster.id] = started[0]
-                records.append(started[1])
+                reservations[cluster.id], upfront = started
+                records.append(upfront)
                 result.reservations_started += 1
         hold = holds.get(usage.cluster_id)
         records += compute_records(
@@ -149,7 +149,7 @@ def meter_project(
 
 def _start_reservation(
     session: Session, *, cluster: Cluster, usage: Any, prices: PriceBook, now: datetime
-) -> tuple[Reservation, UsageRecord] | None:
+) -> tuple[Reservation, PendingCharge] | None:
     started = start_reservation(session, cluster=cluster, usage=usage, prices=prices, now=now)
     if started is None:
         return None

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from datetime import datetime
 from decimal import Decimal
+from functools import partial
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.billing.clock import ensure_utc
+from backend.billing.ledger import PendingCharge
 from backend.billing.meter import UsageItem, storage_usage_items, to_second
 from backend.billing.pricing import PriceBook
 from backend.store.billing_models import UsageRecord, VolumeSegment
@@ -43,9 +45,9 @@ def sync_volume_segments(session: Session, *, project_id: str, now: datetime) ->
 
 def storage_records(
     session: Session, *, project_id: str, prices: PriceBook, cutoff: datetime, now: datetime
-) -> list[UsageRecord]:
-    """Usage records for every final hour slice of the project's volume segments (stored or not)."""
-    records: list[UsageRecord] = []
+) -> list[PendingCharge]:
+    """Charges for every final hour slice of the project's volume segments (stored or not)."""
+    records: list[PendingCharge] = []
     segments = session.scalars(select(VolumeSegment).where(VolumeSegment.project_id == project_id))
     for segment in segments:
         items = storage_usage_items(
@@ -56,8 +58,14 @@ def storage_records(
             tib_hour_usd=prices.storage_tib_hour(segment.region),
             cutoff=cutoff,
         )
+        region = segment.region
         records.extend(
-            usage_record(item, project_id=project_id, region=segment.region, resource_type="volume", now=now)
+            PendingCharge(
+                item.key,
+                partial(
+                    usage_record, item, project_id=project_id, region=region, resource_type="volume", now=now
+                ),
+            )
             for item in items
         )
     return records
@@ -94,8 +102,11 @@ def usage_record(
 
 def _segment(volume: Volume, *, started_at: datetime) -> VolumeSegment:
     return VolumeSegment(
-        volume_id=volume.id, project_id=volume.project_id, region=volume.region,
-        size_tib=Decimal(volume.size_tib), started_at=started_at,
+        volume_id=volume.id,
+        project_id=volume.project_id,
+        region=volume.region,
+        size_tib=Decimal(volume.size_tib),
+        started_at=started_at,
     )
 
 
