@@ -46,6 +46,7 @@ def build_state(settings: Settings, engine: Engine | None = None) -> AppState:
             sessions=write_sessions,
             limit=settings.rate_limit_requests,
             window_seconds=settings.rate_limit_window_seconds,
+            sync_every=settings.rate_limit_sync_every,
         ),
         metrics=Metrics(),
     )

@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     # Requests per API key per window, counted in the database so replicas share the budget.
     rate_limit_requests: int = 1200
     rate_limit_window_seconds: int = 60
+    # Each replica adds its local count to the database every N requests (or 0.5 s): fewer writes,
+    # at most N requests of overshoot per replica. 1 = every request is counted in the database.
+    rate_limit_sync_every: int = 20
     # A revoked key keeps working in a replica for at most this long (lookups are cached).
     auth_cache_seconds: float = 2.0
     idempotency_ttl_hours: int = 24

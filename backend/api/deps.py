@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from backend.api.state import app_state
 from backend.domain.errors import Forbidden, Unauthorized
@@ -14,10 +15,14 @@ from backend.services.auth import Principal
 bearer = HTTPBearer(auto_error=False, scheme_name="ApiKey", description="An API key: `Bearer gpc_...`")
 
 
-def current_principal(
+async def current_principal(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 ) -> Principal:
-    """The caller, from `Authorization: Bearer <key>`; counts the request against the key's rate limit."""
+    """The caller, from `Authorization: Bearer <key>`; counts the request against the key's rate limit.
+
+    Async on purpose: a cached key and a locally counted request cost no thread hop; only cache misses
+    and rate-limit syncs go to the database, in the threadpool.
+    """
     if credentials is None:
         raise Unauthorized(
             "send an API key as `Authorization: Bearer gpc_...`",
@@ -26,9 +31,14 @@ def current_principal(
             headers={"WWW-Authenticate": "Bearer"},
         )
     state = app_state(request)
-    principal = state.authenticator.authenticate(credentials.credentials)
+    token = credentials.credentials
+    principal = state.authenticator.authenticate_cached(token)
+    if principal is None:
+        principal = await run_in_threadpool(state.authenticator.authenticate, token)
     request.scope["state"]["principal"] = principal
-    state.rate_limiter.hit(principal.api_key_id)
+    if state.rate_limiter.count(principal.api_key_id):
+        await run_in_threadpool(state.rate_limiter.sync, principal.api_key_id)
+    state.rate_limiter.check(principal.api_key_id)
     return principal
 
 

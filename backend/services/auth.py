@@ -80,33 +80,25 @@ class Authenticator:
         self._cache: dict[str, tuple[float, str, Principal | None]] = {}
         self._lock = threading.Lock()
 
+    def authenticate_cached(self, key: str) -> Principal | None:
+        """The principal from the cache without I/O; None when the database must be asked."""
+        _check_format(key)
+        cached = self._cache.get(api_keys.display_prefix(key)) if self._cache_seconds > 0 else None
+        if cached is None or cached[0] <= time.monotonic():
+            return None
+        return _verified(key, cached[1], cached[2])
+
     def authenticate(self, key: str) -> Principal:
-        """The principal of a valid, unrevoked key; 401 otherwise."""
-        if not api_keys.is_well_formed(key):
-            raise Unauthorized(
-                "the API key is malformed (expected gpc_...)",
-                field="Authorization",
-                code="invalid_api_key",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+        """The principal of a valid, unrevoked key (cache, else database); 401 otherwise."""
+        principal = self.authenticate_cached(key)
+        if principal is not None:
+            return principal
         prefix = api_keys.display_prefix(key)
-        now = time.monotonic()
-        cached = self._cache.get(prefix) if self._cache_seconds > 0 else None
-        if cached is not None and cached[0] > now:
-            digest, principal = cached[1], cached[2]
-        else:
-            digest, principal = self._load(prefix)
-            if self._cache_seconds > 0:
-                with self._lock:
-                    self._cache[prefix] = (now + self._cache_seconds, digest, principal)
-        if principal is None or not api_keys.matches(key, digest):
-            raise Unauthorized(
-                "the API key is unknown or revoked",
-                field="Authorization",
-                code="invalid_api_key",
-                headers={"WWW-Authenticate": "Bearer"},
-            )
-        return principal
+        digest, loaded = self._load(prefix)
+        if self._cache_seconds > 0:
+            with self._lock:
+                self._cache[prefix] = (time.monotonic() + self._cache_seconds, digest, loaded)
+        return _verified(key, digest, loaded)
 
     def _load(self, prefix: str) -> tuple[str, Principal | None]:
         with self._sessions() as session:
@@ -116,3 +108,20 @@ class Authenticator:
         return row.digest, Principal(
             api_key_id=row.id, key_prefix=row.prefix, project_id=row.project_id, role=row.role
         )
+
+
+def _unauthorized(detail: str) -> Unauthorized:
+    return Unauthorized(
+        detail, field="Authorization", code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"}
+    )
+
+
+def _check_format(key: str) -> None:
+    if not api_keys.is_well_formed(key):
+        raise _unauthorized("the API key is malformed (expected gpc_...)")
+
+
+def _verified(key: str, digest: str, principal: Principal | None) -> Principal:
+    if principal is None or not api_keys.matches(key, digest):
+        raise _unauthorized("the API key is unknown or revoked")
+    return principal

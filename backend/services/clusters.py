@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 from sqlalchemy import or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, joinedload
 
 from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.pricing import PricingError
@@ -29,6 +29,7 @@ IMMUTABLE_FIELDS = ("region", "instance_type", "orchestrator", "interconnect")
 IMMUTABLE_BILLING_FIELDS = ("type", "duration_days")
 DESTROYED = "DESTROYED"
 MICROS = Decimal(1_000_000)
+_LINKS_JOINED = (joinedload(Cluster.ssh_key_links), joinedload(Cluster.volume_links))
 
 
 def cluster_spec(row: Cluster) -> dict[str, Any]:
@@ -187,6 +188,8 @@ def get_cluster(*, session: Session, project_id: str, cluster_id: str, for_updat
         row_id=cluster_id,
         field="cluster_id",
         for_update=for_update,
+        # One round trip for a read; FOR UPDATE cannot lock the nullable side of the outer joins.
+        options=() if for_update else _LINKS_JOINED,
     )
     if row.deletion_requested_at is not None and row.status == DESTROYED:
         raise NotFound(f"cluster {cluster_id} was deleted", field="cluster_id")

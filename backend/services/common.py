@@ -7,6 +7,7 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Select
 from sqlalchemy.orm import InstrumentedAttribute, Session
+from sqlalchemy.orm.interfaces import ORMOption
 
 from backend.domain.errors import NotFound, PreconditionFailed
 from backend.domain.etags import etag_for, if_match_satisfied
@@ -33,12 +34,13 @@ def get_owned(
     row_id: str,
     field: str,
     for_update: bool = False,
+    options: Sequence[ORMOption] = (),
 ) -> Row:
     """The row with `row_id` in the caller's project; 404 naming `field` otherwise (other projects too)."""
     label = kind.replace("_", " ")
     if not is_id_of(kind, row_id):
         raise NotFound(f"no {label} with id {row_id[:64]!r}", field=field)
-    row = session.get(model, row_id, with_for_update=for_update)
+    row = session.get(model, row_id, with_for_update=for_update, options=options)
     if row is None or row.project_id != project_id:
         raise NotFound(f"no {label} with id {row_id!r}", field=field)
     return row

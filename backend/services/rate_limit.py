@@ -1,9 +1,17 @@
-"""Per-API-key rate limiting with fixed windows counted in the database (shared by every replica)."""
+"""Per-API-key rate limiting with fixed windows counted in the database (shared by every replica).
+
+Each replica counts locally and adds its count to the window's row in the database every
+`sync_every` requests or `sync_seconds`, and on every request once the budget is nearly spent; so
+requests rarely wait for the database and replicas together overshoot by at most `sync_every` each.
+`sync_every=1` counts every request in the database.
+"""
 
 from __future__ import annotations
 
 import math
+import threading
 import time
+from dataclasses import dataclass
 
 from sqlalchemy import delete
 from sqlalchemy.dialects import postgresql, sqlite
@@ -13,44 +21,99 @@ from backend.domain.errors import RateLimited
 from backend.store.models import RateLimitCounter
 
 
+@dataclass
+class _Window:
+    start: int
+    stored: int = 0  # the window's total in the database at the last sync (all replicas)
+    pending: int = 0  # this replica's requests not yet added to the database
+    synced_at: float = 0.0
+
+
 class RateLimiter:
     """Allows `limit` requests per key per `window_seconds`; the 429 carries Retry-After."""
 
-    def __init__(self, *, sessions: sessionmaker[Session], limit: int, window_seconds: int) -> None:
+    def __init__(
+        self,
+        *,
+        sessions: sessionmaker[Session],
+        limit: int,
+        window_seconds: int,
+        sync_every: int = 1,
+        sync_seconds: float = 0.5,
+    ) -> None:
         self._sessions = sessions
         self._limit = limit
         self._window = window_seconds
+        self._sync_every = max(1, sync_every)
+        self._sync_seconds = sync_seconds
+        self._windows: dict[str, _Window] = {}
+        self._lock = threading.Lock()
 
-    def hit(self, api_key_id: str) -> None:
-        """Count one request of `api_key_id`; raise RateLimited when the window's budget is spent."""
+    def count(self, api_key_id: str) -> bool:
+        """Count one request locally; True when the caller must `sync` (database I/O) before `check`."""
         if self._limit <= 0:
-            return
+            return False
         now = time.time()
-        window_start = int(now // self._window) * self._window
-        with self._sessions.begin() as session:
-            count = self._increment(session, api_key_id, window_start)
-            if count == 1:  # first request of a new window: forget this key's older windows
-                session.execute(
-                    delete(RateLimitCounter).where(
-                        RateLimitCounter.api_key_id == api_key_id,
-                        RateLimitCounter.window_start < window_start,
-                    )
-                )
-        if count > self._limit:
-            retry_after = max(1, math.ceil(window_start + self._window - now))
-            raise RateLimited(
-                f"rate limit of {self._limit} requests per {self._window} s exceeded; "
-                f"retry in {retry_after} s",
-                field="Authorization",
-                headers={"Retry-After": str(retry_after)},
+        start = int(now // self._window) * self._window
+        with self._lock:
+            window = self._windows.get(api_key_id)
+            if window is None or window.start != start:
+                window = self._windows[api_key_id] = _Window(start=start, synced_at=time.monotonic())
+            window.pending += 1
+            return (
+                window.pending >= self._sync_every
+                or time.monotonic() - window.synced_at >= self._sync_seconds
+                or window.stored + window.pending >= self._limit - self._sync_every
             )
 
+    def sync(self, api_key_id: str) -> None:
+        """Add this replica's pending count to the database and learn the window's total."""
+        with self._lock:
+            window = self._windows.get(api_key_id)
+            if window is None or window.pending == 0:
+                return
+            start, pending = window.start, window.pending
+            window.pending = 0
+        with self._sessions.begin() as session:
+            total = self._increment(session, api_key_id, start, pending)
+            if total == pending:  # first requests of a new window: forget this key's older windows
+                session.execute(
+                    delete(RateLimitCounter).where(
+                        RateLimitCounter.api_key_id == api_key_id, RateLimitCounter.window_start < start
+                    )
+                )
+        with self._lock:
+            if window.start == start:
+                window.stored, window.synced_at = total, time.monotonic()
+
+    def check(self, api_key_id: str) -> None:
+        """Raise RateLimited when the key's window budget is spent."""
+        if self._limit <= 0:
+            return
+        window = self._windows.get(api_key_id)
+        if window is None or window.stored + window.pending <= self._limit:
+            return
+        retry_after = max(1, math.ceil(window.start + self._window - time.time()))
+        raise RateLimited(
+            f"rate limit of {self._limit} requests per {self._window} s exceeded; retry in {retry_after} s",
+            field="Authorization",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+    def hit(self, api_key_id: str) -> None:
+        """Count, sync when due and check, in one call (blocking I/O)."""
+        if self.count(api_key_id):
+            self.sync(api_key_id)
+        self.check(api_key_id)
+
     @staticmethod
-    def _increment(session: Session, api_key_id: str, window_start: int) -> int:
+    def _increment(session: Session, api_key_id: str, window_start: int, amount: int) -> int:
         dialect = session.get_bind().dialect.name
         insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-        values = insert(RateLimitCounter).values(api_key_id=api_key_id, window_start=window_start, count=1)
+        values = insert(RateLimitCounter).values(
+            api_key_id=api_key_id, window_start=window_start, count=amount
+        )
         statement = values.on_conflict_do_update(
-            index_elements=["api_key_id", "window_start"], set_={"count": RateLimitCounter.count + 1}
+            index_elements=["api_key_id", "window_start"], set_={"count": RateLimitCounter.count + amount}
         ).returning(RateLimitCounter.count)
         return int(session.execute(statement).scalar_one())

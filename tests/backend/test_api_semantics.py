@@ -182,3 +182,25 @@ def test_audit_log_records_every_write(admin: TestClient) -> None:
     assert first["actor"] == admin.headers["authorization"].split()[1][:12] and first["occurred_at"]
     only = admin.get("/v1/audit-events", params={"resource_id": key["id"]}).json()["items"]
     assert [e["action"] for e in only] == ["ssh_key.create", "ssh_key.update", "ssh_key.delete"]
+
+
+def test_rate_limit_batched_counting_overshoots_by_at_most_the_batch_per_replica(
+    settings: Settings, tenant: Tenant
+) -> None:
+    from backend.domain.errors import RateLimited
+    from backend.services.auth import Authenticator
+    from backend.services.rate_limit import RateLimiter
+
+    engine = make_engine(settings)
+    sessions = make_session_factory(engine, write=True)
+    key_id = Authenticator(sessions=sessions, cache_seconds=0).authenticate(tenant.admin_key).api_key_id
+    replicas = [RateLimiter(sessions=sessions, limit=30, window_seconds=3600, sync_every=5) for _ in range(2)]
+    allowed = 0
+    for attempt in range(100):
+        try:
+            replicas[attempt % 2].hit(key_id)
+            allowed += 1
+        except RateLimited:
+            pass
+    engine.dispose()
+    assert 30 <= allowed <= 30 + 2 * 5
