@@ -40,7 +40,12 @@ step_openapi() {
   "$PY" -m backend.api.openapi "${1:-proto/openapi.json}"
 }
 
-ALL_STEPS="stubs openapi"
+# docs/index.md and docs/{resources,data-sources,ephemeral-resources}/*.md from the provider schemas.
+step_docs() {
+  "$PY" -m provider.framework.docs --provider provider.resources.provider:GpuCloudProvider --out "${1:-docs}"
+}
+
+ALL_STEPS="stubs openapi docs"
 
 if [ $# -gt 0 ]; then
   step=$1
