@@ -206,3 +206,21 @@ def test_gpucloud_backend_add_credits_subcommand(
     assert main(["add-credits", "--project", "acme", "--amount-usd", "75", "--description", "trial"]) == 0
     assert billing_world.balance(tenant.project_id) == Decimal("75")
     assert "billing.credits_added" in billing_world.audit_actions(tenant.project_id)
+
+
+def test_max_hourly_cost_refuses_a_create_or_scale_naming_the_field_and_the_cost(admin: TestClient) -> None:
+    body = {"name": "train", "region": "us-east-1", "instance_type": "8xH100", "node_count": 2,
+            "max_hourly_cost_usd": "60"}
+    refused = admin.post("/v1/clusters", json=body)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["field"] == "max_hourly_cost_usd"
+    assert "63.84" in refused.json()["detail"]
+
+    created = admin.post("/v1/clusters", json={**body, "max_hourly_cost_usd": "100"})
+    assert created.status_code in (200, 201, 202), created.text
+    assert Decimal(str(created.json()["estimated_hourly_cost_usd"])) == Decimal("63.84")
+    cluster = created.json()
+    scaled = admin.patch(f"/v1/clusters/{cluster['id']}", json={"node_count": 4})
+    assert scaled.status_code == 422, scaled.text
+    assert scaled.json()["field"] == "max_hourly_cost_usd"
+    assert "127.68" in scaled.json()["detail"]
