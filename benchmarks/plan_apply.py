@@ -90,6 +90,16 @@ def measure(runners: dict[str, Terraform], repetitions: int) -> dict[tuple[str, 
     return samples
 
 
+def count_launches(tf: Terraform) -> dict[str, int]:
+    """How many provider processes Terraform starts for plan, apply and re-plan (each costs a start-up)."""
+    from benchmarks.provider_profile import watch_provider_processes
+
+    commands = {"plan": ("plan",), "apply": ("apply", "-auto-approve"), "re-plan": ("plan",)}
+    launches = {operation: len(watch_provider_processes(tf, *args)) for operation, args in commands.items()}
+    tf.destroy()
+    return launches
+
+
 def _ms(medians: dict[tuple[int, str, str], float], count: int, kind: str, operation: str) -> float:
     return medians[count, kind, operation] * 1000.0
 
@@ -125,6 +135,9 @@ def run() -> None:
                 fixed, top = _ms(medians, smallest, kind, operation), _ms(medians, largest, kind, operation)
                 rows.append([operation, kind, f"{fixed:.0f}", f"{(top - fixed) / (largest - smallest):.2f}"])
         print(table(["command", "kind", "fixed ms", "per resource ms"], rows))
+    print(f"\nprovider processes Terraform starts per command ({largest} resources): "
+          + ", ".join(f"{operation} {launches}" for operation, launches in
+                      count_launches(prepare(largest, mirror)["conformance_simple"]).items()))
     if os.environ.get("BENCH_PROFILE") == "1":
         from benchmarks.provider_profile import profile_plan
 

@@ -70,9 +70,12 @@ def _is_python(pid: int) -> bool:
 
 
 class ProviderSampler:
-    """Attach py-spy to every Python process started under a root pid until stopped."""
+    """Attach py-spy to every Python process started under a root pid until stopped.
 
-    def __init__(self, root_pid: int, out_dir: Path) -> None:
+    With no out_dir it only notes the processes (`pids`), which costs them nothing.
+    """
+
+    def __init__(self, root_pid: int, out_dir: Path | None) -> None:
         self.root_pid = root_pid
         self.out_dir = out_dir
         self.recorders: list[subprocess.Popen[bytes]] = []
@@ -93,11 +96,17 @@ class ProviderSampler:
             except subprocess.TimeoutExpired:
                 recorder.kill()
 
+    @property
+    def pids(self) -> set[int]:
+        return set(self._attached)
+
     def _watch(self) -> None:
         while not self._stop.is_set():
             for pid in _descendants(self.root_pid) - self._attached:
                 if _is_python(pid):
                     self._attached.add(pid)
+                    if self.out_dir is None:
+                        continue
                     self.recorders.append(subprocess.Popen(
                         [str(PY_SPY), "record", "--pid", str(pid), "--format", "raw", "--rate",
                          str(SAMPLE_RATE), "--output", str(self.out_dir / f"{pid}.txt")],
@@ -139,6 +148,11 @@ def summarise(stacks: Counter[tuple[str, ...]], processes: int, top: int = 15) -
         by_package[_package(frames[-1])] += count
         for frame in set(frames):
             inclusive[frame] += count
+    imports: Counter[str] = Counter()  # samples spent executing each module's top level
+    for frames, count in stacks.items():
+        modules = {frame for frame in frames if frame.startswith("<module> (") and "<string>" not in frame}
+        for module in modules:
+            imports[module.split("(", 1)[1].rsplit(":", 1)[0]] += count
     seconds = total / SAMPLE_RATE
     package_rows = [[name, f"{count / SAMPLE_RATE * 1000:.0f}", f"{100 * count / total:.0f}%"]
                     for name, count in by_package.most_common(top)]
@@ -148,20 +162,34 @@ def summarise(stacks: Counter[tuple[str, ...]], processes: int, top: int = 15) -
         f"({blocked / SAMPLE_RATE:.2f}s of blocked-thread samples left out)",
         "self time by package (leaf frame):\n" + table(["package", "ms", "share"], package_rows),
         "inclusive time by function:\n" + table(["function (file:line)", "share"], function_rows),
+        "importing (inclusive, per module):\n" + table(["module", "ms", "share"], [
+            [name, f"{count / SAMPLE_RATE * 1000:.0f}", f"{100 * count / total:.0f}%"]
+            for name, count in imports.most_common(12)
+        ]),
     ])
+
+
+def _run_watched(tf: Terraform, out_dir: Path | None, *args: str) -> set[int]:
+    running = tf.start(*args)
+    try:
+        with ProviderSampler(running.pid, out_dir) as sampler:
+            running.wait(check=True)
+    finally:
+        running.kill()
+    return sampler.pids
+
+
+def watch_provider_processes(tf: Terraform, *args: str) -> set[int]:
+    """Run `terraform ARGS`; the pids of the Python (provider) processes it started."""
+    return _run_watched(tf, None, *args)
 
 
 def profile_command(tf: Terraform, out_dir: Path, *args: str) -> str:
     """Run `terraform ARGS` with every provider process sampled; returns the summary."""
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
-    running = tf.start(*args)
-    try:
-        with ProviderSampler(running.pid, out_dir):
-            running.wait(check=True)
-    finally:
-        running.kill()
-    return summarise(read_stacks(out_dir), processes=len(list(out_dir.glob("*.txt"))))
+    processes = _run_watched(tf, out_dir, *args)
+    return summarise(read_stacks(out_dir), processes=len(processes))
 
 
 def profile_plan(tf: Terraform, out_dir: Path) -> None:
