@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 
 from acceptance.backend import Backend
 from acceptance.gpucloud_steps import (
@@ -15,6 +16,21 @@ from acceptance.gpucloud_steps import (
 )
 
 __all__ = ["backend", "gpucloud_tf"]  # fixtures used by the tests below
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "terraform"
+EXAMPLE_FILES = [
+    EXAMPLES / "resources" / "gpucloud_ssh_key" / "resource.tf",
+    EXAMPLES / "resources" / "gpucloud_shared_volume" / "resource.tf",
+    *(
+        EXAMPLES / "data-sources" / name / "data-source.tf"
+        for name in (
+            "gpucloud_regions",
+            "gpucloud_instance_types",
+            "gpucloud_ssh_key",
+            "gpucloud_shared_volume",
+        )
+    ),
+]
 
 
 def outputs(tf: object) -> dict[str, object]:
@@ -65,8 +81,9 @@ def test_acc_data_sources_lookups_by_id_and_name(gpucloud_tf: GpuCloudTerraform,
     key = backend.client.create_ssh_key(
         name="lookup-key", public_key=new_public_key(), idempotency_key="ds-k"
     )
-    volume = backend.client.create_volume(name="lookup-vol", region="us-east-1", size_tib=3,
-                                          idempotency_key="ds-v")
+    volume = backend.client.create_volume(
+        name="lookup-vol", region="us-east-1", size_tib=3, idempotency_key="ds-v"
+    )
     tf = gpucloud_tf(
         f"""
         data "gpucloud_ssh_key" "by_name" {{ name = "lookup-key" }}
@@ -101,3 +118,21 @@ def test_acc_data_sources_lookups_by_id_and_name(gpucloud_tf: GpuCloudTerraform,
     backend.client.create_volume(name="lookup-vol", region="us-west-2", size_tib=1, idempotency_key="ds-v2")
     tf.write_main('data "gpucloud_shared_volume" "x" { name = "lookup-vol" }')
     assert "2 shared volumes are named" in plan_error(tf)
+
+
+def test_acc_examples_of_ssh_key_volume_and_data_sources_plan(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend, tmp_path: Path
+) -> None:
+    """The examples shown in the docs plan cleanly against a real backend."""
+    backend.client.create_ssh_key(name="ops-team", public_key=new_public_key(), idempotency_key="ex-k")
+    backend.client.create_volume(name="datasets", region="us-east-1", size_tib=1, idempotency_key="ex-v")
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519.pub").write_text(new_public_key() + "\n")
+    tf = gpucloud_tf("")
+    tf.env["HOME"] = str(home)
+    for example in EXAMPLE_FILES:
+        tf.write(f"{example.parent.parent.name}-{example.parent.name}.tf", example.read_text())
+    result = tf.plan("-detailed-exitcode")
+    assert result.returncode == 2 and "2 to add, 0 to change, 0 to destroy" in result.output
+    assert "h100_prices" in result.output and "ops_key_id" in result.output

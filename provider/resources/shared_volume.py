@@ -82,7 +82,7 @@ class SharedVolumeResource(Resource):
             # Computed
             "id": StringAttribute(
                 computed=True,
-                description="Identifier of the volume (`volume_...`); use it in a cluster's "
+                description="Identifier of the volume (`vol_...`); use it in a cluster's "
                 "`shared_volume_ids`.",
                 plan_modifiers=[use_state_for_unknown()],
             ),

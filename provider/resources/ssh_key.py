@@ -110,7 +110,7 @@ class SshKeyResource(Resource):
             # Computed
             "id": StringAttribute(
                 computed=True,
-                description="Identifier of the key (`ssh_key_...`); use it in a cluster's `ssh_key_ids`.",
+                description="Identifier of the key (`ssh_...`); use it in a cluster's `ssh_key_ids`.",
                 plan_modifiers=[use_state_for_unknown()],
             ),
             "fingerprint": StringAttribute(

@@ -125,6 +125,9 @@ def test_provider_config_unreachable_endpoint_is_diagnostic_at_endpoint():
 def test_provider_lists_resources_and_data_sources():
     resp = ProviderServer(GpuCloudProvider()).get_provider_schema(pb.GetProviderSchema.Request())
     assert {"gpucloud_ssh_key", "gpucloud_shared_volume"} <= set(resp.resource_schemas)
-    assert {"gpucloud_regions", "gpucloud_instance_types", "gpucloud_ssh_key", "gpucloud_shared_volume"} <= set(
-        resp.data_source_schemas
-    )
+    assert {
+        "gpucloud_regions",
+        "gpucloud_instance_types",
+        "gpucloud_ssh_key",
+        "gpucloud_shared_volume",
+    } <= set(resp.data_source_schemas)

@@ -1,0 +1,2 @@
+# Import a shared volume by its id.
+terraform import gpucloud_shared_volume.datasets vol_01hzy3m1q8r2t6v9w4x5y7z0ab

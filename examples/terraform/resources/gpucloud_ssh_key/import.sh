@@ -1,0 +1,2 @@
+# Import an SSH key by its id.
+terraform import gpucloud_ssh_key.laptop ssh_01hzy3k3v5mz3c5b6w0x7d9e1f

@@ -1,0 +1,42 @@
+from decimal import Decimal
+
+import pytest
+
+from provider.cty import GetAttr, Index
+from provider.framework import DiagnosticError
+from provider.resources._common import client_of, number, path_from_field, timestamp
+from provider.resources.shared_volume import SharedVolumeResource
+from tests.provider.resources.fakes import context
+
+SCHEMA = SharedVolumeResource.schema
+
+
+def test_path_from_field_maps_api_fields_to_attribute_paths():
+    assert path_from_field("size_tib", SCHEMA) == (GetAttr("size_tib"),)
+    assert path_from_field("volume_id", SCHEMA, {"volume_id": "id"}) == (GetAttr("id"),)
+    assert path_from_field("attached_cluster_ids[2]", SCHEMA) == (GetAttr("attached_cluster_ids"), Index(2))
+    assert path_from_field("If-Match", SCHEMA) is None
+    assert path_from_field(None, SCHEMA) is None
+    assert path_from_field("nonexistent.deep", SCHEMA) is None
+
+
+def test_timestamp_has_one_spelling_for_every_offset_form():
+    for text in (
+        "2026-01-01T10:00:00Z",
+        "2026-01-01T10:00:00+00:00",
+        "2026-01-01T10:00:00",
+        "2026-01-01T11:00:00+01:00",
+    ):
+        assert timestamp(text) == "2026-01-01T10:00:00Z"
+
+
+def test_number_is_exact():
+    assert number(3) == 3 and number(Decimal("2.50")) == Decimal("2.5") and number("4.0") == 4
+    with pytest.raises(TypeError):
+        number(True)
+
+
+def test_client_of_unconfigured_provider_is_a_clear_error():
+    with pytest.raises(DiagnosticError) as raised:
+        client_of(context(None))
+    assert raised.value.diagnostic.summary == "Provider Not Configured"

@@ -1,0 +1,139 @@
+import json
+from decimal import Decimal
+
+import httpx
+import pytest
+
+from provider.cty import UNKNOWN
+from provider.framework import DiagnosticError
+from provider.resources._common import ETAG_KEY
+from provider.resources.shared_volume import SharedVolumeResource, hourly_cost
+from tests.provider.resources.fakes import context, plan, problem
+
+PRIOR = {
+    "id": "vol_01",
+    "name": "data",
+    "region": "us-east-1",
+    "size_tib": 4,
+    "status": "available",
+    "mount_path": "/mnt/shared/vol_01",
+    "attached_cluster_ids": [],
+    "created_at": "2026-01-01T00:00:00Z",
+    "estimated_hourly_cost_usd": Decimal("0.4488"),
+}
+REGIONS = {
+    "items": [
+        {
+            "name": "us-east-1",
+            "display_name": "East",
+            "interconnects": [],
+            "fabrics": [],
+            "storage_usd_per_tib_hour": "0.1122",
+        }
+    ]
+}
+
+
+def catalog(request):
+    assert request.url.path == "/v1/regions", request.url
+    return httpx.Response(200, json=REGIONS)
+
+
+def test_shared_volume_shrink_is_a_plan_error_at_size_tib():
+    ctx = context(catalog)
+    plan(SharedVolumeResource(), ctx, {"name": "data", "region": "us-east-1", "size_tib": 2}, PRIOR)
+    (diag,) = ctx.diagnostics
+    assert diag.summary == "Shared Volume Cannot Shrink" and diag.path[0].name == "size_tib"
+    assert "has 4 TiB" in diag.detail and "lose data" in diag.detail
+
+
+def test_shared_volume_region_change_replaces_and_may_be_smaller():
+    ctx = context(catalog)
+    planned, replace = plan(
+        SharedVolumeResource(),
+        ctx,
+        {"name": "data", "region": "us-east-1", "size_tib": 1},
+        {**PRIOR, "region": "us-west-2"},
+    )
+    assert replace == ["region"] and not ctx.diagnostics and planned["size_tib"] == 1
+
+
+def test_shared_volume_grow_plans_the_new_cost_and_keeps_stable_values():
+    planned, replace = plan(
+        SharedVolumeResource(),
+        context(catalog),
+        {"name": "data", "region": "us-east-1", "size_tib": 10},
+        PRIOR,
+    )
+    assert replace == []
+    assert planned["estimated_hourly_cost_usd"] == Decimal("1.122")
+    assert planned["id"] == "vol_01" and planned["mount_path"] == PRIOR["mount_path"]
+    assert planned["status"] is UNKNOWN and planned["attached_cluster_ids"] is UNKNOWN
+
+
+def test_shared_volume_unknown_region_is_a_plan_error_naming_the_choices():
+    ctx = context(catalog)
+    plan(SharedVolumeResource(), ctx, {"name": "data", "region": "mars-1", "size_tib": 1}, None)
+    (diag,) = ctx.diagnostics
+    assert diag.summary == "Unknown Region" and diag.path[0].name == "region" and "us-east-1" in diag.detail
+
+
+def test_shared_volume_plans_without_api_when_provider_config_is_unknown():
+    ctx = context(None)  # any API call would fail: there is no client
+    planned, _ = plan(SharedVolumeResource(), ctx, {"name": "data", "region": "mars-1", "size_tib": 1}, None)
+    assert not ctx.diagnostics and planned["estimated_hourly_cost_usd"] is UNKNOWN
+
+
+def test_shared_volume_unknown_size_is_not_rejected():
+    ctx = context(catalog)
+    planned, _ = plan(
+        SharedVolumeResource(), ctx, {"name": "data", "region": "us-east-1", "size_tib": UNKNOWN}, PRIOR
+    )
+    assert not ctx.diagnostics and planned["estimated_hourly_cost_usd"] is UNKNOWN
+
+
+def test_hourly_cost_matches_the_api_float_rendering():
+    assert hourly_cost("0.1122", 3) == Decimal("0.3366")
+    assert hourly_cost("0.1122", 10) == Decimal("1.122")
+    assert hourly_cost("0.5", 2) == 1
+
+
+def test_shared_volume_update_sends_only_changes_with_if_match():
+    seen = []
+
+    def handler(request):
+        seen.append((request.headers.get("if-match"), json.loads(request.content)))
+        body = {
+            **PRIOR,
+            "size_tib": 6,
+            "estimated_hourly_cost_usd": 0.6732,
+            "created_at": "2026-01-01T00:00:00",
+            "updated_at": "2026-01-02T00:00:00",
+        }
+        return httpx.Response(200, json=body, headers={"etag": '"g3"'})
+
+    ctx = context(handler, private={ETAG_KEY: '"g2"'})
+    state = SharedVolumeResource().update(ctx, {**PRIOR, "size_tib": 6}, PRIOR)
+    assert seen == [('"g2"', {"size_tib": 6})]
+    assert state["size_tib"] == 6 and state["estimated_hourly_cost_usd"] == Decimal("0.6732")
+    assert state["created_at"] == "2026-01-01T00:00:00Z"
+
+
+def test_shared_volume_validation_error_lands_on_the_attribute():
+    errors = [{"field": "region", "code": "unknown_region", "message": "unknown region 'x'"}]
+    ctx = context(lambda r: problem(422, "validation_failed", "invalid", errors=errors))
+    assert SharedVolumeResource().create(ctx, {**PRIOR, "id": UNKNOWN}) is None
+    (diag,) = ctx.diagnostics
+    assert diag.summary == "Error Creating Shared Volume" and diag.path[0].name == "region"
+
+
+def test_shared_volume_delete_while_attached_names_the_clusters():
+    ctx = context(lambda r: problem(409, "volume_attached", "attached", cluster_ids=["cls_1"]))
+    with pytest.raises(DiagnosticError) as raised:
+        SharedVolumeResource().delete(ctx, PRIOR)
+    assert raised.value.diagnostic.summary == "Shared Volume Still Attached"
+    assert "cls_1" in raised.value.diagnostic.detail
+
+
+def test_shared_volume_read_404_removes_from_state():
+    assert SharedVolumeResource().read(context(lambda r: problem(404, "not_found", "gone")), PRIOR) is None
