@@ -111,6 +111,19 @@ class InvoiceList(BaseModel):
     items: list[InvoiceOut]
 
 
+class ClusterReservationOut(BaseModel):
+    """A cluster's reserved term (for the cluster response: `reservation`, null when on-demand or not
+    RUNNING yet); built from `backend.billing.reports.cluster_billing`."""
+
+    term_start: datetime
+    term_end: datetime
+    node_count: int = Field(description="Nodes covered; nodes beyond are billed on-demand")
+    upfront_usd: str
+    discount: str
+    on_expiry: str
+    expired: bool
+
+
 class EstimateIn(ClusterCreate):
     """A cluster spec as for create; only region, instance_type, node_count and billing affect the price."""
 

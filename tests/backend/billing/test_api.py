@@ -209,8 +209,13 @@ def test_gpucloud_backend_add_credits_subcommand(
 
 
 def test_max_hourly_cost_refuses_a_create_or_scale_naming_the_field_and_the_cost(admin: TestClient) -> None:
-    body = {"name": "train", "region": "us-east-1", "instance_type": "8xH100", "node_count": 2,
-            "max_hourly_cost_usd": "60"}
+    body = {
+        "name": "train",
+        "region": "us-east-1",
+        "instance_type": "8xH100",
+        "node_count": 2,
+        "max_hourly_cost_usd": "60",
+    }
     refused = admin.post("/v1/clusters", json=body)
     assert refused.status_code == 422, refused.text
     assert refused.json()["field"] == "max_hourly_cost_usd"
@@ -224,3 +229,27 @@ def test_max_hourly_cost_refuses_a_create_or_scale_naming_the_field_and_the_cost
     assert scaled.status_code == 422, scaled.text
     assert scaled.json()["field"] == "max_hourly_cost_usd"
     assert "127.68" in scaled.json()["detail"]
+
+
+def test_cluster_billing_view_exposes_the_reserved_term(tenant: Tenant, billing_world: BillingWorld) -> None:
+    from backend.api.billing import ClusterReservationOut
+    from backend.billing.reports import cluster_billing
+
+    cluster = billing_world.cluster(
+        tenant.project_id,
+        instance_type="8xH100",
+        region="us-east-1",
+        node_count=1,
+        billing_type="reserved",
+        duration_days=7,
+        on_expiry="decommission",
+    )
+    with billing_world.sessions() as session:
+        assert cluster_billing(session, cluster) == {"reservation": None}
+    billing_world.transition(cluster, "n0", "RUNNING", at("10:00:00"))
+    billing_world.run(at("10:00:30"))
+    with billing_world.sessions() as session:
+        view = ClusterReservationOut(**cluster_billing(session, cluster)["reservation"])
+    assert view.term_start == at("10:00:00") and view.term_end == at("10:00:00", day=9)
+    assert Decimal(view.upfront_usd) == Decimal("3.99") * Decimal("0.85") * 8 * 24 * 7  # 4,558.176
+    assert view.discount == "0.15" and view.expired is False
