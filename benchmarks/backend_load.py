@@ -1,0 +1,281 @@
+"""Backend API under a bounded load on 127.0.0.1: GET /v1/clusters/{id} and POST /v1/ssh-keys.
+
+Each store (SQLite, and PostgreSQL when GPUCLOUD_TEST_POSTGRES_URL is set, as under `make bench`) gets a
+fresh migrated database and a real `gpucloud-backend serve` process (uvicorn, request logging, auth,
+the database-backed rate limiter, idempotency and audit all on). A bare ASGI app under the same uvicorn
+is measured in the same run as the ceiling. The load generator is a small keep-alive HTTP/1.1 client
+on asyncio streams (so the client costs as little as possible) at a fixed concurrency. GET /healthz of
+the same server process shows what the framework stack alone (uvicorn, FastAPI, middleware, log line,
+metrics) allows, between the bare ceiling and the real GET.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+CONCURRENCY = int(os.environ.get("GPUCLOUD_BENCH_CONCURRENCY", "16"))
+GET_REQUESTS = int(os.environ.get("GPUCLOUD_BENCH_GET_REQUESTS", "3000"))
+POST_REQUESTS = int(os.environ.get("GPUCLOUD_BENCH_POST_REQUESTS", "1000"))
+WARMUP = 200
+TARGET_GET_RATIO = 0.40
+
+BARE_APP = """
+import json, sys, uvicorn
+BODY = json.dumps({"id": "cls_bench", "status": "RUNNING", "name": "bench"}).encode()
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": BODY})
+uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), access_log=False, log_level="warning")
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait_ready(port: int, path: str, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}{path}", timeout=1).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("server did not become ready")
+
+
+@contextmanager
+def _server(command: list[str], env: dict[str, str], port: int, ready_path: str) -> Iterator[None]:
+    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_ready(port, ready_path, process)
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+async def _worker(
+    port: int,
+    requests: Callable[[int], bytes],
+    next_index: Callable[[], int | None],
+    latencies: list[float],
+    statuses: dict[int, int],
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        while (index := next_index()) is not None:
+            started = time.perf_counter()
+            writer.write(requests(index))
+            await writer.drain()
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+            length = 0
+            for line in head.split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                if name.strip().lower() == b"content-length":
+                    length = int(value)
+            if length:
+                await reader.readexactly(length)
+            latencies.append(time.perf_counter() - started)
+            statuses[status] = statuses.get(status, 0) + 1
+    finally:
+        writer.close()
+
+
+async def _load(port: int, requests: Callable[[int], bytes], count: int) -> dict[str, Any]:
+    counter = iter(range(count))
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+
+    def next_index() -> int | None:
+        return next(counter, None)
+
+    started = time.perf_counter()
+    await asyncio.gather(
+        *(_worker(port, requests, next_index, latencies, statuses) for _ in range(CONCURRENCY))
+    )
+    wall = time.perf_counter() - started
+    ordered = sorted(latencies)
+    return {
+        "requests": count,
+        "rps": round(count / wall, 1),
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 2),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+    }
+
+
+def _measure(port: int, requests: Callable[[int], bytes], count: int) -> dict[str, Any]:
+    asyncio.run(_load(port, requests, min(WARMUP, count)))
+    return asyncio.run(_load(port, requests, count))
+
+
+def _get_request(path: str, key: str) -> Callable[[int], bytes]:
+    raw = (f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n\r\n").encode()
+    return lambda _index: raw
+
+
+def _post_ssh_key_request(key: str, public_keys: list[str]) -> Callable[[int], bytes]:
+    def build(index: int) -> bytes:
+        body = json.dumps({"name": f"bench-{index}", "public_key": public_keys[index]}).encode()
+        return (
+            f"POST /v1/ssh-keys HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {key}\r\n"
+            f"Content-Type: application/json\r\nIdempotency-Key: {uuid.uuid4()}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        ).encode() + body
+
+    return build
+
+
+def _public_keys(count: int) -> list[str]:
+    return [
+        ed25519.Ed25519PrivateKey.generate()
+        .public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+        for _ in range(count)
+    ]
+
+
+@contextmanager
+def _postgres_database() -> Iterator[str | None]:
+    admin_url = os.environ.get("GPUCLOUD_TEST_POSTGRES_URL")
+    if not admin_url:
+        yield None
+        return
+    name = f"gpucloud_bench_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(make_url(admin_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def _cli(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "backend.cli", *args], env=env, capture_output=True, text=True, check=True
+    )
+    return done.stdout.strip()
+
+
+def _measure_backend(store: str, database_url: str, data_dir: Path) -> dict[str, Any]:
+    port = _free_port()
+    env = {
+        **os.environ,
+        "GPUCLOUD_DATABASE_URL": database_url,
+        "GPUCLOUD_DATA_DIR": str(data_dir),
+        "GPUCLOUD_EMBEDDED_WORKER": "false",
+        "GPUCLOUD_RATE_LIMIT_REQUESTS": "1000000000",
+    }
+    _cli(env, "migrate")
+    _cli(env, "create-project", "bench")
+    key = _cli(env, "create-api-key", "--project", "bench", "--role", "admin")
+    public_keys = _public_keys(POST_REQUESTS + WARMUP)
+    with _server([sys.executable, "-m", "backend.cli", "serve", "--port", str(port)], env, port, "/readyz"):
+        created = httpx.post(
+            f"http://127.0.0.1:{port}/v1/clusters",
+            headers={"Authorization": f"Bearer {key}"},
+            json={"name": "bench", "region": "us-east-1", "instance_type": "1xH100"},
+        )
+        created.raise_for_status()
+        framework = _measure(port, _get_request("/healthz", key), GET_REQUESTS)
+        get = _measure(port, _get_request(f"/v1/clusters/{created.json()['id']}", key), GET_REQUESTS)
+        post_requests = _post_ssh_key_request(key, public_keys)
+        asyncio.run(_load(port, lambda i: post_requests(POST_REQUESTS + i), WARMUP))
+        post = asyncio.run(_load(port, post_requests, POST_REQUESTS))
+    return {"store": store, "healthz": framework, "get_cluster": get, "post_ssh_key": post}
+
+
+def _measure_bare() -> dict[str, Any]:
+    port = _free_port()
+    with _server([sys.executable, "-c", BARE_APP, str(port)], dict(os.environ), port, "/"):
+        return _measure(port, _get_request("/", "none"), GET_REQUESTS)
+
+
+def run() -> dict[str, Any]:
+    """Run the load and print a table; returns the figures."""
+    results: dict[str, Any] = {"concurrency": CONCURRENCY, "bare_asgi": _measure_bare(), "stores": []}
+    with tempfile.TemporaryDirectory(prefix="gpucloud-bench-") as tmp:
+        results["stores"].append(_measure_backend("sqlite", f"sqlite:///{tmp}/bench.db", Path(tmp)))
+        with _postgres_database() as postgres_url:
+            if postgres_url is None:
+                results["postgresql_skipped"] = "GPUCLOUD_TEST_POSTGRES_URL not set (run under make bench)"
+            else:
+                results["stores"].append(_measure_backend("postgresql", postgres_url, Path(tmp)))
+    bare = results["bare_asgi"]["rps"]
+    for entry in results["stores"]:
+        entry["get_ratio_to_bare"] = round(entry["get_cluster"]["rps"] / bare, 3)
+        entry["get_target_met"] = entry["get_ratio_to_bare"] >= TARGET_GET_RATIO
+    _print(results)
+    return results
+
+
+def _print(results: dict[str, Any]) -> None:
+    from benchmarks.stats import table
+
+    bare = results["bare_asgi"]
+    rows = [
+        ["bare ASGI GET /", f"{bare['rps']:.0f}", f"{bare['p50_ms']:.2f}", f"{bare['p99_ms']:.2f}", "1.00"]
+    ]
+    for entry in results["stores"]:
+        for label, key in (
+            ("GET /healthz (app, no DB)", "healthz"),
+            ("GET /v1/clusters/{id}", "get_cluster"),
+            ("POST /v1/ssh-keys", "post_ssh_key"),
+        ):
+            figures = entry[key]
+            rows.append(
+                [
+                    f"{entry['store']} {label}",
+                    f"{figures['rps']:.0f}",
+                    f"{figures['p50_ms']:.2f}",
+                    f"{figures['p99_ms']:.2f}",
+                    f"{figures['rps'] / bare['rps']:.2f}",
+                ]
+            )
+    print(
+        f"backend load, concurrency {results['concurrency']} on 127.0.0.1 "
+        f"(target: GET >= {TARGET_GET_RATIO:.0%} of bare ASGI)"
+    )
+    print(table(["scenario", "req/s", "p50 ms", "p99 ms", "x bare"], rows))
+    for entry in results["stores"]:
+        statuses = {k: entry[k]["statuses"] for k in ("get_cluster", "post_ssh_key")}
+        print(f"{entry['store']}: statuses {statuses}; GET target met: {entry['get_target_met']}")
+    if "postgresql_skipped" in results:
+        print(f"postgresql: skipped ({results['postgresql_skipped']})")
+
+
+if __name__ == "__main__":
+    run()
