@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from backend.billing.clock import ensure_utc
-from backend.billing.credits import CreditStanding, assess
+from backend.billing.credits import CreditStanding, standing
 from backend.billing.ledger import balance_micros
 from backend.billing.settings import BillingSettings
 from backend.domain.errors import ApiError
@@ -21,14 +21,20 @@ class CreditsExhausted(ApiError):
 def credit_standing(
     session: Session, *, project_id: str, now: datetime, settings: BillingSettings | None = None
 ) -> CreditStanding:
-    """Balance and exhaustion measures in force for the project at `now`."""
+    """Balance and exhaustion measures in force for the project at `now`, as the metering job last
+    judged them (it records when the project ran out)."""
     settings = settings or BillingSettings()
     account = session.get(BillingAccount, project_id)
     prepaid = account is not None and account.prepaid
     stored = None if account is None else account.exhausted_since
     since = None if stored is None else ensure_utc(stored)
-    return assess(prepaid=prepaid, balance_micros=balance_micros(session, project_id), exhausted_since=since,
-                  now=now, policy=settings.credit_policy)
+    return standing(
+        prepaid=prepaid,
+        balance_micros=balance_micros(session, project_id),
+        exhausted_since=since,
+        now=now,
+        policy=settings.credit_policy,
+    )
 
 
 def check_attach_allowed(
@@ -38,10 +44,10 @@ def check_attach_allowed(
 
     The core calls this before attaching a volume to a cluster.
     """
-    standing = credit_standing(session, project_id=project_id, now=now, settings=settings)
-    if standing.refuse_attach:
+    current = credit_standing(session, project_id=project_id, now=now, settings=settings)
+    if current.refuse_attach:
         raise CreditsExhausted(
             "the project has run out of credits; attaching storage is refused until credits are added "
-            f"(volume data is kept until {standing.volume_data_deadline:%Y-%m-%dT%H:%M:%SZ})",
+            f"(volume data is kept until {current.volume_data_deadline:%Y-%m-%dT%H:%M:%SZ})",
             field="volume_id",
         )

@@ -38,8 +38,14 @@ def record_audit(
     """An audit event written by billing (actor "billing", no request id)."""
     session.add(
         AuditEvent(
-            id=new_id("audit_event"), project_id=project_id, occurred_at=ensure_utc(at), actor=ACTOR,
-            action=action, resource_type=resource_type, resource_id=resource_id, request_id=None,
+            id=new_id("audit_event"),
+            project_id=project_id,
+            occurred_at=ensure_utc(at),
+            actor=ACTOR,
+            action=action,
+            resource_type=resource_type,
+            resource_id=resource_id,
+            request_id=None,
             details=details,
         )
     )
@@ -51,8 +57,13 @@ def decommission(session: Session, *, cluster: Cluster, reason: str, at: datetim
     if cluster.deletion_requested_at is not None:
         return True
     if cluster.deletion_protection:
-        record_phase(session, cluster_id=cluster.id, phase="DecommissionBlocked",
-                     detail=f"{reason}; deletion_protection is on, so the cluster is kept", at=at)
+        record_phase(
+            session,
+            cluster_id=cluster.id,
+            phase="DecommissionBlocked",
+            detail=f"{reason}; deletion_protection is on, so the cluster is kept",
+            at=at,
+        )
         return False
     cluster.deletion_requested_at = ensure_utc(at)
     cluster.generation = cluster.generation + 1

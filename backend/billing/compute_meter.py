@@ -20,9 +20,11 @@ from backend.billing.ledger import PendingCharge
 from backend.billing.meter import (
     RUNNING,
     STOP_STATUSES,
+    ComputeSegment,
     NodeTransition,
     ReservationCharge,
     RunningInterval,
+    accrued_micros,
     compute_segments,
     compute_usage_items,
     first_time_running,
@@ -140,20 +142,16 @@ def start_reservation(
     return reservation, PendingCharge(charge.key, build)
 
 
-def compute_records(
+def cluster_segments(
     *,
-    project_id: str,
     usage: ClusterUsage,
     cluster: Cluster | None,
     reservation: Reservation | None,
-    prices: PriceBook,
     expiry_grace: timedelta,
-    cutoff: datetime,
-    now: datetime,
     held: Sequence[tuple[datetime, datetime | None]] = (),
-) -> list[PendingCharge]:
-    """Charges for every final hour slice of the cluster's nodes (stored or not); time inside
-    `held` (credit holds) is not metered."""
+) -> list[ComputeSegment]:
+    """The cluster's running time split into reserved and on-demand segments; time inside `held`
+    (credit holds) is left out."""
     slots, coverage_end = 0, None
     if reservation is not None:
         slots = reservation.node_count
@@ -163,7 +161,19 @@ def compute_records(
     elif cluster is not None and cluster.billing_type == "reserved":
         slots = cluster.node_count  # nodes up before the term starts are covered by it
     intervals = without_gaps(usage.intervals, held) if held else usage.intervals
-    segments = compute_segments(intervals, reserved_slots=slots, coverage_end=coverage_end)
+    return compute_segments(intervals, reserved_slots=slots, coverage_end=coverage_end)
+
+
+def compute_records(
+    *,
+    project_id: str,
+    usage: ClusterUsage,
+    segments: Sequence[ComputeSegment],
+    prices: PriceBook,
+    cutoff: datetime,
+    now: datetime,
+) -> list[PendingCharge]:
+    """Charges for every final hour slice of the cluster's segments (stored or not)."""
     items = compute_usage_items(
         segments,
         gpus_per_node=usage.gpus_per_node,
@@ -186,6 +196,24 @@ def compute_records(
         )
         for item in items
     ]
+
+
+def compute_accrued_micros(
+    *,
+    usage: ClusterUsage,
+    segments: Sequence[ComputeSegment],
+    prices: PriceBook,
+    cutoff: datetime,
+    now: datetime,
+) -> int:
+    """On-demand usage of the cluster accrued up to `now` that no charge covers yet."""
+    return accrued_micros(
+        segments,
+        gpus_per_node=usage.gpus_per_node,
+        on_demand_gpu_hour_usd=prices.on_demand_gpu_hour(usage.instance_type, usage.region),
+        cutoff=cutoff,
+        now=now,
+    )
 
 
 def _reservation_record(

@@ -70,14 +70,29 @@ def assess(
     now: datetime,
     policy: CreditPolicy,
 ) -> CreditStanding:
-    """Which exhaustion measures apply at `now` (`exhausted_since` as stored by the caller)."""
+    """Which exhaustion measures apply at `now`, judging exhaustion from `balance_micros` (the job passes
+    the balance minus usage accrued but not charged yet) and `exhausted_since` as stored."""
     since = next_exhausted_since(
         prepaid=prepaid, balance_micros=balance_micros, exhausted_since=exhausted_since, now=now
     )
-    if since is None:
+    return standing(
+        prepaid=prepaid, balance_micros=balance_micros, exhausted_since=since, now=now, policy=policy
+    )
+
+
+def standing(
+    *,
+    prepaid: bool,
+    balance_micros: int,
+    exhausted_since: datetime | None,
+    now: datetime,
+    policy: CreditPolicy,
+) -> CreditStanding:
+    """The measures in force at `now` for a project exhausted since `exhausted_since` (None: not)."""
+    if exhausted_since is None:
         return CreditStanding(prepaid, balance_micros, None, False, False, False, None, None, None)
     now = ensure_utc(now)
-    since = ensure_utc(since)
+    since = ensure_utc(exhausted_since)
     decommission_at = since + policy.decommission_after
     attach_refused_at = since + policy.attach_refused_after
     return CreditStanding(

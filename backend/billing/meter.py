@@ -242,6 +242,35 @@ def hour_slices(start: datetime, end: datetime | None, cutoff: datetime) -> list
     return slices
 
 
+def unbilled_seconds(start: datetime, end: datetime | None, *, cutoff: datetime, now: datetime) -> int:
+    """Seconds of [start, min(end, now)) that no final slice covers yet at `cutoff` (usage accrued but
+    not charged: the credit check counts it so exhaustion is noticed within a pass, not an hour)."""
+    start, cutoff, now = to_second(start), to_second(cutoff), to_second(now)
+    if end is not None and to_second(end) <= cutoff:
+        return 0
+    billed_until = max(start, cutoff.replace(minute=0, second=0))
+    stop = now if end is None else min(to_second(end), now)
+    return max(0, int((stop - billed_until).total_seconds()))
+
+
+def accrued_micros(
+    segments: Iterable[ComputeSegment],
+    *,
+    gpus_per_node: int,
+    on_demand_gpu_hour_usd: Decimal,
+    cutoff: datetime,
+    now: datetime,
+) -> int:
+    """On-demand usage of `segments` accrued up to `now` but not in a final slice yet."""
+    return sum(
+        prorate_micros(
+            on_demand_gpu_hour_usd, gpus_per_node, unbilled_seconds(s.start, s.end, cutoff=cutoff, now=now)
+        )
+        for s in segments
+        if s.kind is UsageKind.COMPUTE_ON_DEMAND
+    )
+
+
 def compute_usage_items(
     segments: Iterable[ComputeSegment],
     *,

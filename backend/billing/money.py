@@ -56,8 +56,9 @@ def prorate_micros(price_per_unit_hour: Decimal, units: Decimal | int, seconds: 
     """Amount for `units` (GPUs, TiB) used for `seconds` at `price_per_unit_hour` USD, rounded once."""
     if seconds < 0:
         raise ValueError("seconds must be >= 0")
-    exact = _EXACT.divide(_EXACT.multiply(_EXACT.multiply(price_per_unit_hour, Decimal(units)), seconds),
-                          SECONDS_PER_HOUR)
+    exact = _EXACT.divide(
+        _EXACT.multiply(_EXACT.multiply(price_per_unit_hour, Decimal(units)), seconds), SECONDS_PER_HOUR
+    )
     return round_micros(exact)
 
 

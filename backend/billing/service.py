@@ -28,6 +28,8 @@ from backend.billing.clock import Clock, ensure_utc
 from backend.billing.compute_meter import (
     CONVERT_TO_ON_DEMAND,
     DECOMMISSION,
+    cluster_segments,
+    compute_accrued_micros,
     compute_records,
     load_cluster_usage,
     settle_if_done,
@@ -39,7 +41,7 @@ from backend.billing.ledger import PendingCharge, balance_micros, charge_usage
 from backend.billing.money import micros_to_usd
 from backend.billing.pricing import PriceBook
 from backend.billing.settings import BillingSettings
-from backend.billing.storage_meter import storage_records, sync_volume_segments
+from backend.billing.storage_meter import storage_accrued_micros, storage_records, sync_volume_segments
 from backend.store.billing_models import BillingAccount, CreditHold, Reservation
 from backend.store.models import Cluster, Project
 
@@ -108,6 +110,7 @@ def meter_project(
     sync_volume_segments(session, project_id=project_id, now=now)
     records = storage_records(session, project_id=project_id, prices=prices, cutoff=cutoff, now=now)
     usages = load_cluster_usage(session, project_id=project_id)
+    accrued = storage_accrued_micros(session, project_id=project_id, prices=prices, cutoff=cutoff, now=now)
     for usage in usages:
         cluster = clusters.get(usage.cluster_id)
         if cluster is not None and usage.cluster_id not in reservations:
@@ -117,16 +120,18 @@ def meter_project(
                 records.append(upfront)
                 result.reservations_started += 1
         hold = holds.get(usage.cluster_id)
-        records += compute_records(
-            project_id=project_id,
+        segments = cluster_segments(
             usage=usage,
             cluster=cluster,
             reservation=reservations.get(usage.cluster_id),
-            prices=prices,
             expiry_grace=settings.expiry_grace,
-            cutoff=cutoff,
-            now=now,
             held=[(ensure_utc(hold.paused_at), _maybe_utc(hold.released_at))] if hold is not None else (),
+        )
+        records += compute_records(
+            project_id=project_id, usage=usage, segments=segments, prices=prices, cutoff=cutoff, now=now
+        )
+        accrued += compute_accrued_micros(
+            usage=usage, segments=segments, prices=prices, cutoff=cutoff, now=now
         )
     charged = charge_usage(session, records, now=now)
     for usage in usages:
@@ -143,6 +148,7 @@ def meter_project(
         now=now,
         settings=settings,
         result=result,
+        unbilled_micros=accrued,
     )
     result.invoices_issued += issue_invoices(session, project_id=project_id, cutoff=cutoff, now=now)
 
@@ -236,6 +242,7 @@ def _enforce_credits(
     now: datetime,
     settings: BillingSettings,
     result: MeteringResult,
+    unbilled_micros: int,
 ) -> None:
     account = session.get(BillingAccount, project_id)
     if account is None or not account.prepaid:
@@ -243,7 +250,7 @@ def _enforce_credits(
     balance = balance_micros(session, project_id)
     standing = assess(
         prepaid=True,
-        balance_micros=balance,
+        balance_micros=balance - unbilled_micros,
         exhausted_since=_maybe_utc(account.exhausted_since),
         now=now,
         policy=settings.credit_policy,
@@ -260,6 +267,7 @@ def _enforce_credits(
             at=now,
             details={
                 "balance_usd": str(micros_to_usd(balance)),
+                "unbilled_usd": str(micros_to_usd(unbilled_micros)),
                 "decommission_at": _iso(standing.decommission_at),
                 "attach_refused_at": _iso(standing.attach_refused_at),
                 "volume_data_deadline": _iso(standing.volume_data_deadline),

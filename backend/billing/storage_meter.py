@@ -16,7 +16,8 @@ from sqlalchemy.orm import Session
 
 from backend.billing.clock import ensure_utc
 from backend.billing.ledger import PendingCharge
-from backend.billing.meter import UsageItem, storage_usage_items, to_second
+from backend.billing.meter import UsageItem, storage_usage_items, to_second, unbilled_seconds
+from backend.billing.money import prorate_micros
 from backend.billing.pricing import PriceBook
 from backend.store.billing_models import UsageRecord, VolumeSegment
 from backend.store.models import AuditEvent, Volume
@@ -118,3 +119,16 @@ def _deleted_at(session: Session, volume_id: str) -> datetime | None:
         .limit(1)
     )
     return None if occurred is None else to_second(ensure_utc(occurred))
+
+
+def storage_accrued_micros(
+    session: Session, *, project_id: str, prices: PriceBook, cutoff: datetime, now: datetime
+) -> int:
+    """Storage used up to `now` that no charge covers yet (open volume segments' current slices)."""
+    total = 0
+    for segment in session.scalars(
+        select(VolumeSegment).where(VolumeSegment.project_id == project_id, VolumeSegment.ended_at.is_(None))
+    ):
+        seconds = unbilled_seconds(ensure_utc(segment.started_at), None, cutoff=cutoff, now=now)
+        total += prorate_micros(prices.storage_tib_hour(segment.region), segment.size_tib, seconds)
+    return total

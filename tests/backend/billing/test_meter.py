@@ -80,7 +80,9 @@ def test_on_demand_scaling_changes_the_rate_from_that_moment() -> None:
         RunningInterval("n2", at("11:42:30"), at("12:20:15")),
     ]
     items = compute_usage_items(
-        compute_segments(intervals), gpus_per_node=8, on_demand_gpu_hour_usd=Decimal("3.99"),
+        compute_segments(intervals),
+        gpus_per_node=8,
+        on_demand_gpu_hour_usd=Decimal("3.99"),
         cutoff=at("13:00:00"),
     )
     by_node: dict[str, int] = {}
@@ -94,10 +96,18 @@ def test_on_demand_scaling_changes_the_rate_from_that_moment() -> None:
 
 def test_keys_are_stable_between_runs_so_a_rerun_charges_nothing_new() -> None:
     intervals = [RunningInterval("n0", at("10:00:00"), None)]
-    first = compute_usage_items(compute_segments(intervals), gpus_per_node=8,
-                                on_demand_gpu_hour_usd=Decimal("3.99"), cutoff=at("11:30:00"))
-    later = compute_usage_items(compute_segments(intervals), gpus_per_node=8,
-                                on_demand_gpu_hour_usd=Decimal("3.99"), cutoff=at("12:30:00"))
+    first = compute_usage_items(
+        compute_segments(intervals),
+        gpus_per_node=8,
+        on_demand_gpu_hour_usd=Decimal("3.99"),
+        cutoff=at("11:30:00"),
+    )
+    later = compute_usage_items(
+        compute_segments(intervals),
+        gpus_per_node=8,
+        on_demand_gpu_hour_usd=Decimal("3.99"),
+        cutoff=at("12:30:00"),
+    )
     assert [i.key for i in first] == [later[0].key]
     assert first[0] == later[0]
     assert len(later) == 2
@@ -117,8 +127,9 @@ def test_reserved_slots_cover_reserved_size_and_extra_nodes_are_on_demand() -> N
         ComputeSegment("n0", OD, at("10:05:00", day=3), at("11:05:00", day=3)),
         ComputeSegment("n1", OD, at("10:05:00", day=3), at("11:05:00", day=3)),
     ]
-    items = compute_usage_items(segments, gpus_per_node=8, on_demand_gpu_hour_usd=Decimal("5.40"),
-                                cutoff=at("11:05:00", day=3))
+    items = compute_usage_items(
+        segments, gpus_per_node=8, on_demand_gpu_hour_usd=Decimal("5.40"), cutoff=at("11:05:00", day=3)
+    )
     on_demand = sum(i.amount_micros for i in items if i.kind is OD)
     assert on_demand == 86_400_000 + 2 * 43_200_000
     assert all(i.amount_micros == 0 for i in items if i.kind is RES)
@@ -151,8 +162,13 @@ def test_first_time_running_needs_all_nodes_together() -> None:
 
 def test_reservation_charge_is_the_whole_term_up_front_keyed_per_cluster() -> None:
     charge = reservation_charge(
-        cluster_id="c1", node_count=2, gpus_per_node=8, on_demand_gpu_hour_usd=Decimal("5.40"),
-        discount=Decimal("0.10"), duration_days=1, term_start=at("10:05:00"),
+        cluster_id="c1",
+        node_count=2,
+        gpus_per_node=8,
+        on_demand_gpu_hour_usd=Decimal("5.40"),
+        discount=Decimal("0.10"),
+        duration_days=1,
+        term_start=at("10:05:00"),
     )
     assert charge.key == "reservation:c1"
     assert charge.amount_micros == 1_866_240_000
@@ -162,8 +178,12 @@ def test_reservation_charge_is_the_whole_term_up_front_keyed_per_cluster() -> No
 
 def test_storage_is_billed_per_tib_hour_for_the_volume_life() -> None:
     items = storage_usage_items(
-        volume_id="v1", size_tib=Decimal(10), start=at("09:30:00"), end=at("15:30:00", day=3),
-        tib_hour_usd=Decimal("0.1122"), cutoff=at("16:00:00", day=3),
+        volume_id="v1",
+        size_tib=Decimal(10),
+        start=at("09:30:00"),
+        end=at("15:30:00", day=3),
+        tib_hour_usd=Decimal("0.1122"),
+        cutoff=at("16:00:00", day=3),
     )
     assert sum(i.seconds for i in items) == 30 * 3600
     assert sum(i.amount_micros for i in items) == 33_660_000
@@ -172,8 +192,12 @@ def test_storage_is_billed_per_tib_hour_for_the_volume_life() -> None:
 
 
 def test_unit_prices_recorded_on_items() -> None:
-    items = compute_usage_items([ComputeSegment("n0", OD, at("10:00:00"), at("10:00:01"))], gpus_per_node=1,
-                                on_demand_gpu_hour_usd=Decimal("4.29"), cutoff=at("11:00:00"))
+    items = compute_usage_items(
+        [ComputeSegment("n0", OD, at("10:00:00"), at("10:00:01"))],
+        gpus_per_node=1,
+        on_demand_gpu_hour_usd=Decimal("4.29"),
+        cutoff=at("11:00:00"),
+    )
     assert items[0].unit_price_usd == Decimal("4.29")
     assert items[0].units == Decimal(1)
     assert items[0].amount_micros == 1192
@@ -206,3 +230,25 @@ def test_an_interval_that_stops_within_its_first_second_is_ignored_by_reserved_s
         RunningInterval("n1", at("10:00:00"), None),
     ]
     assert compute_segments(intervals, reserved_slots=1) == [ComputeSegment("n1", RES, at("10:00:00"), None)]
+
+
+def test_unbilled_seconds_is_what_no_final_slice_covers_yet() -> None:
+    from backend.billing.meter import accrued_micros, unbilled_seconds
+
+    # Running since 10:20; at 12:16 the slices up to 12:00 are final (cutoff 12:15).
+    assert unbilled_seconds(at("10:20:00"), None, cutoff=at("12:15:00"), now=at("12:16:00")) == 16 * 60
+    assert unbilled_seconds(at("12:05:00"), None, cutoff=at("12:15:00"), now=at("12:16:00")) == 11 * 60
+    assert unbilled_seconds(at("10:20:00"), at("12:10:00"), cutoff=at("12:15:00"), now=at("12:16:00")) == 0
+    assert unbilled_seconds(at("10:20:00"), at("12:15:30"), cutoff=at("12:15:00"), now=at("12:16:00")) == 930
+    segments = [
+        ComputeSegment("n0", OD, at("10:00:00"), None),
+        ComputeSegment("n1", RES, at("10:00:00"), None),
+    ]
+    accrued = accrued_micros(
+        segments,
+        gpus_per_node=8,
+        on_demand_gpu_hour_usd=Decimal("3.99"),
+        cutoff=at("11:15:00"),
+        now=at("11:16:00"),
+    )
+    assert accrued == 8_512_000  # 16 minutes of one on-demand node; the reserved one is prepaid

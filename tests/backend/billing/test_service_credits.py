@@ -120,3 +120,13 @@ def test_deletion_protection_keeps_an_exhausted_cluster_paused_instead_of_decomm
     assert world.run(at("23:01:00")).clusters_decommissioned == 0
     assert world.get_cluster(cluster).deletion_requested_at is None
     assert world.balance(project) == Decimal("10.00") - Decimal("31.92") - Decimal("0.532")
+
+
+def test_exhaustion_is_noticed_mid_hour_from_usage_accrued_but_not_charged_yet(world: BillingWorld) -> None:
+    project, cluster = _running_on_demand(world, "40.00")
+    assert world.run(at("11:01:00")).clusters_paused == 0  # 31.92 charged, 0.532 accrued: 7.548 left
+    result = world.run(at("11:16:00"))  # 16 minutes accrued (8.512) is more than the 8.08 left
+    assert result.clusters_paused == 1
+    assert "Paused" in _phases(world, cluster)
+    world.run(at("13:01:00"))
+    assert world.balance(project) == Decimal("40.00") - Decimal("31.92") - Decimal("8.512")
