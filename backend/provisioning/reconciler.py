@@ -59,6 +59,7 @@ class PassContext:
     fencing_token: int
     steps: int = 0
     due: list[dt.datetime] = field(default_factory=list)
+    new_steps: dict[str, Step] = field(default_factory=dict)
 
     def next_due(self) -> dt.datetime | None:
         return min(self.due) if self.due else None
@@ -66,6 +67,13 @@ class PassContext:
 
 def reconcile_cluster(ctx: PassContext, cluster_id: str) -> dt.datetime | None:
     """Advance the cluster as far as is due now; returns when it next needs a pass (None: converged)."""
+    # One flush at commit instead of one per query: the pass reads what it wrote from the identity map
+    # and flushes explicitly where a query must see new rows (allocations, replacement nodes).
+    with ctx.session.no_autoflush:
+        return _reconcile(ctx, cluster_id)
+
+
+def _reconcile(ctx: PassContext, cluster_id: str) -> dt.datetime | None:
     cluster = ctx.session.get(Cluster, cluster_id)
     state = ctx.session.get(EngineCluster, cluster_id)
     if cluster is None or state is None or state.finished:
@@ -105,7 +113,8 @@ def _control_plane(ctx: PassContext, cluster: Cluster, state: EngineCluster) -> 
     if state.control_plane == "ready" or not (_needs_control_plane(cluster) or state.jumphost_ip):
         return
     token = f"{cluster.id}/control_plane/create"
-    op = _submit(ctx, cluster, None, OperationRequest(token, OpKind.CONTROL_PLANE_CREATE, cluster.name))
+    op = _submit(ctx, cluster, None, OperationRequest(token, OpKind.CONTROL_PLANE_CREATE, cluster.name),
+                 new=state.control_plane == "absent")
     state.control_plane, state.control_plane_op = "creating", token
     if op.done(ctx.now):
         _record_outcome(ctx, op)
@@ -219,37 +228,47 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
 
 
 def _node_op(ctx: PassContext, cluster: Cluster, node: EngineNode, stage: NodeStage) -> Operation:
+    new = node.op_token is None
     if node.op_token is None:
         node.op_seq += 1
         node.op_token = f"{node.id}/{stage}/{node.op_seq}"
+    token: str = node.op_token
     volumes_changed = node.applied_config.get("volume_ids") != desired_config(cluster)["volume_ids"]
     attempt = node.attempt if stage in BRING_UP_ORDER else node.op_seq
-    request = OperationRequest(node.op_token, STAGE_OP[stage], cluster.name, node.name, attempt,
+    request = OperationRequest(token, STAGE_OP[stage], cluster.name, node.name, attempt,
                                cluster.instance_type, node.fabric, node.slot, volumes_changed)
     if node.op_ready_at is not None and aware(node.op_ready_at) > ctx.now:  # type: ignore[operator]
         # Submitted and not due: no need to ask the driver again.
-        return Operation(node.op_token, STAGE_OP[stage], ctx.now, aware(node.op_ready_at), True)
-    op = _submit(ctx, cluster, node, request)
+        return Operation(token, STAGE_OP[stage], ctx.now, aware(node.op_ready_at), True)
+    op = _submit(ctx, cluster, node, request, new=new)
     node.op_ready_at = op.ready_at
     return op
 
 
-def _submit(ctx: PassContext, cluster: Cluster, node: EngineNode | None, request: OperationRequest
-            ) -> Operation:
-    existing = ctx.driver.get(ctx.session, request.client_token)
-    if existing is not None:
-        return existing
+def _submit(ctx: PassContext, cluster: Cluster, node: EngineNode | None, request: OperationRequest,
+            *, new: bool = True) -> Operation:
+    """Submit (idempotent); `new` = the token was minted in this pass, so record the step."""
     op = ctx.driver.submit(ctx.session, request, ctx.now)
-    ctx.session.add(Step(client_token=request.client_token, cluster_id=cluster.id,
-                         node_id=node.id if node else None, kind=str(request.kind), submitted_at=ctx.now,
-                         ready_at=op.ready_at, worker=ctx.worker, fencing_token=ctx.fencing_token))
+    if not new:
+        return op
+    step = Step(client_token=request.client_token, cluster_id=cluster.id, node_id=node.id if node else None,
+                kind=str(request.kind), submitted_at=ctx.now, ready_at=op.ready_at, worker=ctx.worker,
+                fencing_token=ctx.fencing_token)
+    ctx.session.add(step)
+    ctx.new_steps[request.client_token] = step
     ctx.steps += 1
     return op
 
 
 def _record_outcome(ctx: PassContext, op: Operation) -> None:
-    ctx.session.execute(update(Step).where(Step.client_token == op.client_token, Step.outcome.is_(None))
-                        .values(outcome="succeeded" if op.succeeded else "failed", reason=op.reason))
+    outcome = "succeeded" if op.succeeded else "failed"
+    step = ctx.new_steps.get(op.client_token)
+    if step is not None:
+        step.outcome, step.reason = outcome, op.reason
+        return
+    statement = (update(Step).where(Step.client_token == op.client_token, Step.outcome.is_(None))
+                 .values(outcome=outcome, reason=op.reason).execution_options(synchronize_session=False))
+    ctx.session.execute(statement)
 
 
 def _bring_up_failed(ctx: PassContext, cluster: Cluster, state: EngineCluster, node: EngineNode,
@@ -312,7 +331,8 @@ def _teardown(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: l
             _start_release(ctx, cluster, node, state.rollback_reason or "cluster deleted")
     if state.control_plane in ("creating", "ready", "releasing"):
         token = f"{cluster.id}/control_plane/release"
-        op = _submit(ctx, cluster, None, OperationRequest(token, OpKind.CONTROL_PLANE_RELEASE, cluster.name))
+        op = _submit(ctx, cluster, None, OperationRequest(token, OpKind.CONTROL_PLANE_RELEASE, cluster.name),
+                     new=state.control_plane != "releasing")
         state.control_plane = "releasing"
         if op.done(ctx.now):
             _record_outcome(ctx, op)

@@ -82,8 +82,15 @@ class SimulatedDatacenter:
             return ready, False, template.format(gpu=gpu, bw=200 + int(self._uniform(request, "bw") * 150))
         return ready, True, None
 
+    def _find(self, session: Session, client_token: str) -> SimulatedOperation | None:
+        # Operations added earlier in this transaction but not flushed yet are not in the identity map.
+        for pending in session.new:
+            if isinstance(pending, SimulatedOperation) and pending.client_token == client_token:
+                return pending
+        return session.get(SimulatedOperation, client_token)
+
     def submit(self, session: Session, request: OperationRequest, now: dt.datetime) -> Operation:
-        existing = session.get(SimulatedOperation, request.client_token)
+        existing = self._find(session, request.client_token)
         if existing is None:
             ready_at, succeeded, reason = self._outcome(request, now)
             existing = SimulatedOperation(client_token=request.client_token, kind=str(request.kind),
@@ -93,7 +100,7 @@ class SimulatedDatacenter:
         return _to_operation(existing)
 
     def get(self, session: Session, client_token: str) -> Operation | None:
-        found = session.get(SimulatedOperation, client_token)
+        found = self._find(session, client_token)
         return None if found is None else _to_operation(found)
 
 

@@ -206,8 +206,10 @@ def start_embedded(settings: Any, session_factory: sessionmaker[Session]) -> Emb
 
 def run_forever(settings: Any) -> None:
     """`gpucloud-backend worker`: one worker in the foreground until SIGTERM / SIGINT."""
+    from backend.logging import configure_logging
     from backend.store.db import make_engine, make_session_factory
 
+    configure_logging(settings.log_level)
     engine = make_engine(settings)
     worker = EngineWorker(make_session_factory(engine, write=True), EngineSettings())
 

@@ -85,22 +85,28 @@ def create(admin: TestClient, **overrides: Any) -> dict[str, Any]:
     return data
 
 
+def install_catalog(monkeypatch: pytest.MonkeyPatch, directory: Path, pools: dict[str, int]) -> Catalog:
+    """Make the us-east-1 InfiniBand fabric hold only `pools` (before the app is built: it reads the
+    catalog once)."""
+    doc = catalog_to_dict(catalog_module._builtin_catalog())
+    for fabric in doc["fabrics"]:
+        if fabric["name"] == "ib-east-a":
+            fabric["pools"] = pools
+    path = directory / "catalog.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("GPUCLOUD_CATALOG_FILE", str(path))
+    monkeypatch.setattr(catalog_module, "_cache", {})
+    return catalog_module.default_catalog()
+
+
 @pytest.fixture
-def small_catalog(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[[dict[str, int]], Catalog]:
-    """Install a catalog whose us-east-1 InfiniBand fabric holds only the given pools."""
+def three_h100(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Catalog:
+    return install_catalog(monkeypatch, tmp_path, {"8xH100": 3})
 
-    def install(pools: dict[str, int]) -> Catalog:
-        doc = catalog_to_dict(catalog_module._builtin_catalog())
-        for fabric in doc["fabrics"]:
-            if fabric["name"] == "ib-east-a":
-                fabric["pools"] = pools
-        path = tmp_path / "catalog.json"
-        path.write_text(json.dumps(doc))
-        monkeypatch.setenv("GPUCLOUD_CATALOG_FILE", str(path))
-        monkeypatch.setattr(catalog_module, "_cache", {})
-        return catalog_module.default_catalog()
 
-    return install
+@pytest.fixture
+def two_h100(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Catalog:
+    return install_catalog(monkeypatch, tmp_path, {"8xH100": 2})
 
 
 def ssh_public_key() -> str:

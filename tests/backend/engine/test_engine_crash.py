@@ -35,7 +35,7 @@ def _serve(database_url: str, data_dir: Path, port: int, log: Path) -> subproces
         **os.environ,
         "GPUCLOUD_DATABASE_URL": database_url,
         "GPUCLOUD_DATA_DIR": str(data_dir),
-        "GPUCLOUD_SIMULATION_SPEED": "400",
+        "GPUCLOUD_SIMULATION_SPEED": "600",
         "GPUCLOUD_SIMULATION_BOOT_FAILURE_RATE": "0.2",
         "GPUCLOUD_SIMULATION_ACCEPTANCE_FAILURE_RATE": "0.05",
         "GPUCLOUD_SIMULATION_SEED": "3",

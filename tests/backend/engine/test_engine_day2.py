@@ -8,6 +8,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.domain.catalog import Catalog
 from backend.provisioning.worker import EngineWorker
 from backend.store.engine_models import Allocation, EngineNode, NodeTransition
 from tests.backend.engine.conftest import create, drain, get, ssh_public_key
@@ -131,9 +132,8 @@ def test_engine_deletion_protection_refuses_delete(
 
 
 def test_engine_create_beyond_capacity_is_409_and_stores_nothing(
-    admin: TestClient, small_catalog: Callable[[dict[str, int]], object], sessions: sessionmaker[Session]
+    three_h100: Catalog, admin: TestClient, sessions: sessionmaker[Session]
 ) -> None:
-    small_catalog({"8xH100": 3})
     create(admin, node_count=2)
     response = admin.post(
         "/v1/clusters",
@@ -154,11 +154,10 @@ def test_engine_create_beyond_capacity_is_409_and_stores_nothing(
 
 
 def test_engine_scale_up_beyond_capacity_is_409(
+    three_h100: Catalog,
     admin: TestClient,
-    small_catalog: Callable[[dict[str, int]], object],
     make_worker: Callable[..., EngineWorker],
 ) -> None:
-    small_catalog({"8xH100": 3})
     cluster = create(admin, node_count=2)
     drain(make_worker())
     response = admin.patch(f"/v1/clusters/{cluster['id']}", json={"node_count": 4})

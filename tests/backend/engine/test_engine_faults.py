@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.domain.catalog import Catalog
 from backend.provisioning.driver import OperationRequest, OpKind
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.simulated import SimulatedDatacenter
@@ -81,12 +82,11 @@ def test_engine_boot_failure_is_replaced_from_the_pool(
 
 
 def test_engine_rolls_back_when_no_replacement_is_free(
+    two_h100: Catalog,
     admin: TestClient,
-    small_catalog: Callable[[dict[str, int]], object],
     make_worker: Callable[..., EngineWorker],
     sessions: sessionmaker[Session],
 ) -> None:
-    small_catalog({"8xH100": 2})
     seed = seed_where(0.5, {("train-0", 1): False, ("train-1", 1): True})
     cluster = create(admin)
     drain(make_worker(simulation_seed=seed, simulation_boot_failure_rate=0.5))

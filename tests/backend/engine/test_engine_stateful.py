@@ -317,4 +317,3 @@ def test_engine_stateful_invariants(sqlite_template: Path) -> None:
 @pytest.fixture(autouse=True)
 def _no_catalog_file(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUCLOUD_CATALOG_FILE", raising=False)
-
