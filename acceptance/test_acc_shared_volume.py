@@ -143,3 +143,45 @@ def test_acc_shared_volume_unknown_values_are_not_rejected(gpucloud_tf: GpuCloud
     assert after[ADDRESS].get("estimated_hourly_cost_usd") is True, json.dumps(after)
     apply_and_check(tf)
     tf.destroy()
+
+
+def test_acc_shared_volume_provider_config_unknown_at_plan(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    """The provider block depends on a value known only after apply: plan works without the API, and the
+    apply configures the provider once the value is known."""
+    tf = gpucloud_tf(volume_config(name="late-config", size=1))
+    tf.write(
+        "provider.tf",
+        f"""
+        terraform {{
+          required_providers {{
+            gpucloud = {{ source = "gpucloud/gpucloud" }}
+          }}
+        }}
+
+        resource "terraform_data" "endpoint" {{
+          input = "{backend.url}"
+        }}
+
+        provider "gpucloud" {{
+          endpoint = terraform_data.endpoint.output
+        }}
+        """,
+    )
+    tf.plan("-out=p.tfplan")
+    planned = tf.show_json("p.tfplan")
+    (volume,) = [c for c in planned["resource_changes"] if c["address"] == ADDRESS]
+    assert volume["change"]["after_unknown"]["estimated_hourly_cost_usd"] is True
+    tf.apply(plan_file="p.tfplan")
+    tf.assert_plan_empty()
+    volume_id = values(tf, ADDRESS)["id"]
+    assert backend.client.get_volume(volume_id)["name"] == "late-config"
+    tf.destroy()
+    assert volume_id not in {v["id"] for v in backend.client.list_volumes()}
+
+
+def test_acc_shared_volume_import_of_missing_id_fails_clearly(gpucloud_tf: GpuCloudTerraform) -> None:
+    tf = gpucloud_tf(volume_config())
+    result = tf.import_(ADDRESS, "vol_01hzy3m1q8r2t6v9w4x5y7z0ab", check=False)
+    assert result.returncode == 1 and "Cannot import non-existent remote object" in result.output

@@ -170,6 +170,8 @@ class SharedVolumeResource(Resource):
         return self._state(response.body)
 
     def read(self, ctx: Context, state: State) -> State | None:
+        if not configured(ctx):
+            return state  # the provider block is not known yet: plan against the stored state
         try:
             body = get_with_etag(ctx, _path(state["id"]))
         except ApiError as error:

@@ -23,6 +23,7 @@ from provider.framework.validators import custom, string_length, string_matches
 from provider.resources._common import (
     api_error,
     client_of,
+    configured,
     conflict_existing_id,
     create_done,
     create_key,
@@ -154,6 +155,8 @@ class SshKeyResource(Resource):
         return self._state(response.body, plan)
 
     def read(self, ctx: Context, state: State) -> State | None:
+        if not configured(ctx):
+            return state  # the provider block is not known yet: plan against the stored state
         try:
             body = get_with_etag(ctx, _path(state["id"]))
         except ApiError as error:
