@@ -136,3 +136,19 @@ def test_acc_examples_of_ssh_key_volume_and_data_sources_plan(
     result = tf.plan("-detailed-exitcode")
     assert result.returncode == 2 and "2 to add, 0 to change, 0 to destroy" in result.output
     assert "h100_prices" in result.output and "ops_key_id" in result.output
+
+
+def test_acc_provider_missing_or_rejected_key_is_reported_at_the_provider_block(
+    gpucloud_tf: GpuCloudTerraform,
+) -> None:
+    tf = gpucloud_tf('data "gpucloud_regions" "all" {}')
+    rejected = tf.run("plan", check=False, env={"GPUCLOUD_API_KEY": "gpc_not_a_real_key"})
+    text = " ".join(rejected.output.split())
+    assert rejected.returncode == 1 and "Invalid API Key" in text and "rejected the API key" in text
+    assert 'provider "gpucloud"' in text  # Terraform points at the provider block
+
+    del tf.env["GPUCLOUD_API_KEY"]
+    missing = tf.plan(check=False)
+    text = " ".join(missing.output.split())
+    assert missing.returncode == 1 and "Missing API Key" in text and "GPUCLOUD_API_KEY" in text
+    assert 'provider "gpucloud"' in text
