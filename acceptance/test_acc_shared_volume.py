@@ -185,3 +185,21 @@ def test_acc_shared_volume_import_of_missing_id_fails_clearly(gpucloud_tf: GpuCl
     tf = gpucloud_tf(volume_config())
     result = tf.import_(ADDRESS, "vol_01hzy3m1q8r2t6v9w4x5y7z0ab", check=False)
     assert result.returncode == 1 and "Cannot import non-existent remote object" in result.output
+
+
+def test_acc_shared_volume_import_block_generates_config_that_plans_clean(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    existing = backend.client.create_volume(
+        name="generated", region="eu-north-1", size_tib=2, idempotency_key="g"
+    )
+    tf = gpucloud_tf(f'import {{\n  to = {ADDRESS}\n  id = "{existing["id"]}"\n}}\n')
+    tf.plan("-generate-config-out=generated.tf")
+    generated = " ".join((tf.workdir / "generated.tf").read_text().split())
+    assert (
+        'region = "eu-north-1"' in generated and "size_tib = 2" in generated and "mount_path" not in generated
+    )
+    tf.apply()
+    tf.assert_plan_empty()
+    tf.destroy()
+    assert existing["id"] not in {v["id"] for v in backend.client.list_volumes()}

@@ -116,3 +116,20 @@ def test_acc_ssh_key_duplicate_names_the_existing_key(
     assert "SSH Key Already Registered" in result.output and existing["id"] in result.output
     assert tf.run("state", "list", check=False).stdout.strip() == ""
     backend.client.delete_ssh_key(existing["id"])
+
+
+def test_acc_ssh_key_import_block_generates_config_that_plans_clean(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    existing = backend.client.create_ssh_key(
+        name="generated", public_key=new_public_key() + "\n", idempotency_key="gen-1"
+    )
+    tf = gpucloud_tf(f'import {{\n  to = {ADDRESS}\n  id = "{existing["id"]}"\n}}\n')
+    tf.plan("-generate-config-out=generated.tf")
+    generated = (tf.workdir / "generated.tf").read_text()
+    assert 'name       = "generated"' in generated and "fingerprint" not in generated
+    tf.apply()
+    assert values(tf, ADDRESS)["id"] == existing["id"]
+    tf.assert_plan_empty()
+    tf.destroy()
+    assert existing["id"] not in {k["id"] for k in backend.client.list_ssh_keys()}
