@@ -123,4 +123,7 @@ class ClusterOut(BaseModel):
     kubernetes: dict[str, Any] | None = None
     nccl_env: dict[str, str] = Field(default_factory=dict)
     fabric: dict[str, Any] | None = None
+    reservation: dict[str, Any] | None = Field(
+        default=None, description="The reserved term once it started (billing.type = reserved)"
+    )
     phase_history: list[dict[str, Any]] = Field(default_factory=list)

@@ -20,9 +20,11 @@ from backend.api.schemas import (
     Page,
     PageSize,
     PageToken,
+    problem_response_doc,
 )
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
+from backend.billing.reports import cluster_billing
 from backend.domain.catalog import Catalog
 from backend.domain.etags import etag_for
 from backend.provisioning.views import cluster_runtime
@@ -30,6 +32,8 @@ from backend.services import clusters
 from backend.store.models import Cluster
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
+# Billing refuses new volume attachments to a project out of credits (after a grace period).
+CLUSTER_WRITE_ERRORS = {**WRITE_ERRORS, 402: problem_response_doc("The project is out of credits")}
 KIND = "cluster"
 
 
@@ -57,6 +61,7 @@ def to_out(session: Session, row: Cluster, catalog: Catalog) -> ClusterOut:
         "updated_at": row.updated_at,
     }
     body.update(cluster_runtime(session, row.id))
+    body.update(cluster_billing(session, row.id))
     return ClusterOut.model_validate(body)
 
 
@@ -68,7 +73,7 @@ def _outcome(
     )
 
 
-@router.post("", status_code=201, response_model=ClusterOut, responses=WRITE_ERRORS)
+@router.post("", status_code=201, response_model=ClusterOut, responses=CLUSTER_WRITE_ERRORS)
 def create_cluster(
     body: ClusterCreate, request: Request, principal: Writer, idempotency_key: IdempotencyKey = None
 ) -> Response:
@@ -118,7 +123,7 @@ def get_cluster(cluster_id: str, request: Request, principal: Reader) -> Respons
     )
 
 
-@router.patch("/{cluster_id}", response_model=ClusterOut, responses=WRITE_ERRORS)
+@router.patch("/{cluster_id}", response_model=ClusterOut, responses=CLUSTER_WRITE_ERRORS)
 def update_cluster(
     cluster_id: str, body: ClusterUpdate, request: Request, principal: Writer, if_match: IfMatch = None
 ) -> Response:
@@ -147,7 +152,7 @@ def update_cluster(
     return run_write(request, principal, action="cluster.update", operation=operation, body=body)
 
 
-@router.delete("/{cluster_id}", status_code=202, response_model=ClusterOut, responses=WRITE_ERRORS)
+@router.delete("/{cluster_id}", status_code=202, response_model=ClusterOut, responses=CLUSTER_WRITE_ERRORS)
 def delete_cluster(
     cluster_id: str, request: Request, principal: Writer, if_match: IfMatch = None
 ) -> Response:
@@ -163,7 +168,7 @@ def delete_cluster(
     return run_write(request, principal, action="cluster.delete", operation=operation)
 
 
-@router.post("/{cluster_id}/volumes/{volume_id}", response_model=ClusterOut, responses=WRITE_ERRORS)
+@router.post("/{cluster_id}/volumes/{volume_id}", response_model=ClusterOut, responses=CLUSTER_WRITE_ERRORS)
 def attach_volume(
     cluster_id: str,
     volume_id: str,
@@ -189,7 +194,7 @@ def attach_volume(
     return run_write(request, principal, action="cluster.attach_volume", operation=operation)
 
 
-@router.delete("/{cluster_id}/volumes/{volume_id}", response_model=ClusterOut, responses=WRITE_ERRORS)
+@router.delete("/{cluster_id}/volumes/{volume_id}", response_model=ClusterOut, responses=CLUSTER_WRITE_ERRORS)
 def detach_volume(
     cluster_id: str, volume_id: str, request: Request, principal: Writer, if_match: IfMatch = None
 ) -> Response:

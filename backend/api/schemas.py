@@ -47,24 +47,24 @@ class Problem(BaseModel):
     request_id: str | None = None
 
 
-def _problem(description: str) -> dict[str, Any]:
+def problem_response_doc(description: str) -> dict[str, Any]:
     # backend.api.openapi moves the schema under application/problem+json.
     return {"description": description, "model": Problem}
 
 
 READ_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: _problem("Malformed request (bad JSON, bad page token, bad header)"),
-    401: _problem("Missing, malformed, unknown or revoked API key"),
-    404: _problem("No such resource in this project"),
-    413: _problem("Request body too large"),
-    422: _problem("Invalid input; `field` names the offending field"),
-    429: _problem("Rate limit exceeded; see Retry-After"),
+    400: problem_response_doc("Malformed request (bad JSON, bad page token, bad header)"),
+    401: problem_response_doc("Missing, malformed, unknown or revoked API key"),
+    404: problem_response_doc("No such resource in this project"),
+    413: problem_response_doc("Request body too large"),
+    422: problem_response_doc("Invalid input; `field` names the offending field"),
+    429: problem_response_doc("Rate limit exceeded; see Retry-After"),
 }
 WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     **READ_ERRORS,
-    403: _problem("The API key's role may not write"),
-    409: _problem("Conflicts with the current state"),
-    412: _problem("If-Match does not match the current ETag"),
+    403: problem_response_doc("The API key's role may not write"),
+    409: problem_response_doc("Conflicts with the current state"),
+    412: problem_response_doc("If-Match does not match the current ETag"),
 }
 
 PageSize = Annotated[int | None, Query(ge=1, le=200, description="Items per page (default 50)")]

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, joinedload
 
+from backend.billing.account import check_attach_allowed
 from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.pricing import PricingError
 from backend.domain.catalog import Catalog
@@ -63,9 +64,14 @@ def estimated_hourly_cost(spec: Mapping[str, Any], catalog: Catalog) -> Decimal:
 
 
 def _check_spec(
-    session: Session, catalog: Catalog, project_id: str, spec: Mapping[str, Any]
+    session: Session,
+    catalog: Catalog,
+    project_id: str,
+    spec: Mapping[str, Any],
+    attached: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """The spec with defaults applied; 422 naming every offending field."""
+    """The spec with defaults applied; 422 naming every offending field, 402 when billing refuses to
+    attach more storage to a project out of credits (`attached`: volumes already attached)."""
     full = apply_cluster_defaults(spec, catalog)
     errors = [FieldError(e.path, e.code, e.message) for e in validate_cluster_spec(full, catalog)]
     errors += _check_references(session, project_id, full)
@@ -73,6 +79,8 @@ def _check_spec(
         errors += _check_cost(full, catalog)
     if errors:
         raise validation_failed(errors)
+    if set(full.get("volume_ids") or []) - set(attached):
+        check_attach_allowed(session, project_id=project_id, now=utcnow())
     return full
 
 
@@ -249,7 +257,7 @@ def update_cluster(
         merged["billing"] = billing
     if errors:
         raise validation_failed(errors)
-    full = _check_spec(session, catalog, project_id, merged)
+    full = _check_spec(session, catalog, project_id, merged, attached=current["volume_ids"])
     if full != current:
         _apply(row, full)
         touch(row)

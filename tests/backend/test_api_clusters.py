@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from backend.settings import Settings
+from backend.store.billing_models import BillingAccount
+from backend.store.db import make_engine, make_session_factory
+from tests.backend.conftest import Tenant
 from tests.backend.keys import ed25519_key
 
 SPEC_FIELDS = (
@@ -231,3 +236,31 @@ def test_cluster_list_by_name(admin: TestClient) -> None:
     assert [c["id"] for c in admin.get("/v1/clusters", params={"name": "beta"}).json()["items"]] == [
         second["id"]
     ]
+
+
+def test_cluster_reservation_field_is_null_until_a_reserved_term_starts(admin: TestClient) -> None:
+    created = _create(admin, billing={"type": "reserved", "duration_days": 7})
+    assert created["reservation"] is None and created["billing"]["on_expiry"] == "decommission"
+
+
+def test_cluster_new_volume_attachment_is_refused_when_billing_says_credits_ran_out(
+    admin: TestClient, tenant: Tenant, settings: Settings
+) -> None:
+    created, volume = _create(admin), _volume(admin)
+    engine = make_engine(settings)
+    with make_session_factory(engine, write=True).begin() as session:
+        long_ago = datetime.now(UTC) - timedelta(days=30)
+        session.add(
+            BillingAccount(
+                project_id=tenant.project_id, prepaid=True, exhausted_since=long_ago, updated_at=long_ago
+            )
+        )
+    engine.dispose()
+    refused = admin.post(f"/v1/clusters/{created['id']}/volumes/{volume}")
+    assert refused.status_code == 402 and refused.json()["code"] == "credits_exhausted"
+    assert refused.json()["field"] == "volume_id"
+    assert admin.get(f"/v1/clusters/{created['id']}").json()["volume_ids"] == []
+    assert (
+        admin.patch(f"/v1/clusters/{created['id']}", json={"labels": {"still": "editable"}}).status_code
+        == 200
+    )

@@ -80,6 +80,7 @@ def upgrade() -> None:
         sa.Column("rollback_reason", sa.Text(), nullable=True),
         sa.Column("blocked_generation", sa.Integer(), nullable=True),
         sa.Column("membership_version", sa.Integer(), nullable=False),
+        sa.Column("paused_reason", sa.Text(), nullable=True),
         sa.Column("finished", sa.Boolean(), nullable=False),
         sa.ForeignKeyConstraint(
             ["cluster_id"],

@@ -138,6 +138,12 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_billing_volume_segments")),
     )
     op.create_index(op.f("ix_billing_volume_segments_volume_id"), "billing_volume_segments", ["volume_id"])
+    op.create_index(
+        "uq_billing_volume_segments_volume_start",
+        "billing_volume_segments",
+        ["volume_id", "started_at"],
+        unique=True,
+    )
 
     op.create_table(
         "billing_credit_holds",
