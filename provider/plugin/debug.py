@@ -54,13 +54,11 @@ def serve_debug(make_server: Callable[[], object], *, provider_address: str) -> 
             "Press Ctrl-C to stop the provider.\n"
         )
         sys.stdout.flush()
-        signal.signal(signal.SIGTERM, lambda _signo, _frame: stopping.set())
-        try:
-            while not stopping.wait(3600):
-                pass
-        except KeyboardInterrupt:
+        # Explicit handlers: a shell starting us in the background would otherwise leave SIGINT ignored.
+        for signo in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signo, lambda _signo, _frame: stopping.set())
+        while not stopping.wait(3600):
             pass
-        stopping.set()
         server.stop(0)
     finally:
         shutil.rmtree(directory, ignore_errors=True)

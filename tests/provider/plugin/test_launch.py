@@ -303,3 +303,32 @@ def test_launch_runs_parallel_rpcs_beside_the_pinned_streams(client_cert: Client
             stdio.cancel()
             broker.cancel()
         assert _shutdown(plugin, client_cert) < 2.0
+
+
+def test_debug_mode_stops_on_sigint_even_when_started_in_the_background(tmp_path: Path) -> None:
+    """Non-interactive shells start background jobs with SIGINT ignored; Ctrl-C must still work."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TF_", "PLUGIN_"))}
+    env["PYTHONPATH"] = str(REPO)
+    out = tmp_path / "out"
+    shell = subprocess.run(
+        ["/bin/sh", "-c", f"{' '.join(FAKE_PROVIDER)} --debug > {out} 2>&1 & echo $!"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    pid = int(shell.stdout.strip())
+    try:
+        deadline = time.monotonic() + 20
+        while "TF_REATTACH_PROVIDERS=" not in (out.read_text() if out.exists() else ""):
+            assert time.monotonic() < deadline, "debug mode never printed TF_REATTACH_PROVIDERS"
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGINT)
+        deadline = time.monotonic() + 10
+        while _alive(pid):
+            assert time.monotonic() < deadline, "debug-mode provider ignored SIGINT"
+            time.sleep(0.05)
+    finally:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
