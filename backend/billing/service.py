@@ -65,24 +65,36 @@ class MeteringResult:
 def run_metering(
     *, sessions: sessionmaker[Session], clock: Clock, settings: BillingSettings, prices: PriceBook
 ) -> MeteringResult:
-    """One pass of the metering job over every project."""
+    """One pass of the metering job over every project.
+
+    A project whose pass fails (rolled back, retried next pass) does not hold up the others; the first
+    failure is raised once every project had its turn.
+    """
     now = clock.now()
     result = MeteringResult()
+    failures: list[Exception] = []
     with sessions() as session:
         project_ids = list(session.scalars(select(Project.id).order_by(Project.id)))
     for project_id in project_ids:
-        with sessions.begin() as session:
-            meter_project(
-                session=session,
-                project_id=project_id,
-                now=now,
-                settings=settings,
-                prices=prices,
-                result=result,
-            )
+        try:
+            with sessions.begin() as session:
+                meter_project(
+                    session=session,
+                    project_id=project_id,
+                    now=now,
+                    settings=settings,
+                    prices=prices,
+                    result=result,
+                )
+        except Exception as error:  # rolled back; the next pass charges the same keys
+            log.warning("billing.project_pass_failed", project_id=project_id, error=repr(error))
+            failures.append(error)
+            continue
         result.projects += 1
     if result.records_charged or result.reservations_started or result.clusters_paused:
         log.info("billing.metered", **vars(result))
+    if failures:
+        raise failures[0]
     return result
 
 

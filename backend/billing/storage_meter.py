@@ -35,8 +35,11 @@ def sync_volume_segments(session: Session, *, project_id: str, now: datetime) ->
             segment.ended_at = max(ensure_utc(segment.started_at), _deleted_at(session, volume_id) or now)
         elif Decimal(volume.size_tib) != segment.size_tib:
             resized_at = max(ensure_utc(segment.started_at), to_second(ensure_utc(volume.updated_at)))
-            segment.ended_at = resized_at
-            session.add(_segment(volume, started_at=resized_at))
+            if resized_at == ensure_utc(segment.started_at):
+                segment.size_tib = Decimal(volume.size_tib)  # resized within its first second
+            else:
+                segment.ended_at = resized_at
+                session.add(_segment(volume, started_at=resized_at))
     known = {s.volume_id for s in session.scalars(of_project)}
     for volume_id, volume in volumes.items():
         if volume_id not in known:

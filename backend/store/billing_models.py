@@ -138,6 +138,12 @@ class VolumeSegment(Base):
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+# Two concurrent passes cannot both open a segment for the same volume and moment.
+Index(
+    "uq_billing_volume_segments_volume_start", VolumeSegment.volume_id, VolumeSegment.started_at, unique=True
+)
+
+
 class CreditHold(Base):
     """An on-demand cluster paused (and maybe decommissioned) because its project ran out of credits."""
 

@@ -90,3 +90,13 @@ def test_a_key_charged_by_a_concurrent_pass_after_our_check_is_skipped_not_doubl
     assert world.run(at("11:01:30")).records_charged == 0
     assert world.charged(project) == Decimal("31.92")
     assert world.balance(project) == Decimal("100.00") - Decimal("31.92")
+
+
+def test_a_volume_resized_in_the_second_it_was_first_metered_keeps_one_segment(world: BillingWorld) -> None:
+    project = world.project()
+    volume = world.volume(project, region="us-east-1", size_tib=1, created=at("10:00:00"))
+    world.run(at("10:00:30"))
+    world.resize_volume(volume, 3, at("10:00:00"))
+    world.run(at("10:00:40"))
+    world.run(at("12:01:00"))
+    assert world.charged(project, kind="storage") == Decimal("0.1122") * 3 * 2
