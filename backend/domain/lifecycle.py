@@ -132,6 +132,7 @@ class ClusterPhase(StrEnum):
     SCALING = "Scaling"
     RECONFIGURING = "Reconfiguring"
     DEGRADED = "Degraded"
+    PAUSED = "Paused"
     ROLLING_BACK = "RollingBack"
     DELETING = "Deleting"
     DELETED = "Deleted"

@@ -68,6 +68,27 @@ def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: S
         cluster.status_reason = None
 
 
+def pause_cluster(session: Session, cluster_id: str, reason: str) -> None:
+    """Hold a cluster (billing: credits exhausted): no change is applied and its status is PAUSED until
+    `resume_cluster`; deletion still proceeds."""
+    state = session.get(EngineCluster, cluster_id)
+    cluster = session.get(Cluster, cluster_id)
+    if state is None or cluster is None or state.finished:
+        return
+    state.paused_reason = reason
+    wake(session, cluster_id, utcnow())
+
+
+def resume_cluster(session: Session, cluster_id: str, reason: str) -> None:
+    """Undo `pause_cluster`; the reconciler applies whatever changed meanwhile."""
+    del reason
+    state = session.get(EngineCluster, cluster_id)
+    if state is None or state.paused_reason is None:
+        return
+    state.paused_reason = None
+    wake(session, cluster_id, utcnow())
+
+
 def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetime) -> None:
     itype = catalog.instance_type(cluster.instance_type)
     region = catalog.region(cluster.region)

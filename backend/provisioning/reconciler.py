@@ -46,6 +46,7 @@ STAGE_OP = {
 }
 MAX_STEPS_PER_NODE_PASS = 20
 SCALE_UP_FAILED = "scale-up rolled back"
+PAUSED = "PAUSED"  # cluster-level only (billing hold); node statuses stay TensorPool's
 
 
 @dataclass
@@ -85,6 +86,13 @@ def _reconcile(ctx: PassContext, cluster_id: str) -> dt.datetime | None:
     for node in nodes:
         if node.active_name is None and node.stage != S.RELEASING:
             _start_release(ctx, cluster, node, "removed from the cluster")
+    if state.paused_reason is not None:
+        for node in nodes:
+            if node.stage == S.RELEASING:
+                _advance_release(ctx, node, cluster)
+        set_cluster_status(cluster, PAUSED, state.paused_reason)
+        set_phase(ctx.session, cluster, str(ClusterPhase.PAUSED), ctx.now, state.paused_reason)
+        return ctx.next_due()
     _control_plane(ctx, cluster, state)
     for _ in range(3):  # a few sweeps so barrier-released nodes move in the same pass
         progressed = False

@@ -121,7 +121,11 @@ class EngineWorker:
                 session.add(WorkerRow(id=self.id, started_at=now, heartbeat_at=now, passes=self.total_passes))
             else:
                 row.heartbeat_at, row.passes = now, self.total_passes
-            session.execute(update(WorkItem).where(WorkItem.lease_owner == self.id)
+            held = select(WorkItem.cluster_id).where(WorkItem.lease_owner == self.id)
+            if session.get_bind().dialect.name == "postgresql":
+                # The row a pass has locked is skipped (the pass ends its lease anyway): no waiting.
+                held = held.with_for_update(skip_locked=True)
+            session.execute(update(WorkItem).where(WorkItem.cluster_id.in_(held))
                             .values(lease_expires_at=now + self._lease))
             session.commit()
 

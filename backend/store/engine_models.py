@@ -40,7 +40,8 @@ class EngineCluster(Base):
     partition_key: Mapped[str | None] = mapped_column(String(8))
     public_ip: Mapped[str | None] = mapped_column(String(45))
     jumphost_ip: Mapped[str | None] = mapped_column(String(45))
-    # Control plane (jumphost with slurmctld / Kubernetes API): absent | creating | ready | releasing | released
+    # Control plane (jumphost with slurmctld / Kubernetes API):
+    # absent | creating | ready | releasing | released
     control_plane: Mapped[str] = mapped_column(String(16), nullable=False, default="absent")
     control_plane_op: Mapped[str | None] = mapped_column(String(160))
     control_plane_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
@@ -54,12 +55,16 @@ class EngineCluster(Base):
     # A scale-up that could not be completed for this spec generation (not retried until the spec changes).
     blocked_generation: Mapped[int | None] = mapped_column(Integer)
     membership_version: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    # Set while billing holds the cluster (credits exhausted): no changes are applied until resumed.
+    paused_reason: Mapped[str | None] = mapped_column(Text)
     finished: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
 
 
 class EngineNode(Base):
     __tablename__ = "engine_nodes"
-    __table_args__ = (UniqueConstraint("cluster_id", "active_name", name="uq_engine_nodes_cluster_active_name"),)
+    __table_args__ = (
+        UniqueConstraint("cluster_id", "active_name", name="uq_engine_nodes_cluster_active_name"),
+    )
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), nullable=False,
@@ -132,7 +137,9 @@ class Allocation(Base):
     """One held resource: kind slot|partition_key|subnet|public_ip|private_ip in a pool."""
 
     __tablename__ = "engine_allocations"
-    __table_args__ = (UniqueConstraint("kind", "pool", "value", name="uq_engine_allocations_kind_pool_value"),)
+    __table_args__ = (
+        UniqueConstraint("kind", "pool", "value", name="uq_engine_allocations_kind_pool_value"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     kind: Mapped[str] = mapped_column(String(16), nullable=False)

@@ -163,3 +163,29 @@ def test_engine_scale_up_beyond_capacity_is_409(
     response = admin.patch(f"/v1/clusters/{cluster['id']}", json={"node_count": 4})
     assert response.status_code == 409 and response.json()["code"] == "insufficient_capacity"
     assert get(admin, cluster["id"])["node_count"] == 2
+
+
+def test_engine_pause_holds_changes_and_resume_applies_them(
+    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session]
+) -> None:
+    from backend.provisioning.engine import pause_cluster, resume_cluster
+
+    cluster = create(admin)
+    worker = make_worker()
+    drain(worker)
+    with sessions.begin() as session:
+        pause_cluster(session, cluster["id"], "credits exhausted")
+    drain(worker)
+    body = get(admin, cluster["id"])
+    assert body["status"] == "PAUSED" and body["status_reason"] == "credits exhausted"
+    assert body["phase"] == "Paused"
+    assert admin.patch(f"/v1/clusters/{cluster['id']}", json={"node_count": 3}).status_code == 200
+    drain(worker)
+    assert len(get(admin, cluster["id"])["nodes"]) == 3
+    assert statuses_of(sessions, "train-2") == ["PENDING"]  # held: admitted, not started
+    with sessions.begin() as session:
+        resume_cluster(session, cluster["id"], "credits added")
+    drain(worker)
+    body = get(admin, cluster["id"])
+    assert body["status"] == "RUNNING" and body["status_reason"] is None
+    assert statuses_of(sessions, "train-2")[-1] == "RUNNING"

@@ -96,3 +96,16 @@ def test_other_projects_cannot_read_artifacts(
     intruder = TestClient(client.app, headers={"Authorization": f"Bearer {other.admin_key}"})
     assert intruder.get(f"/v1/clusters/{cluster['id']}/artifacts/slurm.conf").status_code == 404
     assert intruder.get(f"/v1/clusters/{cluster['id']}/credentials").status_code == 404
+
+
+def test_efa_cluster_publishes_interfaces_and_libfabric_env(
+    admin: TestClient, make_worker: Callable[..., EngineWorker]
+) -> None:
+    cluster = create(admin, instance_type="8xH100-EFA")
+    drain(make_worker())
+    body = get(admin, cluster["id"])
+    assert body["status"] == "RUNNING" and body["interconnect"] == "efa"
+    assert body["fabric"]["kind"] == "efa" and body["fabric"]["partition_key"] is None
+    network = body["nodes"][0]["network"]
+    assert len(network["efa_interfaces"]) == 32 and "hcas" not in network
+    assert body["nccl_env"]["FI_PROVIDER"] == "efa" and body["nccl_env"]["RDMAV_FORK_SAFE"] == "1"
