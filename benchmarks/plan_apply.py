@@ -78,15 +78,20 @@ def prepare(count: int, mirror: Path) -> dict[str, Terraform]:
     return {"terraform_data": builtin, "conformance_simple": provider}
 
 
-def measure(runners: dict[str, Terraform], repetitions: int) -> dict[tuple[str, str], list[float]]:
-    """Seconds per (resource kind, operation), one sample per repetition."""
-    samples: dict[tuple[str, str], list[float]] = {}
+Samples = dict[tuple[int, str, str], list[float]]  # (count, kind, operation) -> seconds per repetition
+
+
+def measure(runners: dict[int, dict[str, Terraform]], repetitions: int) -> Samples:
+    """One sample per repetition; sizes and kinds interleaved so a change in machine load hits all alike."""
+    samples: Samples = {}
     for _ in range(repetitions):
-        for kind, tf in runners.items():
-            timings = {"plan": tf.plan().seconds, "apply": tf.apply().seconds, "re-plan": tf.plan().seconds}
-            tf.destroy()
-            for operation, seconds in timings.items():
-                samples.setdefault((kind, operation), []).append(seconds)
+        for count, by_kind in runners.items():
+            for kind, tf in by_kind.items():
+                timings = {"plan": tf.plan().seconds, "apply": tf.apply().seconds}
+                timings["re-plan"] = tf.plan().seconds
+                tf.destroy()
+                for operation, seconds in timings.items():
+                    samples.setdefault((count, kind, operation), []).append(seconds)
     return samples
 
 
@@ -108,13 +113,13 @@ def run() -> None:
     shutil.rmtree(WORKSPACE, ignore_errors=True)
     mirror = write_conformance_mirror(WORKSPACE / "mirror")
     sizes, repetitions = _sizes(), _repetitions()
-    print(f"Terraform 1.11 from PATH; median of {repetitions} runs; default -parallelism (10)")
+    load_before = os.getloadavg()[0]
+    samples = measure({count: prepare(count, mirror) for count in sizes}, repetitions)
+    medians = {key: statistics.median(seconds) for key, seconds in samples.items()}
+    print(f"Terraform 1.11 from PATH; median of {repetitions} runs; default -parallelism (10); "
+          f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after, {os.cpu_count()} CPUs")
     rows: list[list[str]] = []
-    medians: dict[tuple[int, str, str], float] = {}  # (count, kind, operation) -> seconds
     for count in sizes:
-        samples = measure(prepare(count, mirror), repetitions)
-        for (kind, operation), seconds in samples.items():
-            medians[count, kind, operation] = statistics.median(seconds)
         for operation in OPERATIONS:
             builtin = medians[count, "terraform_data", operation]
             provider = medians[count, "conformance_simple", operation]
