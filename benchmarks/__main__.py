@@ -1,7 +1,7 @@
 """`python -m benchmarks [NAME...]`: run every benchmark module (or the named ones) and print figures.
 
-Adding a benchmark is one line in BENCHMARKS: a module under benchmarks/ with a `run() -> None` that
-prints its figures. A module that is missing or fails makes the exit code non-zero; the others still run.
+Adding a benchmark is one line in BENCHMARKS: a module under benchmarks/ with a `run()` that prints
+its figures (a return value is ignored). A module that is missing or fails makes the exit code non-zero; the others still run.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import traceback
 BENCHMARKS = [
     "launch",  # spawn to handshake line of the provider (benchmarks/launch.py, plugin helper)
     "plan_apply",  # terraform plan/apply, test provider vs built-in terraform_data
+    "backend_load",  # HTTP API throughput and latency on SQLite and PostgreSQL vs a bare ASGI app
+    "engine_throughput",  # provisioning engine: clusters reconciled per second, 1 and 2 workers
 ]
 
 
