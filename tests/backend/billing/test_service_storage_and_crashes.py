@@ -100,3 +100,34 @@ def test_a_volume_resized_in_the_second_it_was_first_metered_keeps_one_segment(w
     world.run(at("10:00:40"))
     world.run(at("12:01:00"))
     assert world.charged(project, kind="storage") == Decimal("0.1122") * 3 * 2
+
+
+def test_two_passes_at_once_never_charge_a_key_twice(world: BillingWorld) -> None:
+    import threading
+
+    projects = [world.project(f"p{i}") for i in range(3)]
+    for project in projects:
+        world.grant(project, "1000.00", moment=at("09:00:00"))
+        cluster = world.cluster(project, instance_type="8xH100", region="us-east-1", node_count=2)
+        world.nodes(cluster, ["n0", "n1"], "RUNNING", at("10:00:00"))
+        world.volume(project, region="us-east-1", size_tib=5, created=at("10:00:00"))
+    errors: list[BaseException] = []
+
+    def one_pass() -> None:
+        try:
+            world.run(at("14:01:00"))
+        except BaseException as error:  # collected: the assertion below shows it
+            errors.append(error)
+
+    threads = [threading.Thread(target=one_pass) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    world.run(at("14:01:00"))  # a pass that lost a race is simply redone
+    assert all("IntegrityError" in type(e).__name__ or "Serialization" in type(e).__name__ for e in errors)
+    for project in projects:
+        keys = [r.idempotency_key for r in world.records(project)]
+        assert len(keys) == len(set(keys)) == 2 * 4 + 4  # 2 nodes x 4 h + 4 storage slices
+        expected = Decimal("1000.00") - 8 * Decimal("31.92") - 4 * 5 * Decimal("0.1122")
+        assert world.balance(project) == expected
