@@ -8,8 +8,7 @@ from provider.framework import Attribute, Context, Schema, State, StringAttribut
 from provider.framework.schema import NestedAttribute
 from provider.resources._common import client_of
 from provider.resources.data_sources import _LookupDataSource
-from provider.resources.gpu_cluster import GpuClusterResource
-from provider.resources.gpu_cluster_schema import CLUSTER_SCHEMA, cluster_state
+from provider.resources.gpu_cluster_schema import CLUSTER_SCHEMA, cluster_state, reservation_state
 
 # Settings that only steer the resource's apply; a data source has nothing to say about them.
 RESOURCE_ONLY = ("wait_for_running",)
@@ -46,7 +45,7 @@ def _schema() -> Schema:
 
 
 def _to_state(body: dict[str, Any]) -> State:
-    state = cluster_state(body, {}, None)
+    state = cluster_state(body, {}, reservation_state(body, None))
     for name in (*RESOURCE_ONLY, "timeouts"):
         state.pop(name, None)
     return state
@@ -63,11 +62,3 @@ class GpuClusterDataSource(_LookupDataSource):
 
     def list_named(self, ctx: Context, name: str) -> list[dict[str, Any]]:
         return client_of(ctx).list_clusters(name=name)
-
-    def read(self, ctx: Context, config: State) -> State | None:
-        state = super().read(ctx, config)
-        if state is not None and state.get("billing", {}).get("type") == "reserved":
-            body = {"id": state["id"], "billing": state["billing"], "instance_type": state["instance_type"],
-                    "node_count": state["node_count"]}
-            state["reservation"] = GpuClusterResource._reservation(client_of(ctx), body)
-        return state

@@ -24,10 +24,8 @@ from provider.resources._common import (
     create_key,
     etag_of,
     get_with_etag,
-    number,
     plan_create_key,
     remember_etag,
-    timestamp,
 )
 from provider.resources.cluster_checks import known
 from provider.resources.cluster_wait import (
@@ -39,6 +37,7 @@ from provider.resources.cluster_wait import (
 from provider.resources.gpu_cluster_schema import (
     CLUSTER_SCHEMA,
     cluster_state,
+    reservation_state,
     spec_from_plan,
 )
 
@@ -317,26 +316,11 @@ class GpuClusterResource(Resource):
 
     @staticmethod
     def _reservation(client: GpuCloudClient, body: dict[str, Any]) -> dict[str, Any] | None:
-        """The reserved term: from its billing record once the cluster ran, else the catalog estimate."""
-        billing = body.get("billing") or {}
-        if billing.get("type") != "reserved":
-            return None
-        out: dict[str, Any] = {"starts_at": None, "ends_at": None, "upfront_cost_usd": None}
-        try:
-            records = client.list_usage(kind="reservation", cluster_id=body["id"])
-        except ApiError:
-            records = []
-        if records:
-            record = records[0]
-            return {
-                "starts_at": timestamp(record.get("period_start")),
-                "ends_at": timestamp(record.get("period_end")),
-                "upfront_cost_usd": number(record.get("amount_usd")),
-            }
+        """The reserved term as billed, or before the cluster first ran the catalog's up-front estimate."""
+        if (body.get("billing") or {}).get("type") != "reserved" or body.get("reservation"):
+            return reservation_state(body, None)
         try:
             cost = checks.estimate(checks.catalog_of(client), body)
         except ApiError:
             cost = None
-        if cost is not None:
-            out["upfront_cost_usd"] = cost.upfront_usd
-        return out
+        return reservation_state(body, cost.upfront_usd if cost is not None else None)

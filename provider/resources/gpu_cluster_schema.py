@@ -391,6 +391,21 @@ def kubernetes_state(kube: dict[str, Any] | None) -> dict[str, Any] | None:
     return {"api_endpoint": kube.get("api_endpoint"), "ca_certificate": kube.get("ca_certificate")}
 
 
+def reservation_state(body: dict[str, Any], estimated_upfront: Any) -> dict[str, Any] | None:
+    """The reserved term of a reserved cluster: as billed once it first ran (the API's `reservation`),
+    before that only the estimated up-front charge."""
+    if (body.get("billing") or {}).get("type") != "reserved":
+        return None
+    term = body.get("reservation")
+    if isinstance(term, dict) and term.get("term_start"):
+        return {
+            "starts_at": timestamp(term["term_start"]),
+            "ends_at": timestamp(term["term_end"]) if term.get("term_end") else None,
+            "upfront_cost_usd": _number(term.get("upfront_usd")),
+        }
+    return {"starts_at": None, "ends_at": None, "upfront_cost_usd": estimated_upfront}
+
+
 def computed_state(body: dict[str, Any], reservation: dict[str, Any] | None) -> dict[str, Any]:
     """The computed attributes from the API's cluster object."""
     multi_node = int(body.get("node_count") or 1) > 1

@@ -27,14 +27,14 @@ from provider.framework import (
 )
 from provider.framework.validators import custom, int_between, string_matches
 from provider.resources._common import GpuCloudConfig
+from provider.resources.cluster_credentials import ClusterCredentialsEphemeralResource
+from provider.resources.cluster_data_source import GpuClusterDataSource
 from provider.resources.data_sources import (
     InstanceTypesDataSource,
     RegionsDataSource,
     SharedVolumeDataSource,
     SshKeyDataSource,
 )
-from provider.resources.cluster_credentials import ClusterCredentialsEphemeralResource
-from provider.resources.cluster_data_source import GpuClusterDataSource
 from provider.resources.gpu_cluster import GpuClusterResource
 from provider.resources.shared_volume import SharedVolumeResource
 from provider.resources.ssh_key import SshKeyResource

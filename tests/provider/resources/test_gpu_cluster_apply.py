@@ -231,3 +231,19 @@ def test_gpu_cluster_credentials_kubeconfig_or_ssh(api):
     ctx = ctx_for(api)
     eph.open(ctx, {"cluster_id": "cls_404"})
     assert [d.summary for d in ctx.diagnostics] == ["Cluster Not Found"]
+
+
+def test_gpu_cluster_reservation_estimated_until_billed_then_as_billed(api):
+    billing = {"type": "reserved", "duration_days": 7, "on_expiry": "decommission"}
+    state = created(api, node_count=1, orchestrator="none", billing=billing)
+    # Before the term starts: 8 GPUs x 3.99 x (1 - 0.15) x 24 h x 7 days.
+    estimate = {"starts_at": None, "ends_at": None, "upfront_cost_usd": Decimal("4558.176")}
+    assert state["reservation"] == estimate
+    api.clusters["cls_1"]["reservation"] = {
+        "term_start": "2026-11-26T01:00:05Z", "term_end": "2026-12-03T01:00:05Z",
+        "upfront_usd": "4558.176000",
+    }
+    fresh = RESOURCE.read(ctx_for(api), state)
+    assert fresh is not None and fresh["reservation"] == {
+        "starts_at": "2026-11-26T01:00:05Z", "ends_at": "2026-12-03T01:00:05Z",
+        "upfront_cost_usd": Decimal("4558.176")}
