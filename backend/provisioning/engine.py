@@ -47,8 +47,9 @@ def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: S
         if cluster.deletion_protection:
             raise Conflict("deletion_protection is enabled on this cluster; set it to false first",
                            field="deletion_protection", code="deletion_protected")
-        if state is None:  # deleted before anything was admitted
+        if state is None or state.finished:  # nothing (left) to tear down, e.g. a rolled-back create
             set_cluster_status(cluster, str(NodeStatus.DESTROYED), None)
+            set_phase(session, cluster, str(ClusterPhase.DELETED), now)
         return
     if state is None:
         _admit(session, catalog, cluster, now)
@@ -128,9 +129,9 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
         allocator.add(session, kind=allocator.PRIVATE_IP, pool=subnet, value=jumphost_ip,
                       cluster_id=cluster.id, node_id=None, now=now)
     state = EngineCluster(
-        cluster_id=cluster.id, fabric=fabric.name, subnet=subnet, partition_key=partition_key,
-        public_ip=public_ip, jumphost_ip=jumphost_ip, control_plane="absent", current_batch=1,
-        membership_version=1, finished=False,
+        cluster_id=cluster.id, fabric=fabric.name, hostname_prefix=cluster.name, subnet=subnet,
+        partition_key=partition_key, public_ip=public_ip, jumphost_ip=jumphost_ip, control_plane="absent",
+        current_batch=1, membership_version=1, finished=False,
     )
     if cluster.orchestrator == "kubernetes":
         state.kube_ca_cert_pem, state.kube_admin_token = new_control_plane_credentials(cluster.name, now)
@@ -150,7 +151,7 @@ def _add_node(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
     itype = catalog.instance_type(cluster.instance_type)
     assert fabric is not None and itype is not None
     private_ip = allocator.next_private_ip(session, state.subnet, addressing.FIRST_WORKER_OFFSET)
-    node = new_node(session, cluster, name=f"{cluster.name}-{index}", index=index, batch=batch,
+    node = new_node(session, cluster, name=f"{state.hostname_prefix}-{index}", index=index, batch=batch,
                     fabric=fabric.name, slot=slot,
                     scalable_unit=slot_position(fabric, itype.name, slot).scalable_unit,
                     gpu_count=itype.gpu_count, private_ip=private_ip, public_ip=public_ip, attempt=attempt,

@@ -49,9 +49,9 @@ def cluster_layout(session: Session, cluster_id: str, catalog: Catalog | None = 
         return None
     nodes = tuple(NodeLayout(n.name, n.index, n.slot, n.scalable_unit, n.private_ip, n.public_ip)
                   for n in _members(session, cluster_id))
-    return ClusterLayout(cluster.id, cluster.name, cluster.region, cluster.orchestrator, cluster.interconnect,
-                         itype, fabric, state.subnet, state.partition_key, nodes, state.jumphost_ip,
-                         state.public_ip)
+    return ClusterLayout(cluster.id, state.hostname_prefix, cluster.region, cluster.orchestrator,
+                         cluster.interconnect, itype, fabric, state.subnet, state.partition_key, nodes,
+                         state.jumphost_ip, state.public_ip)
 
 
 def _iso(value: Any) -> str | None:

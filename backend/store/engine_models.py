@@ -36,6 +36,8 @@ class EngineCluster(Base):
 
     cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), primary_key=True)
     fabric: Mapped[str] = mapped_column(String(64), nullable=False)
+    # The cluster name at admission: hostnames keep it even if the cluster is renamed later.
+    hostname_prefix: Mapped[str] = mapped_column(String(63), nullable=False)
     subnet: Mapped[str] = mapped_column(String(43), nullable=False)
     partition_key: Mapped[str | None] = mapped_column(String(8))
     public_ip: Mapped[str | None] = mapped_column(String(45))

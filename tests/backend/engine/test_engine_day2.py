@@ -189,3 +189,18 @@ def test_engine_pause_holds_changes_and_resume_applies_them(
     body = get(admin, cluster["id"])
     assert body["status"] == "RUNNING" and body["status_reason"] is None
     assert statuses_of(sessions, "train-2")[-1] == "RUNNING"
+
+
+def test_engine_rename_keeps_hostnames(admin: TestClient, make_worker: Callable[..., EngineWorker]) -> None:
+    cluster = create(admin)
+    worker = make_worker()
+    drain(worker)
+    assert (
+        admin.patch(f"/v1/clusters/{cluster['id']}", json={"name": "renamed", "node_count": 3}).status_code
+        == 200
+    )
+    drain(worker)
+    body = get(admin, cluster["id"])
+    assert [n["name"] for n in body["nodes"]] == ["train-0", "train-1", "train-2"]
+    conf = admin.get(f"/v1/clusters/{cluster['id']}/artifacts/slurm.conf").text
+    assert "SlurmctldHost=train-jumphost(" in conf and "NodeName=train-[0-2]" in conf

@@ -148,3 +148,22 @@ def test_engine_hardware_fault_fails_node_and_cluster(
     assert admin.delete(f"/v1/clusters/{cluster['id']}").status_code in (200, 202, 204)
     drain(make_worker(**FAST))
     assert admin.get(f"/v1/clusters/{cluster['id']}").status_code == 404
+
+
+def test_engine_delete_of_a_rolled_back_cluster_finishes_at_once(
+    two_h100: Catalog, admin: TestClient, make_worker: Callable[..., EngineWorker]
+) -> None:
+    seed = seed_where(0.5, {("train-0", 1): False, ("train-1", 1): True})
+    cluster = create(admin)
+    drain(make_worker(simulation_seed=seed, simulation_boot_failure_rate=0.5))
+    assert get(admin, cluster["id"])["status"] == "FAILED"
+    assert admin.delete(f"/v1/clusters/{cluster['id']}").status_code in (200, 202)
+    assert admin.get(f"/v1/clusters/{cluster['id']}").status_code == 404
+    # The capacity it held is free again for a new cluster.
+    assert (
+        admin.post(
+            "/v1/clusters",
+            json={"name": "again", "region": "us-east-1", "instance_type": "8xH100", "node_count": 2},
+        ).status_code
+        == 201
+    )

@@ -66,6 +66,7 @@ def upgrade() -> None:
         "engine_clusters",
         sa.Column("cluster_id", sa.String(length=30), nullable=False),
         sa.Column("fabric", sa.String(length=64), nullable=False),
+        sa.Column("hostname_prefix", sa.String(length=63), nullable=False),
         sa.Column("subnet", sa.String(length=43), nullable=False),
         sa.Column("partition_key", sa.String(length=8), nullable=True),
         sa.Column("public_ip", sa.String(length=45), nullable=True),
