@@ -1,0 +1,45 @@
+# A 2-node Slurm cluster of 8xH100 nodes on InfiniBand (orchestrator and interconnect default from the
+# node count and the instance type), with a shared volume and an SSH key. `terraform plan` shows the
+# hourly cost before anything is created.
+resource "gpucloud_gpu_cluster" "training" {
+  name          = "training"
+  region        = "us-east-1"
+  instance_type = "8xH100"
+  node_count    = 2 # scales in place; the plan checks the region has the capacity
+
+  ssh_key_ids       = [gpucloud_ssh_key.me.id]
+  shared_volume_ids = [gpucloud_shared_volume.datasets.id] # attached and detached in place
+
+  labels = {
+    team = "research"
+  }
+
+  # Refuse any plan that would cost more than this per hour.
+  max_hourly_cost_usd = 100
+
+  timeouts {
+    create = "2h"
+  }
+}
+
+# A single node running a PyTorch container, reserved for 30 days at the reserved rate.
+resource "gpucloud_gpu_cluster" "notebook" {
+  name          = "notebook"
+  region        = "us-east-1"
+  instance_type = "1xH100"
+  container     = "pytorch"
+
+  billing = {
+    type          = "reserved"
+    duration_days = 30
+    on_expiry     = "convert_to_on_demand" # the only billing setting that changes in place
+  }
+}
+
+output "training_login" {
+  value = gpucloud_gpu_cluster.training.login.ssh_command
+}
+
+output "training_nccl_env" {
+  value = gpucloud_gpu_cluster.training.nccl_env
+}
