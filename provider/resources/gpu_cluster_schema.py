@@ -181,7 +181,21 @@ def computed_attributes() -> dict[str, Attribute]:
 
 CLUSTER_SCHEMA = Schema(
     description="A GPU cluster: one or more nodes of one instance type on a GPU fabric (InfiniBand or "
-    "EFA), optionally with Slurm or Kubernetes on top. Creation waits until the cluster is RUNNING.",
+    "EFA), optionally with Slurm or Kubernetes on top.\n\n"
+    "- **Plan**: defaults (orchestrator, interconnect), the GPU count and `estimated_hourly_cost_usd` are "
+    "known at plan time from the catalog. Every rule the API enforces is checked at plan time against "
+    "the values already known, naming the attribute to blame, and so is the capacity of the region for "
+    "a create or a scale-up (the error says how many nodes are available).\n"
+    "- **In place**: `name`, `node_count` (scaling), `container`, `ssh_key_ids`, `shared_volume_ids` "
+    "(attach/detach), `labels`, `deletion_protection`, `max_hourly_cost_usd`, `billing.on_expiry`. "
+    "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `billing.type`, "
+    "`billing.duration_days`.\n"
+    "- **Apply** waits until the cluster is RUNNING (`wait_for_running`, `timeouts`), logging progress "
+    "(`TF_LOG=info`), and stops waiting when Terraform is interrupted. A create that fails or times "
+    "out is saved with an error, so Terraform marks it tainted and the next apply replaces it; a "
+    "cluster found FAILED on refresh is planned for replacement with a warning.\n"
+    "- **Drift**: refresh reads the cluster; changes made outside Terraform (scale, labels, volumes, "
+    "keys) show in the plan, and a deleted cluster is planned for creation.",
     attributes={
         # Required
         "name": StringAttribute(
