@@ -30,6 +30,7 @@ from provider.client import (
 )
 from provider.cty import AttributePath, GetAttr, Index
 from provider.framework import Context, DiagnosticError, Schema, root
+from provider.framework.state import contains_unknown
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ def api_error(
     subject: str,
     schema: Schema | None = None,
     renames: Mapping[str, str] | None = None,
+    extra: str = "",
 ) -> None:
     """Add diagnostics for a failed API call: one per field error of a 422 (at its attribute path), else
     one with the API's explanation and the next step. `subject` names the object ("shared volume")."""
@@ -146,6 +148,8 @@ def api_error(
     parts = [_sentence(error.detail or error.title or str(error)), _next_step(error, subject)]
     if error.request_id:
         parts.append(f"(request id {error.request_id})")
+    if extra:
+        parts.append(extra)
     ctx.error(summary, " ".join(p for p in parts if p), path)
 
 
@@ -168,12 +172,15 @@ def conflict_existing_id(error: ApiError) -> str | None:
 # ---- idempotent creates ----------------------------------------------------------------------------
 
 IDEMPOTENCY_KEY = "create_idempotency_key"
+UNCONFIRMED_KEY = "unconfirmed_create_key"
 
 
 def plan_create_key(ctx: Context, state: Any, plan: Any) -> None:
-    """On a create plan, choose the create's Idempotency-Key and keep it in planned private state: it
-    travels with a saved plan file, so applying that plan again replays the first create."""
+    """On a create plan, choose the create's Idempotency-Key and keep it in planned private state, so
+    every retry of that create replays the first outcome. The key of an earlier unconfirmed create (a
+    tainted object being replaced) is dropped here: replaying it would answer the object just deleted."""
     if state is None and plan is not None:
+        ctx.private.pop(UNCONFIRMED_KEY, None)
         ctx.private.setdefault(IDEMPOTENCY_KEY, new_idempotency_key())
 
 
@@ -188,6 +195,47 @@ def create_key(ctx: Context) -> str:
 def create_done(ctx: Context) -> None:
     """The create is recorded in state: its key is no longer needed."""
     ctx.private.pop(IDEMPOTENCY_KEY, None)
+
+
+def outcome_unknown(error: ApiError) -> bool:
+    """Whether a failed create may still have happened (no answer, or a 5xx/429 after the retries),
+    as opposed to a definite refusal (4xx) that created nothing."""
+    return error.status == 0 or error.status >= 500 or isinstance(error, RateLimited)
+
+
+def keep_unconfirmed(ctx: Context, schema: Schema, plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The state of a create whose outcome is unknown: the planned values, null where still unknown,
+    and the create's key kept aside in private state for the delete that will clean it up."""
+    key = ctx.private.pop(IDEMPOTENCY_KEY, None)
+    if isinstance(key, str):
+        ctx.private[UNCONFIRMED_KEY] = key
+    return {
+        name: None if contains_unknown(plan.get(name)) else plan.get(name) for name in schema.attributes
+    }
+
+
+UNCONFIRMED_CREATE = (
+    "The API did not confirm the create, so it may have happened. The resource is kept in state as "
+    "tainted together with the create's Idempotency-Key: the next apply deletes whatever that create "
+    "made (replaying it with the same key to find it) and creates it again, so nothing is left behind."
+)
+
+
+def unconfirmed_id_from_replay(ctx: Context, collection: str, body: Mapping[str, Any]) -> str | None:
+    """For deleting a resource whose create was never confirmed (state id ""): replay the create with its
+    key, which answers the object the first attempt made (or makes it now), and return its id. None when
+    there is no key or the API refuses the create outright (then nothing exists to delete)."""
+    key = ctx.private.get(UNCONFIRMED_KEY)
+    if not isinstance(key, str):
+        return None
+    try:
+        response = client_of(ctx).request("POST", collection, json=dict(body), idempotency_key=key)
+    except ApiError as error:
+        if outcome_unknown(error):
+            raise
+        return None
+    found = response.body.get("id") if isinstance(response.body, dict) else None
+    return found if isinstance(found, str) else None
 
 
 # ---- reads with ETags -------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from provider.framework import (
 )
 from provider.framework.validators import int_between, string_length, string_matches
 from provider.resources._common import (
+    UNCONFIRMED_CREATE,
     api_error,
     client_of,
     configured,
@@ -30,11 +31,14 @@ from provider.resources._common import (
     create_key,
     etag_of,
     get_with_etag,
+    keep_unconfirmed,
     number,
+    outcome_unknown,
     plan_create_key,
     regions_by_name,
     remember_etag,
     timestamp,
+    unconfirmed_id_from_replay,
 )
 from provider.resources.ssh_key import NAME_PATTERN, NAME_RULE
 
@@ -162,16 +166,17 @@ class SharedVolumeResource(Resource):
                 "POST", "/v1/volumes", json=body, idempotency_key=create_key(ctx)
             )
         except ApiError as error:
+            unknown = outcome_unknown(error)
             api_error(ctx, "Error Creating Shared Volume", error, subject="shared volume",
-                      schema=self.schema, renames=RENAMES)
-            return None
+                      schema=self.schema, renames=RENAMES, extra=UNCONFIRMED_CREATE if unknown else "")
+            return keep_unconfirmed(ctx, self.schema, plan) if unknown else None
         create_done(ctx)
         remember_etag(ctx, response.etag)
         return self._state(response.body)
 
     def read(self, ctx: Context, state: State) -> State | None:
-        if not configured(ctx):
-            return state  # the provider block is not known yet: plan against the stored state
+        if not configured(ctx) or state["id"] is None:
+            return state  # provider block not known yet, or an unconfirmed create: nothing to read
         try:
             body = get_with_etag(ctx, _path(state["id"]))
         except ApiError as error:
@@ -194,7 +199,12 @@ class SharedVolumeResource(Resource):
 
     def delete(self, ctx: Context, state: State) -> None:
         try:
-            client_of(ctx).request("DELETE", _path(state["id"]), if_match=etag_of(ctx))
+            volume_id = state["id"] or unconfirmed_id_from_replay(
+                ctx, "/v1/volumes", {k: state[k] for k in ("name", "region", "size_tib")}
+            )
+            if volume_id is None:
+                return  # an unconfirmed create that made nothing
+            client_of(ctx).request("DELETE", _path(volume_id), if_match=etag_of(ctx))
         except ApiError as error:
             if error.status == 404:
                 return  # already gone: the goal of a delete

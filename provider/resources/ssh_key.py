@@ -21,6 +21,7 @@ from provider.framework import (
 )
 from provider.framework.validators import custom, string_length, string_matches
 from provider.resources._common import (
+    UNCONFIRMED_CREATE,
     api_error,
     client_of,
     configured,
@@ -29,9 +30,12 @@ from provider.resources._common import (
     create_key,
     etag_of,
     get_with_etag,
+    keep_unconfirmed,
+    outcome_unknown,
     plan_create_key,
     remember_etag,
     timestamp,
+    unconfirmed_id_from_replay,
 )
 
 # What the API accepts as a display name: printable, no leading/trailing blanks.
@@ -148,6 +152,9 @@ class SshKeyResource(Resource):
                 idempotency_key=key,
             )
         except ApiError as error:
+            if outcome_unknown(error):
+                api_error(ctx, "Error Creating SSH Key", error, subject="SSH key", extra=UNCONFIRMED_CREATE)
+                return keep_unconfirmed(ctx, self.schema, plan)
             self._create_error(ctx, error)
             return None
         create_done(ctx)
@@ -155,8 +162,8 @@ class SshKeyResource(Resource):
         return self._state(response.body, plan)
 
     def read(self, ctx: Context, state: State) -> State | None:
-        if not configured(ctx):
-            return state  # the provider block is not known yet: plan against the stored state
+        if not configured(ctx) or state["id"] is None:
+            return state  # provider block not known yet, or an unconfirmed create: nothing to read
         try:
             body = get_with_etag(ctx, _path(state["id"]))
         except ApiError as error:
@@ -179,7 +186,12 @@ class SshKeyResource(Resource):
 
     def delete(self, ctx: Context, state: State) -> None:
         try:
-            client_of(ctx).request("DELETE", _path(state["id"]), if_match=etag_of(ctx))
+            ssh_key_id = state["id"] or unconfirmed_id_from_replay(
+                ctx, "/v1/ssh-keys", {"name": state["name"], "public_key": state["public_key"]}
+            )
+            if ssh_key_id is None:
+                return  # an unconfirmed create that made nothing
+            client_of(ctx).request("DELETE", _path(ssh_key_id), if_match=etag_of(ctx))
         except ApiError as error:
             if error.status == 404:
                 return  # already gone: the goal of a delete

@@ -6,7 +6,7 @@ import pytest
 
 from provider.cty import UNKNOWN
 from provider.framework import DiagnosticError
-from provider.resources._common import ETAG_KEY
+from provider.resources._common import ETAG_KEY, IDEMPOTENCY_KEY, UNCONFIRMED_KEY
 from provider.resources.shared_volume import SharedVolumeResource, hourly_cost
 from tests.provider.resources.fakes import context, plan, problem
 
@@ -137,3 +137,63 @@ def test_shared_volume_delete_while_attached_names_the_clusters():
 
 def test_shared_volume_read_404_removes_from_state():
     assert SharedVolumeResource().read(context(lambda r: problem(404, "not_found", "gone")), PRIOR) is None
+
+
+def test_shared_volume_unconfirmed_create_is_kept_tainted_with_its_key():
+    ctx = context(
+        lambda r: httpx.Response(503, headers={"retry-after": "0"}), private={IDEMPOTENCY_KEY: "k1"}
+    )
+    planned = {
+        **PRIOR,
+        "id": UNKNOWN,
+        "status": UNKNOWN,
+        "mount_path": UNKNOWN,
+        "created_at": UNKNOWN,
+        "attached_cluster_ids": UNKNOWN,
+    }
+    state = SharedVolumeResource().create(ctx, planned)
+    assert state["id"] is None and state["name"] == "data" and state["size_tib"] == 4
+    assert ctx.private == {UNCONFIRMED_KEY: "k1"}
+    (diag,) = ctx.diagnostics
+    assert diag.summary == "Error Creating Shared Volume" and "may have happened" in diag.detail
+
+
+def test_shared_volume_refused_create_keeps_nothing():
+    ctx = context(
+        lambda r: problem(422, "validation_failed", "bad", field="size_tib"), private={IDEMPOTENCY_KEY: "k"}
+    )
+    assert SharedVolumeResource().create(ctx, {**PRIOR, "id": UNKNOWN}) is None
+
+
+def test_shared_volume_delete_of_unconfirmed_create_replays_it_then_deletes():
+    seen = []
+
+    def handler(request):
+        seen.append((request.method, request.url.path, request.headers.get("idempotency-key")))
+        if request.method == "POST":
+            return httpx.Response(201, json={**PRIOR, "id": "vol_made", "estimated_hourly_cost_usd": 0.4488})
+        return httpx.Response(204)
+
+    unconfirmed = {**PRIOR, "id": None, "status": None}
+    ctx = context(handler, private={UNCONFIRMED_KEY: "k1"})
+    SharedVolumeResource().delete(ctx, unconfirmed)
+    assert seen == [("POST", "/v1/volumes", "k1"), ("DELETE", "/v1/volumes/vol_made", None)]
+    assert not ctx.diagnostics
+
+
+def test_shared_volume_delete_of_unconfirmed_create_that_made_nothing():
+    ctx = context(lambda r: problem(422, "validation_failed", "bad"), private={UNCONFIRMED_KEY: "k1"})
+    SharedVolumeResource().delete(ctx, {**PRIOR, "id": None})
+    assert not ctx.diagnostics
+
+
+def test_replacing_an_unconfirmed_create_uses_a_fresh_key():
+    ctx = context(catalog, private={UNCONFIRMED_KEY: "old"})
+    plan(SharedVolumeResource(), ctx, {"name": "data", "region": "us-east-1", "size_tib": 4}, None)
+    assert UNCONFIRMED_KEY not in ctx.private and ctx.private[IDEMPOTENCY_KEY] != "old"
+
+
+def test_unconfirmed_state_is_not_read():
+    ctx = context(lambda r: pytest.fail("no API call expected"))
+    state = {**PRIOR, "id": None}
+    assert SharedVolumeResource().read(ctx, state) is state
