@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
 from fastapi import Request
 from pydantic import BaseModel
@@ -39,12 +38,6 @@ class WriteOutcome:
     status: int = 200
     etag: str | None = None
     location: str | None = None
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-def render_json(model: BaseModel) -> str:
-    """The JSON text of a response model (keys as declared, nulls kept)."""
-    return model.model_dump_json()
 
 
 def _stored(outcome: WriteOutcome) -> StoredResponse:
@@ -53,7 +46,7 @@ def _stored(outcome: WriteOutcome) -> StoredResponse:
         headers["ETag"] = outcome.etag
     if outcome.location:
         headers["Location"] = outcome.location
-    body = render_json(outcome.body) if outcome.body is not None else ""
+    body = outcome.body.model_dump_json() if outcome.body is not None else ""
     return StoredResponse(status=outcome.status, body=body, headers=headers)
 
 
@@ -124,7 +117,7 @@ def run_write(
                     resource_type=outcome.resource_type,
                     resource_id=outcome.resource_id,
                     request_id=request_id_of(request),
-                    details={"request": payload, "status": outcome.status, **outcome.details},
+                    details={"request": payload, "status": outcome.status},
                 )
             return _response(stored)
         except IntegrityError:

@@ -56,15 +56,9 @@ def find_replay(*, session: Session, project_id: str, key: str, fingerprint: str
 def save_response(
     *, session: Session, project_id: str, key: str, fingerprint: str, response: StoredResponse, ttl_hours: int
 ) -> None:
-    """Store `response` under `key` in the current transaction (replacing an expired record)."""
+    """Store `response` under `key` in the current transaction; expired records go (an indexed delete)."""
     now = utcnow()
-    session.execute(
-        delete(IdempotencyRecord).where(
-            IdempotencyRecord.project_id == project_id,
-            IdempotencyRecord.key == key,
-            IdempotencyRecord.expires_at <= now,
-        )
-    )
+    session.execute(delete(IdempotencyRecord).where(IdempotencyRecord.expires_at <= now))
     session.add(
         IdempotencyRecord(
             project_id=project_id,
@@ -77,9 +71,3 @@ def save_response(
             expires_at=now + timedelta(hours=ttl_hours),
         )
     )
-
-
-def purge_expired(*, session: Session) -> int:
-    """Delete expired records; returns how many."""
-    result = session.execute(delete(IdempotencyRecord).where(IdempotencyRecord.expires_at <= utcnow()))
-    return int(getattr(result, "rowcount", 0) or 0)

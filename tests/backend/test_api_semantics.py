@@ -204,3 +204,20 @@ def test_rate_limit_batched_counting_overshoots_by_at_most_the_batch_per_replica
             pass
     engine.dispose()
     assert 30 <= allowed <= 30 + 2 * 5
+
+
+def test_idempotency_expired_records_are_purged_and_the_key_is_free_again(
+    admin: TestClient, settings: Settings
+) -> None:
+    first = {"name": "a", "region": "us-east-1", "size_tib": 1}
+    assert admin.post("/v1/volumes", json=first, headers={"Idempotency-Key": "k-old"}).status_code == 201
+    engine = make_engine(settings)
+    with make_session_factory(engine, write=True).begin() as session:
+        record = session.scalars(select(IdempotencyRecord)).one()
+        record.expires_at = record.created_at - timedelta(seconds=1)
+    second = {"name": "b", "region": "us-east-1", "size_tib": 1}
+    assert admin.post("/v1/volumes", json=second, headers={"Idempotency-Key": "k-old"}).status_code == 201
+    with make_session_factory(engine)() as session:
+        records = session.scalars(select(IdempotencyRecord)).all()
+    engine.dispose()
+    assert [r.key for r in records] == ["k-old"] and records[0].expires_at > records[0].created_at
