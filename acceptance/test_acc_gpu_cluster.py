@@ -165,3 +165,28 @@ def eventually(check: Callable[[], bool], seconds: float = 20.0) -> bool:
             return False
         time.sleep(0.2)
     return True
+
+
+def test_acc_gpu_cluster_import_block_generates_config_that_plans_clean(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    made = backend.client.create_cluster(
+        {"name": "found", "region": "us-east-1", "instance_type": "8xH100", "node_count": 2,
+         "labels": {"origin": "console"}},
+        idempotency_key="acc-import-block",
+    )
+    assert eventually(lambda: backend.client.get_cluster(made["id"])["status"] == "RUNNING")
+    tf = gpucloud_tf(f"""
+    import {{
+      to = gpucloud_gpu_cluster.found
+      id = "{made["id"]}"
+    }}
+    """)
+    tf.plan("-generate-config-out=generated.tf")
+    generated = " ".join((tf.workdir / "generated.tf").read_text().split())
+    assert 'instance_type = "8xH100"' in generated and "node_count = 2" in generated
+    tf.apply()
+    tf.assert_plan_empty()
+    assert values(tf, "gpucloud_gpu_cluster.found")["labels"] == {"origin": "console"}
+    tf.destroy()
+    assert eventually(lambda: made["id"] not in {c["id"] for c in backend.client.list_clusters()})
