@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import structlog
 from sqlalchemy import select
@@ -28,6 +27,7 @@ from backend.billing.clock import Clock, ensure_utc
 from backend.billing.compute_meter import (
     CONVERT_TO_ON_DEMAND,
     DECOMMISSION,
+    ClusterUsage,
     cluster_segments,
     compute_accrued_micros,
     compute_records,
@@ -114,10 +114,15 @@ def meter_project(
         r.cluster_id: r
         for r in session.scalars(select(Reservation).where(Reservation.project_id == project_id))
     }
-    holds = {
-        h.cluster_id: h
-        for h in session.scalars(select(CreditHold).where(CreditHold.project_id == project_id))
-    }
+    all_holds = session.scalars(
+        select(CreditHold).where(CreditHold.project_id == project_id).order_by(CreditHold.id)
+    ).all()
+    held: dict[str, list[tuple[datetime, datetime | None]]] = {}
+    for hold in all_holds:
+        held.setdefault(hold.cluster_id, []).append(
+            (ensure_utc(hold.paused_at), _maybe_utc(hold.released_at))
+        )
+    open_holds = {h.cluster_id: h for h in all_holds if h.released_at is None}
 
     sync_volume_segments(session, project_id=project_id, now=now)
     records = storage_records(session, project_id=project_id, prices=prices, cutoff=cutoff, now=now)
@@ -131,13 +136,12 @@ def meter_project(
                 reservations[cluster.id], upfront = started
                 records.append(upfront)
                 result.reservations_started += 1
-        hold = holds.get(usage.cluster_id)
         segments = cluster_segments(
             usage=usage,
             cluster=cluster,
             reservation=reservations.get(usage.cluster_id),
             expiry_grace=settings.expiry_grace,
-            held=[(ensure_utc(hold.paused_at), _maybe_utc(hold.released_at))] if hold is not None else (),
+            held=held.get(usage.cluster_id, ()),
         )
         records += compute_records(
             project_id=project_id, usage=usage, segments=segments, prices=prices, cutoff=cutoff, now=now
@@ -156,7 +160,7 @@ def meter_project(
         session,
         project_id=project_id,
         clusters=clusters,
-        holds=holds,
+        holds=open_holds,
         now=now,
         settings=settings,
         result=result,
@@ -166,7 +170,7 @@ def meter_project(
 
 
 def _start_reservation(
-    session: Session, *, cluster: Cluster, usage: Any, prices: PriceBook, now: datetime
+    session: Session, *, cluster: Cluster, usage: ClusterUsage, prices: PriceBook, now: datetime
 ) -> tuple[Reservation, PendingCharge] | None:
     started = start_reservation(session, cluster=cluster, usage=usage, prices=prices, now=now)
     if started is None:
@@ -297,9 +301,10 @@ def _enforce_credits(
             at=now,
             details={"balance_usd": str(micros_to_usd(balance))},
         )
-        for hold in holds.values():
-            if hold.released_at is None and hold.decommissioned_at is None:
+        for hold in list(holds.values()):
+            if hold.decommissioned_at is None:
                 _release(session, hold=hold, cluster=clusters.get(hold.cluster_id), now=now, result=result)
+                del holds[hold.cluster_id]
 
     if standing.pause_on_demand:
         for cluster in clusters.values():
@@ -309,9 +314,8 @@ def _enforce_credits(
                 or cluster.status in FINISHED_STATUSES
             ):
                 continue
-            current = holds.get(cluster.id)
-            if current is not None and current.released_at is None:
-                continue
+            if cluster.id in holds:
+                continue  # already paused
             _hold(
                 session,
                 cluster=cluster,
@@ -323,7 +327,7 @@ def _enforce_credits(
     if standing.decommission_on_demand:
         for held in holds.values():
             target = clusters.get(held.cluster_id)
-            if held.released_at is None and held.decommissioned_at is None and target is not None:
+            if held.decommissioned_at is None and target is not None:
                 if target.deletion_protection:
                     continue  # the user's protection wins: it stays paused and unbilled until a top-up
                 reason = "credits exhausted and the grace period is over"
@@ -350,14 +354,9 @@ def _hold(
     result: MeteringResult,
     decommission_at: datetime | None,
 ) -> None:
-    existing = holds.get(cluster.id)
-    if existing is not None:  # a released hold is reused for the new pause
-        existing.paused_at, existing.released_at, existing.decommissioned_at = now, None, None
-        hold = existing
-    else:
-        hold = CreditHold(cluster_id=cluster.id, project_id=cluster.project_id, paused_at=now)
-        session.add(hold)
-        holds[cluster.id] = hold
+    hold = CreditHold(cluster_id=cluster.id, project_id=cluster.project_id, paused_at=now)
+    session.add(hold)
+    holds[cluster.id] = hold
     reason = f"credits exhausted; decommissioned at {_iso(decommission_at)} unless credits are added"
     if cluster.deletion_protection:
         reason = "credits exhausted; deletion_protection is on, so it stays paused until credits are added"

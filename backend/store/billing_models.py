@@ -145,11 +145,15 @@ Index(
 
 
 class CreditHold(Base):
-    """An on-demand cluster paused (and maybe decommissioned) because its project ran out of credits."""
+    """An on-demand cluster paused (and maybe decommissioned) because its project ran out of credits.
+
+    Kept forever (a cluster paused twice has two rows): the meter leaves every hold's time out, so the
+    history must not change once charged."""
 
     __tablename__ = "billing_credit_holds"
 
-    cluster_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    id: Mapped[int] = mapped_column(SERIAL, primary_key=True, autoincrement=True)
+    cluster_id: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
     project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
     paused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     decommissioned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

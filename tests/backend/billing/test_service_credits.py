@@ -3,12 +3,14 @@ them after the grace period, refuses attaching storage after its grace; reserved
 
 from __future__ import annotations
 
+import itertools
 from decimal import Decimal
 
 import pytest
 from sqlalchemy import select
 
 from backend.billing.account import CreditsExhausted, check_attach_allowed, credit_standing
+from backend.billing.clock import ensure_utc
 from backend.store.billing_models import CreditHold
 from backend.store.engine_models import PhaseRecord
 from tests.backend.billing.conftest import BillingWorld, at
@@ -16,8 +18,13 @@ from tests.backend.billing.conftest import BillingWorld, at
 
 def _phases(world: BillingWorld, cluster_id: str) -> list[str]:
     with world.sessions() as session:
-        return list(session.scalars(select(PhaseRecord.phase).where(PhaseRecord.cluster_id == cluster_id)
-                                    .order_by(PhaseRecord.at, PhaseRecord.id)))
+        return list(
+            session.scalars(
+                select(PhaseRecord.phase)
+                .where(PhaseRecord.cluster_id == cluster_id)
+                .order_by(PhaseRecord.at, PhaseRecord.id)
+            )
+        )
 
 
 def _running_on_demand(world: BillingWorld, credits: str) -> tuple[str, str]:
@@ -81,15 +88,22 @@ def test_top_up_before_the_deadline_resumes_and_metering_restarts(world: Billing
     assert world.balance(project) == expected
     assert world.run(at("20:01:00")).clusters_decommissioned == 0
     with world.sessions() as session:
-        hold = session.get(CreditHold, cluster)
-        assert hold is not None and hold.released_at is not None
+        hold = session.scalars(select(CreditHold).where(CreditHold.cluster_id == cluster)).one()
+        assert hold.released_at is not None
 
 
 def test_reserved_clusters_run_to_their_end_when_credits_run_out(world: BillingWorld) -> None:
     project = world.project()
     world.grant(project, "100.00", moment=at("09:00:00"))
-    reserved = world.cluster(project, instance_type="8xH100", region="us-east-1", node_count=1,
-                             billing_type="reserved", duration_days=1, on_expiry="decommission")
+    reserved = world.cluster(
+        project,
+        instance_type="8xH100",
+        region="us-east-1",
+        node_count=1,
+        billing_type="reserved",
+        duration_days=1,
+        on_expiry="decommission",
+    )
     world.transition(reserved, "n0", "RUNNING", at("10:00:00"))
     result = world.run(at("10:01:00"))  # the up-front charge (689.472) overdraws the credits
     assert result.reservations_started == 1
@@ -113,8 +127,9 @@ def test_deletion_protection_keeps_an_exhausted_cluster_paused_instead_of_decomm
 ) -> None:
     project = world.project()
     world.grant(project, "10.00", moment=at("09:00:00"))
-    cluster = world.cluster(project, instance_type="8xH100", region="us-east-1", node_count=1,
-                            deletion_protection=True)
+    cluster = world.cluster(
+        project, instance_type="8xH100", region="us-east-1", node_count=1, deletion_protection=True
+    )
     world.transition(cluster, "n0", "RUNNING", at("10:00:00"))
     assert world.run(at("11:01:00")).clusters_paused == 1
     assert world.run(at("23:01:00")).clusters_decommissioned == 0
@@ -130,3 +145,25 @@ def test_exhaustion_is_noticed_mid_hour_from_usage_accrued_but_not_charged_yet(w
     assert "Paused" in _phases(world, cluster)
     world.run(at("13:01:00"))
     assert world.balance(project) == Decimal("40.00") - Decimal("31.92") - Decimal("8.512")
+
+
+def test_pausing_twice_keeps_both_holds_out_of_the_meter_and_never_overlaps_charges(
+    world: BillingWorld,
+) -> None:
+    project, cluster = _running_on_demand(world, "40.00")
+    world.run(at("12:01:00"))  # exhausted: paused at 12:01
+    world.grant(project, "60.00", key="top-up-1", moment=at("13:00:00"))
+    assert world.run(at("13:00:30")).clusters_resumed == 1  # metered again from 13:00:30
+    for moment in ("14:01:00", "14:20:00", "15:01:00"):
+        world.run(at(moment))
+    assert world.run(at("16:01:00")).clusters_paused == 0  # the second pause already happened
+    with world.sessions() as session:
+        holds = session.scalars(
+            select(CreditHold).where(CreditHold.cluster_id == cluster).order_by(CreditHold.id)
+        ).all()
+    assert [ensure_utc(h.paused_at) for h in holds] == [at("12:01:00"), at("14:20:00")]
+    periods = sorted((r.period_start, r.period_end) for r in world.records(project) if r.kind != "storage")
+    assert all(a_end <= b_start for (_a, a_end), (b_start, _b) in itertools.pairwise(periods))
+    billed = sum((end - start).total_seconds() for start, end in periods)
+    # 10:00-12:01 and 13:00:30-14:20 are metered; everything else was held.
+    assert billed == (2 * 3600 + 60) + (3600 + 19 * 60 + 30)

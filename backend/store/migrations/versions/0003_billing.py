@@ -147,14 +147,16 @@ def upgrade() -> None:
 
     op.create_table(
         "billing_credit_holds",
+        sa.Column("id", SERIAL, autoincrement=True, nullable=False),
         sa.Column("cluster_id", sa.String(length=64), nullable=False),
         sa.Column("project_id", sa.String(length=30), nullable=False),
         _when("paused_at"),
         _when("decommissioned_at", nullable=True),
         _when("released_at", nullable=True),
         _project_fk("billing_credit_holds"),
-        sa.PrimaryKeyConstraint("cluster_id", name=op.f("pk_billing_credit_holds")),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_billing_credit_holds")),
     )
+    op.create_index(op.f("ix_billing_credit_holds_cluster_id"), "billing_credit_holds", ["cluster_id"])
 
     op.create_table(
         "billing_settled_clusters",
