@@ -235,7 +235,11 @@ class GpuClusterResource(Resource):
                 return None
 
     def read(self, ctx: Context, state: State) -> State | None:
-        body = get_with_etag(ctx, _path(state["id"]))
+        try:
+            body = get_with_etag(ctx, _path(state["id"]))
+        except ApiError as error:
+            api_error(ctx, "Error Reading GPU Cluster", error, subject=SUBJECT)
+            return state
         if body is None or body.get("deletion_requested_at") is not None:
             return None  # gone (or being deleted outside Terraform): the next plan re-creates it
         return self._state(ctx, client_of(ctx), body, state)

@@ -247,3 +247,13 @@ def test_gpu_cluster_reservation_estimated_until_billed_then_as_billed(api):
     assert fresh is not None and fresh["reservation"] == {
         "starts_at": "2026-11-26T01:00:05Z", "ends_at": "2026-12-03T01:00:05Z",
         "upfront_cost_usd": Decimal("4558.176")}
+
+
+def test_gpu_cluster_read_when_the_api_is_down_is_a_clear_error(api):
+    state = created(api)
+    down = GpuCloudClient("http://127.0.0.1:9", "k", max_retries=0, timeout=1.0)
+    ctx = FastContext(stop=threading.Event(),
+                      provider_data=GpuCloudConfig("http://127.0.0.1:9", "k", 1.0, 0, client=down))
+    assert RESOURCE.read(ctx, state) == state
+    (error,) = ctx.diagnostics
+    assert error.summary == "Error Reading GPU Cluster" and "API is running" in error.detail
