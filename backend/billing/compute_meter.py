@@ -40,6 +40,7 @@ from backend.store.engine_models import NodeTransition as NodeTransitionRow
 from backend.store.models import Cluster
 
 DECOMMISSION = "decommission"
+UNLIMITED_SLOTS = 1_000_000
 CONVERT_TO_ON_DEMAND = "convert_to_on_demand"
 
 
@@ -91,7 +92,13 @@ def term_start(session: Session, cluster: Cluster, usage: ClusterUsage) -> datet
 
 
 def start_reservation(
-    session: Session, *, cluster: Cluster, usage: ClusterUsage, prices: PriceBook, now: datetime
+    session: Session,
+    *,
+    cluster: Cluster,
+    usage: ClusterUsage,
+    prices: PriceBook,
+    now: datetime,
+    expiry_grace: timedelta,
 ) -> tuple[Reservation, PendingCharge] | None:
     """The reservation of a reserved cluster that just reached RUNNING, with its up-front charge.
 
@@ -105,6 +112,7 @@ def start_reservation(
     if started is None:
         return None
     discount = prices.reserved_discount(usage.instance_type, cluster.billing_duration_days)
+    on_expiry = cluster.billing_on_expiry or DECOMMISSION
     charge = reservation_charge(
         cluster_id=cluster.id,
         node_count=cluster.node_count,
@@ -122,9 +130,10 @@ def start_reservation(
         node_count=charge.node_count,
         gpus_per_node=charge.gpus_per_node,
         duration_days=charge.duration_days,
-        on_expiry=cluster.billing_on_expiry or DECOMMISSION,
+        on_expiry=on_expiry,
         term_start=charge.term_start,
         term_end=charge.term_end,
+        covered_until=charge.term_end + (expiry_grace if on_expiry == DECOMMISSION else timedelta(0)),
         discount=charge.discount,
         gpu_hour_usd=charge.gpu_hour_usd,
         upfront_micros=charge.amount_micros,
@@ -147,7 +156,6 @@ def cluster_segments(
     usage: ClusterUsage,
     cluster: Cluster | None,
     reservation: Reservation | None,
-    expiry_grace: timedelta,
     held: Sequence[tuple[datetime, datetime | None]] = (),
 ) -> list[ComputeSegment]:
     """The cluster's running time split into reserved and on-demand segments; time inside `held`
@@ -155,11 +163,11 @@ def cluster_segments(
     slots, coverage_end = 0, None
     if reservation is not None:
         slots = reservation.node_count
-        coverage_end = ensure_utc(reservation.term_end)
-        if reservation.on_expiry == DECOMMISSION:
-            coverage_end += expiry_grace
+        coverage_end = ensure_utc(reservation.covered_until)
     elif cluster is not None and cluster.billing_type == "reserved":
-        slots = cluster.node_count  # nodes up before the term starts are covered by it
+        # Before the term starts every node is covered (a fixed rule, so the slices charged at 0 now
+        # are never re-priced under other keys later).
+        slots = UNLIMITED_SLOTS
     intervals = without_gaps(usage.intervals, held) if held else usage.intervals
     return compute_segments(intervals, reserved_slots=slots, coverage_end=coverage_end)
 

@@ -15,7 +15,7 @@ and the next pass redoes it; a pass never charges a key twice and never skips on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 from sqlalchemy import select
@@ -131,7 +131,14 @@ def meter_project(
     for usage in usages:
         cluster = clusters.get(usage.cluster_id)
         if cluster is not None and usage.cluster_id not in reservations:
-            started = _start_reservation(session, cluster=cluster, usage=usage, prices=prices, now=now)
+            started = _start_reservation(
+                session,
+                cluster=cluster,
+                usage=usage,
+                prices=prices,
+                now=now,
+                expiry_grace=settings.expiry_grace,
+            )
             if started is not None:
                 reservations[cluster.id], upfront = started
                 records.append(upfront)
@@ -140,7 +147,6 @@ def meter_project(
             usage=usage,
             cluster=cluster,
             reservation=reservations.get(usage.cluster_id),
-            expiry_grace=settings.expiry_grace,
             held=held.get(usage.cluster_id, ()),
         )
         records += compute_records(
@@ -170,9 +176,17 @@ def meter_project(
 
 
 def _start_reservation(
-    session: Session, *, cluster: Cluster, usage: ClusterUsage, prices: PriceBook, now: datetime
+    session: Session,
+    *,
+    cluster: Cluster,
+    usage: ClusterUsage,
+    prices: PriceBook,
+    now: datetime,
+    expiry_grace: timedelta,
 ) -> tuple[Reservation, PendingCharge] | None:
-    started = start_reservation(session, cluster=cluster, usage=usage, prices=prices, now=now)
+    started = start_reservation(
+        session, cluster=cluster, usage=usage, prices=prices, now=now, expiry_grace=expiry_grace
+    )
     if started is None:
         return None
     reservation, record = started

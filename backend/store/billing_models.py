@@ -83,6 +83,9 @@ class Reservation(Base):
     on_expiry: Mapped[str] = mapped_column(String(32), nullable=False)
     term_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     term_end: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # Until when reserved nodes are covered: the term end, plus the teardown grace for `decommission`.
+    # Fixed when the term starts, so changing the grace setting never re-prices charged time.
+    covered_until: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     discount: Mapped[Decimal] = mapped_column(Numeric(8, 6), nullable=False)
     gpu_hour_usd: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)
     upfront_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)

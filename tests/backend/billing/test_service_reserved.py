@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from sqlalchemy import select
 
+from backend.billing.settings import BillingSettings
 from backend.store.billing_models import Reservation
 from backend.store.engine_models import PhaseRecord
 from tests.backend.billing.conftest import BillingWorld, at
@@ -16,9 +17,16 @@ UPFRONT = Decimal("689.472")
 
 def _reserved(world: BillingWorld, on_expiry: str, *, protected: bool = False) -> tuple[str, str]:
     project = world.project()
-    cluster = world.cluster(project, instance_type="8xH100", region="us-east-1", node_count=1,
-                            billing_type="reserved", duration_days=1, on_expiry=on_expiry,
-                            deletion_protection=protected)
+    cluster = world.cluster(
+        project,
+        instance_type="8xH100",
+        region="us-east-1",
+        node_count=1,
+        billing_type="reserved",
+        duration_days=1,
+        on_expiry=on_expiry,
+        deletion_protection=protected,
+    )
     world.transition(cluster, "n0", "PROVISIONING", at("09:30:00"))
     world.run(at("09:45:00"))
     assert world.charged(project) == 0  # not RUNNING yet: nothing charged, no term
@@ -28,8 +36,13 @@ def _reserved(world: BillingWorld, on_expiry: str, *, protected: bool = False) -
 
 def _phases(world: BillingWorld, cluster_id: str) -> list[str]:
     with world.sessions() as session:
-        return list(session.scalars(select(PhaseRecord.phase).where(PhaseRecord.cluster_id == cluster_id)
-                                    .order_by(PhaseRecord.at, PhaseRecord.id)))
+        return list(
+            session.scalars(
+                select(PhaseRecord.phase)
+                .where(PhaseRecord.cluster_id == cluster_id)
+                .order_by(PhaseRecord.at, PhaseRecord.id)
+            )
+        )
 
 
 def test_reserved_term_is_charged_once_up_front_when_the_cluster_reaches_running(world: BillingWorld) -> None:
@@ -102,3 +115,33 @@ def test_nodes_beyond_the_reservation_are_billed_on_demand(world: BillingWorld) 
     world.run(at("12:00:30"))
     assert world.charged(project, kind="compute_on_demand") == Decimal("15.96")
     assert world.charged(project, kind="reservation") == UPFRONT
+
+
+def test_changing_the_grace_setting_later_never_re_prices_charged_time(world: BillingWorld) -> None:
+    project, _cluster = _reserved(world, "decommission", protected=True)
+    world.run(at("10:00:30"))
+    world.run(at("12:01:00", day=3))
+    charged = world.charged(project)
+    world.settings = BillingSettings(settle_seconds=60, expiry_grace_minutes=45)
+    world.run(at("12:01:30", day=3))
+    assert world.charged(project) == charged  # the reservation's cover was fixed when the term started
+
+
+def test_scaling_a_reserved_cluster_before_its_term_starts_charges_nothing_twice(world: BillingWorld) -> None:
+    project = world.project()
+    cluster = world.cluster(
+        project,
+        instance_type="8xH100",
+        region="us-east-1",
+        node_count=2,
+        billing_type="reserved",
+        duration_days=1,
+        on_expiry="convert_to_on_demand",
+    )
+    world.transition(cluster, "n0", "RUNNING", at("09:00:00"))  # n1 still provisioning
+    world.run(at("10:01:00"))
+    world.set_node_count(cluster, 1)  # scaled down before the cluster was ever RUNNING in full
+    world.run(at("11:01:00"))
+    keys = [r.idempotency_key for r in world.records(project)]
+    assert len(keys) == len(set(keys))
+    assert world.charged(project) == Decimal("3.99") * Decimal("0.90") * 8 * 24  # the term, once

@@ -87,6 +87,7 @@ def upgrade() -> None:
         sa.Column("on_expiry", sa.String(length=32), nullable=False),
         _when("term_start"),
         _when("term_end"),
+        _when("covered_until"),
         sa.Column("discount", sa.Numeric(8, 6), nullable=False),
         sa.Column("gpu_hour_usd", sa.Numeric(18, 6), nullable=False),
         sa.Column("upfront_micros", sa.BigInteger(), nullable=False),
