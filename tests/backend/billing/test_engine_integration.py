@@ -4,7 +4,7 @@ engine worker; the meter reads the transitions the engine wrote, and expiry acts
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -122,3 +122,32 @@ def test_reserved_cluster_term_starts_at_first_running_and_expiry_decommissions_
             for r in session.scalars(select(UsageRecord).where(UsageRecord.cluster_id == cluster["id"]))
         )
     assert charged == 689_472_000  # the term, and nothing on-demand
+
+
+def test_credits_run_out_pause_then_decommission_through_the_engine_visible_in_the_api(
+    admin: TestClient, sessions: sessionmaker[Session], worker: EngineWorker
+) -> None:
+    assert admin.post("/v1/billing/credits", json={"amount_usd": "0.01"}).status_code == 201
+    cluster = create(admin, node_count=2)
+    drain(worker)
+    assert get(admin, cluster["id"])["status"] == "RUNNING"
+    settings = BillingSettings(settle_seconds=60, decommission_after_hours=0.5)
+    clock = ManualClock(datetime.now(UTC) + timedelta(minutes=2))  # two minutes of 16 GPUs: > 0.01 USD
+    result = run_metering(sessions=sessions, clock=clock, settings=settings, prices=default_price_book())
+    assert result.clusters_paused == 1
+    paused = get(admin, cluster["id"])
+    assert "Paused" in [p["phase"] for p in paused["phase_history"]]
+    balance = admin.get("/v1/billing/balance").json()
+    assert balance["exhausted"] is True and balance["on_demand_paused"] is True
+
+    clock.advance(minutes=31)
+    result = run_metering(sessions=sessions, clock=clock, settings=settings, prices=default_price_book())
+    assert result.clusters_decommissioned == 1
+    drain(worker)
+    assert admin.get(f"/v1/clusters/{cluster['id']}").status_code == 404  # torn down by the engine
+    actions = [e["action"] for e in admin.get("/v1/audit-events", params={"page_size": 200}).json()["items"]]
+    assert {
+        "billing.credits_exhausted",
+        "cluster.paused_for_credits",
+        "cluster.decommissioned_for_credits",
+    } <= set(actions)
