@@ -1,7 +1,8 @@
 """`python -m benchmarks [NAME...]`: run every benchmark module (or the named ones) and print figures.
 
 Adding a benchmark is one line in BENCHMARKS: a module under benchmarks/ with a `run()` that prints
-its figures (a return value is ignored). A module that is missing or fails makes the exit code non-zero; the others still run.
+its figures (a return value is ignored). A module that is missing or fails makes the exit code
+non-zero; the others still run.
 """
 
 from __future__ import annotations
