@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.harness import TerraformError, TerraformFactory, find_terraform, write_cli_config
+from acceptance.harness import (
+    TerraformError,
+    TerraformFactory,
+    TerraformNotFound,
+    find_terraform,
+    write_cli_config,
+)
 
 CONFIG = """
     resource "terraform_data" "example" {
@@ -36,6 +42,16 @@ SLOW_APPLY = """
 def test_harness_resolves_the_pinned_terraform_releases() -> None:
     assert find_terraform("1.11").release == "1.11.4"
     assert find_terraform("1.15").release.startswith("1.15.")
+
+
+def test_harness_missing_terraform_is_an_error_not_a_skip(monkeypatch: pytest.MonkeyPatch) -> None:
+    find_terraform.cache_clear()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    try:
+        with pytest.raises(TerraformNotFound, match="must be on PATH"):
+            find_terraform("1.11")
+    finally:
+        find_terraform.cache_clear()  # the next caller resolves the real one again
 
 
 def test_harness_lifecycle_on_each_version(terraform: TerraformFactory, tf_version: str) -> None:
