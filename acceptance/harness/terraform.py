@@ -6,8 +6,9 @@ raises `TerraformNotFound`: the suite fails, it never skips.
 
 Each `Terraform` has its own CLI configuration: providers under `registry.terraform.io/gpucloud/*`
 come from a filesystem mirror (never the network), no plugin cache, no reattach, no colour,
-`TF_IN_AUTOMATION=1`. `PYTHONDONTWRITEBYTECODE` is removed from the environment so Python providers
-run as on a user's machine (a `__pycache__` appearing inside the mirror would break the lock file).
+`TF_IN_AUTOMATION=1`. `PYTHONDONTWRITEBYTECODE` (preset on the development machines, not on users') is
+removed, so any Python that Terraform starts writes bytecode as it would for a user: a `__pycache__`
+appearing inside the mirror would then break the lock file here first.
 """
 
 from __future__ import annotations
