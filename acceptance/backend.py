@@ -71,14 +71,19 @@ def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None
 def running_backend(data_dir: Path) -> Iterator[Backend]:
     """Start the backend in `data_dir`; stop it (SIGTERM, then SIGKILL) when the block ends."""
     port = _free_port()
-    env = {**os.environ, "GPUCLOUD_DATA_DIR": str(data_dir), "GPUCLOUD_PORT": str(port),
-           "GPUCLOUD_HOST": "127.0.0.1"}
+    env = {
+        **os.environ,
+        "GPUCLOUD_DATA_DIR": str(data_dir),
+        "GPUCLOUD_PORT": str(port),
+        "GPUCLOUD_HOST": "127.0.0.1",
+    }
     _cli(env, "create-project", "acceptance")
     api_key = _cli(env, "create-api-key", "--project", "acceptance", "--role", "admin")
     log = data_dir / "backend.log"
     with log.open("wb") as sink:
-        process = subprocess.Popen([str(BACKEND), "serve"], env=env, stdout=sink, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            [str(BACKEND), "serve"], env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
     url = f"http://127.0.0.1:{port}"
     client = GpuCloudClient(url, api_key, max_retries=2)
     try:
@@ -93,3 +98,63 @@ def running_backend(data_dir: Path) -> Iterator[Backend]:
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
+
+
+class LosingProxy:
+    """An HTTP proxy in front of the backend that can lose answers: while `lose` matches a request
+    (method, path), the request reaches the backend but the client gets a 503 instead of its answer, as
+    when a connection breaks after the server committed. Used to test creates whose outcome is unknown."""
+
+    def __init__(self, backend_url: str) -> None:
+        import http.server
+        import threading
+
+        self.backend_url = backend_url
+        self.lose: tuple[str, str] | None = None
+        self.lost: list[tuple[str, str, int]] = []
+        self.seen: list[tuple[str, str, int]] = []  # every forwarded request: method, path, status
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {
+                    k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")
+                }
+                answer = httpx.request(
+                    self.command, proxy.backend_url + self.path, content=body, headers=headers, timeout=30
+                )
+                proxy.seen.append((self.command, self.path, answer.status_code))
+                if proxy.lose == (self.command, self.path.split("?")[0]):
+                    proxy.lost.append((self.command, self.path, answer.status_code))
+                    self.send_response(503)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
+                self.send_response(answer.status_code)
+                for key, value in answer.headers.items():
+                    if key.lower() not in (
+                        "content-length",
+                        "transfer-encoding",
+                        "connection",
+                        "content-encoding",
+                    ):
+                        self.send_header(key, value)
+                self.send_header("content-length", str(len(answer.content)))
+                self.end_headers()
+                self.wfile.write(answer.content)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _forward
+
+            def log_message(self, format: str, *args: object) -> None:  # quiet
+                return
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 
-from acceptance.backend import Backend
+from acceptance.backend import Backend, LosingProxy
 from acceptance.gpucloud_steps import (
+    PROVIDER_BLOCK,
     GpuCloudTerraform,
     apply_and_check,
     backend,
@@ -203,3 +204,36 @@ def test_acc_shared_volume_import_block_generates_config_that_plans_clean(
     tf.assert_plan_empty()
     tf.destroy()
     assert existing["id"] not in {v["id"] for v in backend.client.list_volumes()}
+
+
+def test_acc_shared_volume_lost_create_answer_leaves_no_duplicate(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    """The backend creates the volume but its answer is lost (every retry too): the apply fails with the
+    resource tainted; the next apply deletes what the lost create made and creates one volume."""
+    proxy = LosingProxy(backend.url)
+    try:
+        tf = gpucloud_tf(volume_config(name="lost-answer", size=1))
+        tf.write(
+            "provider.tf",
+            PROVIDER_BLOCK.replace('provider "gpucloud" {}', 'provider "gpucloud" {\n  max_retries = 1\n}'),
+        )
+        tf.env["GPUCLOUD_ENDPOINT"] = proxy.url
+        proxy.lose = ("POST", "/v1/volumes")
+        failed = tf.apply(check=False)
+        assert failed.returncode == 1 and "may have happened" in " ".join(failed.output.split())
+        assert [status for _m, _p, status in proxy.lost] == [201, 201]  # created once, then replayed
+        (first,) = backend.client.list_volumes(name="lost-answer")
+        (resource,) = tf.show_json()["values"]["root_module"]["resources"]
+        assert resource["tainted"] is True and resource["values"]["id"].startswith("unconfirmed-create:")
+
+        proxy.lose = None
+        code, output = plan_text(tf)
+        assert code == 2 and "is tainted, so must be replaced" in output
+        apply_and_check(tf)
+        (only,) = backend.client.list_volumes(name="lost-answer")
+        assert only["id"] != first["id"] and values(tf, ADDRESS)["id"] == only["id"]
+        tf.destroy()
+        assert backend.client.list_volumes(name="lost-answer") == []
+    finally:
+        proxy.close()

@@ -172,15 +172,15 @@ def conflict_existing_id(error: ApiError) -> str | None:
 # ---- idempotent creates ----------------------------------------------------------------------------
 
 IDEMPOTENCY_KEY = "create_idempotency_key"
-UNCONFIRMED_KEY = "unconfirmed_create_key"
+# The id of an object whose create was never confirmed names that create's key. It has to live in the
+# state values: Terraform does not hand a tainted object's private state to the delete that replaces it.
+UNCONFIRMED_ID_PREFIX = "unconfirmed-create:"
 
 
 def plan_create_key(ctx: Context, state: Any, plan: Any) -> None:
     """On a create plan, choose the create's Idempotency-Key and keep it in planned private state, so
-    every retry of that create replays the first outcome. The key of an earlier unconfirmed create (a
-    tainted object being replaced) is dropped here: replaying it would answer the object just deleted."""
+    every retry of that create replays the first outcome."""
     if state is None and plan is not None:
-        ctx.private.pop(UNCONFIRMED_KEY, None)
         ctx.private.setdefault(IDEMPOTENCY_KEY, new_idempotency_key())
 
 
@@ -204,30 +204,37 @@ def outcome_unknown(error: ApiError) -> bool:
 
 
 def keep_unconfirmed(ctx: Context, schema: Schema, plan: Mapping[str, Any]) -> dict[str, Any]:
-    """The state of a create whose outcome is unknown: the planned values, null where still unknown,
-    and the create's key kept aside in private state for the delete that will clean it up."""
-    key = ctx.private.pop(IDEMPOTENCY_KEY, None)
-    if isinstance(key, str):
-        ctx.private[UNCONFIRMED_KEY] = key
-    return {
+    """The state of a create whose outcome is unknown: the planned values (null where still unknown) and
+    an id naming the create's key, for the delete that will clean up whatever the create made."""
+    key = ctx.private.pop(IDEMPOTENCY_KEY, None) or new_idempotency_key()
+    state = {
         name: None if contains_unknown(plan.get(name)) else plan.get(name) for name in schema.attributes
     }
+    state["id"] = UNCONFIRMED_ID_PREFIX + key
+    return state
+
+
+def is_unconfirmed(state: Mapping[str, Any]) -> bool:
+    object_id = state.get("id")
+    return isinstance(object_id, str) and object_id.startswith(UNCONFIRMED_ID_PREFIX)
 
 
 UNCONFIRMED_CREATE = (
     "The API did not confirm the create, so it may have happened. The resource is kept in state as "
-    "tainted together with the create's Idempotency-Key: the next apply deletes whatever that create "
+    "tainted, its id naming the create's Idempotency-Key: the next apply deletes whatever that create "
     "made (replaying it with the same key to find it) and creates it again, so nothing is left behind."
 )
 
 
-def unconfirmed_id_from_replay(ctx: Context, collection: str, body: Mapping[str, Any]) -> str | None:
-    """For deleting a resource whose create was never confirmed (state id ""): replay the create with its
-    key, which answers the object the first attempt made (or makes it now), and return its id. None when
-    there is no key or the API refuses the create outright (then nothing exists to delete)."""
-    key = ctx.private.get(UNCONFIRMED_KEY)
-    if not isinstance(key, str):
-        return None
+def object_id_for_delete(
+    ctx: Context, state: Mapping[str, Any], collection: str, body: Mapping[str, Any]
+) -> str | None:
+    """The id to delete. For an unconfirmed create, replay that create with its key: the API answers
+    the object the first attempt made (or makes it now), whose id is returned. None when the API refuses
+    the create outright: then nothing exists to delete."""
+    if not is_unconfirmed(state):
+        return str(state["id"])
+    key = str(state["id"]).removeprefix(UNCONFIRMED_ID_PREFIX)
     try:
         response = client_of(ctx).request("POST", collection, json=dict(body), idempotency_key=key)
     except ApiError as error:

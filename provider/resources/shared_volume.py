@@ -31,14 +31,15 @@ from provider.resources._common import (
     create_key,
     etag_of,
     get_with_etag,
+    is_unconfirmed,
     keep_unconfirmed,
     number,
+    object_id_for_delete,
     outcome_unknown,
     plan_create_key,
     regions_by_name,
     remember_etag,
     timestamp,
-    unconfirmed_id_from_replay,
 )
 from provider.resources.ssh_key import NAME_PATTERN, NAME_RULE
 
@@ -175,7 +176,7 @@ class SharedVolumeResource(Resource):
         return self._state(response.body)
 
     def read(self, ctx: Context, state: State) -> State | None:
-        if not configured(ctx) or state["id"] is None:
+        if not configured(ctx) or is_unconfirmed(state):
             return state  # provider block not known yet, or an unconfirmed create: nothing to read
         try:
             body = get_with_etag(ctx, _path(state["id"]))
@@ -199,8 +200,8 @@ class SharedVolumeResource(Resource):
 
     def delete(self, ctx: Context, state: State) -> None:
         try:
-            volume_id = state["id"] or unconfirmed_id_from_replay(
-                ctx, "/v1/volumes", {k: state[k] for k in ("name", "region", "size_tib")}
+            volume_id = object_id_for_delete(
+                ctx, state, "/v1/volumes", {k: state[k] for k in ("name", "region", "size_tib")}
             )
             if volume_id is None:
                 return  # an unconfirmed create that made nothing

@@ -30,12 +30,13 @@ from provider.resources._common import (
     create_key,
     etag_of,
     get_with_etag,
+    is_unconfirmed,
     keep_unconfirmed,
+    object_id_for_delete,
     outcome_unknown,
     plan_create_key,
     remember_etag,
     timestamp,
-    unconfirmed_id_from_replay,
 )
 
 # What the API accepts as a display name: printable, no leading/trailing blanks.
@@ -162,7 +163,7 @@ class SshKeyResource(Resource):
         return self._state(response.body, plan)
 
     def read(self, ctx: Context, state: State) -> State | None:
-        if not configured(ctx) or state["id"] is None:
+        if not configured(ctx) or is_unconfirmed(state):
             return state  # provider block not known yet, or an unconfirmed create: nothing to read
         try:
             body = get_with_etag(ctx, _path(state["id"]))
@@ -186,8 +187,8 @@ class SshKeyResource(Resource):
 
     def delete(self, ctx: Context, state: State) -> None:
         try:
-            ssh_key_id = state["id"] or unconfirmed_id_from_replay(
-                ctx, "/v1/ssh-keys", {"name": state["name"], "public_key": state["public_key"]}
+            ssh_key_id = object_id_for_delete(
+                ctx, state, "/v1/ssh-keys", {"name": state["name"], "public_key": state["public_key"]}
             )
             if ssh_key_id is None:
                 return  # an unconfirmed create that made nothing

@@ -6,7 +6,7 @@ import pytest
 
 from provider.cty import UNKNOWN
 from provider.framework import DiagnosticError
-from provider.resources._common import ETAG_KEY, IDEMPOTENCY_KEY, UNCONFIRMED_KEY
+from provider.resources._common import ETAG_KEY, IDEMPOTENCY_KEY
 from provider.resources.shared_volume import SharedVolumeResource, hourly_cost
 from tests.provider.resources.fakes import context, plan, problem
 
@@ -139,7 +139,7 @@ def test_shared_volume_read_404_removes_from_state():
     assert SharedVolumeResource().read(context(lambda r: problem(404, "not_found", "gone")), PRIOR) is None
 
 
-def test_shared_volume_unconfirmed_create_is_kept_tainted_with_its_key():
+def test_shared_volume_unconfirmed_create_is_kept_with_its_key_in_the_id():
     ctx = context(
         lambda r: httpx.Response(503, headers={"retry-after": "0"}), private={IDEMPOTENCY_KEY: "k1"}
     )
@@ -152,8 +152,9 @@ def test_shared_volume_unconfirmed_create_is_kept_tainted_with_its_key():
         "attached_cluster_ids": UNKNOWN,
     }
     state = SharedVolumeResource().create(ctx, planned)
-    assert state["id"] is None and state["name"] == "data" and state["size_tib"] == 4
-    assert ctx.private == {UNCONFIRMED_KEY: "k1"}
+    assert state["id"] == "unconfirmed-create:k1" and state["status"] is None
+    assert state["name"] == "data" and state["size_tib"] == 4
+    assert IDEMPOTENCY_KEY not in ctx.private
     (diag,) = ctx.diagnostics
     assert diag.summary == "Error Creating Shared Volume" and "may have happened" in diag.detail
 
@@ -174,26 +175,19 @@ def test_shared_volume_delete_of_unconfirmed_create_replays_it_then_deletes():
             return httpx.Response(201, json={**PRIOR, "id": "vol_made", "estimated_hourly_cost_usd": 0.4488})
         return httpx.Response(204)
 
-    unconfirmed = {**PRIOR, "id": None, "status": None}
-    ctx = context(handler, private={UNCONFIRMED_KEY: "k1"})
-    SharedVolumeResource().delete(ctx, unconfirmed)
+    ctx = context(handler)  # Terraform gives no private state to the delete of a tainted object
+    SharedVolumeResource().delete(ctx, {**PRIOR, "id": "unconfirmed-create:k1", "status": None})
     assert seen == [("POST", "/v1/volumes", "k1"), ("DELETE", "/v1/volumes/vol_made", None)]
     assert not ctx.diagnostics
 
 
 def test_shared_volume_delete_of_unconfirmed_create_that_made_nothing():
-    ctx = context(lambda r: problem(422, "validation_failed", "bad"), private={UNCONFIRMED_KEY: "k1"})
-    SharedVolumeResource().delete(ctx, {**PRIOR, "id": None})
+    ctx = context(lambda r: problem(422, "validation_failed", "bad"))
+    SharedVolumeResource().delete(ctx, {**PRIOR, "id": "unconfirmed-create:k1"})
     assert not ctx.diagnostics
-
-
-def test_replacing_an_unconfirmed_create_uses_a_fresh_key():
-    ctx = context(catalog, private={UNCONFIRMED_KEY: "old"})
-    plan(SharedVolumeResource(), ctx, {"name": "data", "region": "us-east-1", "size_tib": 4}, None)
-    assert UNCONFIRMED_KEY not in ctx.private and ctx.private[IDEMPOTENCY_KEY] != "old"
 
 
 def test_unconfirmed_state_is_not_read():
     ctx = context(lambda r: pytest.fail("no API call expected"))
-    state = {**PRIOR, "id": None}
+    state = {**PRIOR, "id": "unconfirmed-create:k1"}
     assert SharedVolumeResource().read(ctx, state) is state
