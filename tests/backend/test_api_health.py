@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 
@@ -48,3 +49,21 @@ def test_one_json_log_line_per_request(admin: TestClient, capsys: pytest.Capture
     line = requests[0]
     assert line["request_id"] == "log-check" and line["status"] == 200 and line["route"] == "/v1/volumes"
     assert line["method"] == "GET" and line["project_id"].startswith("prj_") and "duration_ms" in line
+
+
+def test_unexpected_errors_are_a_logged_500_problem_with_the_request_id(
+    app: FastAPI, client: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def boom() -> None:
+        raise RuntimeError("bug")
+
+    app.add_api_route("/boom", boom)
+    response = client.get("/boom", headers={"X-Request-Id": "boom-1"})
+    assert response.status_code == 500 and response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == "internal_error" and response.json()["request_id"] == "boom-1"
+    assert response.headers["x-request-id"] == "boom-1" and "bug" not in response.text
+    logged = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert any(
+        line["event"] == "request.unhandled_error" and "RuntimeError" in line["exception"] for line in logged
+    )
+    assert any(line["event"] == "request" and line["status"] == 500 for line in logged)
