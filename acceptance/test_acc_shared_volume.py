@@ -93,6 +93,16 @@ def test_acc_shared_volume_disappears_and_drift(gpucloud_tf: GpuCloudTerraform, 
     assert code == 2 and '"renamed-by-hand" -> "drifty"' in output
     apply_and_check(tf)
 
+    # An update planned without refresh carries the ETag of the last read: a change made in between is
+    # not overwritten blindly (If-Match fails), and a normal apply then converges.
+    backend.client.update_volume(volume_id, name="changed-meanwhile")
+    tf.write_main(volume_config(name="drifty", size=2))
+    stale = tf.apply("-refresh=false", check=False)
+    assert stale.returncode == 1 and "changed outside Terraform" in " ".join(stale.output.split())
+    assert backend.client.get_volume(volume_id)["size_tib"] == 1
+    apply_and_check(tf)
+    assert backend.client.get_volume(volume_id)["name"] == "drifty"
+
     backend.client.update_volume(volume_id, size_tib=4)  # grown out of band: config now asks to shrink
     output = plan_error(tf)
     assert "Shared Volume Cannot Shrink" in output and "has 4 TiB" in output
