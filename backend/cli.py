@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from backend.billing import cli as billing_cli
 from backend.settings import Settings
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+    from sqlalchemy.orm import Session, sessionmaker
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -54,9 +59,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _with_write_session(settings: Settings):  # type: ignore[no-untyped-def]
+def _with_write_session(settings: Settings) -> tuple[Engine, sessionmaker[Session]]:
+    """Engine and write sessions for a one-off command; a fresh SQLite store is created and migrated."""
     from backend.store.db import make_engine, make_session_factory
 
+    if settings.is_sqlite:
+        _migrate(settings)
     engine = make_engine(settings)
     return engine, make_session_factory(engine, write=True)
 
@@ -66,8 +74,6 @@ def cmd_create_project(args: argparse.Namespace) -> int:
     from backend.services import audit, auth
 
     settings = _settings(args)
-    if settings.is_sqlite:
-        _migrate(settings)
     engine, sessions = _with_write_session(settings)
     try:
         with sessions.begin() as session:
