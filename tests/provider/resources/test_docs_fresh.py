@@ -31,10 +31,7 @@ PAGES = [
 def test_docs_of_ssh_key_shared_volume_and_data_sources_are_fresh():
     pages = generate(GpuCloudProvider(), ROOT / "examples" / "terraform")
     outdated = stale({page: pages[page] for page in PAGES}, ROOT / "docs")
-    assert outdated == [], (
-        f"stale docs {outdated}: run python -m provider.framework.docs "
-        "--provider provider.resources.provider:GpuCloudProvider --out docs"
-    )
+    assert outdated == [], f"stale docs {outdated}: run make generate (scripts/generate.sh docs)"
 
 
 def test_docs_show_the_examples():

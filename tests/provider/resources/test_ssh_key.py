@@ -120,3 +120,18 @@ def test_ssh_key_config_validation_names_the_attribute():
 def test_normalize_public_key_ignores_only_whitespace():
     assert normalize_public_key(" a  b\tc \n") == "a b c"
     assert normalize_public_key("a b c") != normalize_public_key("a b d")
+
+
+def test_ssh_key_unconfirmed_create_then_delete_replays_with_the_same_key():
+    ctx = context(lambda r: httpx.Response(502), private={IDEMPOTENCY_KEY: "k9"})
+    state = SshKeyResource().create(ctx, {**PRIOR, "id": UNKNOWN, "fingerprint": UNKNOWN})
+    assert state["id"] == "unconfirmed-create:k9" and state["fingerprint"] is None
+    assert "may have happened" in ctx.diagnostics[0].detail
+    seen = []
+
+    def handler(request):
+        seen.append((request.method, request.url.path, request.headers.get("idempotency-key")))
+        return httpx.Response(201, json=BODY) if request.method == "POST" else httpx.Response(204)
+
+    SshKeyResource().delete(context(handler), state)
+    assert seen == [("POST", "/v1/ssh-keys", "k9"), ("DELETE", "/v1/ssh-keys/ssh_01", None)]
