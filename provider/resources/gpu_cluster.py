@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from provider.client import ApiError, Conflict, GpuCloudClient, NotFound, TransportError
-from provider.cty import UNKNOWN, is_unknown
+from provider.cty import UNKNOWN, format_path, is_unknown
 from provider.framework import Cancelled, Context, Resource, State, root, timeout
 from provider.resources import cluster_checks as checks
 from provider.resources._common import (
@@ -111,6 +111,14 @@ class GpuClusterResource(Resource):
                 f"Cluster {state.get('id')} is FAILED ({state.get('phase')}); Terraform will destroy it and "
                 "create a new one.",
                 root("status"),
+            )
+        if ctx.requires_replace and state is not None and state.get("deletion_protection") is True:
+            changed = ", ".join(sorted({format_path(p) for p in ctx.requires_replace}))
+            ctx.error(
+                "Cluster Is Protected From Deletion",
+                f"Changing {changed} replaces cluster {state.get('id')}, which has deletion_protection = "
+                "true. Set it to false and apply first, or keep the current value.",
+                root("deletion_protection"),
             )
         nodes = plan.get("node_count")
         if is_unknown(plan.get("orchestrator")) and known(nodes):

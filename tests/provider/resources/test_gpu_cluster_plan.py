@@ -231,3 +231,10 @@ def test_gpu_cluster_plan_destroy_of_protected_cluster_fails_at_plan():
     assert RESOURCE.modify_plan(ctx2, None, state_of(deletion_protection=True), None) is None
     assert "deletion_protection" in errors(ctx2)
     assert RESOURCE.modify_plan(make_ctx(None), None, state_of(), None) is None
+
+
+def test_gpu_cluster_plan_replacing_a_protected_cluster_fails_at_plan():
+    prior = state_of(deletion_protection=True)
+    _, ctx = plan(config_of(prior, region="us-west-2", deletion_protection=True), prior)
+    found = errors(ctx)
+    assert "Changing region replaces cluster cls_1" in found["deletion_protection"]
