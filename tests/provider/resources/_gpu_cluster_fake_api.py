@@ -197,7 +197,8 @@ class FakeClusterApi:
                 {"device": "mlx5_8", "role": "storage"}]
         if cluster["interconnect"] == "efa":
             network["efa_interfaces"] = [{"device": f"rdmap{i}s0"} for i in range(4)]
-        return {"name": f"{cluster['name']}-{index}", "index": index, "status": cluster["status"],
+        return {"name": f"{cluster['name']}-{index}", "index": index, "instance_id": f"nod_{index}",
+                "status": cluster["status"],
                 "private_ip": f"10.0.0.{index + 10}", "public_ip": None, "network": network}
 
     def _runtime(self, cluster: dict[str, Any]) -> None:

@@ -73,7 +73,7 @@ def test_gpu_cluster_create_waits_for_running_and_fills_every_computed_value(api
     node = state["nodes"][0]
     assert node["hcas"] == [f"mlx5_{i}" for i in range(8)]  # the storage HCA is left out
     assert node["partition_key"] == "0x8001" and node["topology_path"] == "ib-east-a/su00/pos00"
-    assert node["role"] == "worker"
+    assert node["role"] == "worker" and node["instance_id"] == "nod_0"
     assert state["login"] == {"host": "198.18.0.7", "port": 22, "user": "ubuntu",
                               "ssh_command": "ssh ubuntu@198.18.0.7"}
     assert state["slurm"] == {"controller": "train-jumphost", "partitions": ["gpu"]}
