@@ -30,7 +30,9 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _serve(database_url: str, data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+def _serve(
+    database_url: str, data_dir: Path, port: int, log: Path, extra: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "GPUCLOUD_DATABASE_URL": database_url,
@@ -41,6 +43,7 @@ def _serve(database_url: str, data_dir: Path, port: int, log: Path) -> subproces
         "GPUCLOUD_SIMULATION_SEED": "3",
         "GPUCLOUD_ENGINE_LEASE_SECONDS": "1.5",
         "GPUCLOUD_ENGINE_POLL_SECONDS": "0.05",
+        **(extra or {}),
     }
     with log.open("ab") as out:  # the child keeps its own descriptor
         process = subprocess.Popen(
