@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from acceptance.gpucloud_steps import (
     plan_text,
     values,
 )
+from acceptance.harness import TerraformFactory
 
 __all__ = ["gpucloud_tf"]
 
@@ -190,3 +192,22 @@ def test_acc_gpu_cluster_import_block_generates_config_that_plans_clean(
     assert values(tf, "gpucloud_gpu_cluster.found")["labels"] == {"origin": "console"}
     tf.destroy()
     assert eventually(lambda: made["id"] not in {c["id"] for c in backend.client.list_clusters()})
+
+
+QUICKSTART = Path(__file__).resolve().parents[1] / "examples" / "terraform" / "quickstart" / "main.tf"
+
+
+def test_acc_gpu_cluster_quickstart_example_applies_and_plans_clean(
+    terraform: TerraformFactory, backend: Backend
+) -> None:
+    tf = terraform("1.11")
+    tf.env.update(backend.provider_env)
+    tf.write_main(QUICKSTART.read_text())
+    tf.init()
+    apply_and_check(tf)
+    outputs = {name: item["value"] for name, item in tf.output_json().items()}
+    assert outputs["ssh_command"].startswith("ssh ubuntu@")
+    assert sorted(outputs["nodes"]) == ["quickstart-0", "quickstart-1"]
+    assert outputs["slurm_partition"] == "gpu" and outputs["hourly_cost_usd"] == 63.84
+    tf.destroy()
+    assert eventually(lambda: not [c for c in backend.client.list_clusters() if c["name"] == "quickstart"])
