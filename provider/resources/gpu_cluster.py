@@ -62,6 +62,7 @@ ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids")
 
 
 SETS = ("ssh_key_ids", "shared_volume_ids")
+FAILURE_REASON = "failure_reason"  # private state: why the cluster is FAILED, as last read
 EMPTY_AS_NULL = ("ssh_key_ids", "shared_volume_ids", "labels")
 
 
@@ -106,10 +107,11 @@ class GpuClusterResource(Resource):
         if state is not None and state.get("status") == "FAILED":
             plan["status"] = UNKNOWN
             ctx.requires_replace.append(root("status"))
+            reason = ctx.private.get(FAILURE_REASON) or f"phase {state.get('phase')}"
             ctx.warning(
                 "Failed Cluster Will Be Replaced",
-                f"Cluster {state.get('id')} is FAILED ({state.get('phase')}); Terraform will destroy it and "
-                "create a new one.",
+                f"Cluster {state.get('id')} is FAILED ({reason}); Terraform will destroy it and create a "
+                "new one.",
                 root("status"),
             )
         if ctx.requires_replace and state is not None and state.get("deletion_protection") is True:
@@ -250,6 +252,10 @@ class GpuClusterResource(Resource):
             return state
         if body is None or body.get("deletion_requested_at") is not None:
             return None  # gone (or being deleted outside Terraform): the next plan re-creates it
+        if body.get("status") == "FAILED" and body.get("status_reason"):
+            ctx.private[FAILURE_REASON] = body["status_reason"]  # for the plan's explanation
+        else:
+            ctx.private.pop(FAILURE_REASON, None)
         return self._state(ctx, client_of(ctx), body, state)
 
     def update(self, ctx: Context, plan: State, state: State) -> State | None:

@@ -257,3 +257,12 @@ def test_gpu_cluster_read_when_the_api_is_down_is_a_clear_error(api):
     assert RESOURCE.read(ctx, state) == state
     (error,) = ctx.diagnostics
     assert error.summary == "Error Reading GPU Cluster" and "API is running" in error.detail
+
+
+def test_gpu_cluster_read_keeps_the_failure_reason_for_the_plan(api):
+    state = created(api)
+    api.clusters["cls_1"].update(_fail=True)
+    ctx = ctx_for(api)
+    fresh = RESOURCE.read(ctx, state)
+    assert fresh is not None and fresh["status"] == "FAILED"
+    assert ctx.private["failure_reason"] == "node boot failed 3 times"

@@ -55,10 +55,11 @@ def propose(config: dict[str, Any], prior: dict[str, Any] | None) -> dict[str, A
 
 
 def plan(config: dict[str, Any], prior: dict[str, Any] | None = None, api: FakeClusterApi | None = None,
-         *, configured: bool = True) -> tuple[dict[str, Any] | None, Context]:
+         *, configured: bool = True, private: dict[str, Any] | None = None,
+         ) -> tuple[dict[str, Any] | None, Context]:
     full = schema_object(SCHEMA, config)
     planned, replace = plan_resource(SCHEMA, full, prior, propose(full, prior))
-    ctx = make_ctx((api or FakeClusterApi()) if configured else None)
+    ctx = make_ctx((api or FakeClusterApi()) if configured else None, private)
     ctx.requires_replace = replace
     RESOURCE.validate_config(ctx, full)
     out = RESOURCE.modify_plan(ctx, planned, prior, full)
@@ -219,11 +220,11 @@ def test_gpu_cluster_plan_on_expiry_changes_in_place():
 
 def test_gpu_cluster_plan_failed_cluster_is_replaced_with_a_reason():
     prior = state_of(status="FAILED", phase="Failed")
-    planned, ctx = plan(config_of(prior), prior)
+    planned, ctx = plan(config_of(prior), prior, private={"failure_reason": "node train-1: XID 79"})
     assert planned is not None and is_unknown(planned["status"])
     assert [format_path(p) for p in ctx.requires_replace] == ["status"]
     (warning,) = [d for d in ctx.diagnostics if d.severity == "warning"]
-    assert "FAILED" in warning.detail and "create a new one" in warning.detail
+    assert "FAILED (node train-1: XID 79)" in warning.detail and "create a new one" in warning.detail
 
 
 def test_gpu_cluster_plan_destroy_of_protected_cluster_fails_at_plan():
