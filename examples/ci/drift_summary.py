@@ -1,9 +1,10 @@
 """Summarise the drift in a refresh-only plan: `terraform show -json PLAN | python3 drift_summary.py`.
 
 Prints which resources changed outside Terraform and, attribute by attribute, how; exit status 2 when
-something drifted, 0 when nothing did (Terraform before 1.15 may exit 2 from a refresh-only plan that
-changed nothing, hashicorp/terraform#36403: the plan's own `resource_drift` is the truth). Standard
-library only, so it runs on any CI runner with Python 3.
+something drifted, 0 when nothing did. Terraform can exit 2 from a refresh-only plan that changed
+nothing visible (provider-private data refreshed; before 1.15 also hashicorp/terraform#36403): the
+plan's own `resource_drift` and `output_changes` are the truth. Standard library only, so it runs on
+any CI runner with Python 3.
 """
 
 from __future__ import annotations

@@ -127,12 +127,14 @@ drift() {
     2) ;;
     *) die "refresh-only plan failed (exit $code)" ;;
   esac
-  # Exit code 2 alone is not proof of drift: Terraform before 1.15 also returns it when a refresh
-  # changed nothing (hashicorp/terraform#36403). The saved plan says what really changed.
+  # Exit code 2 alone is not proof of drift: Terraform also returns it when the refresh only changed
+  # provider-private data, and before 1.15 when it changed nothing at all (hashicorp/terraform#36403).
+  # The saved plan says what really changed.
   local summary status=0
   summary=$(tf show -json "$DRIFT_PLAN_FILE" | "$PYTHON" "$SCRIPT_DIR/drift_summary.py") || status=$?
   printf '%s\n' "$summary"
   if [[ -n ${GITHUB_STEP_SUMMARY:-} ]]; then
+    # shellcheck disable=SC2016  # the backquotes are Markdown, not command substitution
     printf '### Drift in `%s`\n\n```\n%s\n```\n' "$TF_ROOT" "$summary" >>"$GITHUB_STEP_SUMMARY"
   fi
   case $status in
