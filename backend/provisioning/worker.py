@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from sqlalchemy import Engine, or_, select, update
+from sqlalchemy import Engine, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain.catalog import Catalog, default_catalog
@@ -26,7 +26,7 @@ from backend.provisioning.driver import ProvisioningDriver
 from backend.provisioning.reconciler import PassContext, reconcile_cluster
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.simulated import make_driver
-from backend.provisioning.state import utcnow
+from backend.provisioning.state import aware, utcnow
 from backend.store.engine_models import Worker as WorkerRow
 from backend.store.engine_models import WorkItem
 
@@ -142,17 +142,21 @@ class EngineWorker:
         return result
 
     def next_due_in(self) -> float:
-        """Seconds until the earliest due item (capped by the poll interval)."""
+        """Seconds until an item can next be claimed: the earliest due time of unleased items or the
+        earliest lease expiry of due ones (capped by the poll interval, so new work is seen)."""
+        now = utcnow()
         with self.session_factory() as session:
-            due = session.scalar(select(WorkItem.due_at).where(WorkItem.due_at.is_not(None))
-                                 .order_by(WorkItem.due_at).limit(1))
+            due = session.scalar(select(func.min(WorkItem.due_at)).where(
+                WorkItem.due_at.is_not(None),
+                or_(WorkItem.lease_expires_at.is_(None), WorkItem.lease_expires_at < now)))
+            expiry = session.scalar(select(func.min(WorkItem.lease_expires_at)).where(
+                WorkItem.due_at.is_not(None), WorkItem.lease_expires_at >= now))
             session.rollback()
         poll = self.settings.engine_poll_seconds
-        if due is None:
+        times = [aware(t) for t in (due, expiry) if t is not None]
+        if not times:
             return poll
-        if due.tzinfo is None:
-            due = due.replace(tzinfo=dt.UTC)
-        return max(0.0, min(poll, (due - utcnow()).total_seconds()))
+        return max(0.0, min(poll, min((t - now).total_seconds() for t in times if t is not None)))
 
     def run(self) -> None:
         log.info("engine.worker_started", worker=self.id, driver=self.driver.name,
