@@ -238,7 +238,10 @@ def test_acc_workflows_lifecycle_ignore_prevent_replace(
     assert values["gpucloud_gpu_cluster.guarded"]["id"] == guarded["id"]
     assert gone_id(backend, worker_id)
 
-    # Lifting prevent_destroy lets destroy proceed.
+    # prevent_destroy refuses `terraform destroy` too; lifting it lets destroy proceed.
+    refused = tf.destroy(check=False)
+    assert refused.returncode == 1 and "Instance cannot be destroyed" in " ".join(refused.output.split())
+    assert backend.client.get_cluster(guarded["id"])["status"] == "RUNNING"
     tf.write_main(config(labels='{ owner = "research" }', image="v2", prevent=False))
     tf.destroy()
     assert gone(backend, "guarded") and gone(backend, "worker")
