@@ -14,6 +14,8 @@ from backend.api.middleware import RequestMiddleware
 from backend.api.openapi import install_openapi
 from backend.api.problems import install_problem_handlers
 from backend.api.state import AppState
+from backend.billing.worker import MeteringLoop
+from backend.billing.worker import start_embedded as start_metering
 from backend.domain.catalog import default_catalog
 from backend.logging import configure_logging
 from backend.provisioning.worker import EmbeddedWorker, start_embedded
@@ -60,12 +62,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        worker = None
+        worker: EmbeddedWorker | None = None
+        metering: MeteringLoop | None = None
         if settings.embedded_worker:
+            # One process runs everything by default: the engine and the billing meter beside the API.
             worker = _start_embedded_worker(state)
+            metering = start_metering(state.write_sessions)
         try:
             yield
         finally:
+            if metering is not None:
+                metering.stop()
             if worker is not None:
                 worker.stop()
             state.engine.dispose()
