@@ -45,6 +45,9 @@ class OperationRequest:
     fabric: str | None = None
     slot: int | None = None
     volumes_changed: bool = True
+    # The caller minted this token in the current transaction and never submitted it before, so a
+    # driver may skip its idempotency lookup (an optimisation only; submitting stays idempotent).
+    first_submission: bool = False
 
 
 @dataclass(frozen=True)

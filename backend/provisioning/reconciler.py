@@ -7,7 +7,7 @@ driver answers with the operations it already has.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import update
 from sqlalchemy.orm import Session
@@ -256,6 +256,8 @@ def _node_op(ctx: PassContext, cluster: Cluster, node: EngineNode, stage: NodeSt
 def _submit(ctx: PassContext, cluster: Cluster, node: EngineNode | None, request: OperationRequest,
             *, new: bool = True) -> Operation:
     """Submit (idempotent); `new` = the token was minted in this pass, so record the step."""
+    if new:
+        request = replace(request, first_submission=True)
     op = ctx.driver.submit(ctx.session, request, ctx.now)
     if not new:
         return op

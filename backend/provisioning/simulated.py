@@ -90,7 +90,7 @@ class SimulatedDatacenter:
         return session.get(SimulatedOperation, client_token)
 
     def submit(self, session: Session, request: OperationRequest, now: dt.datetime) -> Operation:
-        existing = self._find(session, request.client_token)
+        existing = None if request.first_submission else self._find(session, request.client_token)
         if existing is None:
             ready_at, succeeded, reason = self._outcome(request, now)
             existing = SimulatedOperation(client_token=request.client_token, kind=str(request.kind),
