@@ -1,6 +1,7 @@
-"""Sharing the gpu-training-cluster module across teams, against the real backend with Terraform 1.11:
-the module's own `terraform test`, the NLP and vision team roots applied into one project without
-touching each other, and one module's outputs feeding another."""
+"""Sharing the gpu-training-cluster module across teams, against the real backend: the module's own
+`terraform test` (a smoke test, on Terraform 1.11 and 1.15), and with Terraform 1.11 the NLP and vision
+team roots applied into one project without touching each other, and one module's outputs feeding
+another."""
 
 from __future__ import annotations
 
@@ -28,10 +29,10 @@ def runner(mirror: Path, backend: Backend, directory: Path) -> Terraform:
 
 
 def test_acc_workflows_module_terraform_test(
-    provider_mirror: Path, backend: Backend, tmp_path: Path
+    tf_version: str, provider_mirror: Path, backend: Backend, tmp_path: Path
 ) -> None:
     module = copy_examples(tmp_path) / "modules" / "gpu-training-cluster"
-    tf = runner(provider_mirror, backend, module)
+    tf = Terraform(module, version=tf_version, mirror=provider_mirror, env=backend.provider_env)
     tf.init()
     result = tf.run("test", check=False)
     output = " ".join(result.output.split())
