@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from provider.client import (
     GpuCloudClient,
@@ -58,14 +59,14 @@ class Poller:
     sleep: Callable[[float], None]
     clock: Callable[[], float] = time.monotonic
     last: dict[str, Any] | None = None
+    etag: str | None = None  # of the last object seen, for the next If-Match
     _delay: float = FIRST_POLL_SECONDS
 
     def poll(self) -> dict[str, Any] | None:
         """The cluster now; None when the API says it does not exist. Transient failures are retried."""
         while True:
             try:
-                self.last = self.client.get_cluster(self.cluster_id)
-                return self.last
+                response = self.client.request("GET", f"/v1/clusters/{quote(self.cluster_id, safe='')}")
             except NotFound:
                 return None
             except TRANSIENT as error:
@@ -73,6 +74,11 @@ class Poller:
                     raise ClusterWaitError(f"the API kept failing: {error}", self.last) from error
                 log.warning("gpu cluster %s: API unavailable (%s); retrying", self.cluster_id, error)
                 self.pause()
+                continue
+            if isinstance(response.body, dict):
+                self.last, self.etag = response.body, response.etag
+                return self.last
+            raise ClusterWaitError("the API answered without a cluster object", self.last)
 
     def pause(self) -> None:
         self.sleep(min(self._delay, max(0.0, self.deadline - self.clock())))

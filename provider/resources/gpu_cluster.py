@@ -223,6 +223,7 @@ class GpuClusterResource(Resource):
             )
             return self._state(ctx, client, poller.last or body, plan)
         create_done(ctx)
+        remember_etag(ctx, poller.etag)  # the first refresh then finds nothing new
         return self._state(ctx, client, body, plan)
 
     def _send_create(
@@ -298,6 +299,7 @@ class GpuClusterResource(Resource):
                 ctx.error("Error Updating GPU Cluster", f"Cluster {cluster_id} did not converge after the "
                           f"change: {reason}. Run terraform apply again to finish.")
                 return self._state(ctx, client, poller.last or body, plan)
+            remember_etag(ctx, poller.etag)
         return self._state(ctx, client, body, plan)
 
     def _refreshed_or(self, ctx: Context, client: GpuCloudClient, cluster_id: str, state: State) -> State:

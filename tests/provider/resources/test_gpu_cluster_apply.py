@@ -80,6 +80,7 @@ def test_gpu_cluster_create_waits_for_running_and_fills_every_computed_value(api
     assert state["kubernetes"] is None and state["reservation"] is None
     assert state["ssh_key_ids"] is None and state["labels"] == {"team": "ml"}
     assert IDEMPOTENCY_KEY not in ctx.private
+    assert ctx.private["etag"] == f'"{api.clusters["cls_1"]["updated_at"]}"'  # the first refresh finds it
     posts = [r for r in api.requests if r[0] == "POST"]
     assert posts[0][2]["orchestrator"] == "slurm" and "ssh_key_ids" not in posts[0][2]
 
