@@ -17,6 +17,9 @@ export TF_IN_AUTOMATION=1 CHECKPOINT_DISABLE=1
 export GPUCLOUD_DATA_DIR="$demo/data"
 export GPUCLOUD_ENDPOINT="$endpoint"
 export TF_DATA_DIR="$demo/terraform-data"
+# The simulated datacenter runs real phase durations (a 2-node cluster takes ~20 minutes) at speed 1;
+# the demo compresses time so the quickstart cluster is RUNNING in about ten seconds.
+export GPUCLOUD_SIMULATION_SPEED="${GPUCLOUD_SIMULATION_SPEED:-120}"
 
 say() { printf '\n==> %s\n' "$*"; }
 
