@@ -6,8 +6,9 @@ listen backlog until the gRPC side is ready, so the work after the line overlaps
 1. magic cookie and protocol version (stdlib only);
 2. private 0700 directory, fresh server certificate (pure-Python ECDSA, ~2 ms), listening socket;
 3. the handshake line on stdout; stdout is then pointed at stderr so nothing else can corrupt it;
-4. logging, grpcio, the provider itself, the gRPC server on a private socket, the TLS terminator;
-5. wait for GRPCController/Shutdown (or SIGTERM), stop, remove the directory, exit.
+4. the TLS terminator (it accepts and handshakes Terraform's connection meanwhile), then logging,
+   grpcio, the provider itself and the gRPC server on a private socket, to which the relay then connects;
+5. wait for GRPCController/Shutdown (or SIGTERM), remove the directory, exit at once.
 
 Only this module's callees import grpc, and only in step 4.
 """
@@ -88,11 +89,22 @@ def _serve_for_terraform(make_server: MakeServer, *, provider_address: str) -> N
         traceback.print_exc()
         exit_code = 1
     finally:
+        _remove_directory(directory)
+    # os._exit, without stopping the gRPC server first: it ends grpcio's threads at once, and Terraform
+    # waits for this exit after every launch (it kills a plugin only after 2 s).
+    os._exit(exit_code)
+
+
+def _remove_directory(directory: str) -> None:
+    """Remove the socket directory; it holds only our own sockets and key files (no `shutil`: ~2 ms)."""
+    try:
+        for name in os.listdir(directory):
+            os.unlink(os.path.join(directory, name))
+        os.rmdir(directory)
+    except OSError:
         import shutil
 
         shutil.rmtree(directory, ignore_errors=True)
-    # os._exit: grpcio's threads must not delay the exit (Terraform kills a plugin after 2 s).
-    os._exit(exit_code)
 
 
 class _Terminated(BaseException):
@@ -116,7 +128,6 @@ def _serve_in(directory: str, make_server: MakeServer, *, environ: Any, protocol
         listener.bind(public_path)
         listener.listen(128)
         _announce(public_path, protocol_version, certificate.handshake_text())
-        runtime = _start_runtime(make_server, environ, grpc_path=os.path.join(directory, "grpc.sock"))
 
         from provider.plugin.tls_terminator import TlsTerminator, server_ssl_context
 
@@ -126,7 +137,13 @@ def _serve_in(directory: str, make_server: MakeServer, *, environ: Any, protocol
             directory=directory,
             client_ca_pem=client_ca_pem,
         )
-        TlsTerminator(listener, runtime.grpc_path, context).start()
+        # Terraform connects as soon as it reads the handshake line: its TLS handshake runs in the
+        # terminator's thread while grpcio and the provider load here; the relay holds its bytes until then.
+        grpc_path = os.path.join(directory, "grpc.sock")
+        terminator = TlsTerminator(listener, grpc_path, context, backend_listening=False)
+        terminator.start()
+        runtime = _start_runtime(make_server, environ, grpc_path=grpc_path)
+        terminator.backend_ready()
     else:
         # TF_DISABLE_PLUGIN_TLS: grpcio serves the public socket itself, so it must exist first.
         runtime = _start_runtime(make_server, environ, grpc_path=public_path)
@@ -158,7 +175,6 @@ class _Runtime:
         while not self._shutdown.wait(ORPHAN_CHECK_INTERVAL_S):
             if os.getppid() != _HOST_PID:
                 break
-        self.server.stop(0)
 
 
 def _start_runtime(make_server: MakeServer, environ: Any, *, grpc_path: str) -> _Runtime:

@@ -9,7 +9,8 @@ decrypted bytes are relayed to grpcio listening in plaintext on a socket inside 
 directory. Both sockets are reachable only by this user. Costs: docs/plugin-tls.md.
 
 Relaying runs on one asyncio event loop in a daemon thread: per connection a handshake and two
-copy loops, nothing per RPC beyond copying bytes.
+copy loops, nothing per RPC beyond copying bytes. The terminator starts before grpcio is imported,
+so Terraform's TLS handshake overlaps the imports; `backend_ready()` releases the relay.
 """
 
 from __future__ import annotations
@@ -55,7 +56,15 @@ def server_ssl_context(
 class TlsTerminator:
     """Accepts TLS on `listener` and relays each connection to the unix socket at `backend_path`."""
 
-    def __init__(self, listener: socket.socket, backend_path: str, context: ssl.SSLContext) -> None:
+    def __init__(
+        self,
+        listener: socket.socket,
+        backend_path: str,
+        context: ssl.SSLContext,
+        *,
+        backend_listening: bool = True,
+    ) -> None:
+        """With `backend_listening=False`, relaying waits for `backend_ready()` (TLS is accepted before)."""
         self._listener = listener
         self._backend_path = backend_path
         self._context = context
@@ -63,12 +72,19 @@ class TlsTerminator:
         self._thread = threading.Thread(target=self._run, name="tls-terminator", daemon=True)
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
+        self._backend_ready = asyncio.Event()  # bound to the loop on first use (Python >= 3.10)
+        if backend_listening:
+            self._backend_ready.set()
 
     def start(self) -> None:
         self._thread.start()
         self._started.wait()
         if self._startup_error is not None:
             raise self._startup_error
+
+    def backend_ready(self) -> None:
+        """The gRPC server listens now: relay connections accepted before this (and all later ones)."""
+        self._loop.call_soon_threadsafe(self._backend_ready.set)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -91,6 +107,7 @@ class TlsTerminator:
     async def _relay(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
         peer = client_writer.get_extra_info("peercert")
         log.debug("TLS connection accepted (client certificate: %s)", "verified" if peer else "none")
+        await self._backend_ready.wait()
         try:
             backend_reader, backend_writer = await asyncio.open_unix_connection(self._backend_path)
         except OSError:
