@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
-import secrets
+import os
 from typing import Any
 
 from acceptance.conformance.data import ConformanceData
@@ -57,7 +57,7 @@ class TokenEphemeral(EphemeralResource):
 
     def open(self, ctx: Context, config: State) -> EphemeralResult:
         data: ConformanceData = ctx.provider_data
-        value = secrets.token_hex(32)[: int(config["length"])]
+        value = os.urandom(32).hex()[: int(config["length"])]  # what secrets.token_hex does
         lease = data.store.next_id("lease")
         ctx.private.update(lease=lease, value=value)
         data.store.put("ephemeral_log", lease, f"opened:{value}", STRING)

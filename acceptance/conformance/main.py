@@ -1,8 +1,14 @@
-"""Entry point of the conformance provider: `python -m acceptance.conformance.main [--debug]`."""
+"""Entry point of the conformance provider: `python -m acceptance.conformance.main [--debug]`.
+
+Nothing but the plugin's launch module is imported before the handshake line: the provider (the
+framework, every resource) loads after it, like the gpucloud provider's.
+"""
 
 from __future__ import annotations
 
 import sys
+
+ADDRESS = "registry.terraform.io/gpucloud/conformance"
 
 
 def make_server() -> object:
@@ -13,7 +19,6 @@ def make_server() -> object:
 
 
 def main() -> None:
-    from acceptance.conformance.provider import ADDRESS
     from provider.plugin import serve
 
     serve(make_server, debug="--debug" in sys.argv[1:], provider_address=ADDRESS)

@@ -30,8 +30,6 @@ from provider.framework import (
     StringAttribute,
 )
 
-ADDRESS = "registry.terraform.io/gpucloud/conformance"
-
 
 class ConformanceProvider(Provider):
     type_name = "conformance"
