@@ -8,11 +8,12 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from email.utils import parsedate_to_datetime
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from provider.client.errors import ApiError, error_class_for
+
+if TYPE_CHECKING:  # httpx is imported only once a client is built (see http.py)
+    import httpx
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 _PROBLEM_MEMBERS = frozenset(

@@ -17,21 +17,28 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx
-import tenacity
 
 from provider.client._wire import dumps, error_from_response, loads, retry_after_seconds
 from provider.client.errors import ApiError, ServerError, TransportError
+
+if TYPE_CHECKING:  # imported when a client is built: httpx (with rich and click) costs ~50 ms per launch,
+    import httpx  # and Terraform starts the provider for schema and validation calls that need no client
+    import tenacity
 
 _log = logging.getLogger("provider.client")
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 _REPLAYABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "PATCH"})
-# Failures in which the request never left this process: safe to repeat for any method.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+def _not_sent(error: BaseException | None) -> bool:
+    """A failure in which the request never left this process: safe to repeat for any method."""
+    import httpx
+
+    not_sent = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+    return isinstance(error, not_sent)
 
 
 class Cancelled(ApiError):
@@ -69,6 +76,9 @@ class HttpCore:
         cancelled: threading.Event | None = None,
         sleep: Callable[[float], None] | None = None,
     ) -> None:
+        import httpx
+        import tenacity
+
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ValueError(f"endpoint must be an http:// or https:// URL, got {endpoint!r}")
@@ -175,6 +185,9 @@ class HttpCore:
         return response
 
     def _send_with_retries(self, request: httpx.Request, replayable: bool) -> httpx.Response:
+        import httpx
+        import tenacity
+
         started = time.monotonic()
 
         def should_retry(state: tenacity.RetryCallState) -> bool:
@@ -183,7 +196,7 @@ class HttpCore:
                 return False
             if outcome.failed:
                 error = outcome.exception()
-                if isinstance(error, _NOT_SENT):
+                if _not_sent(error):
                     return True
                 return replayable and isinstance(error, httpx.TransportError)
             response: httpx.Response = outcome.result()
