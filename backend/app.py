@@ -86,6 +86,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         docs_url="/docs",
         redoc_url=None,
         generate_unique_id_function=lambda route: route.name,
+        # We export Prometheus metrics and JSON logs ourselves; FastAPI's OpenTelemetry hooks would only
+        # look up (unconfigured) providers on every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     app.state.gpucloud = state
     install_problem_handlers(app)

@@ -37,9 +37,14 @@ CLUSTER_WRITE_ERRORS = {**WRITE_ERRORS, 402: problem_response_doc("The project i
 KIND = "cluster"
 
 
-def to_out(session: Session, row: Cluster, catalog: Catalog) -> ClusterOut:
-    """The cluster as returned: the stored spec, computed fields and the engine's runtime view."""
-    spec = clusters.cluster_spec(row)
+def to_out(
+    session: Session, row: Cluster | Any, catalog: Catalog, spec: dict[str, Any] | None = None
+) -> ClusterOut:
+    """The cluster as returned: the stored spec, computed fields and the engine's runtime view.
+
+    `row` may be a Core row of the clusters table with its `spec` (the GET path, see read_cluster).
+    """
+    spec = spec if spec is not None else clusters.cluster_spec(row)
     itype = catalog.instance_type(row.instance_type)
     try:
         hourly: float | None = float(clusters.estimated_hourly_cost(spec, catalog))
@@ -60,7 +65,7 @@ def to_out(session: Session, row: Cluster, catalog: Catalog) -> ClusterOut:
         "created_at": row.created_at,
         "updated_at": row.updated_at,
     }
-    body.update(cluster_runtime(session, row.id))
+    body.update(cluster_runtime(session, row.id, row))
     body.update(cluster_billing(session, row.id))
     return ClusterOut.model_validate(body)
 
@@ -116,8 +121,10 @@ def get_cluster(cluster_id: str, request: Request, principal: Reader) -> Respons
     """One cluster with its runtime state."""
     state = app_state(request)
     with state.read_sessions() as session:
-        row = clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
-        body = to_out(session, row, state.catalog)
+        row, spec = clusters.read_cluster(
+            session=session, project_id=principal.project_id, cluster_id=cluster_id
+        )
+        body = to_out(session, row, state.catalog, spec)
     return Response(
         body.model_dump_json(), media_type="application/json", headers={"ETag": etag_for(row.generation)}
     )

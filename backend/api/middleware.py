@@ -5,9 +5,10 @@ Pure ASGI (not BaseHTTPMiddleware) to keep the per-request cost small.
 
 from __future__ import annotations
 
+import itertools
 import re
+import secrets
 import time
-import uuid
 from typing import Any
 
 import structlog
@@ -19,6 +20,9 @@ from backend.api.problems import PROBLEM_MEDIA_TYPE, problem_body
 
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 _log = structlog.get_logger("gpucloud.api")
+# Request ids: a random per-process prefix and a counter (unique without a urandom call per request).
+_ID_PREFIX = secrets.token_hex(8)
+_id_counter = itertools.count()
 
 
 class BodyTooLarge(StarletteHTTPException):
@@ -48,7 +52,7 @@ class RequestMiddleware:
                 request_id = candidate if _REQUEST_ID.match(candidate) else None
             elif name == b"content-length":
                 content_length = value
-        request_id = request_id or f"req_{uuid.uuid4().hex}"
+        request_id = request_id or f"req_{_ID_PREFIX}{next(_id_counter):016x}"
         state: dict[str, Any] = scope.setdefault("state", {})
         state["request_id"] = request_id
         status = {"code": 500, "started": False}

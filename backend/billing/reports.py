@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from backend.billing.account import credit_standing
@@ -132,9 +132,26 @@ def _invoice_item(
     }
 
 
+# Only the columns a cluster response shows, built once: a light row on the hot GET path.
+_RESERVATION_SHOWN = select(
+    Reservation.term_start,
+    Reservation.term_end,
+    Reservation.node_count,
+    Reservation.upfront_micros,
+    Reservation.discount,
+    Reservation.on_expiry,
+    Reservation.expired_at,
+).where(Reservation.cluster_id == bindparam("cluster_id"))
+
+
+def reserved_node_count(session: Session, cluster_id: str) -> int | None:
+    """The node count of the cluster's started reserved term, None before it starts (or on demand)."""
+    return session.scalar(select(Reservation.node_count).where(Reservation.cluster_id == cluster_id))
+
+
 def cluster_billing(session: Session, cluster_id: str) -> dict[str, Any]:
     """Billing fields of a cluster response: its reserved term (null for on-demand or before RUNNING)."""
-    reservation = session.get(Reservation, cluster_id)
+    reservation = session.execute(_RESERVATION_SHOWN, {"cluster_id": cluster_id}).one_or_none()
     if reservation is None:
         return {"reservation": None}
     return {

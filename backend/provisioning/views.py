@@ -10,15 +10,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog, default_catalog
+from backend.domain.lifecycle import NodeStage
 from backend.fabric import kubernetes, slurm
 from backend.fabric.layout import ClusterLayout, NodeLayout
 from backend.fabric.nccl import nccl_env
 from backend.fabric.topology import node_network
-from backend.provisioning.state import aware, live_nodes
+from backend.provisioning.state import aware
 from backend.store.engine_models import EngineCluster, EngineNode, PhaseRecord
 from backend.store.models import Cluster
 
@@ -32,26 +33,66 @@ ARTIFACTS = {
 SSH_USER = "ubuntu"
 
 
-def _members(session: Session, cluster_id: str) -> list[EngineNode]:
-    return [n for n in live_nodes(session, cluster_id) if n.active_name is not None]
+# The columns a read view needs of a live node: one light row per node instead of an ORM instance.
+_NODE_COLUMNS = (EngineNode.name, EngineNode.active_name, EngineNode.index, EngineNode.slot,
+                 EngineNode.scalable_unit, EngineNode.private_ip, EngineNode.public_ip, EngineNode.status,
+                 EngineNode.status_reason)
 
 
-def cluster_layout(session: Session, cluster_id: str, catalog: Catalog | None = None) -> ClusterLayout | None:
-    """The placed layout of a cluster (member nodes only), or None before admission / after the end."""
-    catalog = catalog or default_catalog()
-    cluster = session.get(Cluster, cluster_id)
-    state = session.get(EngineCluster, cluster_id)
-    if cluster is None or state is None or state.finished:
+# Read statements are built once (SQLAlchemy also memoizes their cache keys): the GET path runs them all.
+_LIVE_NODES = (
+    select(*_NODE_COLUMNS)
+    .where(EngineNode.cluster_id == bindparam("cluster_id"), EngineNode.stage != str(NodeStage.RELEASED))
+    .order_by(EngineNode.index, EngineNode.created_at)
+)
+_PHASE_HISTORY = (
+    select(PhaseRecord.phase, PhaseRecord.at, PhaseRecord.detail)
+    .where(PhaseRecord.cluster_id == bindparam("cluster_id"))
+    .order_by(PhaseRecord.id)
+)
+
+
+def _live_node_rows(session: Session, cluster_id: str) -> list[Any]:
+    """live_nodes (same filter and order) as column rows: members and nodes still being torn down."""
+    return list(session.execute(_LIVE_NODES, {"cluster_id": cluster_id}))
+
+
+# The engine state a read view needs (the admin token stays out: it is served by /credentials only).
+_STATE_COLUMNS = (EngineCluster.fabric, EngineCluster.hostname_prefix, EngineCluster.subnet,
+                  EngineCluster.partition_key, EngineCluster.jumphost_ip, EngineCluster.public_ip,
+                  EngineCluster.kube_ca_cert_pem, EngineCluster.finished)
+
+
+_STATE = select(*_STATE_COLUMNS).where(EngineCluster.cluster_id == bindparam("cluster_id"))
+
+
+def _state_row(session: Session, cluster_id: str) -> Any:
+    return session.execute(_STATE, {"cluster_id": cluster_id}).one_or_none()
+
+
+def _layout(cluster: Cluster, state: Any, members: list[Any],
+            catalog: Catalog) -> ClusterLayout | None:
+    if state is None or state.finished:
         return None
     itype = catalog.instance_type(cluster.instance_type)
     fabric = catalog.fabric(cluster.region, state.fabric)
     if itype is None or fabric is None:
         return None
     nodes = tuple(NodeLayout(n.name, n.index, n.slot, n.scalable_unit, n.private_ip, n.public_ip)
-                  for n in _members(session, cluster_id))
+                  for n in members)
     return ClusterLayout(cluster.id, state.hostname_prefix, cluster.region, cluster.orchestrator,
                          cluster.interconnect, itype, fabric, state.subnet, state.partition_key, nodes,
                          state.jumphost_ip, state.public_ip)
+
+
+def cluster_layout(session: Session, cluster_id: str, catalog: Catalog | None = None) -> ClusterLayout | None:
+    """The placed layout of a cluster (member nodes only), or None before admission / after the end."""
+    cluster = session.get(Cluster, cluster_id)
+    state = session.get(EngineCluster, cluster_id)
+    if cluster is None or state is None or state.finished:
+        return None
+    members = [n for n in _live_node_rows(session, cluster_id) if n.active_name is not None]
+    return _layout(cluster, state, members, catalog or default_catalog())
 
 
 def _iso(value: Any) -> str | None:
@@ -59,33 +100,39 @@ def _iso(value: Any) -> str | None:
     return None if stamp is None else stamp.isoformat().replace("+00:00", "Z")
 
 
-def cluster_runtime(session: Session, cluster_id: str) -> dict[str, Any]:
-    """nodes, login, slurm, kubernetes, nccl_env, fabric and phase_history of one cluster."""
+def _node_view(n: Any, network: dict[str, Any] | None) -> dict[str, Any]:
+    return {"name": n.name, "index": n.index, "status": n.status, "status_reason": n.status_reason,
+            "private_ip": n.private_ip, "public_ip": n.public_ip, "network": network}
+
+
+def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = None) -> dict[str, Any]:
+    """nodes, login, slurm, kubernetes, nccl_env, fabric and phase_history of one cluster.
+
+    `cluster`: the caller's already loaded row, ORM or a Core row of the clusters table (saves a lookup).
+    One query each for the phase history, the engine state and the live nodes.
+    """
     catalog = default_catalog()
     history = [
         {"phase": r.phase, "at": _iso(r.at), "detail": r.detail}
-        for r in session.scalars(select(PhaseRecord).where(PhaseRecord.cluster_id == cluster_id)
-                                 .order_by(PhaseRecord.id))
+        for r in session.execute(_PHASE_HISTORY, {"cluster_id": cluster_id})
     ]
     runtime: dict[str, Any] = {"nodes": [], "login": None, "slurm": None, "kubernetes": None,
                                "nccl_env": {}, "fabric": None, "phase_history": history}
-    layout = cluster_layout(session, cluster_id, catalog)
+    cluster = cluster if cluster is not None else session.get(Cluster, cluster_id)
+    state = _state_row(session, cluster_id)
+    if cluster is None or state is None or state.finished:
+        return runtime
+    live = _live_node_rows(session, cluster_id)
+    nodes = [n for n in live if n.active_name is not None]
+    layout = _layout(cluster, state, nodes, catalog)
     if layout is None:
         return runtime
-    nodes = _members(session, cluster_id)
-    # live_nodes excludes released nodes: these are still being torn down.
-    leaving = [n for n in live_nodes(session, cluster_id) if n.active_name is None]
-    networks = {n.name: node_network(layout.fabric, layout.instance_type, n.slot, layout.partition_key)
-                for n in nodes}
+    # Live nodes without an active name are released ones still being torn down.
+    leaving = [n for n in live if n.active_name is None]
     runtime["nodes"] = [
-        {"name": n.name, "index": n.index, "status": n.status, "status_reason": n.status_reason,
-         "private_ip": n.private_ip, "public_ip": n.public_ip, "network": networks[n.name]}
+        _node_view(n, node_network(layout.fabric, layout.instance_type, n.slot, layout.partition_key))
         for n in nodes
-    ] + [
-        {"name": n.name, "index": n.index, "status": n.status, "status_reason": n.status_reason,
-         "private_ip": n.private_ip, "public_ip": n.public_ip, "network": None}
-        for n in leaving
-    ]
+    ] + [_node_view(n, None) for n in leaving]
     login_host = f"{layout.name}-jumphost" if layout.multi_node else layout.controller
     runtime["login"] = {"host": login_host, "public_ip": layout.public_ip, "user": SSH_USER,
                         "ssh_command": f"ssh {SSH_USER}@{layout.public_ip}"}
@@ -99,10 +146,9 @@ def cluster_runtime(session: Session, cluster_id: str) -> dict[str, Any]:
                             "artifacts": {name: f"{base}/{name}" for name in
                                           ("slurm.conf", "gres.conf", "topology.conf", "hosts")}}
     if layout.orchestrator == "kubernetes":
-        state = session.get(EngineCluster, cluster_id)
         runtime["kubernetes"] = {
             "api_endpoint": kubernetes.api_endpoint(layout),
-            "ca_certificate": state.kube_ca_cert_pem if state else None,
+            "ca_certificate": state.kube_ca_cert_pem,
             "node_objects_url": f"{base}/kubernetes-nodes.json",
             "credentials_url": f"/v1/clusters/{cluster_id}/credentials",
         }

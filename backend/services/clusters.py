@@ -10,12 +10,13 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar
 
-from sqlalchemy import or_, select
+from sqlalchemy import bindparam, literal, or_, select, union_all
 from sqlalchemy.orm import Session, joinedload
 
 from backend.billing.account import check_attach_allowed
 from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.pricing import PricingError
+from backend.billing.reports import reserved_node_count
 from backend.domain.catalog import Catalog
 from backend.domain.cluster_rules import apply_cluster_defaults, validate_cluster_spec
 from backend.domain.errors import Conflict, FieldError, NotFound, validation_failed
@@ -31,10 +32,26 @@ IMMUTABLE_BILLING_FIELDS = ("type", "duration_days")
 DESTROYED = "DESTROYED"
 MICROS = Decimal(1_000_000)
 _LINKS_JOINED = (joinedload(Cluster.ssh_key_links), joinedload(Cluster.volume_links))
+# The GET path reads with two prebuilt Core statements (built and cache-keyed once, no ORM instances):
+# the cluster row, then its SSH key and volume links together.
+_CLUSTER_ROW = select(Cluster.__table__).where(Cluster.id == bindparam("cluster_id"))
+_CLUSTER_LINKS = union_all(
+    select(literal("ssh_key").label("kind"), ClusterSshKey.ssh_key_id.label("ref"), ClusterSshKey.position)
+    .where(ClusterSshKey.cluster_id == bindparam("cluster_id")),
+    select(literal("volume").label("kind"), ClusterVolume.volume_id.label("ref"), ClusterVolume.position)
+    .where(ClusterVolume.cluster_id == bindparam("cluster_id")),
+)
 
 
 def cluster_spec(row: Cluster) -> dict[str, Any]:
     """The declared spec of a stored cluster, as the API returns it."""
+    return spec_of(
+        row, [link.ssh_key_id for link in row.ssh_key_links], [link.volume_id for link in row.volume_links]
+    )
+
+
+def spec_of(row: Any, ssh_key_ids: list[str], volume_ids: list[str]) -> dict[str, Any]:
+    """The declared spec from a cluster row (ORM or Core, same column names) and its link ids."""
     return {
         "name": row.name,
         "region": row.region,
@@ -43,8 +60,8 @@ def cluster_spec(row: Cluster) -> dict[str, Any]:
         "orchestrator": row.orchestrator,
         "interconnect": row.interconnect,
         "container": row.container,
-        "ssh_key_ids": [link.ssh_key_id for link in row.ssh_key_links],
-        "volume_ids": [link.volume_id for link in row.volume_links],
+        "ssh_key_ids": ssh_key_ids,
+        "volume_ids": volume_ids,
         "billing": {
             "type": row.billing_type,
             "duration_days": row.billing_duration_days,
@@ -69,14 +86,16 @@ def _check_spec(
     project_id: str,
     spec: Mapping[str, Any],
     attached: Sequence[str] = (),
+    reserved_nodes: int | None = None,
 ) -> dict[str, Any]:
     """The spec with defaults applied; 422 naming every offending field, 402 when billing refuses to
-    attach more storage to a project out of credits (`attached`: volumes already attached)."""
+    attach more storage to a project out of credits (`attached`: volumes already attached;
+    `reserved_nodes`: the size of the cluster's started reserved term, priced as such)."""
     full = apply_cluster_defaults(spec, catalog)
     errors = [FieldError(e.path, e.code, e.message) for e in validate_cluster_spec(full, catalog)]
     errors += _check_references(session, project_id, full)
     if not errors:
-        errors += _check_cost(full, catalog)
+        errors += _check_cost(full, catalog, reserved_nodes)
     if errors:
         raise validation_failed(errors)
     if set(full.get("volume_ids") or []) - set(attached):
@@ -125,9 +144,9 @@ def _check_list(field: str, label: str, ids: list[str], existing: set[str]) -> l
     return errors
 
 
-def _check_cost(spec: Mapping[str, Any], catalog: Catalog) -> list[FieldError]:
+def _check_cost(spec: Mapping[str, Any], catalog: Catalog, reserved_nodes: int | None) -> list[FieldError]:
     try:
-        hourly = estimated_hourly_cost(spec, catalog)
+        hourly = estimate_cluster_cost(spec, catalog, reserved_node_count=reserved_nodes).hourly_usd
     except PricingError as error:
         return [FieldError(error.field, "no_price", error.message)]
     ceiling = spec.get("max_hourly_cost_usd")
@@ -204,6 +223,23 @@ def get_cluster(*, session: Session, project_id: str, cluster_id: str, for_updat
     return row
 
 
+def read_cluster(*, session: Session, project_id: str, cluster_id: str) -> tuple[Any, dict[str, Any]]:
+    """`get_cluster` for a read-only caller: the cluster as a Core row (columns as attributes) and its
+    declared spec; the same 404s."""
+    if not is_id_of("cluster", cluster_id):
+        raise NotFound(f"no cluster with id {cluster_id[:64]!r}", field="cluster_id")
+    params = {"cluster_id": cluster_id}
+    row = session.execute(_CLUSTER_ROW, params).one_or_none()
+    if row is None or row.project_id != project_id:
+        raise NotFound(f"no cluster with id {cluster_id!r}", field="cluster_id")
+    if row.deletion_requested_at is not None and row.status == DESTROYED:
+        raise NotFound(f"cluster {cluster_id} was deleted", field="cluster_id")
+    links = sorted(session.execute(_CLUSTER_LINKS, params), key=lambda link: link.position)
+    ssh_key_ids = [link.ref for link in links if link.kind == "ssh_key"]
+    volume_ids = [link.ref for link in links if link.kind == "volume"]
+    return row, spec_of(row, ssh_key_ids, volume_ids)
+
+
 def list_clusters(
     *, session: Session, project_id: str, after_id: str | None, limit: int, name: str | None = None
 ) -> tuple[Sequence[Cluster], bool]:
@@ -257,7 +293,11 @@ def update_cluster(
         merged["billing"] = billing
     if errors:
         raise validation_failed(errors)
-    full = _check_spec(session, catalog, project_id, merged, attached=current["volume_ids"])
+    # A scale of a started reserved term: only the reserved nodes are at the reserved rate.
+    reserved = reserved_node_count(session, row.id) if merged["billing"]["type"] == "reserved" else None
+    full = _check_spec(
+        session, catalog, project_id, merged, attached=current["volume_ids"], reserved_nodes=reserved
+    )
     if full != current:
         _apply(row, full)
         touch(row)
