@@ -50,6 +50,16 @@ def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
 
 
 def make_session_factory(engine: Engine, *, write: bool = False) -> sessionmaker[Session]:
-    """Sessions that keep loaded attributes after commit; `write` ones take SQLite's write lock at BEGIN."""
-    bind = engine.execution_options(sqlite_begin="IMMEDIATE") if write else engine
+    """Sessions that keep loaded attributes after commit; `write` ones take SQLite's write lock at BEGIN.
+
+    Read sessions on PostgreSQL run in autocommit: under READ COMMITTED every statement takes its own
+    snapshot anyway, so a read transaction only adds a BEGIN and a ROLLBACK round trip per request.
+    (SQLite keeps its read transaction: there it is one consistent snapshot, and costs no round trip.)
+    """
+    if write:
+        bind = engine.execution_options(sqlite_begin="IMMEDIATE")
+    elif engine.dialect.name == "postgresql":
+        bind = engine.execution_options(isolation_level="AUTOCOMMIT")
+    else:
+        bind = engine
     return sessionmaker(bind=bind, expire_on_commit=False)
