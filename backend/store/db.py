@@ -56,6 +56,7 @@ def make_session_factory(engine: Engine, *, write: bool = False) -> sessionmaker
     snapshot anyway, so a read transaction only adds a BEGIN and a ROLLBACK round trip per request.
     (SQLite keeps its read transaction: there it is one consistent snapshot, and costs no round trip.)
     """
+    bind: Engine
     if write:
         bind = engine.execution_options(sqlite_begin="IMMEDIATE")
     elif engine.dialect.name == "postgresql":
