@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import CapacityLimiter
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
@@ -51,6 +52,7 @@ def build_state(settings: Settings, engine: Engine | None = None) -> AppState:
             sync_every=settings.rate_limit_sync_every,
         ),
         metrics=Metrics(),
+        read_limiter=CapacityLimiter(settings.read_threads),
     )
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
+import anyio.to_thread
+from anyio import CapacityLimiter
 from fastapi import Request
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,9 +30,19 @@ class AppState:
     authenticator: Authenticator
     rate_limiter: RateLimiter
     metrics: Metrics
+    # Bounds the threads of run_read (the default threadpool allows 40).
+    read_limiter: CapacityLimiter
 
 
 def app_state(request: Request) -> AppState:
     """The AppState of the app serving `request`."""
     state: AppState = request.app.state.gpucloud
     return state
+
+
+Result = TypeVar("Result")
+
+
+async def run_read(request: Request, work: Callable[[], Result]) -> Result:
+    """Run a read route's blocking database work in a thread of the small read pool (see read_threads)."""
+    return await anyio.to_thread.run_sync(work, limiter=app_state(request).read_limiter)
