@@ -18,6 +18,7 @@ from backend.billing.ledger import balance_micros, granted_micros
 from backend.billing.money import micros_to_usd
 from backend.billing.settings import BillingSettings
 from backend.store.billing_models import Invoice, Reservation, UsageRecord
+from backend.store.db import execute_core
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def reserved_node_count(session: Session, cluster_id: str) -> int | None:
 
 def cluster_billing(session: Session, cluster_id: str) -> dict[str, Any]:
     """Billing fields of a cluster response: its reserved term (null for on-demand or before RUNNING)."""
-    reservation = session.execute(_RESERVATION_SHOWN, {"cluster_id": cluster_id}).one_or_none()
+    reservation = execute_core(session, _RESERVATION_SHOWN, {"cluster_id": cluster_id}).one_or_none()
     if reservation is None:
         return {"reservation": None}
     return {

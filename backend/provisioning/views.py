@@ -20,6 +20,7 @@ from backend.fabric.layout import ClusterLayout, NodeLayout
 from backend.fabric.nccl import nccl_env
 from backend.fabric.topology import node_network
 from backend.provisioning.state import aware
+from backend.store.db import execute_core
 from backend.store.engine_models import EngineCluster, EngineNode, PhaseRecord
 from backend.store.models import Cluster
 
@@ -54,7 +55,7 @@ _PHASE_HISTORY = (
 
 def _live_node_rows(session: Session, cluster_id: str) -> list[Any]:
     """live_nodes (same filter and order) as column rows: members and nodes still being torn down."""
-    return list(session.execute(_LIVE_NODES, {"cluster_id": cluster_id}))
+    return list(execute_core(session, _LIVE_NODES, {"cluster_id": cluster_id}))
 
 
 # The engine state a read view needs (the admin token stays out: it is served by /credentials only).
@@ -67,7 +68,7 @@ _STATE = select(*_STATE_COLUMNS).where(EngineCluster.cluster_id == bindparam("cl
 
 
 def _state_row(session: Session, cluster_id: str) -> Any:
-    return session.execute(_STATE, {"cluster_id": cluster_id}).one_or_none()
+    return execute_core(session, _STATE, {"cluster_id": cluster_id}).one_or_none()
 
 
 def _layout(cluster: Cluster, state: Any, members: list[Any],
@@ -114,7 +115,7 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
     catalog = default_catalog()
     history = [
         {"phase": r.phase, "at": _iso(r.at), "detail": r.detail}
-        for r in session.execute(_PHASE_HISTORY, {"cluster_id": cluster_id})
+        for r in execute_core(session, _PHASE_HISTORY, {"cluster_id": cluster_id})
     ]
     runtime: dict[str, Any] = {"nodes": [], "login": None, "slurm": None, "kubernetes": None,
                                "nccl_env": {}, "fabric": None, "phase_history": history}

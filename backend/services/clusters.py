@@ -24,6 +24,7 @@ from backend.domain.ids import is_id_of, new_id
 from backend.provisioning.engine import request_reconcile
 from backend.services.clock import utcnow
 from backend.services.common import check_if_match, get_owned, keyset_page, touch
+from backend.store.db import execute_core
 from backend.store.models import Cluster, ClusterSshKey, ClusterVolume, SshKey, Volume
 
 # Fields a PATCH may not change (a different value needs a new cluster).
@@ -229,12 +230,12 @@ def read_cluster(*, session: Session, project_id: str, cluster_id: str) -> tuple
     if not is_id_of("cluster", cluster_id):
         raise NotFound(f"no cluster with id {cluster_id[:64]!r}", field="cluster_id")
     params = {"cluster_id": cluster_id}
-    row = session.execute(_CLUSTER_ROW, params).one_or_none()
+    row = execute_core(session, _CLUSTER_ROW, params).one_or_none()
     if row is None or row.project_id != project_id:
         raise NotFound(f"no cluster with id {cluster_id!r}", field="cluster_id")
     if row.deletion_requested_at is not None and row.status == DESTROYED:
         raise NotFound(f"cluster {cluster_id} was deleted", field="cluster_id")
-    links = sorted(session.execute(_CLUSTER_LINKS, params), key=lambda link: link.position)
+    links = sorted(execute_core(session, _CLUSTER_LINKS, params), key=lambda link: link.position)
     ssh_key_ids = [link.ref for link in links if link.kind == "ssh_key"]
     volume_ids = [link.ref for link in links if link.kind == "volume"]
     return row, spec_of(row, ssh_key_ids, volume_ids)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import CursorResult, Engine, Executable, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -64,3 +65,11 @@ def make_session_factory(engine: Engine, *, write: bool = False) -> sessionmaker
     else:
         bind = engine
     return sessionmaker(bind=bind, expire_on_commit=False)
+
+
+def execute_core(session: Session, statement: Executable, params: Mapping[str, Any]) -> CursorResult[Any]:
+    """Run a column-only select on the session's connection, skipping the ORM execution layer (a third
+    of the cost on the hot read path); flushes first, as `session.execute` would autoflush."""
+    if session.autoflush:
+        session.flush()
+    return session.connection().execute(statement, dict(params))
