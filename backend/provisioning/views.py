@@ -35,7 +35,7 @@ SSH_USER = "ubuntu"
 
 
 # The columns a read view needs of a live node: one light row per node instead of an ORM instance.
-_NODE_COLUMNS = (EngineNode.name, EngineNode.active_name, EngineNode.index, EngineNode.slot,
+_NODE_COLUMNS = (EngineNode.id, EngineNode.name, EngineNode.active_name, EngineNode.index, EngineNode.slot,
                  EngineNode.scalable_unit, EngineNode.private_ip, EngineNode.public_ip, EngineNode.status,
                  EngineNode.status_reason)
 
@@ -101,9 +101,11 @@ def _iso(value: Any) -> str | None:
     return None if stamp is None else stamp.isoformat().replace("+00:00", "Z")
 
 
-def _node_view(n: Any, network: dict[str, Any] | None) -> dict[str, Any]:
-    return {"name": n.name, "index": n.index, "status": n.status, "status_reason": n.status_reason,
-            "private_ip": n.private_ip, "public_ip": n.public_ip, "network": network}
+def _node_view(n: Any, role: str, network: dict[str, Any] | None) -> dict[str, Any]:
+    # instance_id names the machine: a replaced node keeps its name but gets a new instance.
+    return {"name": n.name, "instance_id": n.id, "role": role, "index": n.index, "status": n.status,
+            "status_reason": n.status_reason, "private_ip": n.private_ip, "public_ip": n.public_ip,
+            "network": network}
 
 
 def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = None) -> dict[str, Any]:
@@ -130,10 +132,11 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
         return runtime
     # Live nodes without an active name are released ones still being torn down.
     leaving = [n for n in live if n.active_name is None]
+    role = "worker" if layout.multi_node else "standalone"
     runtime["nodes"] = [
-        _node_view(n, node_network(layout.fabric, layout.instance_type, n.slot, layout.partition_key))
+        _node_view(n, role, node_network(layout.fabric, layout.instance_type, n.slot, layout.partition_key))
         for n in nodes
-    ] + [_node_view(n, None) for n in leaving]
+    ] + [_node_view(n, role, None) for n in leaving]
     login_host = f"{layout.name}-jumphost" if layout.multi_node else layout.controller
     runtime["login"] = {"host": login_host, "public_ip": layout.public_ip, "user": SSH_USER,
                         "ssh_command": f"ssh {SSH_USER}@{layout.public_ip}"}

@@ -23,6 +23,8 @@ def test_engine_create_runs_every_phase_to_running(
     assert body["status"] == "RUNNING", body
     assert [n["name"] for n in body["nodes"]] == ["train-0", "train-1"]
     assert all(n["status"] == "RUNNING" for n in body["nodes"])
+    assert all(n["role"] == "worker" and n["instance_id"] for n in body["nodes"])
+    assert len({n["instance_id"] for n in body["nodes"]}) == 2
     phases = [p["phase"] for p in body["phase_history"]]
     assert phases[0] == "Admitted" and phases[-1] == "Ready"
     expected = {"ProvisioningNodes", "ProgrammingFabric", "InstallingDrivers", "RunningAcceptanceTests"}
