@@ -4,8 +4,6 @@ leaves a trace: a phase history entry on the cluster and an audit event, both at
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 from datetime import datetime
 from typing import Any
 
@@ -74,30 +72,14 @@ def decommission(session: Session, *, cluster: Cluster, reason: str, at: datetim
     return True
 
 
-def pause(session: Session, *, cluster: Cluster, reason: str, at: datetime) -> bool:
-    """Ask the engine to pause the cluster's nodes; returns False when the engine cannot pause.
-
-    Billing stops metering a held cluster from `at` either way (see `credit holds` in docs/billing.md).
-    """
+def pause(session: Session, *, cluster: Cluster, reason: str, at: datetime) -> None:
+    """Have the engine pause the cluster; billing stops metering a held cluster from `at`
+    (see `credit holds` in docs/billing.md)."""
     record_phase(session, cluster_id=cluster.id, phase="Paused", detail=reason, at=at)
-    hook = _engine_hook("pause_cluster")
-    if hook is None:  # TODO(engine): call backend.provisioning.engine.pause_cluster once it exists
-        return False
-    hook(session, cluster.id, reason)
-    return True
+    engine_hooks.pause_cluster(session, cluster.id, reason)
 
 
-def resume(session: Session, *, cluster: Cluster, reason: str, at: datetime) -> bool:
+def resume(session: Session, *, cluster: Cluster, reason: str, at: datetime) -> None:
     """Undo `pause` once credits are back."""
     record_phase(session, cluster_id=cluster.id, phase="Resumed", detail=reason, at=at)
-    hook = _engine_hook("resume_cluster")
-    if hook is None:  # TODO(engine): call backend.provisioning.engine.resume_cluster once it exists
-        return False
-    hook(session, cluster.id, reason)
-    return True
-
-
-def _engine_hook(name: str) -> Any | None:
-    if importlib.util.find_spec("backend.provisioning.engine") is None:
-        return None
-    return getattr(importlib.import_module("backend.provisioning.engine"), name, None)
+    engine_hooks.resume_cluster(session, cluster.id, reason)

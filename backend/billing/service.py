@@ -374,7 +374,7 @@ def _hold(
     reason = f"credits exhausted; decommissioned at {_iso(decommission_at)} unless credits are added"
     if cluster.deletion_protection:
         reason = "credits exhausted; deletion_protection is on, so it stays paused until credits are added"
-    engine_paused = actions.pause(session, cluster=cluster, reason=reason, at=now)
+    actions.pause(session, cluster=cluster, reason=reason, at=now)
     actions.record_audit(
         session,
         project_id=cluster.project_id,
@@ -382,7 +382,7 @@ def _hold(
         resource_type="cluster",
         resource_id=cluster.id,
         at=now,
-        details={"decommission_at": _iso(decommission_at), "engine_paused": engine_paused},
+        details={"decommission_at": _iso(decommission_at)},
     )
     result.clusters_paused += 1
 

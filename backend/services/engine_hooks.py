@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from backend.provisioning.engine import request_reconcile
+from backend.provisioning.engine import pause_cluster, request_reconcile, resume_cluster
 from backend.provisioning.views import cluster_runtime
 
-__all__ = ["cluster_runtime", "request_reconcile"]
+__all__ = ["cluster_runtime", "pause_cluster", "request_reconcile", "resume_cluster"]
