@@ -1,63 +1,53 @@
-"""The Registry docs of the SSH key, shared volume, catalog data sources and provider page are generated
-from the schemas: this fails when they are stale (regenerate with `make generate`)."""
+"""The Registry docs (docs/index.md, resources/, data-sources/, ephemeral-resources/) are generated from
+the schemas of every registered type: this fails when any page is stale or missing (regenerate with
+`make generate`) and when any attribute or block lacks a description."""
 
+from collections.abc import Iterator
 from pathlib import Path
 
-from provider.framework import Schema
 from provider.framework.docs import generate, stale
-from provider.framework.schema import NestedAttribute
-from provider.resources.data_sources import (
-    InstanceTypesDataSource,
-    RegionsDataSource,
-    SharedVolumeDataSource,
-    SshKeyDataSource,
-)
-from provider.resources.provider import GpuCloudProvider
-from provider.resources.shared_volume import SharedVolumeResource
-from provider.resources.ssh_key import SshKeyResource
+from provider.framework.schema import Block, NestedAttribute, Schema
+from provider.resources.provider import DATA_SOURCES, EPHEMERAL_RESOURCES, RESOURCES, GpuCloudProvider
 
 ROOT = Path(__file__).resolve().parents[3]
-PAGES = [
-    "index.md",
-    "resources/ssh_key.md",
-    "resources/shared_volume.md",
-    "data-sources/regions.md",
-    "data-sources/instance_types.md",
-    "data-sources/ssh_key.md",
-    "data-sources/shared_volume.md",
-]
 
 
-def test_docs_of_ssh_key_shared_volume_and_data_sources_are_fresh():
-    pages = generate(GpuCloudProvider(), ROOT / "examples" / "terraform")
-    outdated = stale({page: pages[page] for page in PAGES}, ROOT / "docs")
+def _pages() -> dict[str, str]:
+    return generate(GpuCloudProvider(), ROOT / "examples" / "terraform")
+
+
+def test_docs_of_every_registered_type_are_fresh() -> None:
+    pages = _pages()
+    # One page for the provider and one per registered type.
+    assert len(pages) == 1 + len(RESOURCES) + len(DATA_SOURCES) + len(EPHEMERAL_RESOURCES)
+    outdated = stale(pages, ROOT / "docs")
     assert outdated == [], f"stale docs {outdated}: run make generate (scripts/generate.sh docs)"
 
 
-def test_docs_show_the_examples():
-    pages = generate(GpuCloudProvider(), ROOT / "examples" / "terraform")
+def test_docs_show_the_examples() -> None:
+    pages = _pages()
     assert "terraform import gpucloud_ssh_key." in pages["resources/ssh_key.md"]
+    assert "terraform import gpucloud_gpu_cluster." in pages["resources/gpu_cluster.md"]
     assert 'data "gpucloud_instance_types"' in pages["data-sources/instance_types.md"]
+    assert 'ephemeral "gpucloud_cluster_credentials"' in pages["ephemeral-resources/cluster_credentials.md"]
 
 
-def undescribed(node, prefix=""):
+def _undescribed(node: Schema | Block | NestedAttribute, prefix: str = "") -> Iterator[str]:
     for name, attribute in node.attributes.items():
         if not attribute.description.strip():
             yield prefix + name
         if isinstance(attribute, NestedAttribute):
-            yield from undescribed(attribute, f"{prefix}{name}.")
+            yield from _undescribed(attribute, f"{prefix}{name}.")
+    for name, block in node.blocks.items():
+        if not block.description.strip():
+            yield prefix + name
+        yield from _undescribed(block, f"{prefix}{name}.")
 
 
-def test_every_attribute_is_described():
-    schemas: list[Schema] = [
-        GpuCloudProvider.schema,
-        SshKeyResource.schema,
-        SharedVolumeResource.schema,
-        RegionsDataSource.schema,
-        InstanceTypesDataSource.schema,
-        SshKeyDataSource.schema,
-        SharedVolumeDataSource.schema,
-    ]
-    for schema in schemas:
-        assert schema.description
-        assert list(undescribed(schema)) == []
+def test_every_attribute_and_block_is_described() -> None:
+    schemas = {"provider": GpuCloudProvider.schema}
+    for kind in (*RESOURCES, *DATA_SOURCES, *EPHEMERAL_RESOURCES):
+        schemas[kind.__name__] = kind.schema
+    for owner, schema in schemas.items():
+        assert schema.description, owner
+        assert list(_undescribed(schema)) == [], owner
