@@ -154,6 +154,7 @@ def generate(provider: Provider, examples: Path) -> dict[str, str]:
         page = _page(
             "Resource", r.type_name, name, r.schema, examples / "resources" / r.type_name, "resource.tf"
         )
+        page = page.rstrip() + "\n\n"  # the schema list ends without a blank line
         page += _example(
             examples / "resources" / r.type_name / "import.sh",
             "shell",
