@@ -26,7 +26,7 @@ test: $(STAMP)
 	bash scripts/with-postgres.sh $(PY) -m pytest
 
 testunit: $(STAMP)
-	$(PY) -m pytest tests
+	bash scripts/with-postgres.sh $(PY) -m pytest tests
 
 testacc: $(STAMP)
 	bash scripts/with-postgres.sh $(PY) -m pytest acceptance
