@@ -24,8 +24,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from backend.store.base import Base
+from backend.store.models import ID
 
-ID = String(30)
 CLUSTER_FK = "clusters.id"
 
 
@@ -113,7 +113,7 @@ class NodeTransition(Base):
                                          index=True)
     cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), nullable=False,
                                             index=True)
-    project_id: Mapped[str] = mapped_column(String(30), nullable=False, index=True)
+    project_id: Mapped[str] = mapped_column(ID, nullable=False, index=True)
     node_name: Mapped[str] = mapped_column(String(80), nullable=False)
     instance_type: Mapped[str] = mapped_column(String(64), nullable=False)
     region: Mapped[str] = mapped_column(String(64), nullable=False)
@@ -149,7 +149,7 @@ class Allocation(Base):
     value: Mapped[str] = mapped_column(String(64), nullable=False)
     cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), nullable=False,
                                             index=True)
-    node_id: Mapped[str | None] = mapped_column(String(30), index=True)
+    node_id: Mapped[str | None] = mapped_column(ID, index=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
@@ -189,7 +189,7 @@ class Step(Base):
     client_token: Mapped[str] = mapped_column(String(160), nullable=False, unique=True)
     cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), nullable=False,
                                             index=True)
-    node_id: Mapped[str | None] = mapped_column(String(30))
+    node_id: Mapped[str | None] = mapped_column(ID)
     kind: Mapped[str] = mapped_column(String(32), nullable=False)
     submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
