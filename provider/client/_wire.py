@@ -7,7 +7,6 @@ import math
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
-from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 
 from provider.client.errors import ApiError, error_class_for
@@ -55,6 +54,9 @@ def retry_after_seconds(response: httpx.Response, *, now: datetime | None = None
     value = value.strip()
     if value.isdigit():
         return float(value)
+    # Imported here: email.utils costs ~5 ms at every provider launch, and dates in Retry-After are rare.
+    from email.utils import parsedate_to_datetime
+
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError):
