@@ -1,0 +1,37 @@
+"""`python -m backend.node_agent`: print one reading of this node as JSON on stdout."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+from backend.node_agent.host import read_host
+from backend.node_agent.nvidia import read_gpus
+from backend.node_agent.xid import read_xid_events
+
+
+def reading() -> dict[str, Any]:
+    """Everything the agent reports about this node now."""
+    gpus = read_gpus()
+    xid_events, xid_unavailable = read_xid_events(gpus.devices) if gpus.devices else ([], None)
+    return {
+        "node": socket.gethostname(),
+        "read_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "gpus": dataclasses.asdict(gpus),
+        "xid_events": [dataclasses.asdict(event) for event in xid_events],
+        "xid_unavailable_reason": xid_unavailable,
+        "host": dataclasses.asdict(read_host()),
+    }
+
+
+def main() -> None:
+    json.dump(reading(), sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
