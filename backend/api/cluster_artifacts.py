@@ -17,7 +17,9 @@ from backend.provisioning import views
 from backend.services import audit, clusters
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
-ArtifactName = Literal["slurm.conf", "gres.conf", "topology.conf", "hosts", "kubernetes-nodes.json"]
+ArtifactName = Literal[
+    "slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "hosts", "kubernetes-nodes.json"
+]
 
 
 class CredentialsOut(BaseModel):

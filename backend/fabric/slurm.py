@@ -8,11 +8,34 @@ wants one parent switch per node, so each SU's rail leaves appear as one switch 
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from dataclasses import dataclass
 
 from backend.fabric.layout import ClusterLayout, NodeLayout, hostlist
 
 OS_MEMORY_RESERVE = 0.05  # leave ~5 % of RAM to the OS
+_SIZE_UNITS_MIB = {"TB": 10**12 / 2**20, "TiB": 2**20, "GB": 10**9 / 2**20, "GiB": 2**10}
+
+
+@dataclass(frozen=True)
+class SlurmHost:
+    """What the machines under the daemons provide. The defaults are the datacenter's GPU servers;
+    a driver whose nodes differ (no GPUs, no delegated cgroup tree, fewer cores and less memory than
+    the shape sold) says so here and the generator writes the matching lines: there is one generator."""
+
+    # Slurm 22.05 drops a GPU without a device file ("Removing file-less GPU"): nodes without GPUs
+    # get stand-in character devices (major 195, never opened) in a directory of their own.
+    gpu_device_dir: str = "/dev"
+    cgroups: bool = True  # slurmd owns a cgroup tree: track and constrain jobs with it
+    shape_from_config: bool = False  # the host is smaller than the shape sold: trust slurm.conf's shape
+    health_check_program: str | None = "/usr/sbin/nhc"  # NHC with its DCGM check on real GPU servers
+    state_dir: str = "/var/lib/slurm"  # Debian's packages create slurmctld/ and slurmd/ here
+    log_dir: str = "/var/log/slurm"  # daemons log to files: there is no syslog on every host
+    run_dir: str = "/run"
+
+
+DATACENTER = SlurmHost()
 
 
 def _by_unit(layout: ClusterLayout) -> dict[int, list[NodeLayout]]:
@@ -22,7 +45,16 @@ def _by_unit(layout: ClusterLayout) -> dict[int, list[NodeLayout]]:
     return dict(sorted(units.items()))
 
 
-def slurm_conf(layout: ClusterLayout) -> str:
+def _tmp_disk_mib(local_nvme: str) -> int:
+    """Slurm's TmpDisk from the catalog's local NVMe ("8 x 3.84 TB", "2.75 TiB"); 0 when unknown."""
+    match = re.fullmatch(r"\s*(?:(\d+)\s*x\s*)?([\d.]+)\s*(TB|TiB|GB|GiB)\s*", local_nvme)
+    if match is None:
+        return 0
+    count = int(match.group(1) or 1)
+    return int(count * float(match.group(2)) * _SIZE_UNITS_MIB[match.group(3)])
+
+
+def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
     itype = layout.instance_type
     real_memory = int(itype.ram_gib * 1024 * (1 - OS_MEMORY_RESERVE))
     gres = f"gpu:{itype.gpu_short_name}:{itype.gpu_count}"
@@ -35,21 +67,39 @@ def slurm_conf(layout: ClusterLayout) -> str:
         "SlurmUser=slurm",
         "SlurmctldPort=6817",
         "SlurmdPort=6818",
-        "StateSaveLocation=/var/spool/slurmctld",
-        "SlurmdSpoolDir=/var/spool/slurmd",
-        "SlurmctldPidFile=/run/slurmctld.pid",
-        "SlurmdPidFile=/run/slurmd.pid",
-        "ProctrackType=proctrack/cgroup",
-        "TaskPlugin=task/affinity,task/cgroup",
+        f"StateSaveLocation={host.state_dir}/slurmctld",
+        f"SlurmdSpoolDir={host.state_dir}/slurmd",
+        f"SlurmctldPidFile={host.run_dir}/slurmctld.pid",
+        f"SlurmdPidFile={host.run_dir}/slurmd.pid",
+        f"SlurmctldLogFile={host.log_dir}/slurmctld.log",
+        f"SlurmdLogFile={host.log_dir}/slurmd.log",
+        # No slurmdbd: finished jobs are kept in this file (and by the API's poller), see docs/engine.md.
+        "JobCompType=jobcomp/filetxt",
+        f"JobCompLoc={host.log_dir}/jobcomp.log",
+        "ProctrackType=proctrack/cgroup" if host.cgroups else "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/affinity,task/cgroup" if host.cgroups else "TaskPlugin=task/affinity",
+        "PrologFlags=Alloc,Contain" if host.cgroups else "PrologFlags=Alloc",
         "SchedulerType=sched/backfill",
+        # Backfill looks a week ahead at 5-minute resolution and keeps going after a lock release.
+        "SchedulerParameters=bf_continue,bf_window=10080,bf_resolution=300",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
         "GresTypes=gpu",
+        "EnforcePartLimits=ALL",
         "ReturnToService=2",
-        "MpiDefault=none",
+        "MpiDefault=pmix",
+        # NCCL over InfiniBand pins memory: never pass the submit shell's `ulimit -l` to the job.
+        "PropagateResourceLimitsExcept=MEMLOCK",
+        "KillOnBadExit=1",
+        "UnkillableStepTimeout=180",
+        "MailProg=/bin/true",
         "SlurmctldTimeout=120",
         "SlurmdTimeout=300",
     ]
+    if host.health_check_program:
+        lines += [f"HealthCheckProgram={host.health_check_program}", "HealthCheckInterval=300"]
+    if host.shape_from_config:
+        lines.append("SlurmdParameters=config_overrides")
     if layout.interconnect != "ethernet" and len(layout.nodes) > 1:
         lines.append("TopologyPlugin=topology/tree")
     lines.append("")
@@ -57,16 +107,22 @@ def slurm_conf(layout: ClusterLayout) -> str:
         lines.append(
             f"NodeName={hostlist(n.name for n in nodes)} CPUs={itype.vcpu} Boards=1 "
             f"SocketsPerBoard={itype.sockets} CoresPerSocket={itype.cores_per_socket} "
-            f"ThreadsPerCore={itype.threads_per_core} RealMemory={real_memory} Gres={gres} "
+            f"ThreadsPerCore={itype.threads_per_core} RealMemory={real_memory} "
+            f"TmpDisk={_tmp_disk_mib(itype.local_nvme)} Gres={gres} "
             f"Feature={layout.fabric.name},su{unit:02d} State=UNKNOWN"
         )
     all_nodes = hostlist(n.name for n in layout.nodes) if layout.nodes else ""
     if all_nodes:
-        lines.append(f"PartitionName=gpu Nodes={all_nodes} Default=YES MaxTime=INFINITE State=UP")
+        # Per-GPU defaults so a 1-GPU job takes 1/8 of the node, and finite times so backfill works.
+        lines.append(
+            f"PartitionName=gpu Nodes={all_nodes} Default=YES DefaultTime=01:00:00 MaxTime=7-00:00:00 "
+            f"DefCpuPerGPU={itype.vcpu // itype.gpu_count} DefMemPerGPU={real_memory // itype.gpu_count} "
+            "OverSubscribe=NO State=UP"
+        )
     return "\n".join(lines) + "\n"
 
 
-def gres_conf(layout: ClusterLayout) -> str:
+def gres_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
     itype = layout.instance_type
     lines = [f"# gres.conf for cluster {layout.name}; generated, do not edit.", "AutoDetect=off"]
     if not layout.nodes:
@@ -77,9 +133,18 @@ def gres_conf(layout: ClusterLayout) -> str:
         first, last = socket * per_socket, min(itype.gpu_count, (socket + 1) * per_socket) - 1
         cores_first = socket * itype.cores_per_socket
         cores_last = cores_first + itype.cores_per_socket - 1
-        devices = f"/dev/nvidia{first}" if first == last else f"/dev/nvidia[{first}-{last}]"
+        stem = f"{host.gpu_device_dir}/nvidia"
+        devices = f"{stem}{first}" if first == last else f"{stem}[{first}-{last}]"
         lines.append(f"NodeName={names} Name=gpu Type={itype.gpu_short_name} File={devices} "
                      f"Cores={cores_first}-{cores_last}")
+    return "\n".join(lines) + "\n"
+
+
+def cgroup_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
+    """Without this file every job step fails on 22.05 ("cgroup namespace 'freezer' not mounted")."""
+    lines = [f"# cgroup.conf for cluster {layout.name}; generated, do not edit.", "CgroupPlugin=autodetect"]
+    if host.cgroups:
+        lines += [f"Constrain{what}=yes" for what in ("Cores", "RAMSpace", "SwapSpace", "Devices")]
     return "\n".join(lines) + "\n"
 
 

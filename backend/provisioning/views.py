@@ -27,6 +27,7 @@ from backend.store.models import Cluster
 ARTIFACTS = {
     "slurm.conf": "text/plain",
     "gres.conf": "text/plain",
+    "cgroup.conf": "text/plain",
     "topology.conf": "text/plain",
     "hosts": "text/plain",
     "kubernetes-nodes.json": "application/json",
@@ -173,7 +174,8 @@ def artifact(session: Session, cluster_id: str, name: str) -> str | None:
     if layout.orchestrator != "slurm":
         return None
     generators = {"slurm.conf": slurm.slurm_conf, "gres.conf": slurm.gres_conf,
-                  "topology.conf": slurm.topology_conf, "hosts": slurm.hosts_file}
+                  "cgroup.conf": slurm.cgroup_conf, "topology.conf": slurm.topology_conf,
+                  "hosts": slurm.hosts_file}
     return generators[name](layout)
 
 

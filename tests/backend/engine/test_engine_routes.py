@@ -48,7 +48,7 @@ def test_slurm_artifacts_are_served_and_parse_with_scontrol(
     hcas = body["nodes"][0]["network"]["hcas"]
     assert [h["device"] for h in hcas[:8]] == [f"mlx5_{i}" for i in range(8)]
     assert body["nodes"][0]["network"]["partition_key"] == body["fabric"]["partition_key"]
-    for name in ("slurm.conf", "gres.conf", "topology.conf"):
+    for name in ("slurm.conf", "gres.conf", "cgroup.conf", "topology.conf"):
         response = member.get(f"/v1/clusters/{cluster['id']}/artifacts/{name}")
         assert response.status_code == 200, response.text
         (tmp_path / name).write_text(response.text)

@@ -136,6 +136,7 @@ def test_slurm_files_parse_with_slurm_22_05(tmp_path: Path, count: int, gaps: bo
     (tmp_path / "slurm.conf").write_text(slurm.slurm_conf(cluster))
     (tmp_path / "gres.conf").write_text(slurm.gres_conf(cluster))
     (tmp_path / "topology.conf").write_text(slurm.topology_conf(cluster))
+    (tmp_path / "cgroup.conf").write_text(slurm.cgroup_conf(cluster))
     names = scontrol(tmp_path, "show", "hostnames", hostlist(n.name for n in cluster.nodes)).split()
     assert names == [n.name for n in sorted(cluster.nodes, key=lambda n: n.index)]
     conf = slurm.slurm_conf(cluster)
@@ -143,6 +144,62 @@ def test_slurm_files_parse_with_slurm_22_05(tmp_path: Path, count: int, gaps: bo
     assert ("TopologyPlugin=topology/tree" in conf) == (count > 1)
     assert "File=/dev/nvidia[0-3] Cores=0-51" in slurm.gres_conf(cluster)
     assert "File=/dev/nvidia[4-7] Cores=52-103" in slurm.gres_conf(cluster)
+
+
+def test_slurm_conf_carries_what_a_gpu_cluster_admin_needs() -> None:
+    # From running the generated files on real 22.05 daemons (shared reference slurm-real.md).
+    conf = slurm.slurm_conf(layout(2))
+    for line in (
+        "StateSaveLocation=/var/lib/slurm/slurmctld",  # the directory Debian's packages create
+        "SlurmctldLogFile=/var/log/slurm/slurmctld.log",
+        "ProctrackType=proctrack/cgroup",
+        "PrologFlags=Alloc,Contain",
+        "SchedulerParameters=bf_continue,bf_window=10080,bf_resolution=300",
+        "EnforcePartLimits=ALL",
+        "MpiDefault=pmix",
+        "PropagateResourceLimitsExcept=MEMLOCK",
+        "KillOnBadExit=1",
+        "UnkillableStepTimeout=180",
+        "MailProg=/bin/true",
+        "HealthCheckProgram=/usr/sbin/nhc",
+        "JobCompType=jobcomp/filetxt",
+    ):
+        assert line in conf.splitlines(), line
+    # 8 x 3.84 TB of NVMe; a 1-GPU job gets 1/8 of the cores and memory, and every job a finite time.
+    assert "RealMemory=1751040 TmpDisk=29296875 Gres=gpu:h100:8" in conf
+    assert ("PartitionName=gpu Nodes=train-[0-1] Default=YES DefaultTime=01:00:00 MaxTime=7-00:00:00 "
+            "DefCpuPerGPU=26 DefMemPerGPU=218880 OverSubscribe=NO State=UP") in conf
+    assert "SlurmdParameters" not in conf
+    assert slurm.cgroup_conf(layout(2)).splitlines()[1:] == [
+        "CgroupPlugin=autodetect", "ConstrainCores=yes", "ConstrainRAMSpace=yes", "ConstrainSwapSpace=yes",
+        "ConstrainDevices=yes",
+    ]
+
+
+def test_slurm_files_for_hosts_without_gpus_or_cgroups(tmp_path: Path) -> None:
+    host = slurm.SlurmHost(gpu_device_dir="/var/lib/slurm/gpus", cgroups=False, shape_from_config=True,
+                           health_check_program=None, run_dir="/run/slurm")
+    cluster = layout(2)
+    conf = slurm.slurm_conf(cluster, host)
+
+    assert "ProctrackType=proctrack/linuxproc" in conf and "TaskPlugin=task/affinity\n" in conf
+    assert "PrologFlags=Alloc\n" in conf and "HealthCheck" not in conf
+    assert "SlurmdParameters=config_overrides" in conf and "SlurmdPidFile=/run/slurm/slurmd.pid" in conf
+    # 22.05 drops file-less GPUs, so the stand-in device files are named, never a bare Count.
+    assert "File=/var/lib/slurm/gpus/nvidia[0-3] Cores=0-51" in slurm.gres_conf(cluster, host)
+    assert slurm.cgroup_conf(cluster, host).splitlines()[1:] == ["CgroupPlugin=autodetect"]
+    (tmp_path / "slurm.conf").write_text(conf)
+    (tmp_path / "gres.conf").write_text(slurm.gres_conf(cluster, host))
+    (tmp_path / "cgroup.conf").write_text(slurm.cgroup_conf(cluster, host))
+    assert scontrol(tmp_path, "show", "hostnames", "train-[0-1]").split() == ["train-0", "train-1"]
+
+
+@pytest.mark.parametrize(
+    ("nvme", "mib"),
+    [("8 x 3.84 TB", 29296875), ("2.75 TiB", 2883584), ("22 TiB", 23068672), ("480 GB", 457763), ("none", 0)],
+)
+def test_slurm_tmp_disk_from_the_catalog(nvme: str, mib: int) -> None:
+    assert slurm._tmp_disk_mib(nvme) == mib
 
 
 def test_slurm_topology_reflects_the_placement() -> None:
