@@ -1,0 +1,231 @@
+"""Nodes as Linux namespaces on this machine: the hardware layer of the `local` driver.
+
+A node is a network namespace (`ip netns`, cabled by a veth to its cluster's bridge) plus a mount and
+a UTS namespace kept alive by bind-mounting them onto files, so they outlive every process (the backend
+included) and can be entered again after a restart. Its hostname is the node name; its mount namespace
+overlays what a machine of its own would have: a private /tmp, its own Slurm state, log and run
+directories, the cluster's /etc/passwd and /etc/group (the cluster's users exist only inside its
+nodes), the cluster's shared /home and configuration, and the volumes attached to it.
+
+Everything here is derived from names: the same cluster key and node name always give the same
+namespace, bridge and veth, so a crashed backend finds what it made (`exists`) and removes it whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import ipaddress
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+NETNS_PREFIX = "gpc-"  # every namespace this driver makes, so `ip netns list` shows what is ours
+_COMMAND_TIMEOUT_SECONDS = 30.0
+
+
+class LocalHostError(RuntimeError):
+    """A host command failed; the message names the command and what it printed."""
+
+
+@dataclass(frozen=True)
+class Bind:
+    """A host path mounted at `target` inside a node (read-only where `read_only`)."""
+
+    source: Path
+    target: str
+    read_only: bool = False
+
+
+def run(argv: Sequence[str], *, check: bool = True, timeout: float = _COMMAND_TIMEOUT_SECONDS,
+        input_text: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run a host command; a failure raises with the command and its output."""
+    done = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, input=input_text,
+                          check=False)
+    if check and done.returncode != 0:
+        output = (done.stderr or done.stdout).strip()[-500:]
+        raise LocalHostError(f"{' '.join(argv)} exited {done.returncode}: {output}")
+    return done
+
+
+def _short(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:8]
+
+
+class LocalCluster:
+    """One cluster's share of the host: a bridge on `subnet` (the host takes its first address)
+    and a state directory under `root`."""
+
+    def __init__(self, root: Path, cluster_key: str, subnet: str) -> None:
+        self.key = cluster_key
+        self.subnet = ipaddress.IPv4Network(subnet)
+        self.dir = root / "clusters" / cluster_key
+        self.ns_dir = root / "ns"
+        self.bridge = f"gpcb{_short(cluster_key)}"
+
+    @property
+    def gateway(self) -> str:
+        """The host's address on the cluster bridge: how this machine reaches the nodes."""
+        return str(next(self.subnet.hosts()))
+
+    def up(self) -> None:
+        """Create the bridge and directories (idempotent)."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        _ensure_private_mount_dir(self.ns_dir)
+        if run(["ip", "link", "show", self.bridge], check=False).returncode != 0:
+            run(["ip", "link", "add", self.bridge, "type", "bridge"])
+        address = f"{self.gateway}/{self.subnet.prefixlen}"
+        if address not in run(["ip", "-o", "addr", "show", "dev", self.bridge]).stdout:
+            run(["ip", "addr", "add", address, "dev", self.bridge])
+        run(["ip", "link", "set", self.bridge, "up"])
+
+    def node(self, name: str, address: str) -> LocalNode:
+        return LocalNode(self, name, address)
+
+    def node_names(self) -> list[str]:
+        """Names of this cluster's nodes that exist now (from the namespace files, not memory)."""
+        prefix = f"{NETNS_PREFIX}{self.key}-"
+        return sorted(entry.name.removeprefix(prefix).removesuffix(".mnt")
+                      for entry in self.ns_dir.glob(f"{prefix}*.mnt")) if self.ns_dir.exists() else []
+
+    def down(self) -> None:
+        """Remove every node, the bridge and the state directory: nothing of the cluster remains."""
+        for name in self.node_names():
+            LocalNode(self, name, "0.0.0.0").destroy()
+        run(["ip", "link", "del", self.bridge], check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class LocalNode:
+    """One node: persistent net, mount and UTS namespaces named after the cluster key and node name."""
+
+    def __init__(self, cluster: LocalCluster, name: str, address: str) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.address = address
+        self.netns = f"{NETNS_PREFIX}{cluster.key}-{name}"
+        self.mnt_file = cluster.ns_dir / f"{self.netns}.mnt"
+        self.uts_file = cluster.ns_dir / f"{self.netns}.uts"
+        self.dir = cluster.dir / "nodes" / name
+        self.veth = f"gpcv{_short(cluster.key, name)}"
+
+    def exists(self) -> bool:
+        return Path("/run/netns", self.netns).exists() and _is_mountpoint(self.mnt_file)
+
+    def create(self, binds: Iterable[Bind]) -> None:
+        """Make the namespaces, cable the node and lay out its file system (idempotent)."""
+        if self.exists():
+            return
+        self._remove_namespaces()  # a half-made node from a crash: start it over
+        run(["ip", "netns", "add", self.netns])
+        run(["ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns", self.netns])
+        run(["ip", "link", "set", self.veth, "master", self.cluster.bridge, "up"])
+        prefix = self.cluster.subnet.prefixlen
+        for argv in (["addr", "add", f"{self.address}/{prefix}", "dev", "eth0"],
+                     ["link", "set", "eth0", "up"], ["link", "set", "lo", "up"],
+                     ["route", "add", "default", "via", self.cluster.gateway]):
+            run(["ip", "-n", self.netns, *argv])
+        self.mnt_file.touch()
+        self.uts_file.touch()
+        # Binds first: a source under the host's /tmp must be mounted before the node's own /tmp hides it.
+        script = [f"hostname {self.name}", *(_bind_command(bind) for bind in binds),
+                  "mount -t tmpfs -o mode=1777 tmpfs /tmp"]
+        run(["unshare", f"--mount={self.mnt_file}", f"--uts={self.uts_file}", "--propagation", "private",
+             "sh", "-ec", "; ".join(script)])
+
+    def enter_argv(self, argv: Sequence[str], *, user: str | None = None) -> list[str]:
+        """The host command that runs `argv` inside this node (as `user` when given)."""
+        prefix = ["nsenter", f"--net=/run/netns/{self.netns}", f"--mount={self.mnt_file}",
+                  f"--uts={self.uts_file}"]
+        if user is not None:
+            prefix += ["runuser", "-u", user, "--"]
+        return [*prefix, *argv]
+
+    def exec(self, argv: Sequence[str], *, user: str | None = None, check: bool = True,
+             timeout: float = _COMMAND_TIMEOUT_SECONDS) -> subprocess.CompletedProcess[str]:
+        return run(self.enter_argv(argv, user=user), check=check, timeout=timeout)
+
+    def bind(self, bind: Bind) -> None:
+        """Mount a host path into the running node (a volume attached in place)."""
+        self.exec(["sh", "-ec", _bind_command(bind)])
+
+    def unbind(self, target: str) -> None:
+        self.exec(["umount", "-l", target], check=False)
+
+    def start_daemon(self, argv: Sequence[str]) -> None:
+        """Start a long-running process inside the node, detached from the backend (`setsid --fork`:
+        not our child, so it survives a backend restart and is never left a zombie of ours). Its output
+        goes to the node's log directory. Does nothing when that program already runs in the node."""
+        command = argv[list(argv).index("--") + 1:] if argv[0] == "runuser" else argv
+        program = Path(command[0]).name
+        if self.running(program):
+            return
+        with (self.dir / "log" / f"{program}.out").open("ab") as log:
+            subprocess.run(["setsid", "--fork", *self.enter_argv(argv)], stdin=subprocess.DEVNULL,
+                           stdout=log, stderr=subprocess.STDOUT, check=True, timeout=_COMMAND_TIMEOUT_SECONDS)
+
+    def running(self, program: str) -> list[int]:
+        """Pids of `program` running in the node: read from the system, so it holds after a restart."""
+        found = []
+        for pid in self.pids():
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == program[:15]:
+                    found.append(pid)
+            except OSError:
+                continue
+        return found
+
+    def pids(self) -> list[int]:
+        """Every process in the node's network namespace."""
+        done = run(["ip", "netns", "pids", self.netns], check=False)
+        return [int(pid) for pid in done.stdout.split()] if done.returncode == 0 else []
+
+    def stop_processes(self, *, grace_seconds: float = 5.0) -> None:
+        """SIGTERM every process of the node, then SIGKILL what is left after the grace period."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            for pid in self.pids():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+            deadline = time.monotonic() + (grace_seconds if sig == signal.SIGTERM else 2.0)
+            while self.pids() and time.monotonic() < deadline:
+                time.sleep(0.1)
+
+    def destroy(self) -> None:
+        """Stop its processes and remove its namespaces, veth and directory (idempotent)."""
+        self._remove_namespaces()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _remove_namespaces(self) -> None:
+        if Path("/run/netns", self.netns).exists():
+            self.stop_processes()
+            run(["ip", "netns", "del", self.netns], check=False)
+        for ns_file in (self.mnt_file, self.uts_file):
+            if _is_mountpoint(ns_file):
+                run(["umount", str(ns_file)], check=False)
+            ns_file.unlink(missing_ok=True)
+        run(["ip", "link", "del", self.veth], check=False)
+
+
+def _bind_command(bind: Bind) -> str:
+    kind = "-p" if bind.source.is_dir() else ""
+    make_target = f"mkdir {kind} '{bind.target}'" if bind.source.is_dir() else f"touch '{bind.target}'"
+    remount = f" && mount -o remount,bind,ro '{bind.target}'" if bind.read_only else ""
+    return (f"{{ [ -e '{bind.target}' ] || {make_target}; }} && mount --bind '{bind.source}' '{bind.target}'"
+            f"{remount}")
+
+
+def _is_mountpoint(path: Path) -> bool:
+    return path.exists() and run(["mountpoint", "-q", str(path)], check=False).returncode == 0
+
+
+def _ensure_private_mount_dir(path: Path) -> None:
+    """Namespace files must sit on a private mount, or binding a namespace onto them is refused."""
+    path.mkdir(parents=True, exist_ok=True)
+    if not _is_mountpoint(path):
+        run(["mount", "--bind", str(path), str(path)])
+    run(["mount", "--make-private", str(path)])
