@@ -1,7 +1,8 @@
 """The CI pipeline example end to end, on Terraform 1.11 and 1.15: `examples/ci/terraform-ci.sh` runs the
 NLP team's root (examples/terraform/teams/nlp) from the provider mirror against the real backend:
 plan job, apply job, a clean drift job, a change made out of band through the API that the drift job
-reports, and the next plan + apply putting it back."""
+reports, and the next plan + apply putting it back. And the roles docs/guides/ci.md gives each job: plan
+and drift run on a read-only (member) key, apply needs an admin key."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from acceptance.backend import Backend
 from acceptance.cluster_backend import fast_backend
-from acceptance.workflow_steps import cluster_named, copy_examples, run_ci
+from acceptance.workflow_steps import cluster_named, copy_examples, member_api_key, run_ci
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +99,37 @@ def test_acc_workflows_ci_rejects_unformatted_code(
     assert result.returncode == 1, result.output
     assert "main.tf" in result.output and "files are not formatted" in result.output
     assert "terraform plan" not in result.output  # stopped before planning
+
+
+def test_acc_workflows_ci_member_key_plans_and_checks_drift_admin_key_applies(
+    backend: Backend, provider_mirror: Path, tmp_path: Path
+) -> None:
+    root = copy_examples(tmp_path) / "teams" / "nlp"
+    member = {"GPUCLOUD_API_KEY": member_api_key(backend)}
+    admin = {"GPUCLOUD_API_KEY": backend.api_key}
+
+    def ci(mode: str, key: dict[str, str], volume_tib: int = 0) -> tuple[int, str]:
+        cluster = {"instance_type": "1xH100", "orchestrator": "none", "volume_size_tib": volume_tib}
+        inventory = {"roles": cluster}
+        result = run_ci(mode, root=root, version="1.11", backend=backend, mirror=provider_mirror,
+                        extra_env={**key, "TF_VAR_clusters": json.dumps(inventory)})
+        return result.returncode, result.output
+
+    # The plan job reads only (catalog, price estimate, refresh): a member key is enough.
+    code, output = ci("plan", member)
+    assert code == 0 and "Plan: 1 to add" in output, output
+    # The apply job writes: with the admin key it applies the plan the member key made.
+    code, output = ci("apply", admin)
+    assert code == 0 and "Apply complete! Resources: 1 added" in output, output
+    # The drift job is a refresh-only plan: a member key is enough.
+    code, output = ci("drift", member)
+    assert code == 0 and "no drift" in output.lower(), output
+
+    # A member key in the apply job fails at the first write, saying which role it needs.
+    code, output = ci("plan", member, volume_tib=1)
+    assert code == 0 and "Plan: 1 to add, 1 to change" in output, output
+    code, output = ci("apply", member)
+    text = " ".join(output.split())
+    assert code == 1 and "member role, which is read-only" in text, output
+    assert "need an API key with the admin role" in text, output
+    assert backend.client.list_volumes(name="nlp-roles-data") == []

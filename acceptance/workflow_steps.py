@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from acceptance.backend import Backend
+from acceptance.backend import BACKEND, Backend
 from acceptance.harness import Terraform, find_terraform
 from acceptance.harness.terraform import terraform_env
 
@@ -59,6 +59,14 @@ def run_ci(mode: str, *, root: Path, version: str, backend: Backend, mirror: Pat
     done = subprocess.run(["bash", str(CI_SCRIPT), mode], env=env, capture_output=True, text=True,
                           timeout=timeout, stdin=subprocess.DEVNULL)
     return ScriptResult(done.returncode, done.stdout + done.stderr)
+
+
+def member_api_key(backend: Backend) -> str:
+    """A new read-only (member) API key of the backend's project, made with the backend's own CLI."""
+    env = {**os.environ, "GPUCLOUD_DATA_DIR": str(backend.data_dir)}
+    done = subprocess.run([str(BACKEND), "create-api-key", "--project", "acceptance", "--role", "member"],
+                          env=env, capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout.strip()
 
 
 def cluster_named(backend: Backend, name: str) -> dict[str, Any] | None:

@@ -1,4 +1,8 @@
-"""`gpucloud-backend`: serve the API, migrate the store, manage projects and API keys, run engine workers."""
+"""`gpucloud-backend`: serve the API, migrate the store, manage projects and API keys, run engine workers.
+
+Everything beyond the standard library is imported inside the commands: `pip install gpucloud` installs the
+Terraform provider only, and there this command must say how to get the backend, not print a traceback.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,18 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from backend.billing import cli as billing_cli
-from backend.settings import Settings
-
 if TYPE_CHECKING:
     from sqlalchemy import Engine
     from sqlalchemy.orm import Session, sessionmaker
 
+    from backend.settings import Settings
+
+BACKEND_EXTRA = "gpucloud[backend]"
+
 
 def _settings(args: argparse.Namespace) -> Settings:
+    from backend.settings import Settings
+
     overrides = {
         k: v
         for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None)))
@@ -155,6 +162,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from backend.billing import cli as billing_cli
+
     parser = argparse.ArgumentParser(prog="gpucloud-backend", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="run the HTTP API")
@@ -179,6 +188,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
+    try:
+        return _run(argv)
+    except ModuleNotFoundError as error:
+        if error.name is None or error.name.partition(".")[0] in ("backend", "provider"):
+            raise  # our own code is broken: that is a bug, keep the traceback
+        print(
+            f"gpucloud-backend: the backend's dependencies are not installed (no module named "
+            f"{error.name!r}). This environment has the Terraform provider only; install the backend "
+            f"with: pip install '{BACKEND_EXTRA}'",
+            file=sys.stderr,
+        )
+        return 1
+
+
+def _run(argv: Sequence[str] | None) -> int:
     from backend.domain.errors import ApiError
 
     args = build_parser().parse_args(argv)

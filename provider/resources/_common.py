@@ -108,7 +108,10 @@ def _next_step(error: ApiError, subject: str) -> str:
     if isinstance(error, Unauthorized):
         return "The API key was rejected: check api_key in the provider block or GPUCLOUD_API_KEY."
     if isinstance(error, Forbidden):
-        return "The API key's role may not do this: use an API key with the member or admin role."
+        return (
+            "Creating, changing or deleting objects and reading cluster credentials need an API key with "
+            "the admin role; member keys are read-only."
+        )
     if isinstance(error, TransportError):
         return "Check the provider's endpoint and that the gpucloud API is running, then retry."
     if isinstance(error, RateLimited):

@@ -2,9 +2,10 @@ from decimal import Decimal
 
 import pytest
 
+from provider.client import Forbidden
 from provider.cty import GetAttr, Index
 from provider.framework import DiagnosticError
-from provider.resources._common import client_of, number, path_from_field, timestamp
+from provider.resources._common import api_error, client_of, number, path_from_field, timestamp
 from provider.resources.shared_volume import SharedVolumeResource
 from tests.provider.resources.fakes import context
 
@@ -40,3 +41,13 @@ def test_client_of_unconfigured_provider_is_a_clear_error():
     with pytest.raises(DiagnosticError) as raised:
         client_of(context(None))
     assert raised.value.diagnostic.summary == "Provider Not Configured"
+
+
+def test_api_error_for_a_member_key_says_writes_need_the_admin_role():
+    ctx = context(None)
+    detail = "this API key has the member role, which is read-only; use an admin key"
+    error = Forbidden(status=403, code="forbidden_role", detail=detail)
+    api_error(ctx, "Error Creating Shared Volume", error, subject="shared volume")
+    (diag,) = ctx.diagnostics
+    assert "need an API key with the admin role" in diag.detail
+    assert "member or admin" not in diag.detail  # a member key is exactly what failed
