@@ -6,6 +6,7 @@ Defaults follow `shared/reference/datacenter.md`; every number can be replaced b
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from typing import Any
 
 FABRIC_KINDS = ("infiniband", "efa", "ethernet")
 NODES_PER_SCALABLE_UNIT = 32
+CLUSTER_SUBNET_PREFIX = 22  # every cluster gets one /22 of private addresses
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,9 @@ class Fabric:
     spines: int = 16
     leaves_per_su: int = 8
     nodes_per_su: int = NODES_PER_SCALABLE_UNIT
+    # The fabric's own part of its region's private block (cluster subnets of this fabric come from it);
+    # None: the fabric draws from the region's block, less the blocks other fabrics of the region own.
+    private_cidr: str | None = None
 
     @property
     def scalable_units(self) -> int:
@@ -93,9 +98,12 @@ class Fabric:
 
 @dataclass(frozen=True)
 class Region:
+    """A region and its address plan: cluster subnets are carved from `private_cidr` (or from the
+    fabric's own part of it), public IPs come from `public_cidr`. Blocks of different regions never
+    overlap (`check_address_plan`); the defaults suit a one-region catalog only."""
+
     name: str
     display_name: str
-    # Private subnets of clusters are carved from this block; public IPs come from `public_cidr`.
     private_cidr: str = "10.0.0.0/8"
     public_cidr: str = "198.18.0.0/15"
 
@@ -134,6 +142,19 @@ class Catalog:
         return [
             f for f in self.fabrics_in(region) if f.kind == interconnect and f.pools.get(instance_type, 0) > 0
         ]
+
+    def subnet_block(self, region: str, fabric: str) -> tuple[str, tuple[str, ...]]:
+        """Where the subnets of clusters on `fabric` come from: (block, parts of it to skip): the
+        fabric's own block, else the region's block less the blocks other fabrics of the region own."""
+        found = self.fabric(region, fabric)
+        if found is None:
+            raise KeyError(f"{region}/{fabric}")
+        if found.private_cidr is not None:
+            return found.private_cidr, ()
+        owned = tuple(f.private_cidr for f in self.fabrics_in(region) if f.private_cidr is not None)
+        home = self.region(region)
+        assert home is not None
+        return home.private_cidr, owned
 
     def capacity(self, region: str, fabric: str, instance_type: str) -> int:
         found = self.fabric(region, fabric)
@@ -182,22 +203,31 @@ def _builtin_catalog() -> Catalog:
             on_demand_usd_per_gpu_hour=Decimal("8.50"), hca_count=8,
         ),
     )
+    # Address plan (docs/engine.md): a /11 of 10.0.0.0/8 and a /18 of 198.18.0.0/15 per region, a /13
+    # (512 cluster subnets) per fabric.
     regions = (
-        Region("us-east-1", "US East (Virginia)"),
-        Region("us-west-2", "US West (Oregon)"),
-        Region("eu-north-1", "EU North (Finland)"),
+        Region("us-east-1", "US East (Virginia)", "10.0.0.0/11", "198.18.0.0/18"),
+        Region("us-west-2", "US West (Oregon)", "10.32.0.0/11", "198.18.64.0/18"),
+        Region("eu-north-1", "EU North (Finland)", "10.64.0.0/11", "198.18.128.0/18"),
     )
     fabrics = (
-        Fabric("us-east-1", "ib-east-a", "infiniband", {"8xH100": 256, "8xH200": 64}, spines=16),
-        Fabric("us-east-1", "efa-east-a", "efa", {"8xH100-EFA": 64}, spines=8),
-        Fabric("us-east-1", "eth-east-a", "ethernet", {"1xH100": 64}, spines=2, leaves_per_su=1),
-        Fabric("us-west-2", "ib-west-a", "infiniband", {"8xH100": 64, "8xB200": 32}, spines=8),
-        Fabric("us-west-2", "eth-west-a", "ethernet", {"1xH100": 32}, spines=2, leaves_per_su=1),
-        Fabric("eu-north-1", "ib-north-a", "infiniband", {"8xH200": 128, "8xB200": 64}, spines=16),
-        Fabric("eu-north-1", "eth-north-a", "ethernet", {"1xH100": 32}, spines=2, leaves_per_su=1),
+        Fabric("us-east-1", "ib-east-a", "infiniband", {"8xH100": 256, "8xH200": 64}, spines=16,
+               private_cidr="10.0.0.0/13"),
+        Fabric("us-east-1", "efa-east-a", "efa", {"8xH100-EFA": 64}, spines=8, private_cidr="10.8.0.0/13"),
+        Fabric("us-east-1", "eth-east-a", "ethernet", {"1xH100": 64}, spines=2, leaves_per_su=1,
+               private_cidr="10.16.0.0/13"),
+        Fabric("us-west-2", "ib-west-a", "infiniband", {"8xH100": 64, "8xB200": 32}, spines=8,
+               private_cidr="10.32.0.0/13"),
+        Fabric("us-west-2", "eth-west-a", "ethernet", {"1xH100": 32}, spines=2, leaves_per_su=1,
+               private_cidr="10.40.0.0/13"),
+        Fabric("eu-north-1", "ib-north-a", "infiniband", {"8xH200": 128, "8xB200": 64}, spines=16,
+               private_cidr="10.64.0.0/13"),
+        Fabric("eu-north-1", "eth-north-a", "ethernet", {"1xH100": 32}, spines=2, leaves_per_su=1,
+               private_cidr="10.72.0.0/13"),
     )
     discounts = {1: Decimal("0.10"), 7: Decimal("0.15"), 30: Decimal("0.25"), 60: Decimal("0.30"),
                  90: Decimal("0.35")}
+    check_address_plan(regions, fabrics)
     return Catalog(regions, fabrics, types, discounts, Decimal("0.1122"))
 
 
@@ -241,7 +271,51 @@ def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
         unknown = set(fabric.pools) - type_names
         if unknown:
             raise ValueError(f"fabric {fabric.name}: unknown instance types {sorted(unknown)}")
+    check_address_plan(regions, fabrics)
     return Catalog(regions, fabrics, types, discounts, storage)
+
+
+def _network(owner: str, field_name: str, value: object, max_prefix: int) -> ipaddress.IPv4Network:
+    try:
+        network = ipaddress.ip_network(str(value))
+    except ValueError:
+        raise ValueError(f"{owner}: {field_name} {value!r} is not an IPv4 network address "
+                         f"such as 10.0.0.0/11") from None
+    if not isinstance(network, ipaddress.IPv4Network):
+        raise ValueError(f"{owner}: {field_name} {value} must be an IPv4 block")
+    if network.prefixlen > max_prefix:
+        raise ValueError(f"{owner}: {field_name} {value} is too small; use a /{max_prefix} or larger")
+    return network
+
+
+def check_address_plan(regions: tuple[Region, ...], fabrics: tuple[Fabric, ...]) -> None:
+    """Raise ValueError unless every region has its own private and public blocks (no block overlaps
+    any other) and every fabric's own block lies inside its region's and overlaps no other fabric's."""
+    blocks: list[tuple[str, ipaddress.IPv4Network]] = []
+    private: dict[str, ipaddress.IPv4Network] = {}
+    for region in regions:
+        owner = f"region {region.name}"
+        private[region.name] = _network(owner, "private_cidr", region.private_cidr, CLUSTER_SUBNET_PREFIX)
+        blocks.append((f"{owner} private_cidr", private[region.name]))
+        blocks.append((f"{owner} public_cidr", _network(owner, "public_cidr", region.public_cidr, 30)))
+    _refuse_overlaps(blocks, "give every region its own private and public blocks")
+    for region in regions:
+        owned: list[tuple[str, ipaddress.IPv4Network]] = []
+        for fabric in (f for f in fabrics if f.region == region.name and f.private_cidr is not None):
+            owner = f"fabric {fabric.name}"
+            network = _network(owner, "private_cidr", fabric.private_cidr, CLUSTER_SUBNET_PREFIX)
+            if not network.subnet_of(private[region.name]):
+                raise ValueError(f"{owner}: private_cidr {network} lies outside region {region.name}'s "
+                                 f"private_cidr {private[region.name]}; pick a part of it")
+            owned.append((f"{owner} private_cidr", network))
+        _refuse_overlaps(owned, "give every fabric its own part of the region's block")
+
+
+def _refuse_overlaps(blocks: list[tuple[str, ipaddress.IPv4Network]], fix: str) -> None:
+    for i, (name, network) in enumerate(blocks):
+        for other_name, other in blocks[i + 1:]:
+            if network.overlaps(other):
+                raise ValueError(f"{other_name} {other} overlaps {name} {network}; {fix}")
 
 
 _cache: dict[str, Catalog] = {}

@@ -9,12 +9,14 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable
 
+from backend.domain.catalog import CLUSTER_SUBNET_PREFIX
+
 # P_Keys are 15 bits (the top bit is the membership flag); 0x7fff is the default partition every port is
 # in, and 0x0000 is invalid, so tenants get 0x0001..0x7ffe.
 PKEY_MIN = 0x0001
 PKEY_MAX = 0x7FFE
 DEFAULT_PKEY = 0x7FFF
-SUBNET_PREFIX = 22  # 1022 hosts: a jumphost and up to ~1000 workers per cluster
+SUBNET_PREFIX = CLUSTER_SUBNET_PREFIX  # 1022 hosts: a jumphost and up to ~1000 workers per cluster
 GATEWAY_OFFSET = 1
 JUMPHOST_OFFSET = 4
 FIRST_WORKER_OFFSET = 10
@@ -33,12 +35,12 @@ def next_partition_key(used: Iterable[str]) -> str | None:
     return None
 
 
-def next_subnet(region_cidr: str, used: Iterable[str]) -> str | None:
-    """The first /22 of the region's private block not in `used`."""
-    block = ipaddress.ip_network(region_cidr)
+def next_subnet(block: str, used: Iterable[str], skip: Iterable[str] = ()) -> str | None:
+    """The first /22 of `block` that is not in `used` and lies in none of the `skip` blocks."""
     taken = set(used)
-    for subnet in block.subnets(new_prefix=SUBNET_PREFIX):
-        if str(subnet) not in taken:
+    skipped = [ipaddress.ip_network(s) for s in skip]
+    for subnet in ipaddress.ip_network(block).subnets(new_prefix=SUBNET_PREFIX):
+        if str(subnet) not in taken and not any(subnet.overlaps(s) for s in skipped):
             return str(subnet)
     return None
 

@@ -3,6 +3,12 @@
 Choosing a free value and inserting it happen under a lock row per pool (an UPDATE, which is a row
 lock on PostgreSQL and takes the write lock on SQLite), so concurrent creates on several API replicas
 and workers never race; the unique constraint on (kind, pool, value) is the backstop.
+
+Pools: slots per (region, fabric, instance type), partition keys per (region, fabric). Addresses are
+unique everywhere, not per region: subnets and public IPs sit in the one pool `ADDRESS_POOL` (regions'
+blocks are disjoint, so the lock per region suffices), private IPs in the pool of their subnet. Values
+are chosen against every pool of their kind, so rows a store kept from before the address plan (0004)
+are never handed out again either.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from backend.store.engine_models import Allocation, EngineLock
 
 SLOT, PARTITION_KEY, SUBNET = "slot", "partition_key", "subnet"
 PUBLIC_IP, PRIVATE_IP = "public_ip", "private_ip"
+ADDRESS_POOL = "global"  # the pool of every subnet and public IP, whatever its region and fabric
 
 
 def pool_name(region: str, fabric: str, instance_type: str) -> str:
@@ -86,7 +93,28 @@ def place(session: Session, catalog: Catalog, *, region: str, instance_type: str
     return None if best is None else (best[2], best[3])
 
 
+def values_of_kind(session: Session, kind: str) -> list[str]:
+    """Every held value of `kind`, whatever its pool."""
+    return list(session.scalars(select(Allocation.value).where(Allocation.kind == kind)))
+
+
+def next_addresses(session: Session, catalog: Catalog, region: str, fabric: str
+                   ) -> tuple[str, str] | None:
+    """Lock the region's addresses and choose (subnet, public IP) for a cluster on `fabric`: the first
+    free /22 of the fabric's block and the first free address of the region's public block, held by no
+    cluster anywhere; None when either block has run out."""
+    lock(session, f"addresses:{region}")
+    block, skip = catalog.subnet_block(region, fabric)
+    subnet = addressing.next_subnet(block, values_of_kind(session, SUBNET), skip)
+    home = catalog.region(region)
+    assert home is not None
+    public_ip = addressing.next_public_address(home.public_cidr, values_of_kind(session, PUBLIC_IP))
+    return None if subnet is None or public_ip is None else (subnet, public_ip)
+
+
 def next_private_ip(session: Session, subnet: str, first_offset: int) -> str:
+    """The first free address of `subnet` from `first_offset` up (the jumphost's is `.4` on any
+    subnet allocated since 0004; a subnet two clusters shared before may have it taken)."""
     used = set(values_in(session, PRIVATE_IP, subnet))
     offset = first_offset
     while addressing.subnet_address(subnet, offset) in used:

@@ -111,23 +111,17 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
                                        field="region")
         allocator.add(session, kind=allocator.PARTITION_KEY, pool=pkey_pool, value=partition_key,
                       cluster_id=cluster.id, node_id=None, now=now)
-    allocator.lock(session, f"addresses:{region.name}")
-    subnet = addressing.next_subnet(region.private_cidr,
-                                    allocator.values_in(session, allocator.SUBNET, region.name))
-    public_ip = addressing.next_public_address(region.public_cidr,
-                                               allocator.values_in(session, allocator.PUBLIC_IP, region.name))
-    if subnet is None or public_ip is None:
-        raise InsufficientCapacity(f"region {region.name} has run out of addresses", field="region")
-    allocator.add(session, kind=allocator.SUBNET, pool=region.name, value=subnet, cluster_id=cluster.id,
-                  node_id=None, now=now)
-    allocator.add(session, kind=allocator.PUBLIC_IP, pool=region.name, value=public_ip,
+    addresses = allocator.next_addresses(session, catalog, region.name, fabric.name)
+    if addresses is None:
+        raise InsufficientCapacity(f"region {region.name} has run out of addresses for fabric {fabric.name}",
+                                   field="region")
+    subnet, public_ip = addresses
+    allocator.add(session, kind=allocator.SUBNET, pool=allocator.ADDRESS_POOL, value=subnet,
+                  cluster_id=cluster.id, node_id=None, now=now)
+    allocator.add(session, kind=allocator.PUBLIC_IP, pool=allocator.ADDRESS_POOL, value=public_ip,
                   cluster_id=cluster.id, node_id=None, now=now)
     multi_node = cluster.node_count > 1
-    jumphost_ip = None
-    if multi_node:
-        jumphost_ip = addressing.jumphost_address(subnet)
-        allocator.add(session, kind=allocator.PRIVATE_IP, pool=subnet, value=jumphost_ip,
-                      cluster_id=cluster.id, node_id=None, now=now)
+    jumphost_ip = _add_jumphost_ip(session, cluster, subnet, now) if multi_node else None
     state = EngineCluster(
         cluster_id=cluster.id, fabric=fabric.name, hostname_prefix=cluster.name, subnet=subnet,
         partition_key=partition_key, public_ip=public_ip, jumphost_ip=jumphost_ip, control_plane="absent",
@@ -143,6 +137,13 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
     set_cluster_status(cluster, str(NodeStatus.PENDING), None)
     set_phase(session, cluster, str(ClusterPhase.ADMITTED), now,
               f"{cluster.node_count} x {itype.name} held on {fabric.name}")
+
+
+def _add_jumphost_ip(session: Session, cluster: Cluster, subnet: str, now: dt.datetime) -> str:
+    address = allocator.next_private_ip(session, subnet, addressing.JUMPHOST_OFFSET)
+    allocator.add(session, kind=allocator.PRIVATE_IP, pool=subnet, value=address, cluster_id=cluster.id,
+                  node_id=None, now=now)
+    return address
 
 
 def _add_node(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster, *, index: int,
@@ -192,9 +193,7 @@ def _scale_up(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
     if placed is None:
         raise _no_capacity(session, catalog, cluster, count, fabric_name=state.fabric)
     if state.jumphost_ip is None and cluster.node_count > 1:  # a single node grows into a cluster
-        state.jumphost_ip = addressing.jumphost_address(state.subnet)
-        allocator.add(session, kind=allocator.PRIVATE_IP, pool=state.subnet, value=state.jumphost_ip,
-                      cluster_id=cluster.id, node_id=None, now=now)
+        state.jumphost_ip = _add_jumphost_ip(session, cluster, state.subnet, now)
     state.current_batch += 1
     used = {n.index for n in live_nodes(session, cluster.id)}
     free_indexes = (i for i in range(10**6) if i not in used)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from decimal import Decimal
+from ipaddress import ip_network
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,51 @@ def test_catalog_file_rejects_unknown_region() -> None:
     doc["fabrics"][0]["region"] = "mars-1"
     with pytest.raises(ValueError, match="unknown region"):
         catalog_from_dict(doc)
+
+
+def test_catalog_builtin_address_plan_gives_every_region_and_fabric_its_own_blocks() -> None:
+    blocks = [ip_network(b) for r in CATALOG.regions for b in (r.private_cidr, r.public_cidr)]
+    assert all(not a.overlaps(b) for i, a in enumerate(blocks) for b in blocks[i + 1:])
+    for fabric in CATALOG.fabrics:
+        block, skip = CATALOG.subnet_block(fabric.region, fabric.name)
+        region = CATALOG.region(fabric.region)
+        assert region is not None and skip == () and block == fabric.private_cidr
+        assert ip_network(block).subnet_of(ip_network(region.private_cidr))
+        # Room for a subnet per node: every node could be a cluster of its own.
+        assert 2 ** (22 - ip_network(block).prefixlen) >= sum(fabric.pools.values())
+    fabric_blocks = [ip_network(f.private_cidr or "") for f in CATALOG.fabrics]
+    assert all(not a.overlaps(b) for i, a in enumerate(fabric_blocks) for b in fabric_blocks[i + 1:])
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    ({"regions": {1: {"private_cidr": "10.0.0.0/8"}}},
+     "region us-west-2 private_cidr 10.0.0.0/8 overlaps region us-east-1 private_cidr 10.0.0.0/11"),
+    ({"regions": {2: {"public_cidr": "198.18.0.0/15"}}},
+     "region eu-north-1 public_cidr 198.18.0.0/15 overlaps"),
+    ({"regions": {0: {"public_cidr": "10.64.0.0/24"}}}, "overlaps region us-east-1 public_cidr 10.64.0.0/24"),
+    ({"regions": {0: {"private_cidr": "10.0.0.0/24"}}},
+     "region us-east-1: private_cidr 10.0.0.0/24 is too small"),
+    ({"regions": {0: {"private_cidr": "ten/8"}}}, "region us-east-1: private_cidr 'ten/8' is not an IPv4"),
+    ({"fabrics": {1: {"private_cidr": "10.32.0.0/13"}}},
+     "fabric efa-east-a: private_cidr 10.32.0.0/13 lies outside region us-east-1's private_cidr"),
+    ({"fabrics": {1: {"private_cidr": "10.0.0.0/14"}}},
+     "fabric efa-east-a private_cidr 10.0.0.0/14 overlaps fabric ib-east-a private_cidr 10.0.0.0/13"),
+])
+def test_catalog_file_rejects_an_address_plan_with_overlaps(edit: dict[str, dict[int, dict[str, str]]],
+                                                            message: str) -> None:
+    doc = catalog_to_dict(CATALOG)
+    for section, changes in edit.items():
+        for index, fields in changes.items():
+            doc[section][index].update(fields)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        catalog_from_dict(doc)
+
+
+def test_catalog_fabric_without_own_block_draws_from_the_rest_of_its_region() -> None:
+    doc = catalog_to_dict(CATALOG)
+    doc["fabrics"][1]["private_cidr"] = None  # efa-east-a
+    loaded = catalog_from_dict(doc)
+    assert loaded.subnet_block("us-east-1", "efa-east-a") == ("10.0.0.0/11", ("10.0.0.0/13", "10.16.0.0/13"))
 
 
 def test_rules_accept_a_valid_multi_node_spec_and_fill_defaults() -> None:

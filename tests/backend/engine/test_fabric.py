@@ -105,6 +105,12 @@ def test_subnets_and_addresses() -> None:
     assert addressing.next_public_address("198.18.0.0/15", ["198.18.0.1"]) == "198.18.0.2"
 
 
+def test_subnets_skip_blocks_other_fabrics_own() -> None:
+    skip = ["10.0.0.0/23", "10.0.4.0/22"]
+    assert addressing.next_subnet("10.0.0.0/20", [], skip) == "10.0.8.0/22"
+    assert addressing.next_subnet("10.0.0.0/20", ["10.0.8.0/22", "10.0.12.0/22"], skip) is None
+
+
 def test_hostlist_compresses_ranges() -> None:
     assert hostlist(["c-0", "c-1", "c-3", "c-2", "c-7"]) == "c-[0-3,7]"
     assert hostlist(["c-5"]) == "c-5"
