@@ -20,9 +20,9 @@ The rules of one field are checked in order and only the first broken one is rep
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from backend.domain.errors import FieldError
@@ -37,7 +37,7 @@ MIN_RSA_BITS = 2048
 DEFAULT_BILLING_TYPE = "on_demand"
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Rule:
     schema: str
     field: str
@@ -45,7 +45,7 @@ class Rule:
     title: str
     message: str
     check: str
-    params: Mapping[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     def as_contract(self) -> dict[str, Any]:
         """The rule as published in the OpenAPI document."""
