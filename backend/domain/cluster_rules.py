@@ -92,7 +92,9 @@ def _check_interconnect(value: object, region: str | None, itype: str | None,
     if region is not None and not catalog.pools_for(region, itype, str(value)):
         offered = [t.name for t in catalog.instance_types if any(
             f.pools.get(t.name) for f in catalog.fabrics_in(region))]
-        return [FieldError("interconnect", "not_offered_in_region",
+        # Blame the interconnect only when the region has the type on another fabric kind.
+        elsewhere = any(f.pools.get(itype) for f in catalog.fabrics_in(region))
+        return [FieldError("interconnect" if elsewhere else "instance_type", "not_offered_in_region",
                            f"{region} has no {value} fabric with {itype} nodes; "
                            f"it offers {', '.join(offered) or 'no instance types'}")]
     return []

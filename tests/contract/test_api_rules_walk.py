@@ -6,13 +6,16 @@ real API (in process) and runs the provider's ValidateResourceConfig on the equi
 both must refuse, the API naming the field and the provider the attribute path. A keyword or rule this
 walk cannot break fails it, so a new rule cannot slip past the provider unnoticed.
 
-Not walked here (they depend on stored objects or the catalog, checked at plan time from the API):
-unknown regions and instance types, fabric and interconnect offers, capacity, references to missing keys
-or volumes, the cost ceiling, immutable fields and shrinking volumes (tests/provider/resources).
+The API's other 422 rules need the catalog or stored objects (unknown regions, fabric offers, missing or
+foreign-region references, the cost ceiling): the provider checks them while planning, against the same
+API, so the walk runs those through PlanResourceChange with the provider's client on the in-process API.
+Every error code the backend's sources can raise must be walked one way or the other, or be listed in
+`NOT_PLAN_TIME` with the reason.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from collections.abc import Iterator
@@ -20,25 +23,30 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 
 from backend.api.openapi import render_openapi
+from backend.api.problems import _CODES as SCHEMA_CODES
 from backend.app import create_app
 from backend.domain.input_rules import RULES
 from backend.settings import Settings
 from backend.store.db import make_engine
 from backend.store.migrate import upgrade_to_head
 from provider._proto import tfplugin6_pb2 as pb
+from provider.client import GpuCloudClient
 from provider.cty import encode_msgpack
 from provider.framework.server import ProviderServer
 from provider.framework.state import schema_object
-from provider.resources import api_rules
+from provider.resources import api_rules, cluster_checks
+from provider.resources._common import GpuCloudConfig
 from provider.resources.provider import GpuCloudProvider
 from tests.backend.conftest import make_tenant
 from tests.backend.keys import ed25519_key, rsa_key
 from tests.contract.private_keys import private_key
 
+REPO = Path(__file__).resolve().parents[2]
 # Request schema -> (collection, Terraform resource type, API -> attribute renames, a valid body).
 RESOURCES: dict[str, tuple[str, str, dict[str, str], dict[str, Any]]] = {
     "ClusterCreate": (
@@ -94,7 +102,7 @@ SERVER = ProviderServer(GpuCloudProvider())
 
 def test_api_rules_table_is_the_served_contract(api: TestClient) -> None:
     served = json.loads(render_openapi(api.app))  # type: ignore[arg-type]
-    committed = json.loads(Path("proto/openapi.json").read_text())
+    committed = json.loads((REPO / "proto" / "openapi.json").read_text())
     assert served == committed
     assert api_rules.extract(served) == api_rules.table(), "run scripts/generate.sh rules"
 
@@ -214,3 +222,90 @@ def test_api_rules_walk_every_rule_is_refused_by_the_api_and_at_plan_time(
     assert any(path == attribute_path for path, _, _ in found), found
     if rule is not None:
         assert any(path == attribute_path and summary == rule.title for path, summary, _ in found), found
+
+
+# Rules needing the catalog or stored objects: (schema, field, code) -> body fragment breaking it.
+PLAN_BREAKERS: dict[tuple[str, str, str], dict[str, Any]] = {
+    ("ClusterCreate", "region", "unknown_region"): {"region": "mars-1"},
+    ("ClusterCreate", "instance_type", "unknown_instance_type"): {"instance_type": "9xZ9"},
+    ("ClusterCreate", "node_count", "requires_fabric_capable_type"): {
+        "instance_type": "1xH100", "node_count": 2
+    },
+    ("ClusterCreate", "interconnect", "unsupported_interconnect"): {"interconnect": "efa"},
+    ("ClusterCreate", "instance_type", "not_offered_in_region"): {"instance_type": "8xB200"},
+    ("ClusterCreate", "max_hourly_cost_usd", "cost_limit_exceeded"): {"max_hourly_cost_usd": 10},
+    ("ClusterCreate", "ssh_key_ids", "not_found"): {"ssh_key_ids": ["ssh_0missing"]},
+    ("ClusterCreate", "volume_ids", "region_mismatch"): {"volume_ids": ["<west volume>"]},
+    ("VolumeCreate", "region", "unknown_region"): {"region": "mars-1"},
+}
+# Error codes the backend raises that are no plan-time input rule, and why.
+NOT_PLAN_TIME = {
+    "duplicate": "an id listed twice: Terraform sets cannot hold duplicates",
+    "immutable_field": "updates only: the provider plans a replacement instead",
+    "no_price": "a catalog without a price: the operator's error, not the user's",
+    "inconsistent_with_removed_nodes": "remove_node_names is no provider attribute",
+    "unknown_node": "remove_node_names is no provider attribute",
+}
+
+
+def _backend_codes() -> set[str]:
+    """Every error code a FieldError in the backend's sources is given (second argument or `code=`)."""
+    codes = set()
+    for source in (REPO / "backend").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "FieldError":
+                given = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "code")]
+                codes |= {a.value for a in given if isinstance(a, ast.Constant)}
+    return codes
+
+
+def test_api_rules_walk_covers_every_code_the_backend_raises() -> None:
+    walked = {rule.code for rule in RULES} | {code for _, _, code in PLAN_BREAKERS}
+    walked |= set(SCHEMA_CODES.values()) | {"invalid_ssh_key"}  # JSON Schema keywords; the SSH parser
+    assert _backend_codes() - walked - set(NOT_PLAN_TIME) == set()
+
+
+@pytest.fixture(scope="module")
+def planning_server(api: TestClient) -> ProviderServer:
+    """A provider server configured with a client that reaches the in-process API."""
+
+    def forward(request: httpx.Request) -> httpx.Response:
+        answer = api.request(request.method, request.url.raw_path.decode(), content=request.content,
+                             headers={"Content-Type": "application/json"})
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+    server = ProviderServer(GpuCloudProvider())
+    client = GpuCloudClient("http://api.test", "k", transport=httpx.MockTransport(forward), max_retries=0)
+    server._provider_data = GpuCloudConfig("http://api.test", "k", 30.0, 0, client=client)
+    cluster_checks.forget_catalogs()
+    return server
+
+
+def _plan_errors(server: ProviderServer, schema: str, body: dict[str, Any]) -> list[list[str]]:
+    type_name, config = _config(schema, body)
+    cty_type = server._resources[type_name].schema.cty_type
+    response = server.plan_resource_change(pb.PlanResourceChange.Request(
+        type_name=type_name,
+        prior_state=pb.DynamicValue(msgpack=encode_msgpack(None, cty_type)),
+        proposed_new_state=pb.DynamicValue(msgpack=encode_msgpack(config, cty_type)),
+        config=pb.DynamicValue(msgpack=encode_msgpack(config, cty_type)),
+    ))
+    return [[s.attribute_name for s in d.attribute.steps if s.attribute_name]
+            for d in response.diagnostics if d.severity == pb.Diagnostic.ERROR]
+
+
+@pytest.mark.parametrize(("schema", "field", "code"), list(PLAN_BREAKERS), ids=lambda p: str(p))
+def test_api_rules_walk_catalog_and_reference_rules_are_refused_at_plan_time(
+    api: TestClient, planning_server: ProviderServer, schema: str, field: str, code: str
+) -> None:
+    fragment = dict(PLAN_BREAKERS[(schema, field, code)])
+    if fragment.get("volume_ids") == ["<west volume>"]:
+        west = api.post("/v1/volumes", json={"name": "west", "region": "us-west-2", "size_tib": 1})
+        fragment["volume_ids"] = [west.json()["id"]]
+    body = _api_body(schema, fragment)
+    response = api.post(RESOURCES[schema][0], json=body)
+    assert response.status_code == 422, response.text
+    assert code in [e["code"] for e in response.json()["errors"] if e["field"].split("[")[0] == field]
+
+    renames = RESOURCES[schema][2]
+    assert [renames.get(field, field)] in _plan_errors(planning_server, schema, body)
