@@ -84,8 +84,8 @@ class SshKeyResource(Resource):
                 required=True,
                 description="The OpenSSH public key line, for example `file(\"~/.ssh/id_ed25519.pub\")`: "
                 "`ssh-ed25519`, `ecdsa-sha2-nistp256/384/521` or `ssh-rsa` of at least 2048 bits. A trailing "
-                "newline or changed whitespace is not a change; a different key replaces the resource.",
-                # A pasted private key is named as such, without repeating any of it.
+                "newline or changed whitespace is not a change; a different key replaces the resource. A "
+                "private key given by mistake fails the plan without being repeated in the output.",
                 validators=field_validators("SshKeyCreate", "public_key"),
                 plan_modifiers=[keep_prior_when_same_key(), requires_replace()],
             ),
