@@ -99,15 +99,15 @@ def test_acc_ssh_key_disappears_and_drift(gpucloud_tf: GpuCloudTerraform, backen
 def test_acc_ssh_key_invalid_configurations_fail_at_plan(gpucloud_tf: GpuCloudTerraform) -> None:
     tf = gpucloud_tf(key_config("", '"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA"'))
     output = plan_error(tf)
-    assert "Attribute name string length must be between 1 and 128" in output
+    assert "Attribute name must be 1-128 printable characters" in output
 
     tf.write_main(key_config("ok", '"ssh-dss AAAAB3NzaC1kc3MAAACBAP"'))
     output = plan_error(tf)
-    assert "Attribute public_key" in output and "ssh-dss" in output
+    assert "Unsupported SSH Key Type" in output and "public_key must be an OpenSSH public key" in output
 
     tf.write_main(key_config("ok", '"ssh-ed25519 not-base64!"'))
     output = plan_error(tf)
-    assert "Attribute public_key" in output and "base64" in output
+    assert "Invalid SSH Public Key" in output and "public_key must be '<type> <base64 key data>" in output
 
 
 def test_acc_ssh_key_duplicate_names_the_existing_key(

@@ -104,7 +104,10 @@ def rules(schema: str, *, checks: tuple[str, ...]) -> list[dict[str, Any]]:
 
 
 def _sentence(text: str) -> str:
-    text = text[:1].upper() + text[1:]
+    """A message as a sentence; one starting with an attribute name (`public_key ...`) keeps its case."""
+    first = text.split(" ", 1)[0]
+    if "_" not in first and "." not in first:
+        text = text[:1].upper() + text[1:]
     return text if text.endswith(".") else text + "."
 
 
