@@ -145,7 +145,12 @@ STATIC_INVALID = [
     ("reserved_no_days", 'billing = {\n  type = "reserved"\n}', "Missing Reserved Term", "billing"),
     ("long_term", 'billing = {\n  type = "reserved"\n  duration_days = 120\n}', "Invalid Attribute Value",
      "duration_days"),
-    ("bad_label", 'labels = { "Bad Key" = "x" }', "Invalid Label Key", "labels"),
+    ("bad_label", 'labels = { "Bad Key" = "x" }', "Invalid Attribute Value Match", "labels"),
+    # Rules the API enforced at apply only: now derived from its contract, so plan fails first.
+    ("cent_fractions", "max_hourly_cost_usd = 12.3456789", "Invalid Attribute Value",
+     "max_hourly_cost_usd"),
+    ("days_on_demand", "billing = {\n  duration_days = 7\n}", "Reserved Term Without Reserved Billing",
+     "billing"),
 ]
 PLAN_INVALID = [
     ("bad_region", 'region = "mars-1"', "Unknown Region", "region"),
@@ -190,7 +195,7 @@ def test_acc_gpu_cluster_invalid_configurations_fail_at_plan(
     assert result.returncode == 1
     for name, _, summary, attribute in static:
         assert_reported(result.output, name, summary, attribute)
-    assert_reported(result.output, "bad_name", "Invalid Attribute Value Match", "name")
+    assert_reported(result.output, "bad_name", "Invalid Cluster Name", "name")
 
     tf.write_main("\n".join(_with_overrides(n, b) for n, b, _, _ in PLAN_INVALID))
     result = tf.plan(check=False)

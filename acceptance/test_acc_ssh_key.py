@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
 from acceptance.backend import Backend
 from acceptance.gpucloud_steps import (
+    PROVIDER_BLOCK,
     GpuCloudTerraform,
     apply_and_check,
     backend,
@@ -15,6 +19,8 @@ from acceptance.gpucloud_steps import (
     values,
     write_text,
 )
+from acceptance.harness import TerraformFactory
+from tests.contract.private_keys import FORMS, private_key, secret_lines
 
 __all__ = ["backend", "gpucloud_tf"]  # fixtures used by the tests below
 
@@ -93,15 +99,15 @@ def test_acc_ssh_key_disappears_and_drift(gpucloud_tf: GpuCloudTerraform, backen
 def test_acc_ssh_key_invalid_configurations_fail_at_plan(gpucloud_tf: GpuCloudTerraform) -> None:
     tf = gpucloud_tf(key_config("", '"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA"'))
     output = plan_error(tf)
-    assert "Attribute name string length must be between 1 and 128" in output
+    assert "Attribute name must be 1-128 printable characters" in output
 
     tf.write_main(key_config("ok", '"ssh-dss AAAAB3NzaC1kc3MAAACBAP"'))
     output = plan_error(tf)
-    assert "Attribute public_key" in output and "ssh-dss" in output
+    assert "Unsupported SSH Key Type" in output and "public_key must be an OpenSSH public key" in output
 
     tf.write_main(key_config("ok", '"ssh-ed25519 not-base64!"'))
     output = plan_error(tf)
-    assert "Attribute public_key" in output and "base64" in output
+    assert "Invalid SSH Public Key" in output and "public_key must be '<type> <base64 key data>" in output
 
 
 def test_acc_ssh_key_duplicate_names_the_existing_key(
@@ -133,3 +139,41 @@ def test_acc_ssh_key_import_block_generates_config_that_plans_clean(
     tf.assert_plan_empty()
     tf.destroy()
     assert existing["id"] not in {k["id"] for k in backend.client.list_ssh_keys()}
+
+
+def test_acc_ssh_key_private_or_weak_key_fails_plan_without_echoing_it(
+    terraform: TerraformFactory, backend: Backend, tf_version: str
+) -> None:
+    """`public_key = file("id_ed25519")` (the private key) is named once per key, in every form, and no
+    line of it reaches the output, the provider's trace logs included; an RSA-1024 key fails the plan."""
+    tf = terraform(tf_version)
+    tf.env.update(backend.provider_env, TF_LOG_PROVIDER="TRACE")
+    tf.write("provider.tf", PROVIDER_BLOCK)
+    secrets: list[str] = []
+    blocks = []
+    for kind, form in FORMS:
+        text = private_key(kind, form)
+        secrets += secret_lines(text)
+        write_text(tf, f"id_{kind}_{form}", text)
+        blocks.append(key_config(f"{kind}-{form}", f'file("${{path.module}}/id_{kind}_{form}")')
+                      .replace('"deploy"', f'"{kind}_{form}"'))
+    weak = rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key()
+    write_text(tf, "weak.pub", weak.public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode() + "\n")
+    blocks.append(key_config("weak", 'file("${path.module}/weak.pub")').replace('"deploy"', '"weak"'))
+    tf.write_main("\n".join(blocks))
+    tf.init()
+    before = backend.client.list_ssh_keys()
+
+    result = tf.plan(check=False)
+    assert result.returncode == 1, result.output
+    errors = result.output.split("Error: ")[1:]
+    for kind, form in FORMS:
+        named = [e for e in errors if f"with gpucloud_ssh_key.{kind}_{form}," in e]
+        assert len(named) == 1 and named[0].startswith("Private Key Instead Of Public Key"), named
+        assert ".pub file" in " ".join(named[0].split())
+    (weak_error,) = [e for e in errors if "with gpucloud_ssh_key.weak," in e]
+    assert weak_error.startswith("SSH Key Too Weak") and "2048 bits" in weak_error
+    assert "BEGIN" not in result.output
+    assert not [line for line in secrets if line[:16] in result.output]
+    assert backend.client.list_ssh_keys() == before

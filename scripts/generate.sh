@@ -40,12 +40,17 @@ step_openapi() {
   "$PY" -m backend.api.openapi "${1:-proto/openapi.json}"
 }
 
+# provider/resources/api_rules.json: the request schemas' rules, from proto/openapi.json, for plan-time checks.
+step_rules() {
+  "$PY" -m provider.resources.api_rules proto/openapi.json "${1:-provider/resources/api_rules.json}"
+}
+
 # docs/index.md and docs/{resources,data-sources,ephemeral-resources}/*.md from the provider schemas.
 step_docs() {
   "$PY" -m provider.framework.docs --provider provider.resources.provider:GpuCloudProvider --out "${1:-docs}"
 }
 
-ALL_STEPS="stubs openapi docs"
+ALL_STEPS="stubs openapi rules docs"
 
 if [ $# -gt 0 ]; then
   step=$1

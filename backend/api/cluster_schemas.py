@@ -21,7 +21,18 @@ LabelKey = Annotated[
 ]
 LabelValue = Annotated[str, StringConstraints(max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")]
 Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=64, description="Free-form key/value tags")]
-Money = Annotated[Decimal, Field(gt=0, le=Decimal("1000000000"), max_digits=14, decimal_places=4)]
+MONEY_MAX_DIGITS, MONEY_DECIMAL_PLACES = 14, 4
+# JSON Schema has no keyword for digits and places: published as extensions for plan-time checks.
+Money = Annotated[
+    Decimal,
+    Field(
+        gt=0,
+        le=Decimal("1000000000"),
+        max_digits=MONEY_MAX_DIGITS,
+        decimal_places=MONEY_DECIMAL_PLACES,
+        json_schema_extra={"x-max-digits": MONEY_MAX_DIGITS, "x-decimal-places": MONEY_DECIMAL_PLACES},
+    ),
+]
 
 
 class Billing(StrictModel):

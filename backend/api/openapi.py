@@ -8,6 +8,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
+from backend.domain.input_rules import contract
+
 PROBLEM_REF = {"$ref": "#/components/schemas/Problem"}
 
 
@@ -26,6 +28,8 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     schemas = document.get("components", {}).get("schemas", {})
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
+    for name, rules in contract().items():
+        schemas[name]["x-gpucloud-rules"] = rules  # what JSON Schema cannot say; see domain.input_rules
     return document
 
 

@@ -1,17 +1,18 @@
 """Cross-field rules of a cluster spec, checked before anything is stored (422 naming every field).
 
 `validate_cluster_spec` returns every violation at once so a user fixes them in one round; the API and
-the provider's plan-time checks read the same rules (the catalog publishes them per instance type).
+the provider's plan-time checks read the same rules: the catalog publishes the per-instance-type ones, and
+the rules between fields are data in `domain.input_rules`, published in the OpenAPI document.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from backend.domain.catalog import Catalog
 from backend.domain.errors import FieldError
+from backend.domain.input_rules import broken_rules
 
 ORCHESTRATORS = ("slurm", "kubernetes", "none")
 INTERCONNECTS = ("infiniband", "efa", "ethernet")
@@ -20,9 +21,7 @@ BILLING_TYPES = ("on_demand", "reserved")
 ON_EXPIRY = ("decommission", "convert_to_on_demand")
 RESERVED_MIN_DAYS = 1
 RESERVED_MAX_DAYS = 90
-# Node hostnames are `{name}-{index}` and `{name}-jumphost`: the name must be a DNS label prefix.
 __all__ = ["FieldError", "apply_cluster_defaults", "rules_for", "validate_cluster_spec"]
-NAME_PATTERN = re.compile(r"^[a-z]([a-z0-9-]{0,38}[a-z0-9])?$")
 
 
 def apply_cluster_defaults(spec: Mapping[str, Any], catalog: Catalog) -> dict[str, Any]:
@@ -48,7 +47,6 @@ def validate_cluster_spec(spec: Mapping[str, Any], catalog: Catalog) -> list[Fie
     """Every rule the spec breaks (empty when valid). Defaults are applied first."""
     full = apply_cluster_defaults(spec, catalog)
     errors: list[FieldError] = []
-    errors += _check_name(full.get("name"))
     region = catalog.region(str(full.get("region")))
     if region is None:
         known = ", ".join(r.name for r in catalog.regions)
@@ -72,17 +70,12 @@ def validate_cluster_spec(spec: Mapping[str, Any], catalog: Catalog) -> list[Fie
         ))
     errors += _check_interconnect(full.get("interconnect"), region.name if region else None,
                                   itype.name if itype else None, catalog)
-    errors += _check_orchestrator(full.get("orchestrator"), node_count)
-    errors += _check_container(full.get("container"), node_count)
+    errors += _check_orchestrator(full.get("orchestrator"))
+    errors += _check_container(full.get("container"))
     errors += _check_billing(full.get("billing") or {})
+    # Name (a hostname prefix), orchestrator and container against node_count, the reserved term.
+    errors += broken_rules("ClusterCreate", full)
     return errors
-
-
-def _check_name(name: object) -> list[FieldError]:
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
-        return [FieldError("name", "invalid_name", "name must be 1-40 lowercase letters, digits or hyphens, "
-                           "starting with a letter and not ending with a hyphen (it prefixes hostnames)")]
-    return []
 
 
 def _check_interconnect(value: object, region: str | None, itype: str | None,
@@ -99,31 +92,25 @@ def _check_interconnect(value: object, region: str | None, itype: str | None,
     if region is not None and not catalog.pools_for(region, itype, str(value)):
         offered = [t.name for t in catalog.instance_types if any(
             f.pools.get(t.name) for f in catalog.fabrics_in(region))]
-        return [FieldError("interconnect", "not_offered_in_region",
+        # Blame the interconnect only when the region has the type on another fabric kind.
+        elsewhere = any(f.pools.get(itype) for f in catalog.fabrics_in(region))
+        return [FieldError("interconnect" if elsewhere else "instance_type", "not_offered_in_region",
                            f"{region} has no {value} fabric with {itype} nodes; "
                            f"it offers {', '.join(offered) or 'no instance types'}")]
     return []
 
 
-def _check_orchestrator(value: object, node_count: int | None) -> list[FieldError]:
+def _check_orchestrator(value: object) -> list[FieldError]:
     if value not in ORCHESTRATORS:
         return [FieldError("orchestrator", "invalid_choice",
                            f"orchestrator must be one of {', '.join(ORCHESTRATORS)}")]
-    if value == "none" and node_count is not None and node_count > 1:
-        return [FieldError("orchestrator", "orchestrator_required",
-                           "a cluster of more than one node needs orchestrator slurm or kubernetes")]
     return []
 
 
-def _check_container(value: object, node_count: int | None) -> list[FieldError]:
-    if value is None:
-        return []
-    if value not in CONTAINERS:
+def _check_container(value: object) -> list[FieldError]:
+    if value is not None and value not in CONTAINERS:
         return [FieldError("container", "invalid_choice",
                            f"container must be one of {', '.join(CONTAINERS)}")]
-    if node_count is not None and node_count > 1:
-        return [FieldError("container", "container_requires_single_node",
-                           "container is only available on single-node clusters")]
     return []
 
 
@@ -133,18 +120,12 @@ def _check_billing(billing: Mapping[str, Any]) -> list[FieldError]:
     if kind not in BILLING_TYPES:
         errors.append(FieldError("billing.type", "invalid_choice",
                                  f"billing.type must be one of {', '.join(BILLING_TYPES)}"))
-    elif kind == "reserved":
-        if days is None:
-            errors.append(FieldError("billing.duration_days", "required",
-                                     "reserved billing needs duration_days (1-90)"))
-        elif not isinstance(days, int) or isinstance(days, bool) or not (
-                RESERVED_MIN_DAYS <= days <= RESERVED_MAX_DAYS):
-            errors.append(FieldError("billing.duration_days", "out_of_range",
-                                     f"duration_days must be between {RESERVED_MIN_DAYS} and "
-                                     f"{RESERVED_MAX_DAYS}"))
-    elif days is not None:
-        errors.append(FieldError("billing.duration_days", "not_allowed",
-                                 "duration_days is only allowed with billing.type = reserved"))
+    elif kind == "reserved" and days is not None and (
+            not isinstance(days, int) or isinstance(days, bool) or not (
+                RESERVED_MIN_DAYS <= days <= RESERVED_MAX_DAYS)):
+        errors.append(FieldError("billing.duration_days", "out_of_range",
+                                 f"duration_days must be between {RESERVED_MIN_DAYS} and "
+                                 f"{RESERVED_MAX_DAYS}"))
     if billing.get("on_expiry") not in ON_EXPIRY:
         errors.append(FieldError("billing.on_expiry", "invalid_choice",
                                  f"on_expiry must be one of {', '.join(ON_EXPIRY)}"))

@@ -1,4 +1,8 @@
-"""OpenSSH public keys: parse, check the algorithm and size, compute the ssh-keygen SHA256 fingerprint."""
+"""OpenSSH public keys: parse, check the algorithm and size, compute the ssh-keygen SHA256 fingerprint.
+
+The rules (no private key, accepted types, key data, RSA size) are the `SshKeyCreate` rules of
+`domain.input_rules`, checked in that order; no message echoes the key, which may be a secret.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +16,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.hazmat.primitives.serialization import load_ssh_public_key
 
 from backend.domain.errors import FieldError
+from backend.domain.input_rules import MIN_RSA_BITS, SSH_KEY_TYPES, broken, rule
 
-ALLOWED_TYPES = (
-    "ssh-ed25519",
-    "ecdsa-sha2-nistp256",
-    "ecdsa-sha2-nistp384",
-    "ecdsa-sha2-nistp521",
-    "ssh-rsa",
-)
-MIN_RSA_BITS = 2048
+ALLOWED_TYPES = SSH_KEY_TYPES
 MAX_KEY_CHARS = 16_384
 
 
@@ -35,23 +33,26 @@ def _error(message: str, code: str = "invalid_ssh_key") -> FieldError:
     return FieldError(path="public_key", code=code, message=message)
 
 
+def _broken_rule(code: str) -> FieldError:
+    found = rule("SshKeyCreate", code)
+    return FieldError(path=found.field, code=found.code, message=found.message)
+
+
 def parse_public_key(text: str) -> ParsedSshKey | FieldError:
     """The key's type and fingerprint, or a FieldError for `public_key` saying what is wrong."""
+    if broken(rule("SshKeyCreate", "private_key"), {"public_key": text}):
+        return _broken_rule("private_key")
     if len(text) > MAX_KEY_CHARS:
         return _error(f"public_key is longer than {MAX_KEY_CHARS} characters")
     line = text.strip()
+    if line.split(None, 1)[:1] and line.split(None, 1)[0] not in ALLOWED_TYPES:
+        return _broken_rule("unsupported_key_type")
     if not line or any((ord(ch) < 32 and ch != "\t") or ord(ch) == 127 for ch in line):
         return _error("public_key must be one OpenSSH public key line: '<type> <base64> [comment]'")
     parts = line.split(None, 2)
     if len(parts) < 2:
         return _error("public_key must look like 'ssh-ed25519 AAAA... [comment]'")
     key_type, blob_b64 = parts[0], parts[1]
-    if key_type not in ALLOWED_TYPES:
-        return _error(
-            f"key type {key_type[:40]!r} is not accepted; use ssh-ed25519, ecdsa-sha2-nistp256/384/521 "
-            f"or ssh-rsa (>= {MIN_RSA_BITS} bits)",
-            code="unsupported_key_type",
-        )
     try:
         blob = base64.b64decode(blob_b64.encode("ascii"), validate=True)
     except (binascii.Error, UnicodeError, ValueError):

@@ -119,6 +119,36 @@ def number_between(min: float | Decimal | None = None, max: float | Decimal | No
     return ValueValidator(_between_text("value", min, max), lambda n: _in_range(Decimal(n), lo, hi))
 
 
+def number_greater_than(min: Decimal | int) -> ValueValidator:
+    bound = Decimal(str(min))
+    return ValueValidator(f"value must be greater than {min}", lambda n: Decimal(n) > bound)
+
+
+def decimal_digits(*, max_digits: int | None = None, decimal_places: int | None = None) -> ValueValidator:
+    """At most `decimal_places` digits after the point and `max_digits` in all, trailing zeros ignored
+    (how Python's Decimal and pydantic count them)."""
+    parts = [f"{decimal_places} decimal places"] if decimal_places is not None else []
+    parts += [f"{max_digits} digits in all"] if max_digits is not None else []
+    return ValueValidator(
+        f"must have at most {' and '.join(parts)}",
+        lambda n: _digits_fit(Decimal(str(n)), max_digits, decimal_places),
+    )
+
+
+def _digits_fit(value: Decimal, max_digits: int | None, decimal_places: int | None) -> bool:
+    if not value.is_finite():
+        return False
+    _sign, digits, exponent = value.normalize().as_tuple()
+    assert isinstance(exponent, int)
+    if exponent >= 0:
+        places, total = 0, len(digits) + exponent
+    else:
+        places = -exponent
+        total = max(len(digits), places)
+    places_fit = decimal_places is None or places <= decimal_places
+    return places_fit and (max_digits is None or total <= max_digits)
+
+
 # -- collections -------------------------------------------------------------------------------------
 
 
@@ -161,6 +191,46 @@ class EachElement:
 
 def each_element(*validators: Validator) -> EachElement:
     return EachElement(validators)
+
+
+class EachKey:
+    """Applies string validators to every key of a map; errors name the map element."""
+
+    def __init__(self, validators: Sequence[Validator]) -> None:
+        self.validators = tuple(validators)
+        self.description = "every key: " + "; ".join(v.description for v in validators)
+
+    def validate(self, value: Any, path: AttributePath, diags: Diagnostics) -> None:
+        if not isinstance(value, dict):
+            return
+        for key in value:
+            for v in self.validators:
+                v.validate(key, path.element(key), diags)
+
+
+def each_key(*validators: Validator) -> EachKey:
+    return EachKey(validators)
+
+
+class FirstFailure:
+    """Runs validators in order and stops at the first that reports an error: a value that breaks an
+    early rule (a secret pasted in the wrong place) is not described again, or echoed, by later ones."""
+
+    def __init__(self, validators: Sequence[Validator]) -> None:
+        self.validators = tuple(validators)
+        self.description = "; ".join(v.description for v in validators)
+
+    def validate(self, value: Any, path: AttributePath, diags: Diagnostics) -> None:
+        for v in self.validators:
+            found = Diagnostics()
+            v.validate(value, path, found)
+            diags.extend(found)
+            if any(d.severity == "error" for d in found):
+                return
+
+
+def first_failure(*validators: Validator) -> FirstFailure:
+    return FirstFailure(validators)
 
 
 def custom(

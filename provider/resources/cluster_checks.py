@@ -6,7 +6,6 @@ Unknown values are never rejected: a check runs only when every value it needs i
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,24 +13,17 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, TypeGuard
 
 from provider.client import GpuCloudClient
-from provider.cty import AttributePath, is_unknown
+from provider.cty import is_unknown
 from provider.framework import Context, root
+from provider.resources.api_rules import check_field_rules
 
 USD_QUANTUM = Decimal("0.000001")
 HOURS_PER_DAY = 24
-LABEL_KEY = re.compile(r"[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?")
 
 
 def known(value: Any) -> TypeGuard[Any]:
     """Neither null nor unknown (narrows `Any | None` for the type checker)."""
     return value is not None and not is_unknown(value)
-
-
-def path(*steps: str) -> AttributePath:
-    out = root(steps[0])
-    for step in steps[1:]:
-        out = out.attr(step)
-    return out
 
 
 @dataclass(frozen=True)
@@ -136,55 +128,9 @@ def estimate(catalog: Catalog, plan: Mapping[str, Any]) -> CostEstimate | None:
 # -- rules --------------------------------------------------------------------------------------------
 
 
-def check_static_rules(ctx: Context, config: Mapping[str, Any]) -> None:
-    """Cross-attribute rules that need no catalog (also run by `terraform validate`)."""
-    nodes = config.get("node_count")
-    multi = known(nodes) and int(nodes) > 1
-    if multi and config.get("orchestrator") == "none":
-        ctx.error(
-            "Orchestrator Required",
-            f"A cluster of {nodes} nodes needs orchestrator \"slurm\" or \"kubernetes\"; \"none\" is only "
-            "for single-node clusters.",
-            root("orchestrator"),
-        )
-    if multi and known(config.get("container")):
-        ctx.error(
-            "Container Needs A Single Node",
-            f"container is only available on single-node clusters, but node_count is {nodes}. Remove "
-            "container or set node_count = 1.",
-            root("container"),
-        )
-    billing = config.get("billing")
-    if known(billing):
-        kind, days = billing.get("type"), billing.get("duration_days")
-        if kind == "reserved" and days is None:
-            ctx.error(
-                "Missing Reserved Term",
-                "Reserved billing needs billing.duration_days (1-90 days).",
-                path("billing", "duration_days"),
-            )
-        if known(days) and known(kind) and kind != "reserved":
-            ctx.error(
-                "Reserved Term Without Reserved Billing",
-                "billing.duration_days is only allowed with billing.type = \"reserved\".",
-                path("billing", "duration_days"),
-            )
-    labels = config.get("labels")
-    if known(labels):
-        for key, value in labels.items():
-            if not LABEL_KEY.fullmatch(key):
-                ctx.error(
-                    "Invalid Label Key",
-                    f"Label key \"{key}\" must be 1-63 lowercase letters, digits, '.', '_', '/' or '-', "
-                    "starting and ending with a letter or digit.",
-                    root("labels").element(key),
-                )
-            elif known(value) and (len(value) > 256 or any(ord(c) < 32 or ord(c) == 127 for c in value)):
-                ctx.error(
-                    "Invalid Label Value",
-                    f"Label \"{key}\" must be at most 256 characters without control characters.",
-                    root("labels").element(key),
-                )
+def check_static_rules(ctx: Context, config: Mapping[str, Any], renames: Mapping[str, str]) -> None:
+    """The API's rules between fields, from the OpenAPI contract (also run by `terraform validate`)."""
+    check_field_rules(ctx, "ClusterCreate", config, renames)
 
 
 def check_catalog_rules(ctx: Context, catalog: Catalog, plan: Mapping[str, Any]) -> None:

@@ -88,7 +88,7 @@ class GpuClusterResource(Resource):
     # -- plan -----------------------------------------------------------------------------------------
 
     def validate_config(self, ctx: Context, config: State) -> None:
-        checks.check_static_rules(ctx, config)
+        checks.check_static_rules(ctx, config, RENAMES)
 
     def modify_plan(
         self, ctx: Context, plan: State | None, state: State | None, config: State | None

@@ -25,25 +25,18 @@ from provider.framework import (
     use_state_for_unknown,
 )
 from provider.framework.schema import Attribute
-from provider.framework.validators import (
-    each_element,
-    int_between,
-    number_between,
-    size_at_most,
-    string_matches,
-    string_one_of,
-)
+from provider.framework.validators import Validator
 from provider.resources._common import number, timestamp
+from provider.resources.api_rules import field_validators
 
-ORCHESTRATORS = ("slurm", "kubernetes", "none")
-INTERCONNECTS = ("infiniband", "efa", "ethernet")
-CONTAINERS = ("base", "pytorch")
-BILLING_TYPES = ("on_demand", "reserved")
-ON_EXPIRY = ("decommission", "convert_to_on_demand")
-NAME_PATTERN = r"[a-z]([a-z0-9-]{0,38}[a-z0-9])?"
 REF_ID_PATTERN = r"[a-z]{3}_[0-9a-z]+"
 DEFAULT_BILLING = {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"}
 DEFAULT_TIMEOUTS = {"create": "2h", "update": "2h", "delete": "1h"}
+
+
+def api(field: str, **text: str) -> list[Validator]:
+    """The plan-time checks of an API field of ClusterCreate, from the OpenAPI contract."""
+    return field_validators("ClusterCreate", field, text=text)
 
 
 def _computed_str(description: str) -> StringAttribute:
@@ -107,13 +100,13 @@ BILLING_ATTRIBUTES: dict[str, Attribute] = {
         default="on_demand",
         description="`on_demand` (per-second metering) or `reserved` (a prepaid term at a discount). "
         "Changing it replaces the cluster.",
-        validators=[string_one_of(*BILLING_TYPES)],
+        validators=api("billing.type"),
         plan_modifiers=[requires_replace()],
     ),
     "duration_days": Int64Attribute(
         optional=True,
         description="Length of a reserved term, 1-90 days (reserved only). Changing it replaces the cluster.",
-        validators=[int_between(1, 90)],
+        validators=api("billing.duration_days"),
         plan_modifiers=[requires_replace()],
     ),
     "on_expiry": StringAttribute(
@@ -122,7 +115,7 @@ BILLING_ATTRIBUTES: dict[str, Attribute] = {
         default="decommission",
         description="What happens at the end of a reserved term: `decommission` or "
         "`convert_to_on_demand`. Changes in place.",
-        validators=[string_one_of(*ON_EXPIRY)],
+        validators=api("billing.on_expiry"),
     ),
 }
 
@@ -202,23 +195,19 @@ CLUSTER_SCHEMA = Schema(
             required=True,
             description="Cluster name, the prefix of its hostnames: 1-40 lowercase letters, digits or "
             "hyphens, starting with a letter. Changes in place.",
-            validators=[
-                string_matches(
-                    NAME_PATTERN,
-                    "must be 1-40 lowercase letters, digits or hyphens, start with a letter and not end "
-                    "with a hyphen",
-                )
-            ],
+            validators=api("name"),
         ),
         "region": StringAttribute(
             required=True,
             description="Region, e.g. `us-east-1`. Changing it replaces the cluster.",
+            validators=api("region", pattern="must be a region name such as us-east-1"),
             plan_modifiers=[requires_replace()],
         ),
         "instance_type": StringAttribute(
             required=True,
             description="Node shape, e.g. `8xH100` (see the `gpucloud_instance_types` data source). "
             "Changing it replaces the cluster.",
+            validators=api("instance_type", pattern="must be an instance type name such as 8xH100"),
             plan_modifiers=[requires_replace()],
         ),
         # Optional
@@ -228,14 +217,14 @@ CLUSTER_SCHEMA = Schema(
             default=1,
             description="Number of nodes. Scales in place (the plan checks the region has the capacity). "
             "More than one node needs a fabric-capable 8-GPU instance type.",
-            validators=[int_between(1, 4096)],
+            validators=api("node_count"),
         ),
         "orchestrator": StringAttribute(
             optional=True,
             computed=True,
             description="`slurm`, `kubernetes` or `none`. Default: `none` for one node, `slurm` for more. "
             "Changing it replaces the cluster.",
-            validators=[string_one_of(*ORCHESTRATORS)],
+            validators=api("orchestrator"),
             plan_modifiers=[use_state_for_unknown(), requires_replace()],
         ),
         "interconnect": StringAttribute(
@@ -243,27 +232,27 @@ CLUSTER_SCHEMA = Schema(
             computed=True,
             description="`infiniband`, `efa` or `ethernet`. Default: the instance type's fabric. Changing "
             "it replaces the cluster.",
-            validators=[string_one_of(*INTERCONNECTS)],
+            validators=api("interconnect"),
             plan_modifiers=[use_state_for_unknown(), requires_replace()],
         ),
         "container": StringAttribute(
             optional=True,
             description="Container image family to run on a single-node cluster: `base` or `pytorch`. "
             "Changes in place (the container is re-created).",
-            validators=[string_one_of(*CONTAINERS)],
+            validators=api("container"),
         ),
         "ssh_key_ids": SetAttribute(
             element_type=STRING,
             optional=True,
             description="Ids of `gpucloud_ssh_key`s allowed to log in. Changes in place.",
-            validators=[size_at_most(64), each_element(string_matches(REF_ID_PATTERN, "must be an id"))],
+            validators=api("ssh_key_ids", items="must be an id such as ssh_0abc"),
         ),
         "shared_volume_ids": SetAttribute(
             element_type=STRING,
             optional=True,
             description="Ids of `gpucloud_shared_volume`s (same region) mounted on every node. Volumes are "
             "attached and detached in place.",
-            validators=[size_at_most(64), each_element(string_matches(REF_ID_PATTERN, "must be an id"))],
+            validators=api("volume_ids", items="must be an id such as vol_0abc"),
         ),
         "billing": SingleNestedAttribute(
             optional=True,
@@ -277,7 +266,12 @@ CLUSTER_SCHEMA = Schema(
             element_type=STRING,
             optional=True,
             description="Free-form key/value tags (up to 64). Changes in place.",
-            validators=[size_at_most(64)],
+            validators=api(
+                "labels",
+                keys="key must be 1-63 lowercase letters, digits, '.', '_', '/' or '-', starting and "
+                "ending with a letter or digit",
+                values="must have no control characters",
+            ),
         ),
         "deletion_protection": BoolAttribute(
             optional=True,
@@ -289,7 +283,7 @@ CLUSTER_SCHEMA = Schema(
         "max_hourly_cost_usd": NumberAttribute(
             optional=True,
             description="Refuse any plan (create or scale) that would cost more than this per hour.",
-            validators=[number_between(Decimal("0.0001"), Decimal("1000000000"))],
+            validators=api("max_hourly_cost_usd"),
         ),
         "wait_for_running": BoolAttribute(
             optional=True,

@@ -21,7 +21,6 @@ from provider.framework import (
     root,
     use_state_for_unknown,
 )
-from provider.framework.validators import int_between, string_length, string_matches
 from provider.resources._common import (
     UNCONFIRMED_CREATE,
     api_error,
@@ -41,9 +40,10 @@ from provider.resources._common import (
     remember_etag,
     timestamp,
 )
-from provider.resources.ssh_key import NAME_PATTERN, NAME_RULE
+from provider.resources.api_rules import constraints, field_validators
+from provider.resources.ssh_key import NAME_RULE
 
-MAX_SIZE_TIB = 10_000
+MAX_SIZE_TIB = int(constraints("VolumeCreate", "size_tib")["maximum"])
 RENAMES = {"volume_id": "id"}
 
 
@@ -69,20 +69,22 @@ class SharedVolumeResource(Resource):
             "name": StringAttribute(
                 required=True,
                 description="Display name of the volume. Renaming is done in place.",
-                validators=[string_length(min=1, max=128), string_matches(NAME_PATTERN, NAME_RULE)],
+                validators=field_validators("VolumeCreate", "name", text={"pattern": NAME_RULE}),
             ),
             "region": StringAttribute(
                 required=True,
                 description="Region of the volume, for example `us-east-1` (see the `gpucloud_regions` data "
                 "source). Changing it replaces the volume (its data does not move).",
-                validators=[string_matches(r"[a-z0-9-]{1,64}", "must be a region name such as us-east-1")],
+                validators=field_validators(
+                    "VolumeCreate", "region", text={"pattern": "must be a region name such as us-east-1"}
+                ),
                 plan_modifiers=[requires_replace()],
             ),
             "size_tib": Int64Attribute(
                 required=True,
                 description=f"Size in TiB, 1 to {MAX_SIZE_TIB}. Growing is done in place; a smaller value is "
                 "rejected at plan time, because shrinking would lose data.",
-                validators=[int_between(1, MAX_SIZE_TIB)],
+                validators=field_validators("VolumeCreate", "size_tib"),
             ),
             # Computed
             "id": StringAttribute(

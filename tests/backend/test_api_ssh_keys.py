@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.backend.keys import ecdsa_key, ed25519_key, rsa_key
+from tests.contract.private_keys import FORMS, private_key, secret_lines
 
 
 def _fingerprint(line: str) -> str:
@@ -37,6 +38,21 @@ def test_ssh_key_is_stored_exactly_as_given(admin: TestClient) -> None:
     created = admin.post("/v1/ssh-keys", json={"name": "exact", "public_key": line}).json()
     assert created["public_key"] == line
     assert admin.get(f"/v1/ssh-keys/{created['id']}").json()["public_key"] == line
+
+
+def test_ssh_key_create_names_a_private_key_without_echoing_it(
+    admin: TestClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for kind, form in FORMS:
+        text = private_key(kind, form)
+        response = admin.post("/v1/ssh-keys", json={"name": "oops", "public_key": text})
+        assert response.status_code == 422, (kind, form)
+        problem = response.json()
+        assert problem["field"] == "public_key" and problem["code"] == "private_key"
+        assert ".pub" in problem["detail"]
+        shown = response.text + "".join(capsys.readouterr())  # the body and the API's log lines
+        assert "BEGIN" not in shown and not [line for line in secret_lines(text) if line[:16] in shown]
+    assert admin.get("/v1/ssh-keys").json()["items"] == []
 
 
 @pytest.mark.parametrize(

@@ -136,7 +136,7 @@ def test_rules_accept_a_valid_multi_node_spec_and_fill_defaults() -> None:
         ({"instance_type": "4xA100"}, ("instance_type", "unknown_instance_type")),
         ({"region": "mars-1"}, ("region", "unknown_region")),
         ({"interconnect": "efa"}, ("interconnect", "unsupported_interconnect")),
-        ({"instance_type": "8xH100-EFA", "region": "eu-north-1"}, ("interconnect", "not_offered_in_region")),
+        ({"instance_type": "8xH100-EFA", "region": "eu-north-1"}, ("instance_type", "not_offered_in_region")),
         ({"orchestrator": "none"}, ("orchestrator", "orchestrator_required")),
         ({"container": "pytorch"}, ("container", "container_requires_single_node")),
         ({"billing": {"type": "reserved"}}, ("billing.duration_days", "required")),

@@ -15,6 +15,7 @@ from provider.framework import Context
 from provider.framework.plan import plan_resource
 from provider.framework.schema import NestedAttribute
 from provider.framework.state import schema_object
+from provider.framework.validate import validate_config
 from provider.resources import cluster_checks
 from provider.resources._common import IDEMPOTENCY_KEY, GpuCloudConfig
 from provider.resources.gpu_cluster import GpuClusterResource
@@ -61,6 +62,7 @@ def plan(config: dict[str, Any], prior: dict[str, Any] | None = None, api: FakeC
     planned, replace = plan_resource(SCHEMA, full, prior, propose(full, prior))
     ctx = make_ctx((api or FakeClusterApi()) if configured else None, private)
     ctx.requires_replace = replace
+    validate_config(SCHEMA, full, ctx.diagnostics)  # what ValidateResourceConfig runs, as the server does
     RESOURCE.validate_config(ctx, full)
     out = RESOURCE.modify_plan(ctx, planned, prior, full)
     return out, ctx
@@ -134,7 +136,10 @@ def test_gpu_cluster_plan_reserved_cost_uses_the_term_discount():
          "billing.duration_days", "needs billing.duration_days"),
         ({"billing": {"type": "on_demand", "duration_days": 7, "on_expiry": None}},
          "billing.duration_days", "only allowed"),
-        ({"labels": {"Bad Key": "x"}}, 'labels["Bad Key"]', "Label key"),
+        ({"billing": {"type": None, "duration_days": 7, "on_expiry": None}},  # the default type
+         "billing.duration_days", "only allowed"),
+        ({"max_hourly_cost_usd": Decimal("12.3456789")}, "max_hourly_cost_usd", "4 decimal places"),
+        ({"labels": {"Bad Key": "x"}}, 'labels["Bad Key"]', "key must be 1-63 lowercase"),
         ({"shared_volume_ids": ["vol_west"]}, "shared_volume_ids", "is in us-west-2"),
         ({"ssh_key_ids": ["key_missing"]}, "ssh_key_ids", "No SSH key"),
     ],

@@ -1,13 +1,17 @@
 import json
+import logging
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from provider.cty import UNKNOWN
 from provider.framework import DiagnosticError, Diagnostics
 from provider.framework.validate import validate_config
 from provider.resources._common import ETAG_KEY, IDEMPOTENCY_KEY
 from provider.resources.ssh_key import SshKeyResource, normalize_public_key
+from tests.contract.private_keys import FORMS, private_key, secret_lines
 from tests.provider.resources.fakes import context, plan, problem
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBpXb0qE3m8q2hJm8mZ3n6i0Jtq2yR7mH3q1z2x3y4z5 me@laptop"
@@ -135,3 +139,32 @@ def test_ssh_key_unconfirmed_create_then_delete_replays_with_the_same_key():
 
     SshKeyResource().delete(context(handler), state)
     assert seen == [("POST", "/v1/ssh-keys", "k9"), ("DELETE", "/v1/ssh-keys/ssh_01", None)]
+
+
+def _public_key_errors(public_key: str) -> list:
+    diags = Diagnostics()
+    config = {**dict.fromkeys(PRIOR), "name": "k", "public_key": public_key}
+    validate_config(SshKeyResource.schema, config, diags)
+    return [d for d in diags if d.severity == "error"]
+
+
+@pytest.mark.parametrize(("kind", "form"), FORMS)
+def test_ssh_key_private_key_is_named_once_without_echoing_it(kind, form, caplog):
+    caplog.set_level(logging.DEBUG)
+    text = private_key(kind, form)
+    (diag,) = _public_key_errors(text)
+    assert diag.path[0].name == "public_key"
+    assert diag.summary == "Private Key Instead Of Public Key" and ".pub" in diag.detail
+    shown = f"{diag.summary} {diag.detail} {caplog.text}"
+    assert "BEGIN" not in shown and not [line for line in secret_lines(text) if line[:16] in shown]
+
+
+def test_ssh_key_rsa_below_2048_bits_is_refused_at_plan_time():
+    weak = rsa.generate_private_key(public_exponent=65537, key_size=1024).public_key()
+    line = weak.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    (diag,) = _public_key_errors(line)
+    assert diag.path[0].name == "public_key" and "2048 bits" in diag.detail
+    strong = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key()
+    assert not _public_key_errors(
+        strong.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
+    )

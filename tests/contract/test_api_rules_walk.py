@@ -1,0 +1,311 @@
+"""Every 422 input rule of the API is also a plan-time error of the provider, at the attribute to blame.
+
+The walk enumerates the rules from their one source: the JSON Schema keywords of the request schemas and
+their `x-gpucloud-rules`, as the app publishes them. For each rule it sends a body breaking it to the
+real API (in process) and runs the provider's ValidateResourceConfig on the equivalent configuration:
+both must refuse, the API naming the field and the provider the attribute path. A keyword or rule this
+walk cannot break fails it, so a new rule cannot slip past the provider unnoticed.
+
+The API's other 422 rules need the catalog or stored objects (unknown regions, fabric offers, missing or
+foreign-region references, the cost ceiling): the provider checks them while planning, against the same
+API, so the walk runs those through PlanResourceChange with the provider's client on the in-process API.
+Every error code the backend's sources can raise must be walked one way or the other, or be listed in
+`NOT_PLAN_TIME` with the reason.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from backend.api.openapi import render_openapi
+from backend.api.problems import _CODES as SCHEMA_CODES
+from backend.app import create_app
+from backend.domain.input_rules import RULES
+from backend.settings import Settings
+from backend.store.db import make_engine
+from backend.store.migrate import upgrade_to_head
+from provider._proto import tfplugin6_pb2 as pb
+from provider.client import GpuCloudClient
+from provider.cty import encode_msgpack
+from provider.framework.server import ProviderServer
+from provider.framework.state import schema_object
+from provider.resources import api_rules, cluster_checks
+from provider.resources._common import GpuCloudConfig
+from provider.resources.provider import GpuCloudProvider
+from tests.backend.conftest import make_tenant
+from tests.backend.keys import ed25519_key, rsa_key
+from tests.contract.private_keys import private_key
+
+REPO = Path(__file__).resolve().parents[2]
+# Request schema -> (collection, Terraform resource type, API -> attribute renames, a valid body).
+RESOURCES: dict[str, tuple[str, str, dict[str, str], dict[str, Any]]] = {
+    "ClusterCreate": (
+        "/v1/clusters",
+        "gpucloud_gpu_cluster",
+        {"volume_ids": "shared_volume_ids"},
+        {"name": "train", "region": "us-east-1", "instance_type": "8xH100"},
+    ),
+    "SshKeyCreate": ("/v1/ssh-keys", "gpucloud_ssh_key", {}, {"name": "deploy", "public_key": None}),
+    "VolumeCreate": (
+        "/v1/volumes", "gpucloud_shared_volume", {}, {"name": "data", "region": "us-east-1", "size_tib": 1}
+    ),
+}
+
+# One body fragment breaking each x-gpucloud-rule, by (schema, code).
+RULE_BREAKERS: dict[tuple[str, str], Any] = {
+    ("ClusterCreate", "invalid_name"): lambda: {"name": "9lives"},
+    ("ClusterCreate", "orchestrator_required"): lambda: {"node_count": 2, "orchestrator": "none"},
+    ("ClusterCreate", "container_requires_single_node"): lambda: {"node_count": 2, "container": "base"},
+    ("ClusterCreate", "required"): lambda: {"billing": {"type": "reserved"}},
+    ("ClusterCreate", "not_allowed"): lambda: {"billing": {"duration_days": 7}},
+    ("SshKeyCreate", "private_key"): lambda: {"public_key": private_key("ed25519", "openssh")},
+    ("SshKeyCreate", "unsupported_key_type"): lambda: {"public_key": "ssh-dss AAAAB3NzaC1kc3MAAACBAP"},
+    ("SshKeyCreate", "invalid_ssh_key"): lambda: {
+        "public_key": "ssh-ed25519 " + rsa_key(2048).split()[1]  # the data holds another type
+    },
+    ("SshKeyCreate", "key_too_weak"): lambda: {"public_key": rsa_key(1024)},
+}
+
+# Candidates that break a `pattern` (the first that does is used).
+PATTERN_BREAKERS = ("Not Valid!", "UPPER", " lead", "a\x01b", "-", "a_b")
+
+
+@pytest.fixture(scope="module")
+def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    """The real app on a fresh SQLite database (the walked rules are checked before anything is stored)."""
+    tmp = tmp_path_factory.mktemp("walk")
+    settings = Settings(database_url=f"sqlite:///{tmp / 'db'}", data_dir=tmp / "data",
+                        embedded_worker=False, auth_cache_seconds=0)
+    engine = make_engine(settings)
+    upgrade_to_head(engine)
+    engine.dispose()
+    tenant = make_tenant(settings, "walk")
+    app = create_app(settings)
+    with TestClient(app, raise_server_exceptions=False,
+                    headers={"Authorization": f"Bearer {tenant.admin_key}"}) as client:
+        yield client
+    app.state.gpucloud.engine.dispose()
+
+
+SERVER = ProviderServer(GpuCloudProvider())
+
+
+def test_api_rules_table_is_the_served_contract(api: TestClient) -> None:
+    served = json.loads(render_openapi(api.app))  # type: ignore[arg-type]
+    committed = json.loads((REPO / "proto" / "openapi.json").read_text())
+    assert served == committed
+    assert api_rules.extract(served) == api_rules.table(), "run scripts/generate.sh rules"
+
+
+def _violations(c: dict[str, Any]) -> Iterator[tuple[str, Any]]:
+    """(keyword, a value breaking it) for every constraint keyword of one JSON Schema."""
+    for keyword, bound in c.items():
+        if keyword in ("type", "default"):
+            continue  # Terraform checks types; defaults are no rule
+        if keyword == "enum":
+            yield keyword, "bogus"
+        elif keyword == "minLength":
+            yield keyword, "a" * (bound - 1)
+        elif keyword == "maxLength":
+            yield keyword, "a" * (bound + 1)
+        elif keyword == "pattern":
+            yield keyword, next(s for s in PATTERN_BREAKERS if re.search(bound, s) is None)
+        elif keyword in ("minimum", "exclusiveMinimum"):
+            yield keyword, int(bound) - (1 if keyword == "minimum" else 0)
+        elif keyword == "maximum":
+            yield keyword, int(bound) + 1
+        elif keyword == "x-decimal-places":
+            yield keyword, 12.3456789 if bound < 7 else 10.0 ** -(bound + 1)
+        elif keyword == "x-max-digits":
+            yield keyword, float("9" * (bound - 3) + ".999")
+        elif keyword == "maxItems":
+            yield keyword, [f"abc_{i}" for i in range(bound + 1)]
+        elif keyword == "items":
+            yield from ((f"items.{k}", [v]) for k, v in _violations(bound))
+        elif keyword == "maxProperties":
+            yield keyword, {f"k{i}": "v" for i in range(bound + 1)}
+        elif keyword == "propertyNames":
+            yield from ((f"keys.{k}", {v: "v"}) for k, v in _violations(bound))
+        elif keyword == "patternProperties":
+            for pattern, values in bound.items():
+                yield "keys.pattern", {next(s for s in PATTERN_BREAKERS if not re.search(pattern, s)): "v"}
+                yield from ((f"values.{k}", {"k": v}) for k, v in _violations(values))
+        else:
+            raise AssertionError(f"the walk cannot break JSON Schema keyword {keyword!r}: teach it")
+
+
+def _nest(dotted: str, value: Any) -> dict[str, Any]:
+    first, _, rest = dotted.partition(".")
+    return {first: _nest(rest, value) if rest else value}
+
+
+def walk() -> Iterator[Any]:
+    for schema in RESOURCES:
+        for field, c in api_rules.table()[schema]["fields"].items():
+            for keyword, value in _violations(c):
+                yield pytest.param(schema, field, None, lambda f=field, v=value: _nest(f, v),
+                                   id=f"{schema}.{field}.{keyword}")
+    for rule in RULES:
+        breaker = RULE_BREAKERS.get((rule.schema, rule.code))
+        assert breaker is not None, f"no breaker for rule {rule.schema}/{rule.code}: add one"
+        yield pytest.param(rule.schema, rule.field, rule, breaker, id=f"{rule.schema}.{rule.code}")
+
+
+def _api_body(schema: str, fragment: dict[str, Any]) -> dict[str, Any]:
+    body = {**RESOURCES[schema][3], **fragment}
+    if schema == "SshKeyCreate" and body["public_key"] is None:  # each key registers once
+        body["public_key"] = ed25519_key()
+    return body
+
+
+def _config(schema: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The Terraform configuration equivalent to an API body."""
+    _, type_name, renames, _ = RESOURCES[schema]
+    resource = SERVER._resources[type_name]
+    config = schema_object(resource.schema, {})
+    for name, value in body.items():
+        attr = renames.get(name, name)
+        if isinstance(value, dict) and attr == "billing":
+            value = {**dict.fromkeys(resource.schema.attributes["billing"].attributes), **value}
+        if isinstance(value, float):
+            value = Decimal(str(value))
+        config[attr] = value
+    return type_name, config
+
+
+def _provider_errors(schema: str, body: dict[str, Any]) -> list[tuple[list[str], str, str]]:
+    type_name, config = _config(schema, body)
+    resource = SERVER._resources[type_name]
+    request = pb.ValidateResourceConfig.Request(
+        type_name=type_name, config=pb.DynamicValue(msgpack=encode_msgpack(config, resource.schema.cty_type))
+    )
+    response = SERVER.validate_resource_config(request)
+    return [
+        ([s.attribute_name for s in d.attribute.steps if s.attribute_name], d.summary, d.detail)
+        for d in response.diagnostics if d.severity == pb.Diagnostic.ERROR
+    ]
+
+
+@pytest.mark.parametrize("schema", list(RESOURCES))
+def test_api_rules_walk_valid_bodies_pass_both(api: TestClient, schema: str) -> None:
+    body = _api_body(schema, {})
+    assert _provider_errors(schema, body) == []
+    assert api.post(RESOURCES[schema][0], json=body).status_code in (200, 201, 202)
+
+
+@pytest.mark.parametrize(("schema", "field", "rule", "breaker"), list(walk()))
+def test_api_rules_walk_every_rule_is_refused_by_the_api_and_at_plan_time(
+    api: TestClient, schema: str, field: str, rule: Any, breaker: Any
+) -> None:
+    body = _api_body(schema, breaker())
+    response = api.post(RESOURCES[schema][0], json=body)
+    assert response.status_code == 422, response.text
+    api_fields = [e["field"] for e in response.json()["errors"]]
+    assert any(f == field or f.startswith((field + ".", field + "[")) for f in api_fields), api_fields
+    if rule is not None:
+        assert (rule.field, rule.code) in [(e["field"], e["code"]) for e in response.json()["errors"]]
+
+    renames = RESOURCES[schema][2]
+    first, *rest = field.split(".")
+    attribute_path = [renames.get(first, first), *rest]
+    found = _provider_errors(schema, body)
+    assert any(path == attribute_path for path, _, _ in found), found
+    if rule is not None:
+        assert any(path == attribute_path and summary == rule.title for path, summary, _ in found), found
+
+
+# Rules needing the catalog or stored objects: (schema, field, code) -> body fragment breaking it.
+PLAN_BREAKERS: dict[tuple[str, str, str], dict[str, Any]] = {
+    ("ClusterCreate", "region", "unknown_region"): {"region": "mars-1"},
+    ("ClusterCreate", "instance_type", "unknown_instance_type"): {"instance_type": "9xZ9"},
+    ("ClusterCreate", "node_count", "requires_fabric_capable_type"): {
+        "instance_type": "1xH100", "node_count": 2
+    },
+    ("ClusterCreate", "interconnect", "unsupported_interconnect"): {"interconnect": "efa"},
+    ("ClusterCreate", "instance_type", "not_offered_in_region"): {"instance_type": "8xB200"},
+    ("ClusterCreate", "max_hourly_cost_usd", "cost_limit_exceeded"): {"max_hourly_cost_usd": 10},
+    ("ClusterCreate", "ssh_key_ids", "not_found"): {"ssh_key_ids": ["ssh_0missing"]},
+    ("ClusterCreate", "volume_ids", "region_mismatch"): {"volume_ids": ["<west volume>"]},
+    ("VolumeCreate", "region", "unknown_region"): {"region": "mars-1"},
+}
+# Error codes the backend raises that are no plan-time input rule, and why.
+NOT_PLAN_TIME = {
+    "duplicate": "an id listed twice: Terraform sets cannot hold duplicates",
+    "immutable_field": "updates only: the provider plans a replacement instead",
+    "no_price": "a catalog without a price: the operator's error, not the user's",
+    "inconsistent_with_removed_nodes": "remove_node_names is no provider attribute",
+    "unknown_node": "remove_node_names is no provider attribute",
+}
+
+
+def _backend_codes() -> set[str]:
+    """Every error code a FieldError in the backend's sources is given (second argument or `code=`)."""
+    codes = set()
+    for source in (REPO / "backend").rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "FieldError":
+                given = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "code")]
+                codes |= {a.value for a in given if isinstance(a, ast.Constant)}
+    return codes
+
+
+def test_api_rules_walk_covers_every_code_the_backend_raises() -> None:
+    walked = {rule.code for rule in RULES} | {code for _, _, code in PLAN_BREAKERS}
+    walked |= set(SCHEMA_CODES.values()) | {"invalid_ssh_key"}  # JSON Schema keywords; the SSH parser
+    assert _backend_codes() - walked - set(NOT_PLAN_TIME) == set()
+
+
+@pytest.fixture(scope="module")
+def planning_server(api: TestClient) -> ProviderServer:
+    """A provider server configured with a client that reaches the in-process API."""
+
+    def forward(request: httpx.Request) -> httpx.Response:
+        answer = api.request(request.method, request.url.raw_path.decode(), content=request.content,
+                             headers={"Content-Type": "application/json"})
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+    server = ProviderServer(GpuCloudProvider())
+    client = GpuCloudClient("http://api.test", "k", transport=httpx.MockTransport(forward), max_retries=0)
+    server._provider_data = GpuCloudConfig("http://api.test", "k", 30.0, 0, client=client)
+    cluster_checks.forget_catalogs()
+    return server
+
+
+def _plan_errors(server: ProviderServer, schema: str, body: dict[str, Any]) -> list[list[str]]:
+    type_name, config = _config(schema, body)
+    cty_type = server._resources[type_name].schema.cty_type
+    response = server.plan_resource_change(pb.PlanResourceChange.Request(
+        type_name=type_name,
+        prior_state=pb.DynamicValue(msgpack=encode_msgpack(None, cty_type)),
+        proposed_new_state=pb.DynamicValue(msgpack=encode_msgpack(config, cty_type)),
+        config=pb.DynamicValue(msgpack=encode_msgpack(config, cty_type)),
+    ))
+    return [[s.attribute_name for s in d.attribute.steps if s.attribute_name]
+            for d in response.diagnostics if d.severity == pb.Diagnostic.ERROR]
+
+
+@pytest.mark.parametrize(("schema", "field", "code"), list(PLAN_BREAKERS), ids=lambda p: str(p))
+def test_api_rules_walk_catalog_and_reference_rules_are_refused_at_plan_time(
+    api: TestClient, planning_server: ProviderServer, schema: str, field: str, code: str
+) -> None:
+    fragment = dict(PLAN_BREAKERS[(schema, field, code)])
+    if fragment.get("volume_ids") == ["<west volume>"]:
+        west = api.post("/v1/volumes", json={"name": "west", "region": "us-west-2", "size_tib": 1})
+        fragment["volume_ids"] = [west.json()["id"]]
+    body = _api_body(schema, fragment)
+    response = api.post(RESOURCES[schema][0], json=body)
+    assert response.status_code == 422, response.text
+    assert code in [e["code"] for e in response.json()["errors"] if e["field"].split("[")[0] == field]
+
+    renames = RESOURCES[schema][2]
+    assert [renames.get(field, field)] in _plan_errors(planning_server, schema, body)
