@@ -8,6 +8,7 @@ from decimal import Decimal
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from backend.billing.volume_history import CREATED, DELETED, RESIZED, record_volume_event
 from backend.domain.catalog import Catalog
 from backend.domain.errors import Conflict, FieldError, Unprocessable, validation_failed
 from backend.domain.ids import new_id
@@ -44,6 +45,7 @@ def create_volume(
     )
     session.add(row)
     session.flush()
+    record_volume_event(session, volume=row, event=CREATED, at=now)
     return row
 
 
@@ -111,10 +113,13 @@ def update_volume(
     changed = False
     if name is not None and name != row.name:
         row.name, changed = name, True
-    if size_tib is not None and size_tib != row.size_tib:
+    resized = size_tib is not None and size_tib != row.size_tib
+    if size_tib is not None and resized:
         row.size_tib, changed = size_tib, True
     if changed:
         touch(row)
+    if resized:  # billed at the new size from this moment (a rename is not billed: no event)
+        record_volume_event(session, volume=row, event=RESIZED, at=row.updated_at)
     return row
 
 
@@ -131,6 +136,7 @@ def delete_volume(*, session: Session, project_id: str, volume_id: str, if_match
             extra={"cluster_ids": users},
         )
     session.execute(delete(ClusterVolume).where(ClusterVolume.volume_id == row.id))
+    record_volume_event(session, volume=row, event=DELETED, at=utcnow())
     session.delete(row)
 
 
