@@ -37,7 +37,7 @@ def _project_fk(table: str) -> sa.ForeignKeyConstraint:
     )
 
 
-def _events_table() -> sa.Table:
+def _events_table() -> sa.TableClause:
     return sa.table(
         "volume_events",
         sa.column("volume_id", sa.String),
@@ -49,7 +49,7 @@ def _events_table() -> sa.Table:
     )
 
 
-def _segments_table() -> sa.Table:
+def _segments_table() -> sa.TableClause:
     return sa.table(
         SEGMENTS,
         sa.column("volume_id", sa.String),
