@@ -8,6 +8,7 @@ from decimal import Decimal
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from backend.billing.account import check_admission_allowed
 from backend.billing.volume_history import CREATED, DELETED, RESIZED, record_volume_event
 from backend.domain.catalog import Catalog
 from backend.domain.errors import Conflict, FieldError, Unprocessable, validation_failed
@@ -29,8 +30,9 @@ def check_region(catalog: Catalog, region: str, *, path: str = "region") -> None
 def create_volume(
     *, session: Session, catalog: Catalog, project_id: str, name: str, region: str, size_tib: int
 ) -> Volume:
-    """Create a volume in a known region."""
+    """Create a volume in a known region (402 when the project is out of prepaid credits)."""
     check_region(catalog, region)
+    check_admission_allowed(session, project_id=project_id, what="creating a volume")
     now = utcnow()
     row = Volume(
         id=new_id("volume"),
@@ -100,7 +102,8 @@ def update_volume(
     size_tib: int | None,
     if_match: str | None,
 ) -> Volume:
-    """Rename and/or grow a volume; shrinking is refused (422) because it would lose data."""
+    """Rename and/or grow a volume; shrinking is refused (422) because it would lose data, growing a
+    volume of a project out of prepaid credits too (402)."""
     row = get_volume(session=session, project_id=project_id, volume_id=volume_id, for_update=True)
     check_if_match(if_match, row)
     if size_tib is not None and size_tib < row.size_tib:
@@ -110,6 +113,8 @@ def update_volume(
             field="size_tib",
             code="shrink_not_supported",
         )
+    if size_tib is not None and size_tib > row.size_tib:
+        check_admission_allowed(session, project_id=project_id, what="growing a volume", field="size_tib")
     changed = False
     if name is not None and name != row.name:
         row.name, changed = name, True
