@@ -117,8 +117,8 @@ class ClusterOut(BaseModel):
     deletion_protection: bool
     max_hourly_cost_usd: float | None
     status: str = Field(
-        description="PENDING, PROVISIONING, CONFIGURING, CONTAINER_CREATING, RUNNING, "
-        "DESTROYING, DESTROYED or FAILED"
+        description="PENDING, PROVISIONING, CONFIGURING, CONTAINER_CREATING, RUNNING, PAUSED (out of "
+        "credits: nodes powered off), DESTROYING, DESTROYED or FAILED"
     )
     phase: str | None
     status_reason: str | None

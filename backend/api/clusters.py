@@ -32,8 +32,12 @@ from backend.services import clusters
 from backend.store.models import Cluster
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
-# Billing refuses new volume attachments to a project out of credits (after a grace period).
-CLUSTER_WRITE_ERRORS = {**WRITE_ERRORS, 402: problem_response_doc("The project is out of credits")}
+# Billing refuses creates and scale-ups of a project out of prepaid credits, and new volume attachments
+# after a grace period.
+CLUSTER_WRITE_ERRORS = {
+    **WRITE_ERRORS,
+    402: problem_response_doc("Out of prepaid credits (`credits_exhausted`, with `balance_usd`)"),
+}
 KIND = "cluster"
 
 

@@ -22,6 +22,7 @@ from backend.api.schemas import (
     PageSize,
     PageToken,
     StrictModel,
+    problem_response_doc,
 )
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
@@ -33,6 +34,11 @@ from backend.store.models import Volume
 router = APIRouter(prefix="/v1/volumes", tags=["volumes"])
 KIND = "volume"
 MAX_SIZE_TIB = 10_000
+# Creating or growing a volume of a project out of prepaid credits is refused at admission.
+VOLUME_GROWTH_ERRORS = {
+    **WRITE_ERRORS,
+    402: problem_response_doc("Out of prepaid credits (`credits_exhausted`, with `balance_usd`)"),
+}
 
 
 class VolumeCreate(StrictModel):
@@ -81,7 +87,7 @@ def _out(session: Session, row: Volume, catalog: Catalog) -> VolumeOut:
     return to_out(row, attached, catalog)
 
 
-@router.post("", status_code=201, response_model=VolumeOut, responses=WRITE_ERRORS)
+@router.post("", status_code=201, response_model=VolumeOut, responses=VOLUME_GROWTH_ERRORS)
 def create_volume(
     body: VolumeCreate, request: Request, principal: Writer, idempotency_key: IdempotencyKey = None
 ) -> Response:
@@ -138,7 +144,7 @@ def get_volume(volume_id: str, request: Request, principal: Reader) -> Response:
     )
 
 
-@router.patch("/{volume_id}", response_model=VolumeOut, responses=WRITE_ERRORS)
+@router.patch("/{volume_id}", response_model=VolumeOut, responses=VOLUME_GROWTH_ERRORS)
 def update_volume(
     volume_id: str, body: VolumeUpdate, request: Request, principal: Writer, if_match: IfMatch = None
 ) -> Response:

@@ -139,6 +139,53 @@ def without_gaps(
     return result
 
 
+@dataclass(frozen=True)
+class VolumeChange:
+    volume_id: str
+    event: str  # created | resized | deleted
+    size_tib: Decimal  # the size from `at` on
+    at: datetime
+
+
+@dataclass(frozen=True)
+class StorageSegment:
+    """A stretch of a volume's life at one size."""
+
+    volume_id: str
+    size_tib: Decimal
+    start: datetime
+    end: datetime | None  # None: the volume still exists
+
+
+def storage_segments(changes: Iterable[VolumeChange]) -> list[StorageSegment]:
+    """Per volume, its life cut at every resize, from its history. Ties in time keep the input order;
+    a resize within the segment's first second re-sizes that segment (nothing of it can be charged)."""
+    by_volume: dict[str, list[VolumeChange]] = {}
+    for change in changes:
+        by_volume.setdefault(change.volume_id, []).append(change)
+    segments: list[StorageSegment] = []
+    for volume_id, history in by_volume.items():
+        opened: StorageSegment | None = None
+        for change in sorted(history, key=lambda c: ensure_utc(c.at)):
+            moment = to_second(change.at)
+            if change.event == "created" and opened is None:
+                opened = StorageSegment(volume_id, change.size_tib, moment, None)
+            elif change.event == "resized" and opened is not None and change.size_tib != opened.size_tib:
+                if moment <= opened.start:
+                    opened = StorageSegment(volume_id, change.size_tib, opened.start, None)
+                else:
+                    segments.append(StorageSegment(volume_id, opened.size_tib, opened.start, moment))
+                    opened = StorageSegment(volume_id, change.size_tib, moment, None)
+            elif change.event == "deleted" and opened is not None:
+                end = max(opened.start, moment)
+                segments.append(StorageSegment(volume_id, opened.size_tib, opened.start, end))
+                opened = None
+        if opened is not None:
+            segments.append(opened)
+    segments.sort(key=lambda s: (s.start, s.volume_id))
+    return segments
+
+
 def first_time_running(intervals: Sequence[RunningInterval], node_count: int) -> datetime | None:
     """The first moment at least `node_count` nodes run together (a cluster "reaches RUNNING")."""
     events: list[tuple[datetime, int]] = []

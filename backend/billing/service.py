@@ -1,7 +1,7 @@
 """The periodic metering job: charge usage exactly once, start and expire reserved terms, enforce credits.
 
 One pass (`run_metering`) walks every project, each in its own transaction:
-1. storage: volume segments synced, final TiB-hour slices charged;
+1. storage: final TiB-hour slices of every volume's size segments (from its history) charged;
 2. compute: reserved terms started (and charged up front) for reserved clusters that reached RUNNING,
    final node hour slices charged (reserved nodes at 0, nodes beyond the reservation on-demand);
 3. reserved terms past their end: `on_expiry` carried out (decommission | convert_to_on_demand);
@@ -41,7 +41,7 @@ from backend.billing.ledger import PendingCharge, balance_micros, charge_usage
 from backend.billing.money import micros_to_usd
 from backend.billing.pricing import PriceBook
 from backend.billing.settings import BillingSettings
-from backend.billing.storage_meter import storage_accrued_micros, storage_records, sync_volume_segments
+from backend.billing.storage_meter import load_volume_usage, storage_accrued_micros, storage_records
 from backend.store.billing_models import BillingAccount, CreditHold, Reservation
 from backend.store.models import Cluster, Project
 
@@ -124,10 +124,10 @@ def meter_project(
         )
     open_holds = {h.cluster_id: h for h in all_holds if h.released_at is None}
 
-    sync_volume_segments(session, project_id=project_id, now=now)
-    records = storage_records(session, project_id=project_id, prices=prices, cutoff=cutoff, now=now)
+    volumes = load_volume_usage(session, project_id=project_id)
+    records = storage_records(volumes, project_id=project_id, prices=prices, cutoff=cutoff, now=now)
     usages = load_cluster_usage(session, project_id=project_id)
-    accrued = storage_accrued_micros(session, project_id=project_id, prices=prices, cutoff=cutoff, now=now)
+    accrued = storage_accrued_micros(volumes, prices=prices, cutoff=cutoff, now=now)
     for usage in usages:
         cluster = clusters.get(usage.cluster_id)
         if cluster is not None and usage.cluster_id not in reservations:

@@ -1,6 +1,7 @@
 """Node and cluster lifecycle: statuses, allowed transitions, the cluster status rule and phases.
 
-Per-node statuses are TensorPool's; a cluster's status is derived from its member nodes by their
+Per-node statuses are TensorPool's plus PAUSED (powered off while the project is out of credits); a
+cluster's status is derived from its member nodes by their
 priority rule. Within a status the engine tracks a finer `NodeStage` (what the node is doing now); the
 cluster `phase` summarises the stages of its nodes and control plane.
 """
@@ -17,6 +18,7 @@ class NodeStatus(StrEnum):
     CONFIGURING = "CONFIGURING"
     CONTAINER_CREATING = "CONTAINER_CREATING"
     RUNNING = "RUNNING"
+    PAUSED = "PAUSED"  # powered off while its project is out of credits: capacity kept, not metered
     DESTROYING = "DESTROYING"
     DESTROYED = "DESTROYED"
     FAILED = "FAILED"
@@ -26,10 +28,12 @@ S = NodeStatus
 TRANSITIONS: dict[NodeStatus, frozenset[NodeStatus]] = {
     S.PENDING: frozenset({S.PROVISIONING, S.DESTROYING, S.FAILED}),
     S.PROVISIONING: frozenset({S.CONFIGURING, S.DESTROYING, S.FAILED}),
-    S.CONFIGURING: frozenset({S.CONTAINER_CREATING, S.RUNNING, S.DESTROYING, S.FAILED}),
-    S.CONTAINER_CREATING: frozenset({S.RUNNING, S.DESTROYING, S.FAILED}),
+    S.CONFIGURING: frozenset({S.CONTAINER_CREATING, S.RUNNING, S.PAUSED, S.DESTROYING, S.FAILED}),
+    S.CONTAINER_CREATING: frozenset({S.RUNNING, S.PAUSED, S.DESTROYING, S.FAILED}),
     # Day 2: storage and SSH key changes reconfigure (CONFIGURING), a new image recreates the container.
-    S.RUNNING: frozenset({S.CONFIGURING, S.CONTAINER_CREATING, S.DESTROYING, S.FAILED}),
+    # A credit pause powers running nodes off (PAUSED); resuming powers them on (CONFIGURING -> RUNNING).
+    S.RUNNING: frozenset({S.CONFIGURING, S.CONTAINER_CREATING, S.PAUSED, S.DESTROYING, S.FAILED}),
+    S.PAUSED: frozenset({S.CONFIGURING, S.DESTROYING, S.FAILED}),
     S.DESTROYING: frozenset({S.DESTROYED, S.FAILED}),
     S.FAILED: frozenset({S.DESTROYING}),
     S.DESTROYED: frozenset(),
@@ -37,8 +41,8 @@ TRANSITIONS: dict[NodeStatus, frozenset[NodeStatus]] = {
 
 # TensorPool's rule: the cluster shows the highest-priority status among its nodes.
 CLUSTER_STATUS_PRIORITY: tuple[NodeStatus, ...] = (
-    S.FAILED, S.DESTROYING, S.PENDING, S.PROVISIONING, S.CONFIGURING, S.CONTAINER_CREATING, S.RUNNING,
-    S.DESTROYED,
+    S.FAILED, S.DESTROYING, S.PAUSED, S.PENDING, S.PROVISIONING, S.CONFIGURING, S.CONTAINER_CREATING,
+    S.RUNNING, S.DESTROYED,
 )
 
 
@@ -80,6 +84,9 @@ class NodeStage(StrEnum):
     READY = "ready"
     RECONFIGURING = "reconfiguring"  # day 2: volume or SSH key change on a running node
     RECREATING_CONTAINER = "recreating_container"  # day 2: new container image in place
+    POWERING_OFF = "powering_off"  # credit pause: the node is shut down, its capacity kept
+    POWERED_OFF = "powered_off"
+    POWERING_ON = "powering_on"  # resumed: power-on and boot from the installed image
     RELEASING = "releasing"  # power-off, wipe, return to the pool
     RELEASED = "released"
     FAILED = "failed"
@@ -98,6 +105,9 @@ STAGE_STATUS: dict[NodeStage, NodeStatus] = {
     NodeStage.READY: S.RUNNING,
     NodeStage.RECONFIGURING: S.CONFIGURING,
     NodeStage.RECREATING_CONTAINER: S.CONTAINER_CREATING,
+    NodeStage.POWERING_OFF: S.PAUSED,
+    NodeStage.POWERED_OFF: S.PAUSED,
+    NodeStage.POWERING_ON: S.CONFIGURING,
     NodeStage.RELEASING: S.DESTROYING,
     NodeStage.RELEASED: S.DESTROYED,
     NodeStage.FAILED: S.FAILED,
@@ -128,6 +138,7 @@ class ClusterPhase(StrEnum):
     CONFIGURING_ORCHESTRATOR = "ConfiguringOrchestrator"
     RUNNING_ACCEPTANCE_TESTS = "RunningAcceptanceTests"
     STARTING_CONTAINERS = "StartingContainers"
+    RESUMING = "Resuming"
     READY = "Ready"
     SCALING = "Scaling"
     RECONFIGURING = "Reconfiguring"
@@ -149,11 +160,17 @@ STAGE_PHASE: dict[NodeStage, ClusterPhase] = {
     NodeStage.ACCEPTANCE: ClusterPhase.RUNNING_ACCEPTANCE_TESTS,
     NodeStage.ACCEPTED: ClusterPhase.RUNNING_ACCEPTANCE_TESTS,
     NodeStage.CONTAINER: ClusterPhase.STARTING_CONTAINERS,
+    # After a pause (the reconciler shows `Paused` itself while the hold lasts).
+    NodeStage.POWERING_OFF: ClusterPhase.RESUMING,
+    NodeStage.POWERED_OFF: ClusterPhase.RESUMING,
+    NodeStage.POWERING_ON: ClusterPhase.RESUMING,
     NodeStage.READY: ClusterPhase.READY,
     NodeStage.RECONFIGURING: ClusterPhase.RECONFIGURING,
     NodeStage.RECREATING_CONTAINER: ClusterPhase.RECONFIGURING,
 }
 _PHASE_ORDER = list(STAGE_PHASE.values())
+# Day-2 phases of nodes that were up before: never shown as `Scaling`.
+READY_LIKE_PHASES = (ClusterPhase.READY, ClusterPhase.RECONFIGURING, ClusterPhase.RESUMING)
 
 
 def derive_bring_up_phase(stages: Iterable[NodeStage], *, control_plane_ready: bool,
@@ -166,6 +183,6 @@ def derive_bring_up_phase(stages: Iterable[NodeStage], *, control_plane_ready: b
     joining = _PHASE_ORDER.index(ClusterPhase.CONFIGURING_ORCHESTRATOR)
     if not control_plane_ready and _PHASE_ORDER.index(phase) >= joining:
         return ClusterPhase.WAITING_FOR_CONTROL_PLANE
-    if not first_bring_up and phase not in (ClusterPhase.READY, ClusterPhase.RECONFIGURING):
+    if not first_bring_up and phase not in READY_LIKE_PHASES:
         return ClusterPhase.SCALING
     return phase

@@ -70,8 +70,9 @@ def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: S
 
 
 def pause_cluster(session: Session, cluster_id: str, reason: str) -> None:
-    """Hold a cluster (billing: credits exhausted): no change is applied and its status is PAUSED until
-    `resume_cluster`; deletion still proceeds."""
+    """Hold a cluster (billing: credits exhausted) until `resume_cluster`: its running nodes are powered
+    off through the driver (node status PAUSED, slots kept), nodes still coming up wait where they are, no
+    other change is applied and the cluster's status is PAUSED; deletion still proceeds."""
     state = session.get(EngineCluster, cluster_id)
     cluster = session.get(Cluster, cluster_id)
     if state is None or cluster is None or state.finished:
@@ -81,7 +82,8 @@ def pause_cluster(session: Session, cluster_id: str, reason: str) -> None:
 
 
 def resume_cluster(session: Session, cluster_id: str, reason: str) -> None:
-    """Undo `pause_cluster`; the reconciler applies whatever changed meanwhile."""
+    """Undo `pause_cluster`: powered-off nodes are powered on (RUNNING again once booted) and the
+    reconciler applies whatever changed meanwhile."""
     del reason
     state = session.get(EngineCluster, cluster_id)
     if state is None or state.paused_reason is None:

@@ -43,10 +43,14 @@ STAGE_OP = {
     S.VOLUMES: OpKind.VOLUME_ATTACH, S.JOINING: OpKind.ORCHESTRATOR_JOIN, S.ACCEPTANCE: OpKind.ACCEPTANCE,
     S.CONTAINER: OpKind.CONTAINER_START, S.RECONFIGURING: OpKind.RECONFIGURE,
     S.RECREATING_CONTAINER: OpKind.CONTAINER_RECREATE, S.RELEASING: OpKind.NODE_RELEASE,
+    S.POWERING_OFF: OpKind.NODE_POWER_OFF, S.POWERING_ON: OpKind.NODE_POWER_ON,
 }
+# Stages of a node that is (or is becoming) powered up after bring-up: a pause powers them off.
+POWERED_UP_STAGES = (S.READY, S.RECONFIGURING, S.RECREATING_CONTAINER, S.POWERING_ON)
+AFTER_POWER_OP = {S.POWERING_OFF: S.POWERED_OFF, S.POWERING_ON: S.READY}
 MAX_STEPS_PER_NODE_PASS = 20
 SCALE_UP_FAILED = "scale-up rolled back"
-PAUSED = "PAUSED"  # cluster-level only (billing hold); node statuses stay TensorPool's
+PAUSED = str(NodeStatus.PAUSED)
 
 
 @dataclass
@@ -90,6 +94,8 @@ def _reconcile(ctx: PassContext, cluster_id: str) -> dt.datetime | None:
         for node in nodes:
             if node.stage == S.RELEASING:
                 _advance_release(ctx, node, cluster)
+            elif node.active_name is not None:
+                _power_off(ctx, cluster, node, state.paused_reason)
         set_cluster_status(cluster, PAUSED, state.paused_reason)
         set_phase(ctx.session, cluster, str(ClusterPhase.PAUSED), ctx.now, state.paused_reason)
         return ctx.next_due()
@@ -111,6 +117,26 @@ def _reconcile(ctx: PassContext, cluster_id: str) -> dt.datetime | None:
         nodes = live_nodes(ctx.session, cluster_id)
     _summarise(ctx, cluster, state, live_nodes(ctx.session, cluster_id))
     return ctx.next_due()
+
+
+def _power_off(ctx: PassContext, cluster: Cluster, node: EngineNode, reason: str) -> None:
+    """Paused: power a node that is up off through the driver (status PAUSED from the first second, so
+    it is not metered; its slot stays allocated). Nodes still coming up wait at their current step."""
+    if node.stage in POWERED_UP_STAGES:
+        node.watch_token, node.watch_due_at = None, None  # a powered-off node has no health to watch
+        set_stage(ctx.session, cluster, node, S.POWERING_OFF, ctx.now, reason)
+    if node.stage != S.POWERING_OFF:
+        return
+    op = _node_op(ctx, cluster, node, S.POWERING_OFF)
+    if not op.done(ctx.now):
+        if op.ready_at is not None:
+            ctx.due.append(op.ready_at)
+        return
+    _record_outcome(ctx, op)
+    if op.succeeded:
+        set_stage(ctx.session, cluster, node, S.POWERED_OFF, ctx.now, reason)
+    else:
+        set_stage(ctx.session, cluster, node, S.FAILED, ctx.now, f"power-off failed: {op.reason}")
 
 
 def _needs_control_plane(cluster: Cluster) -> bool:
@@ -171,6 +197,10 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
             continue
         if stage == S.READY:
             return _ready_node(ctx, cluster, node) or progressed
+        if stage == S.POWERED_OFF:  # resumed: power it back on
+            set_stage(ctx.session, cluster, node, S.POWERING_ON, ctx.now)
+            progressed = True
+            continue
         if stage == S.ACCEPTED:
             batch = [n for n in nodes if n.active_name is not None and n.batch == node.batch]
             if any(_bring_up_rank(n.stage) < _bring_up_rank(S.ACCEPTED) for n in batch):
@@ -188,6 +218,11 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
             return progressed
         _record_outcome(ctx, op)
         progressed = True
+        if stage in AFTER_POWER_OP:  # a power operation: no bring-up rollback, the node is just broken
+            outcome = AFTER_POWER_OP[stage] if op.succeeded else S.FAILED
+            reason = None if op.succeeded else f"{STAGE_OP[stage]} failed: {op.reason}"
+            set_stage(ctx.session, cluster, node, outcome, ctx.now, reason)
+            continue
         if not op.succeeded:
             _bring_up_failed(ctx, cluster, state, node, op.reason or "operation failed")
             return progressed

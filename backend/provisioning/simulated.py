@@ -17,7 +17,8 @@ from backend.provisioning.driver import Operation, OperationRequest, OpKind
 from backend.provisioning.settings import EngineSettings
 from backend.store.engine_models import SimulatedOperation
 
-# (typical seconds, p95 seconds), from shared/reference/datacenter.md; release/container are estimates.
+# (typical seconds, p95 seconds), from shared/reference/datacenter.md; release/container/power are estimates
+# (power-on boots the installed image: no PXE or image download, so shorter than a first boot).
 PHASE_SECONDS: dict[OpKind, tuple[float, float]] = {
     OpKind.CONTROL_PLANE_CREATE: (180, 360),
     OpKind.CONTROL_PLANE_RELEASE: (30, 60),
@@ -31,6 +32,8 @@ PHASE_SECONDS: dict[OpKind, tuple[float, float]] = {
     OpKind.RECONFIGURE: (60, 180),
     OpKind.CONTAINER_RECREATE: (30, 90),
     OpKind.NODE_RELEASE: (60, 180),
+    OpKind.NODE_POWER_OFF: (30, 90),
+    OpKind.NODE_POWER_ON: (240, 480),
 }
 SSH_ONLY_RECONFIGURE_SECONDS = (10.0, 30.0)
 BOOT_FAILURES = ("PXE boot timed out waiting for DHCP", "BMC did not confirm power-on",

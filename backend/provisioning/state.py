@@ -58,7 +58,9 @@ def set_stage(session: Session, cluster: Cluster, node: EngineNode, stage: NodeS
         from_status=node.status, to_status=str(target), reason=reason, at=now,
     ))
     node.status = str(target)
-    node.status_reason = reason if target in (NodeStatus.FAILED, NodeStatus.DESTROYING) else None
+    node.status_reason = (
+        reason if target in (NodeStatus.FAILED, NodeStatus.DESTROYING, NodeStatus.PAUSED) else None
+    )
     log.info("node.status_changed", cluster_id=node.cluster_id, node=node.name, status=str(target),
              reason=reason)
 

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from sqlalchemy import bindparam, literal, or_, select, union_all
 from sqlalchemy.orm import Session, joinedload
 
-from backend.billing.account import check_attach_allowed
+from backend.billing.account import check_admission_allowed, check_attach_allowed
 from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.pricing import PricingError
 from backend.billing.reports import reserved_node_count
@@ -188,8 +188,10 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
 def create_cluster(
     *, session: Session, catalog: Catalog, project_id: str, spec: Mapping[str, Any]
 ) -> Cluster:
-    """Accept a cluster spec (validated in full); the engine provisions it from PENDING."""
+    """Accept a cluster spec (validated in full); the engine provisions it from PENDING. 402 when the
+    project is out of prepaid credits."""
     full = _check_spec(session, catalog, project_id, spec)
+    check_admission_allowed(session, project_id=project_id, what="creating a cluster")
     now = utcnow()
     row = Cluster(
         id=new_id("cluster"),
@@ -272,7 +274,8 @@ def update_cluster(
     if_match: str | None,
     remove_node_names: Sequence[str] = (),
 ) -> Cluster:
-    """Apply a partial update (absent fields keep their value); immutable fields may only repeat theirs.
+    """Apply a partial update (absent fields keep their value); immutable fields may only repeat theirs;
+    a scale-up of a project out of prepaid credits is refused (402).
 
     `remove_node_names` picks the nodes a scale-down releases (default: the highest indexes first).
     """
@@ -299,6 +302,8 @@ def update_cluster(
     full = _check_spec(
         session, catalog, project_id, merged, attached=current["volume_ids"], reserved_nodes=reserved
     )
+    if full["node_count"] > current["node_count"]:
+        check_admission_allowed(session, project_id=project_id, what="scaling up", field="node_count")
     if full != current:
         _apply(row, full)
         touch(row)

@@ -8,6 +8,8 @@ from decimal import Decimal
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from backend.billing.account import check_admission_allowed
+from backend.billing.volume_history import CREATED, DELETED, RESIZED, record_volume_event
 from backend.domain.catalog import Catalog
 from backend.domain.errors import Conflict, FieldError, Unprocessable, validation_failed
 from backend.domain.ids import new_id
@@ -28,8 +30,9 @@ def check_region(catalog: Catalog, region: str, *, path: str = "region") -> None
 def create_volume(
     *, session: Session, catalog: Catalog, project_id: str, name: str, region: str, size_tib: int
 ) -> Volume:
-    """Create a volume in a known region."""
+    """Create a volume in a known region (402 when the project is out of prepaid credits)."""
     check_region(catalog, region)
+    check_admission_allowed(session, project_id=project_id, what="creating a volume")
     now = utcnow()
     row = Volume(
         id=new_id("volume"),
@@ -44,6 +47,7 @@ def create_volume(
     )
     session.add(row)
     session.flush()
+    record_volume_event(session, volume=row, event=CREATED, at=now)
     return row
 
 
@@ -98,7 +102,8 @@ def update_volume(
     size_tib: int | None,
     if_match: str | None,
 ) -> Volume:
-    """Rename and/or grow a volume; shrinking is refused (422) because it would lose data."""
+    """Rename and/or grow a volume; shrinking is refused (422) because it would lose data, growing a
+    volume of a project out of prepaid credits too (402)."""
     row = get_volume(session=session, project_id=project_id, volume_id=volume_id, for_update=True)
     check_if_match(if_match, row)
     if size_tib is not None and size_tib < row.size_tib:
@@ -108,13 +113,18 @@ def update_volume(
             field="size_tib",
             code="shrink_not_supported",
         )
+    if size_tib is not None and size_tib > row.size_tib:
+        check_admission_allowed(session, project_id=project_id, what="growing a volume", field="size_tib")
     changed = False
     if name is not None and name != row.name:
         row.name, changed = name, True
-    if size_tib is not None and size_tib != row.size_tib:
+    resized = size_tib is not None and size_tib != row.size_tib
+    if size_tib is not None and resized:
         row.size_tib, changed = size_tib, True
     if changed:
         touch(row)
+    if resized:  # billed at the new size from this moment (a rename is not billed: no event)
+        record_volume_event(session, volume=row, event=RESIZED, at=row.updated_at)
     return row
 
 
@@ -131,6 +141,7 @@ def delete_volume(*, session: Session, project_id: str, volume_id: str, if_match
             extra={"cluster_ids": users},
         )
     session.execute(delete(ClusterVolume).where(ClusterVolume.volume_id == row.id))
+    record_volume_event(session, volume=row, event=DELETED, at=utcnow())
     session.delete(row)
 
 

@@ -1,5 +1,6 @@
 """Billing tables: usage records and the credit ledger (append-only), reservations, invoices, and the
-small amount of state the metering job keeps (account exhaustion, volume lifetimes, credit holds).
+small amount of state the metering job keeps (account exhaustion, credit holds); the volume history it
+meters storage from.
 
 Money columns are integer micro-dollars (`*_micros`); prices are Numeric. Rows of `billing_usage_records`
 and `billing_ledger_entries` are never updated or deleted: a unique `idempotency_key` on each makes a
@@ -126,25 +127,25 @@ class BillingAccount(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
-class VolumeSegment(Base):
-    """A stretch of a volume's billable life at one size. Billing keeps these because volume rows are
-    deleted with their volumes; a resize closes one segment and opens the next."""
+class VolumeEvent(Base):
+    """A volume's history, append-only: created, resized, deleted, each with the size from then on.
 
-    __tablename__ = "billing_volume_segments"
+    Written by the volume service in the transaction of the change (as the engine writes node
+    transitions); storage is metered from it, so a volume that lived between two metering passes is
+    charged too. Rows outlive their volume (volume rows are deleted with it)."""
+
+    __tablename__ = "volume_events"
 
     id: Mapped[int] = mapped_column(SERIAL, primary_key=True, autoincrement=True)
     volume_id: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
     project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
     region: Mapped[str] = mapped_column(String(64), nullable=False)
+    event: Mapped[str] = mapped_column(String(16), nullable=False)  # created | resized | deleted
     size_tib: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
-# Two concurrent passes cannot both open a segment for the same volume and moment.
-Index(
-    "uq_billing_volume_segments_volume_start", VolumeSegment.volume_id, VolumeSegment.started_at, unique=True
-)
+Index("ix_volume_events_project_at", VolumeEvent.project_id, VolumeEvent.at)
 
 
 class CreditHold(Base):

@@ -47,7 +47,10 @@ NODE_ATTRIBUTES: dict[str, Attribute] = {
     "name": _computed_str("Hostname of the node, `<cluster name>-<index>`."),
     "instance_id": _computed_str("Id of the machine backing the node (changes when a node is replaced)."),
     "role": _computed_str("`worker` in multi-node clusters, `standalone` for a single-node cluster."),
-    "status": _computed_str("Node status: PENDING, PROVISIONING, CONFIGURING, RUNNING, FAILED..."),
+    "status": _computed_str(
+        "Node status: PENDING, PROVISIONING, CONFIGURING, CONTAINER_CREATING, RUNNING, PAUSED (powered off "
+        "while the project is out of credits), DESTROYING, FAILED."
+    ),
     "private_ip": _computed_str("Address on the cluster's private subnet."),
     "public_ip": _computed_str("Public address, when the node has one (single-node clusters)."),
     "fabric": _computed_str("Name of the fabric (InfiniBand or EFA network) the node is cabled to."),
@@ -127,7 +130,8 @@ def computed_attributes() -> dict[str, Attribute]:
             computed=True, description="Cluster id.", plan_modifiers=[use_state_for_unknown()]
         ),
         "status": _computed_str(
-            "PENDING, PROVISIONING, CONFIGURING, CONTAINER_CREATING, RUNNING, DESTROYING or FAILED."
+            "PENDING, PROVISIONING, CONFIGURING, CONTAINER_CREATING, RUNNING, PAUSED (the project is out of "
+            "credits: nodes powered off until credits are added), DESTROYING or FAILED."
         ),
         "phase": _computed_str("Finer-grained progress, e.g. `ProgrammingFabric`, `Ready`, `Degraded`."),
         "num_gpus": Int64Attribute(computed=True, description="GPUs in the cluster (all nodes)."),

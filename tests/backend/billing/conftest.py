@@ -18,6 +18,7 @@ from backend.billing.ledger import balance_micros, grant_credits
 from backend.billing.pricing_catalog import default_price_book
 from backend.billing.service import MeteringResult, run_metering
 from backend.billing.settings import BillingSettings
+from backend.billing.volume_history import CREATED, DELETED, RESIZED, record_volume_event
 from backend.domain.ids import new_id
 from backend.settings import Settings
 from backend.store.billing_models import UsageRecord
@@ -112,11 +113,14 @@ class BillingWorld:
             self.transition(cluster_id, name, status, moment)
 
     def volume(self, project_id: str, *, region: str, size_tib: int, created: datetime) -> str:
+        """Create a volume as the volume service does: the row and its `created` history event."""
         with self.sessions.begin() as session:
             volume = Volume(id=new_id("volume"), project_id=project_id, name=f"v{next(self._names)}",
                             region=region, size_tib=size_tib, status="available", generation=1,
                             created_at=created, updated_at=created)
             session.add(volume)
+            session.flush()
+            record_volume_event(session, volume=volume, event=CREATED, at=created)
         return volume.id
 
     def resize_volume(self, volume_id: str, size_tib: int, moment: datetime) -> None:
@@ -124,15 +128,14 @@ class BillingWorld:
             volume = session.get(Volume, volume_id)
             assert volume is not None
             volume.size_tib, volume.updated_at = size_tib, moment
+            record_volume_event(session, volume=volume, event=RESIZED, at=moment)
 
     def delete_volume(self, volume_id: str, moment: datetime) -> None:
-        """Delete the volume as core does: the row goes, an audit event says when."""
+        """Delete the volume as the volume service does: the row goes, the history says when."""
         with self.sessions.begin() as session:
             volume = session.get(Volume, volume_id)
             assert volume is not None
-            session.add(AuditEvent(id=new_id("audit_event"), project_id=volume.project_id, occurred_at=moment,
-                                   actor="gpc_test", action="volume.delete", resource_type="volume",
-                                   resource_id=volume_id, request_id=None, details={}))
+            record_volume_event(session, volume=volume, event=DELETED, at=moment)
             session.delete(volume)
 
     # --- reading back -----------------------------------------------------------------------------------
@@ -153,6 +156,11 @@ class BillingWorld:
         with self.sessions() as session:
             return list(session.scalars(select(UsageRecord).where(UsageRecord.project_id == project_id)
                                         .order_by(UsageRecord.id)))
+
+    def records_of(self, resource_id: str) -> list[UsageRecord]:
+        with self.sessions() as session:
+            return list(session.scalars(select(UsageRecord).where(UsageRecord.resource_id == resource_id)
+                                        .order_by(UsageRecord.period_start)))
 
     def audit_actions(self, project_id: str) -> list[str]:
         with self.sessions() as session:

@@ -11,7 +11,7 @@ BILLING_TABLES = {
     "billing_reservations",
     "billing_invoices",
     "billing_accounts",
-    "billing_volume_segments",
+    "volume_events",
     "billing_credit_holds",
     "billing_settled_clusters",
 }

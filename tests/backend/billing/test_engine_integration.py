@@ -151,3 +151,33 @@ def test_credits_run_out_pause_then_decommission_through_the_engine_visible_in_t
         "cluster.paused_for_credits",
         "cluster.decommissioned_for_credits",
     } <= set(actions)
+
+
+def test_credit_pause_powers_nodes_off_so_the_meter_stops_and_a_top_up_powers_them_on(
+    admin: TestClient, tenant: Tenant, sessions: sessionmaker[Session], worker: EngineWorker
+) -> None:
+    assert admin.post("/v1/billing/credits", json={"amount_usd": "0.01"}).status_code == 201
+    cluster = create(admin, node_count=2)
+    drain(worker)
+    clock = ManualClock(datetime.now(UTC) + timedelta(minutes=2))
+    assert run_metering(sessions=sessions, clock=clock, settings=SETTINGS, prices=default_price_book()
+                        ).clusters_paused == 1
+    drain(worker)
+    body = get(admin, cluster["id"])
+    assert body["status"] == "PAUSED" and [n["status"] for n in body["nodes"]] == ["PAUSED", "PAUSED"]
+    with sessions() as session:  # powered off: no node has an open metered interval
+        (usage,) = load_cluster_usage(session, project_id=tenant.project_id)
+        paused_at = max(i.end for i in usage.intervals if i.end is not None)
+        assert len(usage.intervals) == 2 and all(i.end is not None for i in usage.intervals)
+
+    assert admin.post("/v1/billing/credits", json={"amount_usd": "100"}).status_code == 201
+    clock.advance(minutes=1)
+    assert run_metering(sessions=sessions, clock=clock, settings=SETTINGS, prices=default_price_book()
+                        ).clusters_resumed == 1
+    drain(worker)
+    body = get(admin, cluster["id"])
+    assert body["status"] == "RUNNING" and [n["status"] for n in body["nodes"]] == ["RUNNING", "RUNNING"]
+    with sessions() as session:  # powered on: metered again from the new RUNNING
+        (usage,) = load_cluster_usage(session, project_id=tenant.project_id)
+        reopened = [i for i in usage.intervals if i.end is None]
+        assert len(reopened) == 2 and all(i.start >= paused_at for i in reopened)

@@ -26,7 +26,7 @@ from sqlalchemy import select
 from backend.domain import catalog as catalog_module
 from backend.domain.catalog import catalog_from_dict, catalog_to_dict
 from backend.domain.errors import Conflict
-from backend.provisioning.engine import request_reconcile
+from backend.provisioning.engine import pause_cluster, request_reconcile, resume_cluster
 from backend.provisioning.reconciler import PassContext, reconcile_cluster
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
@@ -211,6 +211,21 @@ class EngineMachine(RuleBasedStateMachine):
             cluster.deletion_requested_at = now()
             request_reconcile(session, cluster_id, catalog=self.catalog)
 
+    @precondition(lambda self: bool(self.clusters))
+    @rule(data=st.data())
+    def toggle_pause(self, data: st.DataObject) -> None:
+        """Billing pauses (credits exhausted) or resumes a cluster: its nodes power off or on."""
+        live = self._live()
+        if not live:
+            return
+        cluster_id = data.draw(st.sampled_from(live))
+        with self.sessions.begin() as session:
+            state = session.get(EngineCluster, cluster_id)
+            if state is not None and state.paused_reason is not None:
+                resume_cluster(session, cluster_id, "credits added")
+            else:
+                pause_cluster(session, cluster_id, "credits exhausted")
+
     @rule(rounds=st.integers(1, 3))
     def work(self, rounds: int) -> None:
         for _ in range(rounds):
@@ -271,8 +286,15 @@ class EngineMachine(RuleBasedStateMachine):
         self._drain()
         with self.sessions() as session:
             for cluster in session.scalars(select(Cluster)):
+                state = session.get(EngineCluster, cluster.id)
                 if cluster.deletion_requested_at is not None:
                     assert cluster.status == "DESTROYED"
+                elif state is not None and state.paused_reason is not None and not state.finished:
+                    # Paused: nothing of it runs (metered) any more; its nodes keep their slots.
+                    assert cluster.status == "PAUSED"
+                    nodes = session.scalars(select(EngineNode).where(EngineNode.cluster_id == cluster.id))
+                    assert "RUNNING" not in {n.status for n in nodes if n.active_name is not None}
+                    event("drained cluster PAUSED")
                 else:
                     assert cluster.status in ("RUNNING", "FAILED"), (cluster.status, cluster.phase)
                     event(f"drained cluster {cluster.status}")
