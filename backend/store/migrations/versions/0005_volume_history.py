@@ -6,8 +6,8 @@ segments (their starts are in the charged keys, so every charged slice keeps its
 volumes it had not seen yet, resizes it had not seen yet (dated by `updated_at`, as it did) and
 deletions it had not seen yet (dated by the `volume.delete` audit event).
 
-Revision ID: 0004_volume_history
-Revises: 0003_billing
+Revision ID: 0005_volume_history
+Revises: 0004_address_plan
 """
 
 from datetime import UTC, datetime
@@ -17,8 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0004_volume_history"
-down_revision = "0003_billing"
+revision = "0005_volume_history"
+down_revision = "0004_address_plan"
 branch_labels = None
 depends_on = None
 
