@@ -17,6 +17,7 @@ from alembic.script import ScriptDirectory
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session
 
+from backend.app import create_app
 from backend.cli import main
 from backend.provisioning.worker import EngineWorker
 from backend.settings import Settings
@@ -24,6 +25,7 @@ from backend.store.db import make_engine, make_session_factory
 from backend.store.engine_models import EngineCluster
 from backend.store.migrate import MIGRATIONS_DIR, alembic_config, upgrade_to_head
 from backend.store.secrets import KEY_FILE, SecretKeyError, generate_key, key_id, keyring
+from tests.backend.conftest import Tenant
 from tests.backend.engine.conftest import create, drain
 from tests.backend.fresh_databases import empty_database
 
@@ -77,7 +79,7 @@ def test_secrets_token_is_sealed_at_rest_and_served_unchanged(
 
 
 def test_secrets_wrong_key_is_a_clear_error_that_names_the_keys(
-    admin: TestClient, make_worker: Callable[..., EngineWorker], settings: Settings, tmp_path: Path
+    admin: TestClient, make_worker: Callable[..., EngineWorker], settings: Settings, tenant: Tenant
 ) -> None:
     cluster_id, token = _kubernetes_cluster(admin, make_worker)
     with_key_a = settings.model_copy(update={"secret_key": KEY_A})  # not the key file that sealed it
@@ -89,6 +91,13 @@ def test_secrets_wrong_key_is_a_clear_error_that_names_the_keys(
     message = str(caught.value)
     assert key_id(keyring(settings).current) in message and key_id(keyring(with_key_a).current) in message
     assert "GPUCLOUD_SECRET_KEY" in message and token not in message
+    # Through the API: a problem document that says what to fix, never the token.
+    app = create_app(with_key_a)
+    with TestClient(app, headers={"Authorization": f"Bearer {tenant.admin_key}"}) as wrong_key:
+        response = wrong_key.get(f"/v1/clusters/{cluster_id}/credentials")
+    app.state.gpucloud.engine.dispose()
+    assert response.status_code == 500 and response.json()["code"] == "secret_key_unavailable"
+    assert "GPUCLOUD_SECRET_KEY" in response.json()["detail"] and token not in response.text
     with pytest.raises(SecretKeyError, match="GPUCLOUD_SECRET_KEY is not a secret key"):
         keyring(settings.model_copy(update={"secret_key": "too-short"}))
 
