@@ -32,6 +32,7 @@ class EngineCollector(Collector):
                     or_(WorkItem.lease_expires_at.is_(None), WorkItem.lease_expires_at < now)))
         except Exception:  # no database, no engine figures; /readyz says why
             return
+
         def age(when: datetime) -> float:
             since = aware(when)
             return 0.0 if since is None else max(0.0, (now - since).total_seconds())
