@@ -51,7 +51,7 @@ def build_state(settings: Settings, engine: Engine | None = None) -> AppState:
             window_seconds=settings.rate_limit_window_seconds,
             sync_every=settings.rate_limit_sync_every,
         ),
-        metrics=Metrics(),
+        metrics=Metrics(engine_sessions=read_sessions),
         read_limiter=CapacityLimiter(settings.read_threads),
     )
 
@@ -66,9 +66,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         worker: EmbeddedWorker | None = None
         metering: MeteringLoop | None = None
+        # One process runs everything by default: the engine and the billing meter beside the API.
         if settings.embedded_worker:
-            # One process runs everything by default: the engine and the billing meter beside the API.
             worker = _start_embedded_worker(state)
+        if settings.embedded_billing:
             metering = start_metering(state.write_sessions)
         try:
             yield

@@ -42,6 +42,24 @@ def _migrate(settings: Settings) -> None:
         engine.dispose()
 
 
+def _prepare_store(settings: Settings) -> None:
+    """Before a long-running process starts: an SQLite store is created and migrated (one machine owns
+    the file); any other store must already be at this version's schema, migrated once by `migrate`
+    (replicas migrating at start would race each other, and an old replica could start on a newer
+    schema). Raises SchemaNotCurrent with the command to run."""
+    from backend.store.db import make_engine
+    from backend.store.migrate import check_schema_current
+
+    if settings.is_sqlite:
+        _migrate(settings)
+        return
+    engine = make_engine(settings)
+    try:
+        check_schema_current(engine)
+    finally:
+        engine.dispose()
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the API under uvicorn; the default SQLite store is created and migrated on first start."""
     import uvicorn
@@ -49,8 +67,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from backend.app import create_app
 
     settings = _settings(args)
-    if settings.is_sqlite:
-        _migrate(settings)  # one process owns an SQLite file; PostgreSQL deployments run `migrate` once
+    _prepare_store(settings)
     app = create_app(settings)
     uvicorn.run(
         app, host=settings.host, port=settings.port, access_log=False, log_level="warning", lifespan="on"
@@ -157,7 +174,31 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """Run one provisioning engine worker until SIGTERM/SIGINT (deployments with several processes)."""
     from backend.provisioning.worker import run_forever
 
-    run_forever(_settings(args))
+    settings = _settings(args)
+    _prepare_store(settings)
+    run_forever(settings)
+    return 0
+
+
+def cmd_generate_secret_key(args: argparse.Namespace) -> int:
+    """Print a fresh key for GPUCLOUD_SECRET_KEY (base64url of 32 random bytes)."""
+    from backend.store.secrets import generate_key
+
+    print(generate_key())
+    return 0
+
+
+def cmd_rotate_secret_key(args: argparse.Namespace) -> int:
+    """Re-encrypt every stored secret with GPUCLOUD_SECRET_KEY (earlier keys in _KEYS_PREVIOUS)."""
+    from backend.store.secrets import rotate_secrets
+
+    settings = _settings(args)
+    engine, sessions = _with_write_session(settings)
+    try:
+        resealed, total = rotate_secrets(sessions=sessions, settings=settings)
+    finally:
+        engine.dispose()
+    print(f"re-encrypted {resealed} of {total} stored secrets with the current key", file=sys.stderr)
     return 0
 
 
@@ -182,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     revoke.add_argument("prefix", help="the key's first 12 characters, e.g. gpc_AbCdEfGh")
     revoke.set_defaults(func=cmd_revoke_api_key)
     commands.add_parser("worker", help="run a provisioning engine worker").set_defaults(func=cmd_worker)
+    commands.add_parser(
+        "generate-secret-key", help="print a new key for GPUCLOUD_SECRET_KEY"
+    ).set_defaults(func=cmd_generate_secret_key)
+    commands.add_parser(
+        "rotate-secret-key", help="re-encrypt stored secrets with GPUCLOUD_SECRET_KEY"
+    ).set_defaults(func=cmd_rotate_secret_key)
     billing_cli.add_subcommands(commands)  # add-credits, billing-run
     return parser
 
@@ -204,12 +251,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     from backend.domain.errors import ApiError
+    from backend.store.migrate import SchemaNotCurrent
 
     args = build_parser().parse_args(argv)
     try:
+        if args.command == "billing-run":
+            _prepare_store(_settings(args))
         code: int = args.func(args)
     except ApiError as error:
         print(f"error: {error.detail}", file=sys.stderr)
+        return 1
+    except SchemaNotCurrent as error:
+        print(f"error: {error}", file=sys.stderr)
         return 1
     return code
 

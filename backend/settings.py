@@ -24,6 +24,10 @@ class Settings(BaseSettings):
     # Empty means: an SQLite file `gpucloud.db` in `data_dir`.
     database_url: str = ""
     sqlite_busy_timeout_ms: int = 15_000
+    # Connections each process keeps open (pool) and may open beyond that under load (overflow); the
+    # pool opens lazily, so a process holds only what it uses at once. Budget in docs/operations.md.
+    db_pool_size: int = Field(default=20, ge=1)
+    db_max_overflow: int = Field(default=20, ge=0)
     max_body_bytes: int = 1_048_576
     # Requests per API key per window, counted in the database so replicas share the budget.
     rate_limit_requests: int = 1200
@@ -42,6 +46,14 @@ class Settings(BaseSettings):
     read_threads: int = Field(default=4, ge=1)
     # `serve` runs one engine worker in-process unless disabled (deployments with `worker` processes).
     embedded_worker: bool = True
+    # `serve` runs the billing meter in-process unless disabled (deployments with a `billing-run`);
+    # independent of `embedded_worker`: passes are idempotent, so a meter in every replica is safe.
+    embedded_billing: bool = True
+    # Base64url of 32 random bytes: the AES-256-GCM key of secrets stored in the database. Empty: the
+    # key file `secret.key` in `data_dir` (created with mode 0600). Every process must use the same key.
+    secret_key: str = Field(default="", repr=False)
+    # Earlier keys, comma separated, still accepted for reading during a rotation (docs/engine.md).
+    secret_keys_previous: str = Field(default="", repr=False)
 
     @cached_property
     def resolved_database_url(self) -> str:

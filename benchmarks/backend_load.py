@@ -197,6 +197,7 @@ def _measure_backend(store: str, database_url: str, data_dir: Path) -> dict[str,
         "GPUCLOUD_DATABASE_URL": database_url,
         "GPUCLOUD_DATA_DIR": str(data_dir),
         "GPUCLOUD_EMBEDDED_WORKER": "false",
+        "GPUCLOUD_EMBEDDED_BILLING": "false",
         "GPUCLOUD_RATE_LIMIT_REQUESTS": "1000000000",
     }
     _cli(env, "migrate")

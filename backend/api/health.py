@@ -36,6 +36,6 @@ def readyz(request: Request) -> Response:
 
 
 @router.get("/metrics")
-async def metrics(request: Request) -> Response:
-    """Prometheus text exposition."""
+def metrics(request: Request) -> Response:
+    """Prometheus text exposition (in a thread: the engine figures are read from the database)."""
     return Response(app_state(request).metrics.render(), media_type="text/plain; version=0.0.4")

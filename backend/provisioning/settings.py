@@ -29,3 +29,6 @@ class EngineSettings(BaseSettings):
     engine_lease_seconds: float = Field(default=10.0, gt=0)
     engine_poll_seconds: float = Field(default=0.2, gt=0)
     engine_batch_size: int = Field(default=20, ge=1)
+    # A worker whose heartbeat is older than this is dead: live workers delete its `engine_workers` row
+    # (its leases expired long before; until then `/metrics` shows its heartbeat age for alerting).
+    engine_worker_prune_seconds: float = Field(default=300.0, gt=0)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import structlog
-from sqlalchemy import Engine, func, or_, select, update
+from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain.catalog import Catalog, default_catalog
@@ -113,7 +113,7 @@ class EngineWorker:
             session.commit()
 
     def heartbeat(self) -> None:
-        """Record liveness and extend the leases this worker holds."""
+        """Record liveness, extend the leases this worker holds and forget workers long dead."""
         now = utcnow()
         with self.session_factory() as session:
             row = session.get(WorkerRow, self.id)
@@ -121,6 +121,10 @@ class EngineWorker:
                 session.add(WorkerRow(id=self.id, started_at=now, heartbeat_at=now, passes=self.total_passes))
             else:
                 row.heartbeat_at, row.passes = now, self.total_passes
+            dead_since = now - dt.timedelta(seconds=self.settings.engine_worker_prune_seconds)
+            pruned = session.execute(delete(WorkerRow).where(WorkerRow.heartbeat_at < dead_since))
+            if pruned.rowcount:  # type: ignore[attr-defined]
+                log.info("engine.workers_pruned", count=pruned.rowcount, worker=self.id)  # type: ignore[attr-defined]
             held = select(WorkItem.cluster_id).where(WorkItem.lease_owner == self.id)
             if session.get_bind().dialect.name == "postgresql":
                 # The row a pass has locked is skipped (the pass ends its lease anyway): no waiting.

@@ -11,6 +11,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.settings import Settings
+from backend.store.secrets import bind_settings
 
 
 def make_engine(settings: Settings) -> Engine:
@@ -23,11 +24,17 @@ def make_engine(settings: Settings) -> Engine:
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": settings.sqlite_busy_timeout_ms / 1000},
-            **({"pool_size": 20, "max_overflow": 20} if on_disk else {}),
+            **(_pool_options(settings) if on_disk else {}),
         )
         _configure_sqlite(engine, settings.sqlite_busy_timeout_ms)
-        return engine
-    return create_engine(url, pool_size=20, max_overflow=20, pool_pre_ping=True)
+    else:
+        engine = create_engine(url, pool_pre_ping=True, **_pool_options(settings))
+    bind_settings(engine.dialect, settings)  # encrypted columns use this configuration's keys
+    return engine
+
+
+def _pool_options(settings: Settings) -> dict[str, int]:
+    return {"pool_size": settings.db_pool_size, "max_overflow": settings.db_max_overflow}
 
 
 def _configure_sqlite(engine: Engine, busy_timeout_ms: int) -> None:

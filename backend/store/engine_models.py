@@ -25,6 +25,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from backend.store.base import Base
 from backend.store.models import ID
+from backend.store.secrets import EncryptedString
 
 CLUSTER_FK = "clusters.id"
 
@@ -48,7 +49,8 @@ class EngineCluster(Base):
     control_plane_op: Mapped[str | None] = mapped_column(String(160))
     control_plane_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     kube_ca_cert_pem: Mapped[str | None] = mapped_column(Text)
-    kube_admin_token: Mapped[str | None] = mapped_column(String(128))  # secret: served only by /credentials
+    # Secret, served only by /credentials: sealed at rest (backend.store.secrets), loaded only when read.
+    kube_admin_token: Mapped[str | None] = mapped_column(EncryptedString(128), deferred=True)
     # Batch of nodes that must all pass acceptance before any of them starts (all or nothing).
     current_batch: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     first_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

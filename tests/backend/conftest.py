@@ -85,9 +85,13 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
 
 @pytest.fixture
 def settings(database_url: str, tmp_path: Path) -> Settings:
-    """Settings for an app on the test database, without the embedded engine worker."""
+    """Settings for an app on the test database, without the embedded engine worker and billing meter."""
     return Settings(
-        database_url=database_url, data_dir=tmp_path / "data", embedded_worker=False, auth_cache_seconds=0
+        database_url=database_url,
+        data_dir=tmp_path / "data",
+        embedded_worker=False,
+        embedded_billing=False,
+        auth_cache_seconds=0,
     )
 
 
