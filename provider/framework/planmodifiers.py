@@ -68,17 +68,21 @@ class UseStateForUnknown:
         m.plan_value = m.state_value
 
 
-class UseStateForUnknownUnlessChanged(UseStateForUnknown):
+class UseStateForUnknownUnlessChanged:
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
-        self.description = (
-            "The prior value is kept in plans unless " + ", ".join(f"`{n}`" for n in names) + " changes."
+        self.description = "The prior value is kept in plans" + (
+            " unless " + ", ".join(f"`{n}`" for n in names) + " changes." if names else "."
         )
 
     def modify(self, m: PlanModification) -> None:
+        # Unlike use_state_for_unknown a null prior is kept too: a value that follows the named attributes
+        # is absent for as long as they stay as they are (a cluster without Slurm has no Slurm section).
+        if m.creating or not is_unknown(m.plan_value) or is_unknown(m.config_value):
+            return
         if any(m.attribute_changes(name) for name in self.names):
             return
-        super().modify(m)
+        m.plan_value = m.state_value
 
 
 class RequiresReplaceIf:

@@ -267,14 +267,27 @@ def check_capacity(
     )
 
 
-def check_cost_ceiling(ctx: Context, plan: Mapping[str, Any], cost: CostEstimate | None) -> None:
+def check_cost_ceiling(
+    ctx: Context, plan: Mapping[str, Any], cost: CostEstimate | None, state: Mapping[str, Any] | None
+) -> None:
+    """max_hourly_cost_usd refuses a create or a change that raises the cost above it. A cost already above
+    a lowered limit is a warning (a plan that does not raise it, a destroy included, must go through)."""
     ceiling = plan.get("max_hourly_cost_usd")
-    if cost is None or not known(ceiling):
+    if cost is None or not known(ceiling) or Decimal(cost.hourly_usd) <= Decimal(ceiling):
         return
-    if Decimal(cost.hourly_usd) > Decimal(ceiling):
-        ctx.error(
+    before = None if state is None else state.get("estimated_hourly_cost_usd")
+    if state is not None and (not known(before) or Decimal(cost.hourly_usd) <= Decimal(before)):
+        ctx.warning(
             "Hourly Cost Above Limit",
-            f"The cluster would cost {cost.hourly_usd} USD per hour, above max_hourly_cost_usd = {ceiling}. "
-            "Lower node_count, pick a cheaper instance type or raise the limit.",
+            f"The cluster costs {cost.hourly_usd} USD per hour, above max_hourly_cost_usd = {ceiling}. "
+            "The limit refuses only creates and changes that raise the cost; lower node_count to get "
+            "under it.",
             root("max_hourly_cost_usd"),
         )
+        return
+    ctx.error(
+        "Hourly Cost Above Limit",
+        f"The cluster would cost {cost.hourly_usd} USD per hour, above max_hourly_cost_usd = {ceiling}. "
+        "Lower node_count, pick a cheaper instance type or raise the limit.",
+        root("max_hourly_cost_usd"),
+    )
