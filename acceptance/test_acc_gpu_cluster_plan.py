@@ -156,3 +156,60 @@ def test_acc_gpu_cluster_reserved_term_upfront_dates_and_forfeit_warning(
     assert code == 2 and "Warning: Reserved Term Forfeited" in output
     tf.write_main(RESERVED % 30)
     tf.destroy()
+
+
+MISLEADING = """
+resource "gpucloud_gpu_cluster" "keys" {
+  name          = "keys"
+  region        = "us-east-1"
+  instance_type = "1xH100"
+  ssh_key_ids   = ["key_abc", "Key-2"]
+}
+
+resource "gpucloud_gpu_cluster" "half" {
+  name          = "half"
+  region        = "us-east-1"
+  instance_type = "8xH100"
+  node_count    = 2.5
+}
+"""
+EFA_ON_IB = """
+resource "gpucloud_gpu_cluster" "efa" {
+  name          = "efa"
+  region        = "us-east-1"
+  instance_type = "8xH100"
+  interconnect  = "efa"
+}
+"""
+H200 = """
+resource "gpucloud_gpu_cluster" "grow" {
+  name          = "grow"
+  region        = "us-east-1"
+  instance_type = "8xH200"
+  node_count    = %d
+  orchestrator  = "slurm"
+}
+"""
+
+
+def test_acc_gpu_cluster_messages_point_at_the_right_place_and_next_step(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    tf = gpucloud_tf(MISLEADING)
+    output = " ".join(tf.plan(check=False).output.split())
+    # The second key is the bad one (the first in sorted order): named by value, path at the set.
+    assert 'Attribute ssh_key_ids element "Key-2" must be an id, got: "Key-2"' in output, output
+    assert "Attribute node_count must be a whole number between 1 and 4096, got: 2.5" in output
+
+    tf.write_main(EFA_ON_IB)
+    output = " ".join(tf.plan(check=False).output.split())
+    assert "for EFA use instance_type 8xH100-EFA (offered in us-east-1)" in output, output
+
+    tf.write_main(H200 % 1)
+    apply_and_check(tf)
+    tf.write_main(H200 % 80)
+    output = " ".join(tf.plan(check=False).output.split())
+    assert "node_count can grow to 64 at most" in output, output
+    assert "changing region replaces this one" in output and "choose another region" not in output
+    tf.write_main(H200 % 1)
+    tf.destroy()

@@ -19,6 +19,7 @@ from provider.framework import Context, root
 
 USD_QUANTUM = Decimal("0.000001")
 HOURS_PER_DAY = 24
+FABRIC_LABELS = {"infiniband": "InfiniBand", "efa": "EFA", "ethernet": "Ethernet"}
 LABEL_KEY = re.compile(r"[a-z0-9]([a-z0-9._/-]{0,61}[a-z0-9])?")
 
 
@@ -60,6 +61,22 @@ class Catalog:
         offered = self.instance_types[itype].get("interconnects") or [None]
         value = rules.get("default_interconnect") or offered[0]
         return value if isinstance(value, str) else None
+
+    def same_gpus_on(self, itype: str, interconnect: str) -> str:
+        """Where the GPUs of `itype` are sold on `interconnect`, as the API says it:
+        `; for EFA use instance_type 8xH100-EFA (offered in us-east-1)`, or "" when nowhere."""
+        shape = self.instance_types[itype]
+        offers = []
+        for name, other in sorted(self.instance_types.items()):
+            gpus = (other.get("gpu_model"), other.get("gpu_count"))
+            offered = other.get("interconnects") or []
+            if gpus != (shape.get("gpu_model"), shape.get("gpu_count")) or interconnect not in offered:
+                continue
+            regions = sorted({a["region"] for a in other.get("availability") or []
+                              if a.get("interconnect") == interconnect})
+            offers.append(f"{name} (offered in {', '.join(regions) or 'no region yet'})")
+        label = FABRIC_LABELS.get(interconnect, interconnect)
+        return f"; for {label} use instance_type {' or '.join(offers)}" if offers else ""
 
     def reserved_discount(self, itype: str, days: int) -> Decimal:
         """The discount of the deepest reserved tier a term of `days` reaches (0 below all)."""
@@ -220,7 +237,8 @@ def check_catalog_rules(ctx: Context, catalog: Catalog, plan: Mapping[str, Any])
     if known(interconnect) and interconnect not in offered:
         ctx.error(
             "Unsupported Interconnect",
-            f"{itype} supports {', '.join(offered)}, not {interconnect}.",
+            f"{itype} supports {', '.join(offered)}, not {interconnect}"
+            f"{catalog.same_gpus_on(str(itype), str(interconnect))}.",
             root("interconnect"),
         )
         return
@@ -258,11 +276,19 @@ def check_capacity(
         return
     where = ", ".join(f"{a['fabric']}: {a.get('available_nodes', 0)} of {a.get('capacity_nodes', '?')}"
                       for a in fabrics)
-    verb = f"add {needed} nodes" if prior_nodes else f"place {needed} nodes"
+    if prior_nodes:
+        ctx.error(
+            "Insufficient Capacity",
+            f"{region} cannot add {needed} nodes of {itype} to this cluster now: the {interconnect} fabric "
+            f"has at most {best} free ({where} nodes free), so node_count can grow to {prior_nodes + best} "
+            "at most. Another region would mean a new cluster (changing region replaces this one).",
+            root("node_count"),
+        )
+        return
     ctx.error(
         "Insufficient Capacity",
-        f"{region} cannot {verb} of {itype} on one {interconnect} fabric now: at most {best} are available "
-        f"({where} nodes free). Lower node_count or choose another region.",
+        f"{region} cannot place {needed} nodes of {itype} on one {interconnect} fabric now: at most {best} "
+        f"are available ({where} nodes free). Lower node_count or choose another region.",
         root("node_count"),
     )
 

@@ -40,3 +40,18 @@ def test_client_of_unconfigured_provider_is_a_clear_error():
     with pytest.raises(DiagnosticError) as raised:
         client_of(context(None))
     assert raised.value.diagnostic.summary == "Provider Not Configured"
+
+
+def test_api_error_keeps_field_names_and_does_not_contradict_the_api():
+    from provider.client import Conflict, Forbidden
+    from provider.resources._common import api_error
+
+    ctx = context()
+    api_error(ctx, "Error Deleting GPU Cluster",
+              Conflict(status=409, detail="deletion_protection is on; set it to false first"), subject="x")
+    api_error(ctx, "Error Creating GPU Cluster", Forbidden(
+        status=403, detail="this API key has the member role, which is read-only; use an admin key"),
+        subject="x")
+    protected, member = (d.detail for d in ctx.diagnostics)
+    assert protected == "deletion_protection is on; set it to false first."
+    assert member == "This API key has the member role, which is read-only; use an admin key."

@@ -125,7 +125,8 @@ def test_gpu_cluster_plan_reserved_cost_uses_the_term_discount():
         ({"region": "mars-1"}, "region", "us-east-1, us-west-2"),
         ({"instance_type": "9xZ9"}, "instance_type", "choose one of"),
         ({"instance_type": "1xH100", "node_count": 2}, "node_count", "not fabric-capable"),
-        ({"interconnect": "efa"}, "interconnect", "supports infiniband"),
+        ({"interconnect": "efa"}, "interconnect",
+         "supports infiniband, not efa; for EFA use instance_type 8xH100-EFA (offered in us-east-1)."),
         ({"instance_type": "8xB200"}, "instance_type", "offered in us-west-2"),
         ({"node_count": 5}, "node_count", "at most 4 are available"),
         ({"max_hourly_cost_usd": 10}, "max_hourly_cost_usd", "31.92 USD per hour"),
@@ -210,7 +211,9 @@ def test_gpu_cluster_plan_scale_up_checks_added_nodes_and_shows_new_cost():
     assert planned["num_gpus"] == 48 and planned["estimated_hourly_cost_usd"] == Decimal("191.52")
     assert planned["orchestrator"] == "slurm" and planned["id"] == "cls_1"
     planned, ctx = plan(config_of(prior, node_count=7), prior)
-    assert "node_count" in errors(ctx) and "add 5 nodes" in errors(ctx)["node_count"]
+    found = errors(ctx)["node_count"]
+    assert "add 5 nodes" in found and "node_count can grow to 6 at most" in found
+    assert "choose another region" not in found and "changing region replaces this one" in found
 
 
 def test_gpu_cluster_plan_scaling_a_bare_cluster_past_one_node_is_refused():
