@@ -11,7 +11,15 @@ import pytest
 
 from acceptance.backend import Backend
 from acceptance.cluster_backend import fast_backend
-from acceptance.gpucloud_steps import GpuCloudTerraform, apply_and_check, gpucloud_tf, plan_text, values
+from acceptance.gpucloud_steps import (
+    PROVIDER_BLOCK,
+    GpuCloudTerraform,
+    apply_and_check,
+    gpucloud_tf,
+    plan_text,
+    values,
+)
+from acceptance.harness import TerraformFactory
 
 __all__ = ["gpucloud_tf"]
 
@@ -98,10 +106,17 @@ resource "gpucloud_gpu_cluster" "east" {
 """
 
 
+@pytest.mark.parametrize("version", ["1.11", "1.15"])
 def test_acc_gpu_cluster_destroy_never_blocked_by_validation(
-    gpucloud_tf: GpuCloudTerraform, backend: Backend
+    terraform: TerraformFactory, backend: Backend, version: str
 ) -> None:
-    tf = gpucloud_tf(VOLUME_WEST % 100)
+    # Terraform plans the whole configuration normally before a destroy (a never-created resource as a
+    # create): what the provider reports there as an error blocks the destroy, in both versions.
+    tf = terraform(version)
+    tf.env.update(backend.provider_env)
+    tf.write("provider.tf", PROVIDER_BLOCK)
+    tf.write_main(VOLUME_WEST % 100)
+    tf.init()
     apply_and_check(tf)
     volume_id = values(tf, "gpucloud_shared_volume.west")["id"]
     # A cap lowered below the cost (4.29 USD/h) and a cluster that can never be created (its volume is
