@@ -94,10 +94,11 @@ KUBERNETES_ATTRIBUTES: dict[str, Attribute] = {
 }
 
 RESERVATION_ATTRIBUTES: dict[str, Attribute] = {
-    "starts_at": _computed_str("Start of the reserved term (RFC 3339); null until the cluster first runs."),
+    "starts_at": _computed_str("Start of the reserved term (RFC 3339): when the cluster first ran; null until then."),
     "ends_at": _computed_str("End of the reserved term (RFC 3339); null until the cluster first runs."),
     "upfront_cost_usd": NumberAttribute(
-        computed=True, description="The whole term's charge in USD, billed when the cluster first runs."
+        computed=True,
+        description="The whole term's charge in USD, billed when the cluster first runs (known at plan).",
     ),
 }
 
@@ -168,15 +169,13 @@ def computed_attributes() -> dict[str, Attribute]:
         "nodes": ListNestedAttribute(
             computed=True,
             attributes=NODE_ATTRIBUTES,
-            description="The cluster's nodes with their fabric placement. Known in plans that change "
-            "neither the name, the node count, volumes, keys nor the container.",
+            description="The cluster's nodes with their fabric placement.",
             plan_modifiers=_keep(*NODES_FOLLOW),
         ),
         "login": SingleNestedAttribute(
             computed=True,
             attributes=LOGIN_ATTRIBUTES,
-            description="How to log in (SSH). Known in plans that change neither the name nor the node "
-            "count, so dependents of `ssh_command` are not replaced on other changes.",
+            description="How to log in (SSH).",
             plan_modifiers=_keep(*HOSTS_FOLLOW),
         ),
         "slurm": SingleNestedAttribute(
@@ -189,8 +188,7 @@ def computed_attributes() -> dict[str, Attribute]:
             computed=True,
             attributes=KUBERNETES_ATTRIBUTES,
             description="Kubernetes API details (Kubernetes clusters only). Credentials come from the "
-            "`gpucloud_cluster_credentials` ephemeral resource, never from state. Known in plans that do "
-            "not change the node count, so a `kubernetes` provider configured from it stays configured.",
+            "`gpucloud_cluster_credentials` ephemeral resource, never from state.",
             plan_modifiers=_keep("node_count"),
         ),
         "nccl_env": MapAttribute(
@@ -207,9 +205,7 @@ def computed_attributes() -> dict[str, Attribute]:
         "reservation": SingleNestedAttribute(
             computed=True,
             attributes=RESERVATION_ATTRIBUTES,
-            description="The reserved term (reserved billing only). `upfront_cost_usd` is known at plan "
-            "time; a plan that destroys or replaces a reserved cluster before its term ends warns with "
-            "the days left and the prepaid amount forfeited.",
+            description="The reserved term (reserved billing only).",
             plan_modifiers=_keep("billing"),
         ),
     }
