@@ -94,7 +94,9 @@ KUBERNETES_ATTRIBUTES: dict[str, Attribute] = {
 }
 
 RESERVATION_ATTRIBUTES: dict[str, Attribute] = {
-    "starts_at": _computed_str("Start of the reserved term (RFC 3339): when the cluster first ran; null until then."),
+    "starts_at": _computed_str(
+        "Start of the reserved term (RFC 3339): when the cluster first ran; null until then."
+    ),
     "ends_at": _computed_str("End of the reserved term (RFC 3339); null until the cluster first runs."),
     "upfront_cost_usd": NumberAttribute(
         computed=True,
