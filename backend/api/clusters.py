@@ -70,7 +70,7 @@ def to_out(
         "updated_at": row.updated_at,
     }
     body.update(cluster_runtime(session, row.id, row))
-    body.update(cluster_billing(session, row.id))
+    body.update(cluster_billing(session, row.id, spec=spec, catalog=catalog))
     return ClusterOut.model_validate(body)
 
 

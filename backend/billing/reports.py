@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import bindparam, select
@@ -13,12 +14,16 @@ from sqlalchemy.orm import Session
 from backend.billing.account import credit_standing
 from backend.billing.clock import ensure_utc
 from backend.billing.credits import CreditStanding
+from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.invoices import month_bounds, month_of, month_totals
 from backend.billing.ledger import balance_micros, granted_micros
+from backend.billing.meter import to_second
 from backend.billing.money import micros_to_usd
+from backend.billing.pricing import PricingError
 from backend.billing.settings import BillingSettings
 from backend.store.billing_models import Invoice, Reservation, UsageRecord
 from backend.store.db import execute_core
+from backend.store.engine_models import EngineCluster
 
 
 @dataclass(frozen=True)
@@ -145,16 +150,53 @@ _RESERVATION_SHOWN = select(
 ).where(Reservation.cluster_id == bindparam("cluster_id"))
 
 
+_FIRST_READY = select(EngineCluster.first_ready_at).where(EngineCluster.cluster_id == bindparam("cluster_id"))
+
+
+def _term_to_charge(
+    session: Session, cluster_id: str, spec: Mapping[str, Any], catalog: object
+) -> dict[str, Any] | None:
+    """The reserved term the next metering pass charges (see `compute_meter.start_reservation`): from when
+    the engine first had the cluster RUNNING, at the catalog's reserved price; None when none started."""
+    billing = spec.get("billing") or {}
+    days = billing.get("duration_days")
+    if billing.get("type") != "reserved" or not isinstance(days, int):
+        return None
+    first_ready = execute_core(session, _FIRST_READY, {"cluster_id": cluster_id}).scalar_one_or_none()
+    if first_ready is None:
+        return None
+    try:
+        cost = estimate_cluster_cost(spec, catalog)
+    except PricingError:
+        return None
+    start = to_second(first_ready)
+    return {
+        "term_start": start,
+        "term_end": start + timedelta(days=days),
+        "node_count": spec.get("node_count"),
+        "upfront_usd": str(cost.upfront_usd),
+        "discount": str((cost.reserved_discount or Decimal(0)).normalize()),
+        "on_expiry": billing.get("on_expiry") or "decommission",
+        "expired": False,
+    }
+
+
 def reserved_node_count(session: Session, cluster_id: str) -> int | None:
     """The node count of the cluster's started reserved term, None before it starts (or on demand)."""
     return session.scalar(select(Reservation.node_count).where(Reservation.cluster_id == cluster_id))
 
 
-def cluster_billing(session: Session, cluster_id: str) -> dict[str, Any]:
-    """Billing fields of a cluster response: its reserved term (null for on-demand or before RUNNING)."""
+def cluster_billing(
+    session: Session, cluster_id: str, *, spec: Mapping[str, Any] | None = None, catalog: object = None
+) -> dict[str, Any]:
+    """Billing fields of a cluster response: its reserved term (null for on-demand or before RUNNING).
+
+    Given the cluster's `spec` and the `catalog`, a term that started (the cluster first ran) but that no
+    metering pass has charged yet is shown as that pass will record it, so its dates are known at once."""
     reservation = execute_core(session, _RESERVATION_SHOWN, {"cluster_id": cluster_id}).one_or_none()
     if reservation is None:
-        return {"reservation": None}
+        started = _term_to_charge(session, cluster_id, spec, catalog) if spec is not None else None
+        return {"reservation": started}
     return {
         "reservation": {
             "term_start": ensure_utc(reservation.term_start),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from backend.domain.catalog import Catalog
+from backend.domain.catalog import Catalog, InstanceType
 from backend.domain.errors import FieldError
 from backend.domain.input_rules import broken_rules
 
@@ -88,7 +88,8 @@ def _check_interconnect(value: object, region: str | None, itype: str | None,
     shape = catalog.instance_type(itype)
     if shape is not None and value not in shape.interconnects:
         return [FieldError("interconnect", "unsupported_interconnect",
-                           f"{itype} supports {', '.join(shape.interconnects)}, not {value}")]
+                           f"{itype} supports {', '.join(shape.interconnects)}, not {value}"
+                           + _same_gpus_on(shape, str(value), catalog))]
     if region is not None and not catalog.pools_for(region, itype, str(value)):
         offered = [t.name for t in catalog.instance_types if any(
             f.pools.get(t.name) for f in catalog.fabrics_in(region))]
@@ -98,6 +99,25 @@ def _check_interconnect(value: object, region: str | None, itype: str | None,
                            f"{region} has no {value} fabric with {itype} nodes; "
                            f"it offers {', '.join(offered) or 'no instance types'}")]
     return []
+
+
+FABRIC_LABELS = {"infiniband": "InfiniBand", "efa": "EFA", "ethernet": "Ethernet"}
+
+
+def _same_gpus_on(shape: InstanceType, interconnect: str, catalog: Catalog) -> str:
+    """Where the same GPUs are sold on `interconnect`: `; for EFA use 8xH100-EFA (offered in us-east-1)`."""
+    offers = []
+    for other in catalog.instance_types:
+        if (other.gpu_model, other.gpu_count) != (shape.gpu_model, shape.gpu_count):
+            continue
+        if interconnect not in other.interconnects:
+            continue
+        regions = sorted(
+            {f.region for f in catalog.fabrics if f.kind == interconnect and f.pools.get(other.name)}
+        )
+        offers.append(f"{other.name} (offered in {', '.join(regions) or 'no region yet'})")
+    label = FABRIC_LABELS.get(interconnect, interconnect)
+    return f"; for {label} use instance_type {' or '.join(offers)}" if offers else ""
 
 
 def _check_orchestrator(value: object) -> list[FieldError]:

@@ -88,15 +88,17 @@ def _check_spec(
     spec: Mapping[str, Any],
     attached: Sequence[str] = (),
     reserved_nodes: int | None = None,
+    current: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The spec with defaults applied; 422 naming every offending field, 402 when billing refuses to
     attach more storage to a project out of credits (`attached`: volumes already attached;
-    `reserved_nodes`: the size of the cluster's started reserved term, priced as such)."""
+    `reserved_nodes`: the size of the cluster's started reserved term, priced as such; `current`: the
+    spec an update changes, whose cost the ceiling compares against)."""
     full = apply_cluster_defaults(spec, catalog)
     errors = [FieldError(e.path, e.code, e.message) for e in validate_cluster_spec(full, catalog)]
     errors += _check_references(session, project_id, full)
     if not errors:
-        errors += _check_cost(full, catalog, reserved_nodes)
+        errors += _check_cost(full, catalog, reserved_nodes, current)
     if errors:
         raise validation_failed(errors)
     if set(full.get("volume_ids") or []) - set(attached):
@@ -145,21 +147,32 @@ def _check_list(field: str, label: str, ids: list[str], existing: set[str]) -> l
     return errors
 
 
-def _check_cost(spec: Mapping[str, Any], catalog: Catalog, reserved_nodes: int | None) -> list[FieldError]:
+def _check_cost(
+    spec: Mapping[str, Any], catalog: Catalog, reserved_nodes: int | None, current: Mapping[str, Any] | None
+) -> list[FieldError]:
+    """The ceiling refuses a create, or an update that raises the cost above it: a cost already above a
+    lowered ceiling never blocks changes that do not raise it (labels, the ceiling itself, a scale-down)."""
     try:
         hourly = estimate_cluster_cost(spec, catalog, reserved_node_count=reserved_nodes).hourly_usd
     except PricingError as error:
         return [FieldError(error.field, "no_price", error.message)]
     ceiling = spec.get("max_hourly_cost_usd")
-    if ceiling is not None and hourly > Decimal(ceiling):
-        return [
-            FieldError(
-                "max_hourly_cost_usd",
-                "cost_limit_exceeded",
-                f"the cluster would cost {hourly} USD per hour, above max_hourly_cost_usd {ceiling}",
-            )
-        ]
-    return []
+    if ceiling is None or hourly <= Decimal(ceiling):
+        return []
+    if current is not None:
+        try:
+            before = estimate_cluster_cost(current, catalog, reserved_node_count=reserved_nodes).hourly_usd
+        except PricingError:
+            before = None
+        if before is not None and hourly <= before:
+            return []
+    return [
+        FieldError(
+            "max_hourly_cost_usd",
+            "cost_limit_exceeded",
+            f"the cluster would cost {hourly} USD per hour, above max_hourly_cost_usd {ceiling}",
+        )
+    ]
 
 
 def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
@@ -300,7 +313,8 @@ def update_cluster(
     # A scale of a started reserved term: only the reserved nodes are at the reserved rate.
     reserved = reserved_node_count(session, row.id) if merged["billing"]["type"] == "reserved" else None
     full = _check_spec(
-        session, catalog, project_id, merged, attached=current["volume_ids"], reserved_nodes=reserved
+        session, catalog, project_id, merged, attached=current["volume_ids"], reserved_nodes=reserved,
+        current=current,
     )
     if full["node_count"] > current["node_count"]:
         check_admission_allowed(session, project_id=project_id, what="scaling up", field="node_count")

@@ -12,6 +12,7 @@ from provider.framework.planmodifiers import (
     requires_replace,
     requires_replace_if,
     use_state_for_unknown,
+    use_state_for_unknown_unless_changed,
 )
 from provider.framework.resource import (
     DataSource,
@@ -96,4 +97,5 @@ __all__ = [
     "timeout",
     "timeouts_block",
     "use_state_for_unknown",
+    "use_state_for_unknown_unless_changed",
 ]

@@ -55,6 +55,13 @@ class Context:
     def warning(self, summary: str, detail: str = "", path: AttributePath | None = None) -> None:
         self.diagnostics.warning(summary, detail, path)
 
+    def reference_problem(self, summary: str, detail: str, path: AttributePath | None = None) -> None:
+        """A problem with another object this one refers to (a volume in another region, a missing key),
+        found while planning: a warning, never an error. `terraform destroy` first plans the whole
+        configuration normally, a resource that was never created included (as a create), and an error
+        there blocks destroying everything else; the API refuses the reference at apply instead."""
+        self.diagnostics.warning(summary, f"{detail} The apply will fail on it.", path)
+
     @property
     def cancelled(self) -> bool:
         return self._stop.is_set()

@@ -4,7 +4,9 @@
 2. if the resource is being created or anything differs from the prior state, every computed attribute
    the configuration leaves null (and without a default) is planned unknown, so the provider may set it;
    when nothing differs the prior values stand and the plan is empty;
-3. attribute plan modifiers run (use_state_for_unknown, requires_replace...), outermost first.
+3. attribute plan modifiers run (use_state_for_unknown, requires_replace...), outermost first. A nested
+   object a modifier restored from the prior state keeps its prior attributes (they are not marked
+   unknown one level down), as in terraform-plugin-framework.
 
 Destroy (a null proposal, sent because the `plan_destroy` capability is advertised) plans null.
 Everything here is deterministic: the same inputs give the same plan.
@@ -12,10 +14,10 @@ Everything here is deterministic: the same inputs give the same plan.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from provider.cty import UNKNOWN, AttributePath, is_unknown, is_wholly_known, values_equal
+from provider.cty import UNKNOWN, AttributePath, CtyType, is_unknown, is_wholly_known, values_equal
 from provider.framework.planmodifiers import PlanModification
 from provider.framework.schema import NestedAttribute, Schema
 from provider.framework.walk import ElementFn, Node, map_elements
@@ -29,6 +31,7 @@ class _Run:
     prior: Any
     plan: Any
     changed: bool
+    type: CtyType | None = None
     requires_replace: list[AttributePath] = field(default_factory=list)
 
 
@@ -85,12 +88,15 @@ def _modify(node: Node, config: Any, prior: Any, plan: Any, path: AttributePath,
         v = plan.get(name)
         apath = path.attr(name)
         new = v
-        if run.changed and attr.computed and c is None and not attr.has_default:
+        marked = run.changed and attr.computed and c is None and not attr.has_default
+        if marked:
             new = UNKNOWN
         if attr.plan_modifiers:
             new = _run_modifiers(attr.plan_modifiers, apath, attr.cty_type, c, p, new, run)
         if isinstance(attr, NestedAttribute):
-            new = map_elements(attr, attr.nesting, c, p, new, apath, _modify_fn(attr, run))
+            # Restored whole by a modifier: its attributes keep their prior values.
+            inner = replace(run, changed=False) if marked and not is_unknown(new) else run
+            new = map_elements(attr, attr.nesting, c, p, new, apath, _modify_fn(attr, inner))
         if new is not v:
             out = out if out is not None else dict(plan)
             out[name] = new
@@ -112,7 +118,9 @@ def _modify(node: Node, config: Any, prior: Any, plan: Any, path: AttributePath,
 def _run_modifiers(
     modifiers: Any, path: AttributePath, type_: Any, config: Any, prior: Any, plan: Any, run: _Run
 ) -> Any:
-    m = PlanModification(path, type_, config, prior, plan, run.config, run.prior, run.plan)
+    m = PlanModification(
+        path, type_, config, prior, plan, run.config, run.prior, run.plan, resource_type=run.type
+    )
     for modifier in modifiers:
         modifier.modify(m)
     if m.requires_replace and path not in run.requires_replace:
@@ -126,7 +134,7 @@ def plan_resource(schema: Schema, config: Any, prior: Any, proposed: Any) -> tup
         return None, []
     planned = apply_defaults(schema, config, proposed)
     changed = prior is None or not values_equal(planned, prior, schema.cty_type)
-    run = _Run(config, prior, planned, changed)
+    run = _Run(config, prior, planned, changed, schema.cty_type)
     planned = _modify(schema, config, prior, planned, ROOT, run)
     return planned, run.requires_replace
 

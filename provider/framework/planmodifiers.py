@@ -2,6 +2,8 @@
 
 - `use_state_for_unknown()`: a computed value that does not change after creation (ids, creation times)
   keeps its prior value instead of showing "(known after apply)" on every update.
+- `use_state_for_unknown_unless_changed(*names)`: the same, except when one of the named top-level
+  attributes changes in this plan (a value derived from them: a node list that follows `node_count`).
 - `requires_replace()`: a change to this attribute destroys and re-creates the resource.
 - `requires_replace_if(condition, description)`: the same, only when `condition(request)` is true.
 """
@@ -12,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from provider.cty import AttributePath, CtyType, is_unknown, values_equal
+from provider.cty import AttributePath, CtyType, Object, is_unknown, values_equal
 
 
 @dataclass(slots=True)
@@ -29,10 +31,26 @@ class PlanModification:
     resource_state: Any
     resource_plan: Any
     requires_replace: bool = False
+    resource_type: CtyType | None = None  # the resource's object type (to compare its attributes)
 
     @property
     def creating(self) -> bool:
         return self.resource_state is None
+
+    def attribute_changes(self, name: str) -> bool:
+        """Whether top-level attribute `name` differs between the prior state and the plan (an unknown
+        planned value counts as a change)."""
+        plan, state = self.resource_plan, self.resource_state
+        if not isinstance(plan, dict) or not isinstance(state, dict):
+            return True
+        new = plan.get(name)
+        if is_unknown(new):
+            return True
+        types = self.resource_type.attributes if isinstance(self.resource_type, Object) else {}
+        attr_type = types.get(name)
+        if attr_type is None:
+            return bool(new != state.get(name))
+        return not values_equal(new, state.get(name), attr_type)
 
 
 class PlanModifier(Protocol):
@@ -46,6 +64,23 @@ class UseStateForUnknown:
 
     def modify(self, m: PlanModification) -> None:
         if m.creating or m.state_value is None or not is_unknown(m.plan_value) or is_unknown(m.config_value):
+            return
+        m.plan_value = m.state_value
+
+
+class UseStateForUnknownUnlessChanged:
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.description = "The prior value is kept in plans" + (
+            " unless " + ", ".join(f"`{n}`" for n in names) + " changes." if names else "."
+        )
+
+    def modify(self, m: PlanModification) -> None:
+        # Unlike use_state_for_unknown a null prior is kept too: a value that follows the named attributes
+        # is absent for as long as they stay as they are (a cluster without Slurm has no Slurm section).
+        if m.creating or not is_unknown(m.plan_value) or is_unknown(m.config_value):
+            return
+        if any(m.attribute_changes(name) for name in self.names):
             return
         m.plan_value = m.state_value
 
@@ -66,6 +101,11 @@ class RequiresReplaceIf:
 
 def use_state_for_unknown() -> UseStateForUnknown:
     return UseStateForUnknown()
+
+
+def use_state_for_unknown_unless_changed(*names: str) -> UseStateForUnknownUnlessChanged:
+    """Keep the prior value unless one of the top-level attributes `names` changes in this plan."""
+    return UseStateForUnknownUnlessChanged(names)
 
 
 def requires_replace() -> RequiresReplaceIf:

@@ -6,11 +6,12 @@ the provider knows. Null and unknown values are never rejected.
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
-from provider.cty import AttributePath, format_path, is_unknown
-from provider.framework.diagnostics import Diagnostics
+from provider.cty import AttributePath, Index, Set, format_path, is_unknown
+from provider.framework.diagnostics import Diagnostic, Diagnostics
 from provider.framework.schema import Int64Attribute, NestedAttribute, Nesting
 from provider.framework.walk import Node
 
@@ -33,15 +34,12 @@ def validate_config(node: Node, config: Any, diags: Diagnostics, path: Attribute
         if is_unknown(value):
             continue
         if isinstance(attr, Int64Attribute) and not _is_int64(value):
-            diags.error(
-                "Invalid Attribute Value",
-                f"Attribute {format_path(apath)} must be a whole number between {INT64_MIN} and "
-                f"{INT64_MAX}, got: {value}",
-                apath,
-            )
+            diags.error("Invalid Attribute Value", _not_int64(apath, attr.validators, value), apath)
             continue
+        found = Diagnostics()
         for validator in attr.validators:
-            validator.validate(value, apath, diags)
+            validator.validate(value, apath, found)
+        diags.extend(_at_set(found, apath, value) if isinstance(attr.cty_type, Set) else found)
         if isinstance(attr, NestedAttribute):
             _validate_elements(attr, attr.nesting, value, apath, diags)
     for name, block in node.blocks.items():
@@ -70,6 +68,36 @@ def _validate_elements(
     else:  # set elements cannot be addressed: report at the set
         for elem in value:
             validate_config(node, elem, diags, path)
+
+
+def _not_int64(path: AttributePath, validators: Any, value: Any) -> str:
+    """What a number that is no int64 breaks: the attribute's own range when it has one (`1-4096`), not
+    the int64 bounds, which say nothing to the user."""
+    ranges = [
+        d.removeprefix("value must be ")
+        for d in (getattr(v, "description", "") for v in validators)
+        if d.startswith("value must be ")
+    ]
+    rule = ranges[0] if ranges else f"between {INT64_MIN} and {INT64_MAX}"
+    return f"Attribute {format_path(path)} must be a whole number {rule}, got: {value}"
+
+
+def _at_set(found: Diagnostics, set_path: AttributePath, value: Any) -> list[Diagnostic]:
+    """Diagnostics about set elements moved to the set itself: the protocol cannot address a set element,
+    and an index into the (sorted) set would name the wrong one. The detail names the element by value."""
+    out = []
+    for d in found:
+        if d.path is None or len(d.path) <= len(set_path) or d.path[: len(set_path)] != set_path:
+            out.append(d)
+            continue
+        step = d.path[len(set_path)]
+        key = step.key if isinstance(step, Index) else None
+        in_range = isinstance(key, int) and isinstance(value, list) and key < len(value)
+        element = value[key] if in_range else None
+        shown = json.dumps(element) if isinstance(element, str | int) else "element"
+        detail = d.detail.replace(format_path(d.path), f"{format_path(set_path)} element {shown}")
+        out.append(Diagnostic(d.severity, d.summary, detail, set_path))
+    return out
 
 
 def _is_int64(value: Any) -> bool:

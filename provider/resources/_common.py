@@ -108,6 +108,8 @@ def _next_step(error: ApiError, subject: str) -> str:
     if isinstance(error, Unauthorized):
         return "The API key was rejected: check api_key in the provider block or GPUCLOUD_API_KEY."
     if isinstance(error, Forbidden):
+        if "admin key" in error.detail:
+            return ""  # the API already said which key to use
         return (
             "Creating, changing or deleting objects and reading cluster credentials need an API key with "
             "the admin role; member keys are read-only."
@@ -157,10 +159,14 @@ def api_error(
 
 
 def _sentence(text: str) -> str:
+    """The API's message as a sentence: a capital first letter, unless the message starts with a field
+    name (`deletion_protection is on`), which keeps its spelling."""
     text = text.strip()
     if not text:
         return text
-    text = text[0].upper() + text[1:]
+    first = text.split(maxsplit=1)[0]
+    if not any(c in first for c in "_.[") and not any(c.isdigit() for c in first):
+        text = text[0].upper() + text[1:]
     return text if text.endswith((".", "!", "?")) else text + "."
 
 

@@ -19,6 +19,7 @@ from provider.resources.api_rules import check_field_rules
 
 USD_QUANTUM = Decimal("0.000001")
 HOURS_PER_DAY = 24
+FABRIC_LABELS = {"infiniband": "InfiniBand", "efa": "EFA", "ethernet": "Ethernet"}
 
 
 def known(value: Any) -> TypeGuard[Any]:
@@ -52,6 +53,22 @@ class Catalog:
         offered = self.instance_types[itype].get("interconnects") or [None]
         value = rules.get("default_interconnect") or offered[0]
         return value if isinstance(value, str) else None
+
+    def same_gpus_on(self, itype: str, interconnect: str) -> str:
+        """Where the GPUs of `itype` are sold on `interconnect`, as the API says it:
+        `; for EFA use instance_type 8xH100-EFA (offered in us-east-1)`, or "" when nowhere."""
+        shape = self.instance_types[itype]
+        offers = []
+        for name, other in sorted(self.instance_types.items()):
+            gpus = (other.get("gpu_model"), other.get("gpu_count"))
+            offered = other.get("interconnects") or []
+            if gpus != (shape.get("gpu_model"), shape.get("gpu_count")) or interconnect not in offered:
+                continue
+            regions = sorted({a["region"] for a in other.get("availability") or []
+                              if a.get("interconnect") == interconnect})
+            offers.append(f"{name} (offered in {', '.join(regions) or 'no region yet'})")
+        label = FABRIC_LABELS.get(interconnect, interconnect)
+        return f"; for {label} use instance_type {' or '.join(offers)}" if offers else ""
 
     def reserved_discount(self, itype: str, days: int) -> Decimal:
         """The discount of the deepest reserved tier a term of `days` reaches (0 below all)."""
@@ -166,7 +183,8 @@ def check_catalog_rules(ctx: Context, catalog: Catalog, plan: Mapping[str, Any])
     if known(interconnect) and interconnect not in offered:
         ctx.error(
             "Unsupported Interconnect",
-            f"{itype} supports {', '.join(offered)}, not {interconnect}.",
+            f"{itype} supports {', '.join(offered)}, not {interconnect}"
+            f"{catalog.same_gpus_on(str(itype), str(interconnect))}.",
             root("interconnect"),
         )
         return
@@ -204,23 +222,44 @@ def check_capacity(
         return
     where = ", ".join(f"{a['fabric']}: {a.get('available_nodes', 0)} of {a.get('capacity_nodes', '?')}"
                       for a in fabrics)
-    verb = f"add {needed} nodes" if prior_nodes else f"place {needed} nodes"
+    if prior_nodes:
+        ctx.error(
+            "Insufficient Capacity",
+            f"{region} cannot add {needed} nodes of {itype} to this cluster now: the {interconnect} fabric "
+            f"has at most {best} free ({where} nodes free), so node_count can grow to {prior_nodes + best} "
+            "at most. Another region would mean a new cluster (changing region replaces this one).",
+            root("node_count"),
+        )
+        return
     ctx.error(
         "Insufficient Capacity",
-        f"{region} cannot {verb} of {itype} on one {interconnect} fabric now: at most {best} are available "
-        f"({where} nodes free). Lower node_count or choose another region.",
+        f"{region} cannot place {needed} nodes of {itype} on one {interconnect} fabric now: at most {best} "
+        f"are available ({where} nodes free). Lower node_count or choose another region.",
         root("node_count"),
     )
 
 
-def check_cost_ceiling(ctx: Context, plan: Mapping[str, Any], cost: CostEstimate | None) -> None:
+def check_cost_ceiling(
+    ctx: Context, plan: Mapping[str, Any], cost: CostEstimate | None, state: Mapping[str, Any] | None
+) -> None:
+    """max_hourly_cost_usd refuses a create or a change that raises the cost above it. A cost already above
+    a lowered limit is a warning (a plan that does not raise it, a destroy included, must go through)."""
     ceiling = plan.get("max_hourly_cost_usd")
-    if cost is None or not known(ceiling):
+    if cost is None or not known(ceiling) or Decimal(cost.hourly_usd) <= Decimal(ceiling):
         return
-    if Decimal(cost.hourly_usd) > Decimal(ceiling):
-        ctx.error(
+    before = None if state is None else state.get("estimated_hourly_cost_usd")
+    if state is not None and (not known(before) or Decimal(cost.hourly_usd) <= Decimal(before)):
+        ctx.warning(
             "Hourly Cost Above Limit",
-            f"The cluster would cost {cost.hourly_usd} USD per hour, above max_hourly_cost_usd = {ceiling}. "
-            "Lower node_count, pick a cheaper instance type or raise the limit.",
+            f"The cluster costs {cost.hourly_usd} USD per hour, above max_hourly_cost_usd = {ceiling}. "
+            "The limit refuses only creates and changes that raise the cost; lower node_count to get "
+            "under it.",
             root("max_hourly_cost_usd"),
         )
+        return
+    ctx.error(
+        "Hourly Cost Above Limit",
+        f"The cluster would cost {cost.hourly_usd} USD per hour, above max_hourly_cost_usd = {ceiling}. "
+        "Lower node_count, pick a cheaper instance type or raise the limit.",
+        root("max_hourly_cost_usd"),
+    )

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from provider.client import ApiError, Conflict, GpuCloudClient, NotFound, TransportError
-from provider.cty import UNKNOWN, format_path, is_unknown
+from provider.cty import UNKNOWN, format_path, is_unknown, is_wholly_known
 from provider.framework import Cancelled, Context, Resource, State, root, timeout
 from provider.resources import cluster_checks as checks
 from provider.resources._common import (
@@ -28,6 +28,7 @@ from provider.resources._common import (
     remember_etag,
 )
 from provider.resources.cluster_checks import known
+from provider.resources.cluster_reservation import warn_if_term_forfeited
 from provider.resources.cluster_wait import (
     ClusterWaitError,
     Poller,
@@ -36,6 +37,7 @@ from provider.resources.cluster_wait import (
 )
 from provider.resources.gpu_cluster_schema import (
     CLUSTER_SCHEMA,
+    RUNTIME_ATTRIBUTES,
     cluster_state,
     reservation_state,
     spec_from_plan,
@@ -80,6 +82,35 @@ def _differs(name: str, plan: State, state: State) -> bool:
     return bool(new != old)
 
 
+def _unknown_while_converging(plan: State, state: State | None) -> None:
+    """A change to a cluster that is not RUNNING yet: its nodes, login and endpoints are still being set
+    up, so they are not kept from the prior state (the term's dates once it started are)."""
+    if state is None or state.get("status") == "RUNNING" or not is_unknown(plan.get("status")):
+        return  # create, a RUNNING cluster, or nothing changes (status is unknown only in a change)
+    for name in RUNTIME_ATTRIBUTES:
+        plan[name] = UNKNOWN
+    term = state.get("reservation")
+    if isinstance(term, dict) and term.get("starts_at"):
+        plan["reservation"] = term
+
+
+def _term_may_start(plan: State) -> None:
+    """A reserved term not started yet may start during this apply: its dates are not kept as null."""
+    term = plan.get("reservation")
+    if is_unknown(plan.get("status")) and isinstance(term, dict) and term.get("starts_at") is None:
+        plan["reservation"] = {**term, "starts_at": UNKNOWN, "ends_at": UNKNOWN}
+
+
+def _keep_planned(new: State, plan: State) -> State:
+    """The applied state with the runtime values the plan kept known (an in-place change that cannot alter
+    them): Terraform rejects an apply result that differs from a known planned value, so a node repaired
+    meanwhile shows at the next refresh instead of failing this apply."""
+    for name in RUNTIME_ATTRIBUTES:
+        if name in plan and is_wholly_known(plan[name]):
+            new[name] = plan[name]
+    return new
+
+
 class GpuClusterResource(Resource):
     type_name = "gpucloud_gpu_cluster"
     import_id_attribute = "id"
@@ -94,6 +125,8 @@ class GpuClusterResource(Resource):
         self, ctx: Context, plan: State | None, state: State | None, config: State | None
     ) -> State | None:
         if plan is None:
+            if state is not None:
+                warn_if_term_forfeited(ctx, state, "Destroying")
             if state is not None and state.get("deletion_protection") is True:
                 ctx.error(
                     "Cluster Is Protected From Deletion",
@@ -114,6 +147,8 @@ class GpuClusterResource(Resource):
                 "new one.",
                 root("status"),
             )
+        if ctx.requires_replace and state is not None:
+            warn_if_term_forfeited(ctx, state, "Replacing")
         if ctx.requires_replace and state is not None and state.get("deletion_protection") is True:
             changed = ", ".join(sorted({format_path(p) for p in ctx.requires_replace}))
             ctx.error(
@@ -122,6 +157,8 @@ class GpuClusterResource(Resource):
                 "true. Set it to false and apply first, or keep the current value.",
                 root("deletion_protection"),
             )
+        _unknown_while_converging(plan, state)
+        _term_may_start(plan)
         nodes = plan.get("node_count")
         if is_unknown(plan.get("orchestrator")) and known(nodes):
             plan["orchestrator"] = "slurm" if int(nodes) > 1 else "none"
@@ -160,17 +197,23 @@ class GpuClusterResource(Resource):
         if creating or (known(plan.get("node_count")) and plan["node_count"] != prior_nodes):
             checks.check_capacity(ctx, catalog, plan, prior_nodes)
         cost = checks.estimate(catalog, plan)
-        checks.check_cost_ceiling(ctx, plan, cost)
+        checks.check_cost_ceiling(ctx, plan, cost, state)
         if shape is not None and known(plan.get("node_count")) and is_unknown(plan.get("num_gpus")):
             plan["num_gpus"] = int(shape["gpu_count"]) * int(plan["node_count"])
         if shape is not None and is_unknown(plan.get("gpu_type")):
             plan["gpu_type"] = shape["gpu_model"]
         if cost is not None and is_unknown(plan.get("estimated_hourly_cost_usd")):
             plan["estimated_hourly_cost_usd"] = cost.hourly_usd
+        if cost is not None and is_unknown(plan.get("reservation")):
+            # The up-front charge shows in the plan; the term's dates once the cluster first runs.
+            plan["reservation"] = None if cost.upfront_usd is None else {
+                "starts_at": UNKNOWN, "ends_at": UNKNOWN, "upfront_cost_usd": cost.upfront_usd
+            }
         self._check_references(ctx, plan, state)
 
     def _check_references(self, ctx: Context, plan: State, state: State | None) -> None:
-        """Keys and volumes named by known ids must exist; volumes must be in the cluster's region."""
+        """Keys and volumes named by known ids must exist; volumes must be in the cluster's region.
+        Warnings (`reference_problem`): they must not block `terraform destroy`."""
         client = client_of(ctx)
         for attr, getter, kind in (
             ("ssh_key_ids", client.get_ssh_key, "SSH key"),
@@ -184,14 +227,15 @@ class GpuClusterResource(Resource):
                 try:
                     found = getter(ref)
                 except NotFound:
-                    ctx.error(f"Unknown {kind.title()}", f"No {kind} with id \"{ref}\" in this project.",
-                              root(attr))
+                    ctx.reference_problem(
+                        f"Unknown {kind.title()}", f"No {kind} with id \"{ref}\" in this project.", root(attr)
+                    )
                     continue
                 except ApiError:
                     continue  # checked again by the API at apply
                 region = plan.get("region")
                 if attr == "shared_volume_ids" and known(region) and found.get("region") != region:
-                    ctx.error(
+                    ctx.reference_problem(
                         "Volume In Another Region",
                         f"Shared volume {ref} is in {found.get('region')}, the cluster in {region}; "
                         "a cluster can only mount volumes of its own region.",
@@ -300,7 +344,7 @@ class GpuClusterResource(Resource):
                           f"change: {reason}. Run terraform apply again to finish.")
                 return self._state(ctx, client, poller.last or body, plan)
             remember_etag(ctx, poller.etag)
-        return self._state(ctx, client, body, plan)
+        return _keep_planned(self._state(ctx, client, body, plan), plan)
 
     def _refreshed_or(self, ctx: Context, client: GpuCloudClient, cluster_id: str, state: State) -> State:
         """After a failed update: the cluster as it is now (so partial changes are recorded)."""

@@ -23,6 +23,7 @@ from provider.framework import (
     requires_replace,
     timeouts_block,
     use_state_for_unknown,
+    use_state_for_unknown_unless_changed,
 )
 from provider.framework.schema import Attribute
 from provider.framework.validators import Validator
@@ -89,10 +90,13 @@ KUBERNETES_ATTRIBUTES: dict[str, Attribute] = {
 }
 
 RESERVATION_ATTRIBUTES: dict[str, Attribute] = {
-    "starts_at": _computed_str("Start of the reserved term (RFC 3339); null until the cluster first runs."),
+    "starts_at": _computed_str(
+        "Start of the reserved term (RFC 3339): when the cluster first ran; null until then."
+    ),
     "ends_at": _computed_str("End of the reserved term (RFC 3339); null until the cluster first runs."),
     "upfront_cost_usd": NumberAttribute(
-        computed=True, description="The whole term's charge in USD, billed when the cluster first runs."
+        computed=True,
+        description="The whole term's charge in USD, billed when the cluster first runs (known at plan).",
     ),
 }
 
@@ -123,8 +127,22 @@ BILLING_ATTRIBUTES: dict[str, Attribute] = {
 }
 
 
+# What each runtime value follows on an in-place change: it keeps its prior value in the plan unless one
+# of these changes (node names and the login/controller host derive from the cluster name).
+NODES_FOLLOW = ("name", "node_count", "shared_volume_ids", "container", "ssh_key_ids")
+HOSTS_FOLLOW = ("name", "node_count")
+# Planned unknown again while the cluster is not RUNNING: they are still changing.
+RUNTIME_ATTRIBUTES = ("nodes", "login", "slurm", "kubernetes", "nccl_env", "reservation")
+
+
+def _keep(*follows: str) -> list[Any]:
+    """Plan modifiers of a computed value that stays as it is unless one of `follows` changes."""
+    return [use_state_for_unknown_unless_changed(*follows)]
+
+
 def computed_attributes() -> dict[str, Attribute]:
-    """The attributes the backend computes (shared with the data source)."""
+    """The attributes the backend computes (the data source copies them without plan modifiers)."""
+
     return {
         "id": StringAttribute(
             computed=True, description="Cluster id.", plan_modifiers=[use_state_for_unknown()]
@@ -134,8 +152,14 @@ def computed_attributes() -> dict[str, Attribute]:
             "credits: nodes powered off until credits are added), DESTROYING or FAILED."
         ),
         "phase": _computed_str("Finer-grained progress, e.g. `ProgrammingFabric`, `Ready`, `Degraded`."),
-        "num_gpus": Int64Attribute(computed=True, description="GPUs in the cluster (all nodes)."),
-        "gpu_type": _computed_str("GPU model of the instance type, e.g. `H100 SXM 80GB`."),
+        "num_gpus": Int64Attribute(
+            computed=True, description="GPUs in the cluster (all nodes).", plan_modifiers=_keep("node_count")
+        ),
+        "gpu_type": StringAttribute(
+            computed=True,
+            description="GPU model of the instance type, e.g. `H100 SXM 80GB`.",
+            plan_modifiers=_keep(),
+        ),
         "created_at": StringAttribute(
             computed=True,
             description="When the cluster was created (RFC 3339).",
@@ -145,23 +169,32 @@ def computed_attributes() -> dict[str, Attribute]:
             computed=True,
             attributes=NODE_ATTRIBUTES,
             description="The cluster's nodes with their fabric placement.",
+            plan_modifiers=_keep(*NODES_FOLLOW),
         ),
         "login": SingleNestedAttribute(
-            computed=True, attributes=LOGIN_ATTRIBUTES, description="How to log in (SSH)."
+            computed=True,
+            attributes=LOGIN_ATTRIBUTES,
+            description="How to log in (SSH).",
+            plan_modifiers=_keep(*HOSTS_FOLLOW),
         ),
         "slurm": SingleNestedAttribute(
-            computed=True, attributes=SLURM_ATTRIBUTES, description="Slurm details (Slurm clusters only)."
+            computed=True,
+            attributes=SLURM_ATTRIBUTES,
+            description="Slurm details (Slurm clusters only).",
+            plan_modifiers=_keep(*HOSTS_FOLLOW),
         ),
         "kubernetes": SingleNestedAttribute(
             computed=True,
             attributes=KUBERNETES_ATTRIBUTES,
             description="Kubernetes API details (Kubernetes clusters only). Credentials come from the "
             "`gpucloud_cluster_credentials` ephemeral resource, never from state.",
+            plan_modifiers=_keep("node_count"),
         ),
         "nccl_env": MapAttribute(
             element_type=STRING,
             computed=True,
             description="NCCL / libfabric environment variables tuned for the cluster's interconnect.",
+            plan_modifiers=_keep(),
         ),
         "estimated_hourly_cost_usd": NumberAttribute(
             computed=True,
@@ -172,6 +205,7 @@ def computed_attributes() -> dict[str, Attribute]:
             computed=True,
             attributes=RESERVATION_ATTRIBUTES,
             description="The reserved term (reserved billing only).",
+            plan_modifiers=_keep("billing"),
         ),
     }
 
@@ -182,7 +216,11 @@ CLUSTER_SCHEMA = Schema(
     "- **Plan**: defaults (orchestrator, interconnect), the GPU count and `estimated_hourly_cost_usd` are "
     "known at plan time from the catalog. Every rule the API enforces is checked at plan time against "
     "the values already known, naming the attribute to blame, and so is the capacity of the region for "
-    "a create or a scale-up (the error says how many nodes are available).\n"
+    "a create or a scale-up (the error says how many nodes are free). Problems of referenced objects "
+    "(an SSH key that does not exist, a volume in another region) are warnings at plan and errors at "
+    "apply, so that `terraform destroy` is never blocked by a cluster that was never created. An "
+    "in-place change keeps the values it cannot alter known in the plan (`login`, `kubernetes`, "
+    "`nodes`...), so resources and providers configured from them are not disturbed.\n"
     "- **In place**: `name`, `node_count` (scaling), `container`, `ssh_key_ids`, `shared_volume_ids` "
     "(attach/detach), `labels`, `deletion_protection`, `max_hourly_cost_usd`, `billing.on_expiry`. "
     "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `billing.type`, "
@@ -192,7 +230,14 @@ CLUSTER_SCHEMA = Schema(
     "out is saved with an error, so Terraform marks it tainted and the next apply replaces it; a "
     "cluster found FAILED on refresh is planned for replacement with a warning.\n"
     "- **Drift**: refresh reads the cluster; changes made outside Terraform (scale, labels, volumes, "
-    "keys) show in the plan, and a deleted cluster is planned for creation.",
+    "keys) show in the plan, and a deleted cluster is planned for creation.\n"
+    "- **Reserved terms** are charged in full when the cluster first runs and never refunded: the plan "
+    "shows `reservation.upfront_cost_usd`, and a plan that destroys or replaces a reserved cluster "
+    "before its term ends warns with the days left and the prepaid amount forfeited.\n"
+    "- **`-replace` and `deletion_protection`**: Terraform does not tell providers about `terraform "
+    "apply -replace=...`, so the plan cannot refuse replacing a protected cluster; the apply fails at "
+    "the delete, after resources depending on the cluster were already destroyed. Set "
+    "`deletion_protection = false` and apply before using `-replace` on a cluster.",
     attributes={
         # Required
         "name": StringAttribute(
@@ -286,7 +331,9 @@ CLUSTER_SCHEMA = Schema(
         ),
         "max_hourly_cost_usd": NumberAttribute(
             optional=True,
-            description="Refuse any plan (create or scale) that would cost more than this per hour.",
+            description="Refuses a create, or a change that raises the hourly cost, above this many USD "
+            "per hour. A cost already above a lowered limit is a warning: changes that do not raise "
+            "it (labels, a scale-down, destroy) go through.",
             validators=api("max_hourly_cost_usd"),
         ),
         "wait_for_running": BoolAttribute(

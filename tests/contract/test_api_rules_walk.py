@@ -8,7 +8,8 @@ walk cannot break fails it, so a new rule cannot slip past the provider unnotice
 
 The API's other 422 rules need the catalog or stored objects (unknown regions, fabric offers, missing or
 foreign-region references, the cost ceiling): the provider checks them while planning, against the same
-API, so the walk runs those through PlanResourceChange with the provider's client on the in-process API.
+API, so the walk runs those through PlanResourceChange with the provider's client on the in-process API
+(references to other objects are warnings there, so that they never block a destroy: `PLAN_WARNINGS`).
 Every error code the backend's sources can raise must be walked one way or the other, or be listed in
 `NOT_PLAN_TIME` with the reason.
 """
@@ -238,6 +239,12 @@ PLAN_BREAKERS: dict[tuple[str, str, str], dict[str, Any]] = {
     ("ClusterCreate", "volume_ids", "region_mismatch"): {"volume_ids": ["<west volume>"]},
     ("VolumeCreate", "region", "unknown_region"): {"region": "mars-1"},
 }
+# Rules about other objects are plan-time warnings (the API still refuses them at apply): Terraform
+# plans a never-created resource as a create before a destroy too, and an error there blocks destroy.
+PLAN_WARNINGS = {
+    ("ClusterCreate", "ssh_key_ids", "not_found"),
+    ("ClusterCreate", "volume_ids", "region_mismatch"),
+}
 # Error codes the backend raises that are no plan-time input rule, and why.
 NOT_PLAN_TIME = {
     "duplicate": "an id listed twice: Terraform sets cannot hold duplicates",
@@ -281,7 +288,8 @@ def planning_server(api: TestClient) -> ProviderServer:
     return server
 
 
-def _plan_errors(server: ProviderServer, schema: str, body: dict[str, Any]) -> list[list[str]]:
+def _plan_errors(server: ProviderServer, schema: str, body: dict[str, Any],
+                 severity: int = pb.Diagnostic.ERROR) -> list[list[str]]:
     type_name, config = _config(schema, body)
     cty_type = server._resources[type_name].schema.cty_type
     response = server.plan_resource_change(pb.PlanResourceChange.Request(
@@ -291,7 +299,7 @@ def _plan_errors(server: ProviderServer, schema: str, body: dict[str, Any]) -> l
         config=pb.DynamicValue(msgpack=encode_msgpack(config, cty_type)),
     ))
     return [[s.attribute_name for s in d.attribute.steps if s.attribute_name]
-            for d in response.diagnostics if d.severity == pb.Diagnostic.ERROR]
+            for d in response.diagnostics if d.severity == severity]
 
 
 @pytest.mark.parametrize(("schema", "field", "code"), list(PLAN_BREAKERS), ids=lambda p: str(p))
@@ -308,4 +316,5 @@ def test_api_rules_walk_catalog_and_reference_rules_are_refused_at_plan_time(
     assert code in [e["code"] for e in response.json()["errors"] if e["field"].split("[")[0] == field]
 
     renames = RESOURCES[schema][2]
-    assert [renames.get(field, field)] in _plan_errors(planning_server, schema, body)
+    severity = pb.Diagnostic.WARNING if (schema, field, code) in PLAN_WARNINGS else pb.Diagnostic.ERROR
+    assert [renames.get(field, field)] in _plan_errors(planning_server, schema, body, severity)

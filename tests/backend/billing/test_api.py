@@ -253,3 +253,36 @@ def test_cluster_billing_view_exposes_the_reserved_term(tenant: Tenant, billing_
     assert view.term_start == at("10:00:00") and view.term_end == at("10:00:00", day=9)
     assert Decimal(view.upfront_usd) == Decimal("3.99") * Decimal("0.85") * 8 * 24 * 7  # 4,558.176
     assert view.discount == "0.15" and view.expired is False
+
+
+def test_cluster_billing_view_shows_a_started_term_before_the_metering_pass_charges_it(
+    billing_world: BillingWorld,
+) -> None:
+    from backend.billing.reports import cluster_billing
+    from backend.domain.catalog import default_catalog
+    from backend.services.clusters import cluster_spec
+    from backend.store.engine_models import EngineCluster
+    from backend.store.models import Cluster
+
+    project = billing_world.project()
+    cluster = billing_world.cluster(project, instance_type="8xH100", region="us-east-1", node_count=1,
+                                    billing_type="reserved", duration_days=7, on_expiry="decommission")
+
+    def shown() -> dict[str, object] | None:
+        with billing_world.sessions() as session:
+            spec = cluster_spec(session.get(Cluster, cluster))
+            view: dict[str, object] | None = cluster_billing(
+                session, cluster, spec=spec, catalog=default_catalog())["reservation"]
+            return view
+
+    with billing_world.sessions.begin() as session:
+        session.add(EngineCluster(cluster_id=cluster, fabric="ib-east-a", hostname_prefix="c",
+                                  subnet="10.0.0.0/24"))
+    assert shown() is None  # not run yet: no term
+    with billing_world.sessions.begin() as session:
+        session.get(EngineCluster, cluster).first_ready_at = at("10:00:00")
+    billing_world.transition(cluster, "n0", "RUNNING", at("10:00:00"))
+    pending = shown()
+    assert pending is not None and pending["term_start"] == at("10:00:00")
+    billing_world.run(at("10:00:30"))
+    assert shown() == pending  # the metering pass charged exactly the term shown

@@ -37,3 +37,20 @@ def test_scaling_a_started_reserved_term_prices_the_extra_node_on_demand(world: 
     [error] = raised.value.errors
     assert (error.path, error.code) == ("max_hourly_cost_usd", "cost_limit_exceeded")
     assert Decimal(error.message.split()[4]) == ONE_RESERVED_ONE_ON_DEMAND  # "would cost X USD per hour"
+
+
+def test_cost_ceiling_lowered_below_the_cost_refuses_only_changes_that_raise_it(world: BillingWorld) -> None:
+    project = world.project()
+    cluster_id = world.cluster(project, instance_type="8xH100", region="us-east-1", node_count=2)
+
+    def update(changes: dict[str, object]) -> None:
+        with world.sessions.begin() as session:
+            clusters.update_cluster(session=session, catalog=default_catalog(), project_id=project,
+                                    cluster_id=cluster_id, changes=changes, if_match=None)
+
+    update({"max_hourly_cost_usd": 10})  # 63.84 USD/h now: lowering the ceiling is no raise
+    update({"labels": {"team": "ml"}})  # nor is a label change
+    update({"node_count": 1})  # nor a scale-down
+    with pytest.raises(ApiError) as raised:
+        update({"node_count": 3})
+    assert [e.code for e in raised.value.errors] == ["cost_limit_exceeded"]

@@ -223,3 +223,11 @@ def test_cluster_status_follows_the_priority_rule() -> None:
     assert derive_cluster_status(["RUNNING", "DESTROYED"]) == NodeStatus.RUNNING
     assert derive_cluster_status([]) == NodeStatus.PENDING
     assert derive_cluster_status([], empty=NodeStatus.DESTROYED) == NodeStatus.DESTROYED
+
+
+def test_rules_unsupported_interconnect_names_the_type_that_has_it_and_where() -> None:
+    found = validate_cluster_spec(spec(interconnect="efa"), CATALOG)
+    [error] = [e for e in found if e.path == "interconnect"]
+    assert error.message == (
+        "8xH100 supports infiniband, not efa; for EFA use instance_type 8xH100-EFA (offered in us-east-1)"
+    )

@@ -1,14 +1,17 @@
-from provider.cty import UNKNOWN, AttributePath, GetAttr, is_unknown
+from provider.cty import NUMBER, UNKNOWN, AttributePath, GetAttr, is_unknown
 from provider.framework import (
     Int64Attribute,
     ListNestedAttribute,
     ListNestedBlock,
     Schema,
+    SetAttribute,
     SetNestedAttribute,
+    SingleNestedAttribute,
     StringAttribute,
     requires_replace,
     requires_replace_if,
     use_state_for_unknown,
+    use_state_for_unknown_unless_changed,
 )
 from provider.framework.plan import plan_resource
 
@@ -179,3 +182,40 @@ def test_plan_unknown_config_value_stays_unknown():
     planned, _ = plan_resource(SCHEMA, cfg, stored(), proposed_from(cfg, stored()))
     assert is_unknown(planned["name"])
     assert planned["id"] == "c-1"
+
+
+DERIVED_SCHEMA = Schema(
+    attributes={
+        "name": StringAttribute(required=True),
+        "size": Int64Attribute(optional=True),
+        "ports": SetAttribute(element_type=NUMBER, optional=True),
+        "login": SingleNestedAttribute(
+            computed=True,
+            attributes={"host": StringAttribute(computed=True), "port": Int64Attribute(computed=True)},
+            plan_modifiers=[use_state_for_unknown_unless_changed("size", "ports")],
+        ),
+        "status": StringAttribute(computed=True),
+    }
+)
+DERIVED_PRIOR = {"name": "a", "size": 2, "ports": [22, 80], "login": {"host": "h", "port": 22},
+                 "status": "RUNNING"}
+
+
+def _derived_plan(**changes):
+    cfg = {**DERIVED_PRIOR, "login": None, "status": None, **changes}
+    proposed = {**DERIVED_PRIOR, **changes}
+    return plan_resource(DERIVED_SCHEMA, cfg, DERIVED_PRIOR, proposed)[0]
+
+
+def test_plan_use_state_unless_changed_keeps_nested_object_when_other_attributes_change():
+    planned = _derived_plan(name="b", ports=[80, 22])  # a set in another order is no change
+    assert planned["login"] == {"host": "h", "port": 22}  # nested attributes not re-marked unknown
+    assert is_unknown(planned["status"])
+
+
+def test_plan_use_state_unless_changed_plans_unknown_when_a_named_attribute_changes():
+    assert is_unknown(_derived_plan(size=3)["login"])
+    assert is_unknown(_derived_plan(ports=[22])["login"])
+    created = plan_resource(DERIVED_SCHEMA, {**DERIVED_PRIOR, "login": None, "status": None}, None,
+                            {**DERIVED_PRIOR, "login": None, "status": None})[0]
+    assert is_unknown(created["login"])

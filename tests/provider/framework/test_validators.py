@@ -143,3 +143,23 @@ def test_config_validators_run_in_validate_rpc():
         pb.ValidateDataResourceConfig.Request(type_name="sample_lookup", config=config)
     )
     assert resp.diagnostics[0].summary == "Invalid Attribute Combination"
+
+
+def test_validate_config_set_element_problems_point_at_the_set_and_name_the_element():
+    schema = Schema(attributes={"keys": SetAttribute(element_type=STRING, optional=True,
+                                                     validators=[each_element(string_length(min=3))])})
+    diags = Diagnostics()
+    validate_config(schema, {"keys": ["abc", "x"]}, diags)  # the second element is the bad one
+    (diag,) = diags
+    assert diag.path == AttributePath((GetAttr("keys"),))
+    assert diag.detail.startswith('Attribute keys element "x" string length must be at least 3')
+
+
+def test_validate_config_fractional_int64_names_the_attributes_range():
+    schema = Schema(
+        attributes={"node_count": Int64Attribute(optional=True, validators=[int_between(1, 4096)])}
+    )
+    diags = Diagnostics()
+    validate_config(schema, {"node_count": Decimal("2.5")}, diags)
+    (diag,) = diags
+    assert diag.detail == "Attribute node_count must be a whole number between 1 and 4096, got: 2.5"

@@ -45,9 +45,24 @@ def test_client_of_unconfigured_provider_is_a_clear_error():
 
 def test_api_error_for_a_member_key_says_writes_need_the_admin_role():
     ctx = context(None)
-    detail = "this API key has the member role, which is read-only; use an admin key"
+    detail = "this API key may not change shared volumes"
     error = Forbidden(status=403, code="forbidden_role", detail=detail)
     api_error(ctx, "Error Creating Shared Volume", error, subject="shared volume")
     (diag,) = ctx.diagnostics
     assert "need an API key with the admin role" in diag.detail
     assert "member or admin" not in diag.detail  # a member key is exactly what failed
+
+
+def test_api_error_keeps_field_names_and_does_not_contradict_the_api():
+    from provider.client import Conflict, Forbidden
+    from provider.resources._common import api_error
+
+    ctx = context()
+    api_error(ctx, "Error Deleting GPU Cluster",
+              Conflict(status=409, detail="deletion_protection is on; set it to false first"), subject="x")
+    api_error(ctx, "Error Creating GPU Cluster", Forbidden(
+        status=403, detail="this API key has the member role, which is read-only; use an admin key"),
+        subject="x")
+    protected, member = (d.detail for d in ctx.diagnostics)
+    assert protected == "deletion_protection is on; set it to false first."
+    assert member == "This API key has the member role, which is read-only; use an admin key."

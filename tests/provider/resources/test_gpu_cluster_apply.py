@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from provider.client import GpuCloudClient
+from provider.cty import UNKNOWN
 from provider.framework import Context
 from provider.framework.state import schema_object
 from provider.resources import cluster_checks, gpu_cluster
@@ -159,7 +160,9 @@ def test_gpu_cluster_read_keeps_the_users_spelling_of_numbers(api):
 def test_gpu_cluster_update_patches_only_changes_and_waits_for_the_scale(api):
     state = created(api)
     ctx = ctx_for(api)
-    plan = {**state, "node_count": 3, "labels": {"a": "b"}}
+    # As planned: what the scale changes is unknown.
+    plan = {**state, "node_count": 3, "labels": {"a": "b"}, "nodes": UNKNOWN, "login": UNKNOWN,
+            "slurm": UNKNOWN}
     before = len(api.requests)
     new = RESOURCE.update(ctx, plan, state)
     assert not ctx.diagnostics and new is not None

@@ -3,6 +3,7 @@ attribute path, capacity, unknown values never rejected, FAILED clusters replace
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from decimal import Decimal
 from typing import Any
@@ -126,7 +127,8 @@ def test_gpu_cluster_plan_reserved_cost_uses_the_term_discount():
         ({"region": "mars-1"}, "region", "us-east-1, us-west-2"),
         ({"instance_type": "9xZ9"}, "instance_type", "choose one of"),
         ({"instance_type": "1xH100", "node_count": 2}, "node_count", "not fabric-capable"),
-        ({"interconnect": "efa"}, "interconnect", "supports infiniband"),
+        ({"interconnect": "efa"}, "interconnect",
+         "supports infiniband, not efa; for EFA use instance_type 8xH100-EFA (offered in us-east-1)."),
         ({"instance_type": "8xB200"}, "instance_type", "offered in us-west-2"),
         ({"node_count": 5}, "node_count", "at most 4 are available"),
         ({"max_hourly_cost_usd": 10}, "max_hourly_cost_usd", "31.92 USD per hour"),
@@ -140,8 +142,6 @@ def test_gpu_cluster_plan_reserved_cost_uses_the_term_discount():
          "billing.duration_days", "only allowed"),
         ({"max_hourly_cost_usd": Decimal("12.3456789")}, "max_hourly_cost_usd", "4 decimal places"),
         ({"labels": {"Bad Key": "x"}}, 'labels["Bad Key"]', "key must be 1-63 lowercase"),
-        ({"shared_volume_ids": ["vol_west"]}, "shared_volume_ids", "is in us-west-2"),
-        ({"ssh_key_ids": ["key_missing"]}, "ssh_key_ids", "No SSH key"),
     ],
 )
 def test_gpu_cluster_plan_rejects_invalid_config_at_its_path(config, path, words):
@@ -149,6 +149,25 @@ def test_gpu_cluster_plan_rejects_invalid_config_at_its_path(config, path, words
     found = errors(ctx)
     assert path in found, found
     assert words in found[path]
+
+
+def warnings(ctx: Context) -> dict[str, str]:
+    return {format_path(d.path) if d.path else "": f"{d.summary}: {d.detail}"
+            for d in ctx.diagnostics if d.severity == "warning"}
+
+
+@pytest.mark.parametrize(
+    ("config", "path", "words"),
+    [
+        ({"shared_volume_ids": ["vol_west"]}, "shared_volume_ids", "is in us-west-2"),
+        ({"ssh_key_ids": ["key_missing"]}, "ssh_key_ids", "No SSH key"),
+    ],
+)
+def test_gpu_cluster_plan_problems_of_referenced_objects_warn_without_blocking_destroy(config, path, words):
+    # terraform destroy plans a never-created cluster as a create first: an error would block it.
+    planned, ctx = plan({**BASE, **config})
+    assert planned is not None and not errors(ctx)
+    assert words in warnings(ctx)[path] and "The apply will fail on it." in warnings(ctx)[path]
 
 
 def test_gpu_cluster_plan_unknown_values_are_never_rejected():
@@ -197,7 +216,9 @@ def test_gpu_cluster_plan_scale_up_checks_added_nodes_and_shows_new_cost():
     assert planned["num_gpus"] == 48 and planned["estimated_hourly_cost_usd"] == Decimal("191.52")
     assert planned["orchestrator"] == "slurm" and planned["id"] == "cls_1"
     planned, ctx = plan(config_of(prior, node_count=7), prior)
-    assert "node_count" in errors(ctx) and "add 5 nodes" in errors(ctx)["node_count"]
+    found = errors(ctx)["node_count"]
+    assert "add 5 nodes" in found and "node_count can grow to 6 at most" in found
+    assert "choose another region" not in found and "changing region replaces this one" in found
 
 
 def test_gpu_cluster_plan_scaling_a_bare_cluster_past_one_node_is_refused():
@@ -244,3 +265,90 @@ def test_gpu_cluster_plan_replacing_a_protected_cluster_fails_at_plan():
     _, ctx = plan(config_of(prior, region="us-west-2", deletion_protection=True), prior)
     found = errors(ctx)
     assert "Changing region replaces cluster cls_1" in found["deletion_protection"]
+
+
+RUNTIME = {
+    "nodes": [{"name": "train-0", "instance_id": "nod_0", "role": "standalone", "status": "RUNNING",
+               "private_ip": "10.0.0.2", "public_ip": "203.0.113.9", "fabric": "ib-1", "partition_key": None,
+               "hcas": [], "topology_path": None, "leaves": [], "efa_interfaces": []}],
+    "login": {"host": "train-0", "port": 22, "user": "ubuntu", "ssh_command": "ssh ubuntu@203.0.113.9"},
+    "slurm": {"controller": "train-0", "partitions": ["gpu"]},
+    "kubernetes": None,
+    "nccl_env": {"NCCL_IB_HCA": "mlx5"},
+}
+STABLE = ("nodes", "login", "slurm", "kubernetes", "nccl_env", "num_gpus", "gpu_type", "reservation")
+
+
+def test_gpu_cluster_plan_label_change_keeps_runtime_values_known():
+    prior = state_of(**RUNTIME)
+    planned, ctx = plan(config_of(prior, labels={"team": "ml"}), prior)
+    assert not ctx.diagnostics and planned is not None
+    assert {n: planned[n] for n in STABLE} == {n: prior[n] for n in STABLE}
+    assert is_unknown(planned["status"])  # the cluster itself may still move
+
+
+def test_gpu_cluster_plan_changes_that_alter_runtime_values_plan_them_unknown():
+    prior = state_of(**RUNTIME)
+    scaled, _ = plan(config_of(prior, node_count=2), prior)
+    assert scaled is not None and all(is_unknown(scaled[n]) for n in ("nodes", "login", "slurm"))
+    assert scaled["num_gpus"] == 16 and scaled["nccl_env"] == prior["nccl_env"]
+    renamed, _ = plan(config_of(prior, name="other"), prior)
+    assert renamed is not None and is_unknown(renamed["login"]) and is_unknown(renamed["nodes"])
+    converging = state_of(**RUNTIME, status="CONFIGURING")
+    relabelled, _ = plan(config_of(converging, labels={"team": "ml"}), converging)
+    assert relabelled is not None and is_unknown(relabelled["nodes"]) and is_unknown(relabelled["login"])
+
+
+def test_gpu_cluster_plan_cost_above_a_lowered_limit_warns_unless_the_change_raises_it():
+    prior = state_of(max_hourly_cost_usd=100)
+    planned, ctx = plan(config_of(prior, max_hourly_cost_usd=10), prior)  # 31.92 USD/h now
+    assert planned is not None and not errors(ctx)
+    assert "above max_hourly_cost_usd = 10" in warnings(ctx)["max_hourly_cost_usd"]
+    planned, ctx = plan(config_of(prior, max_hourly_cost_usd=10, labels={"a": "b"}), prior)
+    assert not errors(ctx)
+    _, ctx = plan(config_of(prior, max_hourly_cost_usd=10, node_count=2), prior)
+    assert "would cost 63.84 USD per hour" in errors(ctx)["max_hourly_cost_usd"]
+
+
+RESERVED_30 = {"type": "reserved", "duration_days": 30, "on_expiry": "decommission"}
+
+
+def test_gpu_cluster_plan_reserved_create_shows_the_upfront_charge():
+    planned, ctx = plan({**BASE, "node_count": 2, "billing": RESERVED_30})
+    assert not ctx.diagnostics and planned is not None
+    term = planned["reservation"]
+    # 47.88 USD/h x 24 h x 30 days, charged when the cluster first runs.
+    assert term["upfront_cost_usd"] == Decimal("34473.6")
+    assert is_unknown(term["starts_at"]) and is_unknown(term["ends_at"])
+    on_demand, _ = plan({**BASE, "node_count": 2})
+    assert on_demand is not None and on_demand["reservation"] is None
+
+
+def _started_term(days_in: float) -> dict[str, Any]:
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    start = now - dt.timedelta(days=days_in)
+    return {"starts_at": start.isoformat().replace("+00:00", "Z"),
+            "ends_at": (start + dt.timedelta(days=30)).isoformat().replace("+00:00", "Z"),
+            "upfront_cost_usd": Decimal("46656")}
+
+
+def test_gpu_cluster_plan_destroy_or_replace_of_a_running_term_warns_what_is_forfeited():
+    prior = state_of(billing=RESERVED_30, reservation=_started_term(days_in=10))
+    ctx = make_ctx(FakeClusterApi())
+    assert RESOURCE.modify_plan(ctx, None, prior, None) is None
+    (warning,) = ctx.diagnostics
+    assert warning.severity == "warning" and warning.summary == "Reserved Term Forfeited"
+    assert "20.0 days are left" in warning.detail
+    assert "about 31,104 USD of the 46,656.00 USD" in warning.detail
+
+    longer = {**RESERVED_30, "duration_days": 60}
+    _, ctx = plan(config_of(prior, billing=longer), prior)
+    assert [format_path(p) for p in ctx.requires_replace] == ["billing.duration_days"]
+    assert "Replacing cluster cls_1" in warnings(ctx)["reservation"]
+    relabelled, ctx = plan(config_of(prior, billing=RESERVED_30, labels={"a": "b"}), prior)
+    assert "reservation" not in warnings(ctx) and not ctx.requires_replace
+    assert relabelled is not None and relabelled["reservation"] == prior["reservation"]
+    ended = state_of(billing=RESERVED_30, reservation=_started_term(days_in=31))
+    ctx = make_ctx(FakeClusterApi())
+    RESOURCE.modify_plan(ctx, None, ended, None)
+    assert not ctx.diagnostics

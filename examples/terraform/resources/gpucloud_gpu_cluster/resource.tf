@@ -14,7 +14,7 @@ resource "gpucloud_gpu_cluster" "training" {
     team = "research"
   }
 
-  # Refuse any plan that would cost more than this per hour.
+  # Refuse a create or a change that would raise the cost above this per hour.
   max_hourly_cost_usd = 100
 
   timeouts {
