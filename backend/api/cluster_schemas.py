@@ -6,7 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints
 
 from backend.api.schemas import StrictModel
 
@@ -21,7 +21,10 @@ LabelKey = Annotated[
 ]
 LabelValue = Annotated[str, StringConstraints(max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")]
 Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=64, description="Free-form key/value tags")]
-Money = Annotated[Decimal, Field(gt=0, le=Decimal("1000000000"), max_digits=14, decimal_places=4)]
+# Strict(False): a JSON number or a decimal string (exact), never a boolean.
+Money = Annotated[
+    Decimal, Strict(False), Field(gt=0, le=Decimal("1000000000"), max_digits=14, decimal_places=4)
+]
 
 
 class Billing(StrictModel):

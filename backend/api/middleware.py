@@ -28,6 +28,11 @@ _ID_PREFIX = secrets.token_hex(8)
 _id_counter = itertools.count()
 
 
+def new_request_id() -> str:
+    """A fresh request id (the server's own, when the client sent none)."""
+    return f"req_{_ID_PREFIX}{next(_id_counter):016x}"
+
+
 class UnsupportedMediaType(ApiError):
     status, code, title = 415, "unsupported_media_type", "Unsupported Media Type"
 
@@ -79,7 +84,7 @@ class RequestMiddleware:
                 content_type = value
             elif name == b"authorization":
                 has_credentials = True
-        request_id = request_id or f"req_{_ID_PREFIX}{next(_id_counter):016x}"
+        request_id = request_id or new_request_id()
         state: dict[str, Any] = scope.setdefault("state", {})
         state["request_id"] = request_id
         status = {"code": 500, "started": False}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,11 @@ _CODES = {
     "decimal_max_digits": "out_of_range",
     "int_from_float": "invalid_type",
 }
+
+# Field names come from the request (unknown keys, label keys): control characters are escaped and
+# long names cut, so a problem document never carries terminal escapes or megabytes of key back.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_MAX_NAME = 64
 
 _STATUS_TITLES = {
     400: "Bad Request",
@@ -114,6 +120,11 @@ def request_id_of(request: Request) -> str | None:
     return str(request_id) if request_id is not None else None
 
 
+def _safe_name(part: str) -> str:
+    name = part if len(part) <= _MAX_NAME else part[:_MAX_NAME] + "..."
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", name)
+
+
 def _field_path(loc: Sequence[int | str]) -> str:
     parts = list(loc)
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
@@ -123,7 +134,8 @@ def _field_path(loc: Sequence[int | str]) -> str:
         if isinstance(part, int):
             path += f"[{part}]"
         else:
-            path += f".{part}" if path else str(part)
+            name = _safe_name(str(part))
+            path += f".{name}" if path else name
     return path or "body"
 
 
@@ -182,8 +194,30 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     )
 
 
+def _unparsable_body(exc: StarletteHTTPException) -> str | None:
+    """Why FastAPI could not parse the body (its 400 wraps the parser's exception), or None."""
+    if exc.status_code != 400 or exc.__cause__ is None:
+        return None
+    if isinstance(exc.__cause__, UnicodeError):
+        return "the request body is not valid JSON: it is not UTF-8 text"
+    if isinstance(exc.__cause__, RecursionError):
+        return "the request body is not valid JSON: it nests too deeply"
+    return "the request body is not valid JSON"
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    unparsable = _unparsable_body(exc)
+    if unparsable is not None:
+        error = FieldError(path="body", code="malformed_json", message=unparsable)
+        return problem_response(
+            status=400,
+            code=error.code,
+            detail=error.message,
+            field=error.path,
+            errors=[error],
+            request_id=request_id_of(request),
+        )
     codes = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "bad_request"}
     detail = exc.detail if isinstance(exc.detail, str) else _STATUS_TITLES.get(exc.status_code, "Error")
     if exc.status_code == 404 and detail == "Not Found":

@@ -14,9 +14,11 @@ Item = TypeVar("Item")
 
 
 class StrictModel(BaseModel):
-    """Request bodies: unknown fields are rejected, not ignored."""
+    """Request bodies: unknown fields are rejected, not ignored, and every value must have its documented
+    JSON type (no "10" for 10, no true for 1, no 1.0 for an integer, no "yes" for true). Decimal fields
+    opt out with `Strict(False)`: they take a JSON number or a decimal string, as documented."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Page(BaseModel, Generic[Item]):
