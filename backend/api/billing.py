@@ -18,6 +18,7 @@ from backend.api.deps import Reader, Writer
 from backend.api.schemas import (
     READ_ERRORS,
     WRITE_ERRORS,
+    DateTimeText,
     IdempotencyKey,
     Page,
     PageSize,
@@ -197,8 +198,8 @@ def list_usage(
     kind: UsageKindName | None = None,
     cluster_id: RefFilter = None,
     resource_id: RefFilter = None,
-    start: Annotated[datetime | None, Query(description="Only lines ending after this time")] = None,
-    end: Annotated[datetime | None, Query(description="Only lines starting before this time")] = None,
+    start: Annotated[DateTimeText | None, Query(description="Only lines ending after this time")] = None,
+    end: Annotated[DateTimeText | None, Query(description="Only lines starting before this time")] = None,
 ) -> dict[str, Any]:
     """Usage line items (hour slices per node and volume, reserved terms), oldest first."""
     state = app_state(request)
