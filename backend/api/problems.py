@@ -73,15 +73,17 @@ def problem_body(
     request_id: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> bytes:
-    """The JSON bytes of a problem document."""
+    """The JSON bytes of a problem document (control characters in its texts escaped)."""
     document: dict[str, Any] = {
         "type": "about:blank",
         "title": title or _STATUS_TITLES.get(status, "Error"),
         "status": status,
         "code": code,
-        "detail": detail,
-        "field": field,
-        "errors": [{"field": e.path, "code": e.code, "message": e.message} for e in errors],
+        "detail": _escaped(detail),
+        "field": _escaped(field) if field is not None else None,
+        "errors": [
+            {"field": _escaped(e.path), "code": e.code, "message": _escaped(e.message)} for e in errors
+        ],
         "request_id": request_id,
     }
     document.update(extra or {})
@@ -120,9 +122,13 @@ def request_id_of(request: Request) -> str | None:
     return str(request_id) if request_id is not None else None
 
 
+def _escaped(text: str) -> str:
+    """`text` with control characters written as `\\uXXXX` (details may quote ids or paths as sent)."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def _safe_name(part: str) -> str:
-    name = part if len(part) <= _MAX_NAME else part[:_MAX_NAME] + "..."
-    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", name)
+    return _escaped(part if len(part) <= _MAX_NAME else part[:_MAX_NAME] + "...")
 
 
 def _field_path(loc: Sequence[int | str]) -> str:

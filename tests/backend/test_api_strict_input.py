@@ -110,6 +110,10 @@ def test_strict_input_error_fields_never_echo_control_characters(admin: TestClie
     for text in [*fields, *(error["message"] for error in response.json()["errors"])]:
         assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in text), repr(text)
         assert len(text) < 300
+    for path in ("/v1/volumes/vol_%1b%5b31m", "/no/such%07path"):  # ids and paths quoted in a detail
+        problem = admin.get(path).json()
+        assert problem["status"] == 404, problem
+        assert not any(ord(c) < 0x20 for c in problem["detail"]), repr(problem["detail"])
 
 
 def test_strict_input_both_content_length_and_transfer_encoding_is_400(admin: TestClient) -> None:
