@@ -21,7 +21,7 @@ from backend.domain.catalog import default_catalog
 from backend.logging import configure_logging
 from backend.provisioning.worker import EmbeddedWorker, start_embedded
 from backend.services.auth import Authenticator
-from backend.services.rate_limit import RateLimiter
+from backend.services.rate_limit import AddressRateLimiter, RateLimiter
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
 
@@ -44,12 +44,20 @@ def build_state(settings: Settings, engine: Engine | None = None) -> AppState:
         read_sessions=read_sessions,
         write_sessions=write_sessions,
         catalog=default_catalog(),
-        authenticator=Authenticator(sessions=read_sessions, cache_seconds=settings.auth_cache_seconds),
+        authenticator=Authenticator(
+            sessions=read_sessions,
+            cache_seconds=settings.auth_cache_seconds,
+            max_cached_keys=settings.auth_cache_max_keys,
+        ),
         rate_limiter=RateLimiter(
             sessions=write_sessions,
             limit=settings.rate_limit_requests,
             window_seconds=settings.rate_limit_window_seconds,
             sync_every=settings.rate_limit_sync_every,
+        ),
+        address_limiter=AddressRateLimiter(
+            limit=settings.unauthenticated_rate_limit_requests,
+            window_seconds=settings.unauthenticated_rate_limit_window_seconds,
         ),
         metrics=Metrics(engine_sessions=read_sessions),
         read_limiter=CapacityLimiter(settings.read_threads),
@@ -103,7 +111,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(engine_routes.router)
     app.include_router(billing.router)
     install_openapi(app)
-    app.add_middleware(RequestMiddleware, max_body_bytes=settings.max_body_bytes, metrics=state.metrics)
+    app.add_middleware(
+        RequestMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        metrics=state.metrics,
+        address_limiter=state.address_limiter,
+    )
     return app
 
 

@@ -64,13 +64,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Run the API under uvicorn; the default SQLite store is created and migrated on first start."""
     import uvicorn
 
+    from backend.api.http_server import ProblemH11Protocol
     from backend.app import create_app
 
     settings = _settings(args)
     _prepare_store(settings)
     app = create_app(settings)
     uvicorn.run(
-        app, host=settings.host, port=settings.port, access_log=False, log_level="warning", lifespan="on"
+        app,
+        host=settings.host,
+        port=settings.port,
+        access_log=False,
+        log_level="warning",
+        lifespan="on",
+        http=ProblemH11Protocol,  # its 400 for an unparsable request is problem+json too
     )
     return 0
 

@@ -35,8 +35,14 @@ class Settings(BaseSettings):
     # Each replica adds its local count to the database every N requests (or 0.5 s): fewer writes,
     # at most N requests of overshoot per replica. 1 = every request is counted in the database.
     rate_limit_sync_every: int = 20
+    # Requests without a valid API key (none, malformed, unknown, revoked; health checks and metrics
+    # scrapes too) per client address per window, counted in memory by each replica. 0 disables.
+    unauthenticated_rate_limit_requests: int = 600
+    unauthenticated_rate_limit_window_seconds: int = Field(default=60, ge=1)
     # A revoked key keeps working in a replica for at most this long (lookups are cached).
     auth_cache_seconds: float = 2.0
+    # The cache also remembers unknown keys; bounded so invented keys cannot grow memory without end.
+    auth_cache_max_keys: int = Field(default=10_000, ge=1)
     idempotency_ttl_hours: int = 24
     default_page_size: int = 50
     max_page_size: int = 200

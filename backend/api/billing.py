@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, Strict
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
@@ -18,6 +18,7 @@ from backend.api.deps import Reader, Writer
 from backend.api.schemas import (
     READ_ERRORS,
     WRITE_ERRORS,
+    DateTimeText,
     IdempotencyKey,
     Page,
     PageSize,
@@ -43,7 +44,10 @@ _READ: dict[int | str, dict[str, Any]] = {code: READ_ERRORS[code] for code in (4
 _WRITE: dict[int | str, dict[str, Any]] = {
     code: WRITE_ERRORS[code] for code in (400, 401, 403, 413, 422, 429)
 }
-UsdAmount = Annotated[Decimal, Field(gt=0, le=Decimal("10000000"), max_digits=14, decimal_places=6)]
+# Strict(False): a JSON number or a decimal string (exact), never a boolean.
+UsdAmount = Annotated[
+    Decimal, Strict(False), Field(gt=0, le=Decimal("10000000"), max_digits=14, decimal_places=6)
+]
 UsageKindName = Literal["compute_on_demand", "compute_reserved", "reservation", "storage"]
 RefFilter = Annotated[str | None, Query(max_length=64, pattern=r"^[a-z]{3}_[0-9a-z_-]+$")]
 _clock = SystemClock()
@@ -194,8 +198,8 @@ def list_usage(
     kind: UsageKindName | None = None,
     cluster_id: RefFilter = None,
     resource_id: RefFilter = None,
-    start: Annotated[datetime | None, Query(description="Only lines ending after this time")] = None,
-    end: Annotated[datetime | None, Query(description="Only lines starting before this time")] = None,
+    start: Annotated[DateTimeText | None, Query(description="Only lines ending after this time")] = None,
+    end: Annotated[DateTimeText | None, Query(description="Only lines starting before this time")] = None,
 ) -> dict[str, Any]:
     """Usage line items (hour slices per node and volume, reserved terms), oldest first."""
     state = app_state(request)

@@ -27,7 +27,17 @@ class CredentialsOut(BaseModel):
     api_endpoint: str
 
 
-@router.get("/{cluster_id}/artifacts/{file}", responses={**READ_ERRORS, 200: {"content": {"text/plain": {}}}},
+# The media type is the file's: text/plain for the Slurm files and hosts, JSON for kubernetes-nodes.json.
+ARTIFACT_CONTENT = {
+    "description": "The file; `kubernetes-nodes.json` is `application/json`, the others `text/plain`",
+    "content": {
+        "text/plain": {"schema": {"type": "string"}},
+        "application/json": {"schema": {"type": "object"}},
+    },
+}
+
+
+@router.get("/{cluster_id}/artifacts/{file}", responses={**READ_ERRORS, 200: ARTIFACT_CONTENT},
             response_class=Response)
 def get_artifact(cluster_id: str, file: ArtifactName, request: Request, principal: Reader) -> Response:
     """A file generated from the cluster's current placement (regenerated on every membership change)."""

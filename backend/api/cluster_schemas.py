@@ -6,7 +6,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints
 
 from backend.api.schemas import StrictModel
 
@@ -23,8 +23,10 @@ LabelValue = Annotated[str, StringConstraints(max_length=256, pattern=r"^[^\x00-
 Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=64, description="Free-form key/value tags")]
 MONEY_MAX_DIGITS, MONEY_DECIMAL_PLACES = 14, 4
 # JSON Schema has no keyword for digits and places: published as extensions for plan-time checks.
+# Strict(False): a JSON number or a decimal string (exact), never a boolean.
 Money = Annotated[
     Decimal,
+    Strict(False),
     Field(
         gt=0,
         le=Decimal("1000000000"),

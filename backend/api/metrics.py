@@ -52,6 +52,11 @@ class EngineCollector(Collector):
             value=lag,
         )
 
+# Label values must come from a fixed set: a method invented by a client is one more time series
+# held forever. Routes are labelled by their template ("unmatched" for unknown paths), never the path.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+OTHER_METHOD = "other"
+
 
 class Metrics:
     """Request counters and latency histograms labelled by method, route template and status; with
@@ -76,7 +81,8 @@ class Metrics:
         )
 
     def observe(self, *, method: str, route: str, status: int, seconds: float) -> None:
-        """Count one finished request."""
+        """Count one finished request (methods outside KNOWN_METHODS count as "other")."""
+        method = method if method in KNOWN_METHODS else OTHER_METHOD
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(method, route).observe(seconds)
 

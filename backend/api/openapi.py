@@ -20,6 +20,10 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     )
     for operations in document.get("paths", {}).values():
         for operation in operations.values():
+            if "requestBody" in operation:  # the middleware answers a non-JSON body 415
+                operation["responses"].setdefault(
+                    "415", {"description": "The body is not `application/json` (or has no Content-Type)"}
+                )
             for status, response in operation.get("responses", {}).items():
                 if status.isdigit() and int(status) >= 400:
                     response["content"] = {"application/problem+json": {"schema": PROBLEM_REF}}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,6 +39,11 @@ _CODES = {
     "int_from_float": "invalid_type",
 }
 
+# Field names come from the request (unknown keys, label keys): control characters are escaped and
+# long names cut, so a problem document never carries terminal escapes or megabytes of key back.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_MAX_NAME = 64
+
 _STATUS_TITLES = {
     400: "Bad Request",
     401: "Unauthorized",
@@ -67,15 +73,17 @@ def problem_body(
     request_id: str | None = None,
     extra: dict[str, Any] | None = None,
 ) -> bytes:
-    """The JSON bytes of a problem document."""
+    """The JSON bytes of a problem document (control characters in its texts escaped)."""
     document: dict[str, Any] = {
         "type": "about:blank",
         "title": title or _STATUS_TITLES.get(status, "Error"),
         "status": status,
         "code": code,
-        "detail": detail,
-        "field": field,
-        "errors": [{"field": e.path, "code": e.code, "message": e.message} for e in errors],
+        "detail": _escaped(detail),
+        "field": _escaped(field) if field is not None else None,
+        "errors": [
+            {"field": _escaped(e.path), "code": e.code, "message": _escaped(e.message)} for e in errors
+        ],
         "request_id": request_id,
     }
     document.update(extra or {})
@@ -114,6 +122,15 @@ def request_id_of(request: Request) -> str | None:
     return str(request_id) if request_id is not None else None
 
 
+def _escaped(text: str) -> str:
+    """`text` with control characters written as `\\uXXXX` (details may quote ids or paths as sent)."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _safe_name(part: str) -> str:
+    return _escaped(part if len(part) <= _MAX_NAME else part[:_MAX_NAME] + "...")
+
+
 def _field_path(loc: Sequence[int | str]) -> str:
     parts = list(loc)
     if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
@@ -123,7 +140,8 @@ def _field_path(loc: Sequence[int | str]) -> str:
         if isinstance(part, int):
             path += f"[{part}]"
         else:
-            path += f".{part}" if path else str(part)
+            name = _safe_name(str(part))
+            path += f".{name}" if path else name
     return path or "body"
 
 
@@ -182,8 +200,30 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     )
 
 
+def _unparsable_body(exc: StarletteHTTPException) -> str | None:
+    """Why FastAPI could not parse the body (its 400 wraps the parser's exception), or None."""
+    if exc.status_code != 400 or exc.__cause__ is None:
+        return None
+    if isinstance(exc.__cause__, UnicodeError):
+        return "the request body is not valid JSON: it is not UTF-8 text"
+    if isinstance(exc.__cause__, RecursionError):
+        return "the request body is not valid JSON: it nests too deeply"
+    return "the request body is not valid JSON"
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
+    unparsable = _unparsable_body(exc)
+    if unparsable is not None:
+        error = FieldError(path="body", code="malformed_json", message=unparsable)
+        return problem_response(
+            status=400,
+            code=error.code,
+            detail=error.message,
+            field=error.path,
+            errors=[error],
+            request_id=request_id_of(request),
+        )
     codes = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "bad_request"}
     detail = exc.detail if isinstance(exc.detail, str) else _STATUS_TITLES.get(exc.status_code, "Error")
     if exc.status_code == 404 and detail == "Not Found":

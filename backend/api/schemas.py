@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import Header, Query
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 
 # Names of SSH keys and volumes: printable, no leading/trailing blanks, no control characters.
 DISPLAY_NAME_PATTERN = r"^[^\x00-\x20\x7f]([^\x00-\x1f\x7f]{0,126}[^\x00-\x20\x7f])?$"
 
 Item = TypeVar("Item")
+_NUMBER = re.compile(r"\s*[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?\s*")
+
+
+def _date_time_text(value: object) -> object:
+    if isinstance(value, str) and _NUMBER.fullmatch(value):
+        raise ValueError("expected an RFC 3339 date-time such as 2026-01-31T00:00:00Z")
+    return value
+
+
+# A `date-time` query parameter, as documented: pydantic alone would also read "0.5" as Unix seconds.
+DateTimeText = Annotated[datetime, BeforeValidator(_date_time_text)]
 
 
 class StrictModel(BaseModel):
-    """Request bodies: unknown fields are rejected, not ignored."""
+    """Request bodies: unknown fields are rejected, not ignored, and every value must have its documented
+    JSON type (no "10" for 10, no true for 1, no 1.0 for an integer, no "yes" for true). Decimal fields
+    opt out with `Strict(False)`: they take a JSON number or a decimal string, as documented."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class Page(BaseModel, Generic[Item]):

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.api.metrics import Metrics
 from backend.domain.catalog import Catalog
 from backend.services.auth import Authenticator
-from backend.services.rate_limit import RateLimiter
+from backend.services.rate_limit import AddressRateLimiter, RateLimiter
 from backend.settings import Settings
 
 
@@ -29,6 +29,8 @@ class AppState:
     catalog: Catalog
     authenticator: Authenticator
     rate_limiter: RateLimiter
+    # Requests without a valid key, per client address (in memory, per replica).
+    address_limiter: AddressRateLimiter
     metrics: Metrics
     # Bounds the threads of run_read (the default threadpool allows 40).
     read_limiter: CapacityLimiter

@@ -1,8 +1,14 @@
 """Running a write: one transaction holding the change, its audit event and its idempotency record.
 
 A POST carrying `Idempotency-Key` whose key was seen before replays the stored response (same request)
-or answers 422 (different request). Two concurrent requests with one key: the loser's insert of the
-record violates the unique constraint, its transaction rolls back and it replays the winner's response.
+or answers 422 (different request).
+
+Lost races: two concurrent requests can both pass a service's "does it exist yet?" check (same
+Idempotency-Key, the same SSH key twice) and the loser's insert then violates a unique constraint. Only a
+unique violation can be such a race, so only it is retried, once: the retry runs the checks again against
+the winner's committed row and answers what they say (a replay, the service's own 409, or success). Any
+other integrity failure, or a unique violation that survives the retry, is a bug (a rule the services do
+not check): it is logged with its traceback and answered 500 with the request id, never 409 "retry".
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import structlog
 from fastapi import Request
 from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
@@ -20,12 +27,16 @@ from starlette.responses import Response
 
 from backend.api.problems import request_id_of
 from backend.api.state import app_state
-from backend.domain.errors import BadRequest, Conflict
+from backend.domain.errors import ApiError, BadRequest
 from backend.services import audit, idempotency
 from backend.services.auth import Principal
 from backend.services.idempotency import StoredResponse
 
 _KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
+_log = structlog.get_logger("gpucloud.api")
+# How each driver names a unique violation: SQLite's extended result codes, PostgreSQL's SQLSTATE.
+_SQLITE_UNIQUE = ("SQLITE_CONSTRAINT_UNIQUE", "SQLITE_CONSTRAINT_PRIMARYKEY")
+_POSTGRES_UNIQUE = "23505"
 
 
 @dataclass
@@ -120,11 +131,35 @@ def run_write(
                     details={"request": payload, "status": outcome.status},
                 )
             return _response(stored)
-        except IntegrityError:
-            # A concurrent request won a uniqueness race (same Idempotency-Key, or the same resource).
-            # The retry sees its committed result: a replay or the service's own conflict check.
-            if attempt == 2:
-                raise Conflict(
-                    "a concurrent request changed the same resource; retry", code="concurrent_write"
-                ) from None
+        except IntegrityError as error:
+            violation = _violation(error)
+            if attempt == 1 and _is_unique_violation(error):
+                _log.info(
+                    "write.lost_race", action=action, violation=violation, request_id=request_id_of(request)
+                )
+                continue
+            _log.error(
+                "write.integrity_error",
+                action=action,
+                violation=violation,
+                attempt=attempt,
+                request_id=request_id_of(request),
+                exc_info=True,
+            )
+            raise ApiError("an internal error occurred; it has been logged", code="internal_error") from None
     raise AssertionError("unreachable")
+
+
+def _is_unique_violation(error: IntegrityError) -> bool:
+    """True for a unique/primary key violation (possibly a lost race), False for FK, NOT NULL, CHECK."""
+    driver_error = error.orig
+    return (
+        getattr(driver_error, "sqlite_errorname", None) in _SQLITE_UNIQUE
+        or getattr(driver_error, "sqlstate", None) == _POSTGRES_UNIQUE
+    )
+
+
+def _violation(error: IntegrityError) -> str:
+    """The driver's first line: names the constraint (PostgreSQL's DETAIL line with values stays out)."""
+    lines = str(error.orig).strip().splitlines()
+    return lines[0] if lines else type(error.orig).__name__

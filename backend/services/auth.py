@@ -72,13 +72,26 @@ def revoke_api_key(*, session: Session, prefix: str) -> ApiKey:
 
 
 class Authenticator:
-    """Turns a bearer key into a Principal; caches lookups for `cache_seconds` (0 disables)."""
+    """Turns a bearer key into a Principal; caches lookups for `cache_seconds` (0 disables).
 
-    def __init__(self, *, sessions: sessionmaker[Session], cache_seconds: float) -> None:
+    Unknown keys are cached too (so a flood of one invented key costs one lookup), which is why the
+    cache is bounded: at most `max_cached_keys` entries, the oldest dropped first. Every entry lives
+    `cache_seconds`, so insertion order is expiry order and expired entries are swept from the front.
+    """
+
+    def __init__(
+        self, *, sessions: sessionmaker[Session], cache_seconds: float, max_cached_keys: int = 10_000
+    ) -> None:
         self._sessions = sessions
         self._cache_seconds = cache_seconds
+        self._max_cached_keys = max(1, max_cached_keys)
         self._cache: dict[str, tuple[float, str, Principal | None]] = {}
         self._lock = threading.Lock()
+
+    @property
+    def cached_keys(self) -> int:
+        """How many lookups the cache holds now."""
+        return len(self._cache)
 
     def authenticate_cached(self, key: str) -> Principal | None:
         """The principal from the cache without I/O; None when the database must be asked."""
@@ -96,9 +109,19 @@ class Authenticator:
         prefix = api_keys.display_prefix(key)
         digest, loaded = self._load(prefix)
         if self._cache_seconds > 0:
-            with self._lock:
-                self._cache[prefix] = (time.monotonic() + self._cache_seconds, digest, loaded)
+            self._remember(prefix, digest, loaded)
         return _verified(key, digest, loaded)
+
+    def _remember(self, prefix: str, digest: str, principal: Principal | None) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._cache.pop(prefix, None)  # re-inserted at the end: the order stays the expiry order
+            self._cache[prefix] = (now + self._cache_seconds, digest, principal)
+            while self._cache:
+                oldest = next(iter(self._cache))
+                if len(self._cache) <= self._max_cached_keys and self._cache[oldest][0] > now:
+                    break
+                del self._cache[oldest]
 
     def _load(self, prefix: str) -> tuple[str, Principal | None]:
         with self._sessions() as session:

@@ -117,3 +117,69 @@ class RateLimiter:
             index_elements=["api_key_id", "window_start"], set_={"count": RateLimitCounter.count + amount}
         ).returning(RateLimitCounter.count)
         return int(session.execute(statement).scalar_one())
+
+
+class AddressRateLimiter:
+    """Allows `limit` unauthenticated requests per client address per `window_seconds`.
+
+    Counted in memory, per replica, on purpose: a request without a valid key must not cost a database
+    write. Memory stays bounded: the counts are dropped when a new window starts, and once
+    `max_addresses` addresses are counted in one window the newcomers share a single budget.
+    """
+
+    OVERFLOW = "(other addresses)"
+
+    def __init__(self, *, limit: int, window_seconds: int, max_addresses: int = 100_000) -> None:
+        self._limit = limit
+        self._window = max(1, window_seconds)
+        self._max_addresses = max(1, max_addresses)
+        self._start = 0
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def tracked_addresses(self) -> int:
+        """How many addresses the current window counts."""
+        return len(self._counts)
+
+    def count(self, address: str) -> None:
+        """Count one unauthenticated request from `address`."""
+        if self._limit <= 0:
+            return
+        with self._lock:
+            self._roll()
+            if address not in self._counts and len(self._counts) >= self._max_addresses:
+                address = self.OVERFLOW
+            self._counts[address] = self._counts.get(address, 0) + 1
+
+    def retry_after(self, address: str) -> int | None:
+        """Seconds until `address` may send unauthenticated requests again; None while it may."""
+        if self._limit <= 0:
+            return None
+        with self._lock:
+            self._roll()
+            key = (
+                address
+                if address in self._counts or len(self._counts) < self._max_addresses
+                else self.OVERFLOW
+            )
+            if self._counts.get(key, 0) < self._limit:
+                return None
+            return max(1, math.ceil(self._start + self._window - time.time()))
+
+    def limited(self, address: str) -> RateLimited | None:
+        """The 429 to answer when `address` spent its budget, else None."""
+        retry_after = self.retry_after(address)
+        if retry_after is None:
+            return None
+        return RateLimited(
+            f"more than {self._limit} requests without a valid API key in {self._window} s from this "
+            f"address; send `Authorization: Bearer gpc_...` or retry in {retry_after} s",
+            field="Authorization",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+    def _roll(self) -> None:
+        start = int(time.time() // self._window) * self._window
+        if start != self._start:
+            self._start, self._counts = start, {}

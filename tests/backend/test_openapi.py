@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    negative_data_rejection,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -51,5 +52,6 @@ def test_openapi_schemathesis_no_5xx_no_undocumented_responses(case, app: FastAP
             status_code_conformance,
             content_type_conformance,
             response_schema_conformance,
+            negative_data_rejection,
         ],
     )

@@ -109,3 +109,32 @@ def test_efa_cluster_publishes_interfaces_and_libfabric_env(
     network = body["nodes"][0]["network"]
     assert len(network["efa_interfaces"]) == 32 and "hcas" not in network
     assert body["nccl_env"]["FI_PROVIDER"] == "efa" and body["nccl_env"]["RDMAV_FORK_SAFE"] == "1"
+
+
+def test_artifacts_answers_conform_to_the_committed_contract(
+    admin: TestClient, make_worker: Callable[..., EngineWorker]
+) -> None:
+    # schemathesis' checks on real files (its generated requests never reach a placed cluster).
+    import schemathesis
+    from schemathesis.specs.openapi.checks import content_type_conformance, response_schema_conformance
+
+    from tests.backend.test_openapi import COMMITTED
+
+    clusters = {
+        "slurm.conf": create(admin),
+        "kubernetes-nodes.json": create(admin, name="kube", orchestrator="kubernetes"),
+    }
+    drain(make_worker())
+    operation = schemathesis.openapi.from_path(str(COMMITTED))["/v1/clusters/{cluster_id}/artifacts/{file}"][
+        "GET"
+    ]
+    for name in ("slurm.conf", "gres.conf", "topology.conf", "hosts", "kubernetes-nodes.json"):
+        cluster = clusters.get(name, clusters["slurm.conf"])
+        case = operation.Case(
+            path_parameters={"cluster_id": cluster["id"], "file": name},
+            headers={"Authorization": admin.headers["Authorization"]},
+        )
+        response = case.call_and_validate(
+            app=admin.app, checks=[content_type_conformance, response_schema_conformance]
+        )
+        assert response.status_code == 200, (name, response.text)
