@@ -1,10 +1,17 @@
+import threading
+import time
 from decimal import Decimal
 
+import httpx
 import pytest
 
+from provider._proto import tfplugin6_pb2 as pb
+from provider.client import Cancelled, GpuCloudClient
 from provider.cty import GetAttr, Index
 from provider.framework import DiagnosticError
-from provider.resources._common import client_of, number, path_from_field, timestamp
+from provider.framework.server import ProviderServer
+from provider.resources._common import GpuCloudConfig, client_of, number, path_from_field, timestamp
+from provider.resources.provider import GpuCloudProvider
 from provider.resources.shared_volume import SharedVolumeResource
 from tests.provider.resources.fakes import context
 
@@ -40,3 +47,25 @@ def test_client_of_unconfigured_provider_is_a_clear_error():
     with pytest.raises(DiagnosticError) as raised:
         client_of(context(None))
     assert raised.value.diagnostic.summary == "Provider Not Configured"
+
+
+def test_client_of_requests_in_flight_end_when_terraform_sends_stop_provider():
+    release = threading.Event()
+
+    def hangs(request: httpx.Request) -> httpx.Response:
+        release.wait(10)  # an API that does not answer
+        return httpx.Response(200, json={})
+
+    client = GpuCloudClient("http://api.test", "k", transport=httpx.MockTransport(hangs), max_retries=0)
+    server = ProviderServer(GpuCloudProvider())
+    server._provider_data = GpuCloudConfig("http://api.test", "k", 30.0, 0, client=client)
+    ctx = server._context("gpucloud_gpu_cluster")
+    threading.Timer(0.05, server.stop_provider, [pb.StopProvider.Request()]).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(Cancelled):
+            client_of(ctx).get_cluster("cls_1")
+    finally:
+        release.set()
+    assert time.monotonic() - started < 2
+    assert not server._context().stop_event.is_set()  # later calls are not cancelled
