@@ -210,6 +210,10 @@ class Progress:
             len(joined), now - self.started,
         )
 
+    def converged(self, body: dict[str, Any], now: float) -> dict[str, Any]:
+        log.info("gpu cluster %s: converged in %.0fs", body.get("id"), now - self.started)
+        return body
+
 
 def wait_until_running(
     poller: Poller, *, changed_at: str | None = None, changed: dict[str, Any] | None = None
@@ -234,10 +238,10 @@ def wait_until_running(
             raise ClusterStillConverging(f"the cluster is held: {held}", body)
         if is_converged(body):
             if acted or (since is not None and engine_saw_change(body, since)):
-                return body
+                return progress.converged(body, poller.clock())
             steady_since = poller.clock() if steady_since is None else steady_since
             if poller.clock() - steady_since >= QUIET_CHANGE_GRACE_SECONDS:
-                return body
+                return progress.converged(body, poller.clock())
         else:
             acted, steady_since = True, None
         if poller.expired():

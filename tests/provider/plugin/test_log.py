@@ -86,3 +86,17 @@ def test_configure_logging_filters_by_level() -> None:
     logging.getLogger("gpucloud.x").info("shown")
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(e["@level"], e["@message"]) for e in lines] == [("info", "shown")]
+
+
+def test_configure_logging_keeps_one_line_per_request_out_of_info_and_debug() -> None:
+    stream = io.StringIO()
+    for level in ("info", "debug"):
+        configure_logging({"TF_LOG_PROVIDER": level}, stream=stream)
+        logging.getLogger("httpx").info("HTTP Request: GET http://api/v1/clusters/c \"HTTP/1.1 200 OK\"")
+        logging.getLogger("httpcore.connection").debug("connect_tcp.started")
+        logging.getLogger("provider.resources.gpu_cluster").info("gpu cluster c: RUNNING")
+    messages = [json.loads(line)["@message"] for line in stream.getvalue().splitlines()]
+    assert messages == ["gpu cluster c: RUNNING", "gpu cluster c: RUNNING"]
+    configure_logging({"TF_LOG_PROVIDER": "trace"}, stream=stream)
+    logging.getLogger("httpx").info("HTTP Request: shown at trace")
+    assert "shown at trace" in stream.getvalue()

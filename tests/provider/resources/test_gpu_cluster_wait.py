@@ -131,8 +131,9 @@ def test_gpu_cluster_wait_logs_each_change_once_at_info(caplog):
     with caplog.at_level(logging.INFO, logger="provider.resources.gpu_cluster"):
         wait_until_running(script.poller)
     lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-    assert script.polls == 5 and len(lines) == 3, lines
+    assert script.polls == 5 and len(lines) == 4, lines
     assert lines[0].startswith("gpu cluster c: PROVISIONING, phase ProvisioningNodes, 0/1 nodes running")
     assert "RUNNING, phase Ready, 1/1 nodes running" in lines[2]
+    assert lines[3].startswith("gpu cluster c: converged in ")
     http_lines = [r for r in caplog.records if r.name == "provider.client" and r.levelno >= logging.INFO]
     assert http_lines == []  # requests are logged at DEBUG only
