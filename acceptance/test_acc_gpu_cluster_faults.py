@@ -124,6 +124,35 @@ def test_acc_gpu_cluster_interrupted_create_is_kept_and_next_apply_resumes(
     tf.destroy()
 
 
+def test_acc_gpu_cluster_create_timeout_keeps_the_cluster_and_next_apply_finishes(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    restart(backend, {"GPUCLOUD_SIMULATION_SPEED": "30"})  # a bring-up takes about 40 s
+    tf = gpucloud_tf("""
+    resource "gpucloud_gpu_cluster" "patient" {
+      name          = "patient"
+      region        = "us-east-1"
+      instance_type = "1xH100"
+      timeouts {
+        create = "2s"
+      }
+    }
+    """)
+    result = tf.apply()  # a warning, not an error: the cluster is healthy, only the wait stopped
+    output = " ".join(result.output.split())
+    assert "GPU Cluster Still Converging" in output and "timed out" in output, output
+    address = "gpucloud_gpu_cluster.patient"
+    saved = values(tf, address)
+    assert saved["status"] != "RUNNING" and "tainted" not in tf.run("state", "show", address).stdout
+
+    restart(backend)
+    tf.apply()  # resumes the wait (an in-place update) or finds it RUNNING already: never a replacement
+    finished = values(tf, address)
+    assert finished["id"] == saved["id"] and finished["status"] == "RUNNING"
+    tf.assert_plan_empty()
+    tf.destroy()
+
+
 def test_acc_gpu_cluster_backend_killed_mid_apply_converges_without_duplicate(
     gpucloud_tf: GpuCloudTerraform, backend: Backend
 ) -> None:
