@@ -72,9 +72,12 @@ def test_formatter_writes_hclog_fields_extras_and_exceptions() -> None:
 def restore_root_logger() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    chatty = {name: logging.getLogger(name).level for name in ("httpx", "httpcore")}
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    for name, old in chatty.items():
+        logging.getLogger(name).setLevel(old)
     logging.captureWarnings(False)
 
 
@@ -88,6 +91,7 @@ def test_configure_logging_filters_by_level() -> None:
     assert [(e["@level"], e["@message"]) for e in lines] == [("info", "shown")]
 
 
+@pytest.mark.usefixtures("restore_root_logger")
 def test_configure_logging_keeps_one_line_per_request_out_of_info_and_debug() -> None:
     stream = io.StringIO()
     for level in ("info", "debug"):

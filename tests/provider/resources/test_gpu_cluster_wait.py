@@ -130,7 +130,8 @@ def test_gpu_cluster_wait_logs_each_change_once_at_info(caplog):
     script = Script(provisioning, provisioning, provisioning, cluster(phase="StartingContainers"), cluster())
     with caplog.at_level(logging.INFO, logger="provider.resources.gpu_cluster"):
         wait_until_running(script.poller)
-    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    lines = [r.getMessage() for r in caplog.records
+             if r.levelno == logging.INFO and r.name == "provider.resources.gpu_cluster"]
     assert script.polls == 5 and len(lines) == 4, lines
     assert lines[0].startswith("gpu cluster c: PROVISIONING, phase ProvisioningNodes, 0/1 nodes running")
     assert "RUNNING, phase Ready, 1/1 nodes running" in lines[2]
