@@ -332,7 +332,7 @@ class GpuClusterResource(Resource):
                 return self._state(ctx, client, poller.last or body, plan)
             except ClusterWaitError as error:
                 ctx.error("Error Updating GPU Cluster", f"Cluster {cluster_id} did not converge after the "
-                          f"change: {error.message}.")
+                          f"change: {error.message}. A cluster left FAILED is replaced by the next apply.")
                 return self._state(ctx, client, poller.last or body, plan)
             remember_etag(ctx, poller.etag)
         return self._state(ctx, client, body, plan)
