@@ -36,15 +36,16 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
         yield server
 
 
-GpuCloudTerraform = Callable[[str], Terraform]
+GpuCloudTerraform = Callable[..., Terraform]
 
 
 @pytest.fixture
 def gpucloud_tf(terraform: TerraformFactory, backend: Backend) -> GpuCloudTerraform:
-    """`gpucloud_tf(main_tf)`: a fresh, initialised working directory configured for the backend."""
+    """`gpucloud_tf(main_tf, version="1.11")`: a fresh, initialised working directory configured for the
+    backend."""
 
-    def make(main_tf: str) -> Terraform:
-        tf = terraform("1.11")
+    def make(main_tf: str, version: str = "1.11") -> Terraform:
+        tf = terraform(version)
         tf.env.update(backend.provider_env)
         tf.write("provider.tf", PROVIDER_BLOCK)
         tf.write_main(main_tf)

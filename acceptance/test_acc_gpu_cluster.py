@@ -3,6 +3,8 @@ from the mirror and Terraform 1.11: lifecycles, scaling, volumes, drift, import,
 
 from __future__ import annotations
 
+import itertools
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from acceptance.gpucloud_steps import (
     values,
 )
 from acceptance.harness import TerraformFactory
+from provider.resources.cluster_wait import QUIET_CHANGE_GRACE_SECONDS
 
 __all__ = ["gpucloud_tf"]
 
@@ -97,7 +100,21 @@ def test_acc_gpu_cluster_slurm_infiniband_scale_volumes_drift(
     assert len(state["nodes"]) == 3 and all(n["status"] == "RUNNING" for n in state["nodes"])
     assert len(backend.client.get_cluster(state["id"])["volume_ids"]) == 2
 
-    # Scale down and detach, in place.
+    # Scale down in place. The wait ends as soon as the engine has released the node (no fixed grace
+    # after the cluster is Ready), and INFO logs show each phase and node count once, not each request.
+    both = "[gpucloud_shared_volume.data.id, gpucloud_shared_volume.scratch.id]"
+    tf.write_main(slurm_config(nodes=2, volumes=both))
+    logs = tf.run("apply", "-auto-approve", env={"TF_LOG_PROVIDER": "info"}).stderr
+    waited = [int(s) for s in re.findall(r"gpu cluster \S+: converged in (\d+)s", logs)]
+    assert waited and waited[-1] < QUIET_CHANGE_GRACE_SECONDS, logs
+    progress = [re.sub(r", \d+s elapsed.*", "", line)
+                for line in re.findall(r"gpu cluster \S+: [A-Z_]+, phase .*", logs)]
+    assert any("RUNNING, phase Ready, 2/2 nodes running" in line for line in progress), logs
+    assert all(a != b for a, b in itertools.pairwise(progress)), progress  # once per change
+    assert "/v1/clusters" not in logs  # requests are logged at DEBUG
+    tf.assert_plan_empty()
+
+    # Detach, in place.
     tf.write_main(slurm_config(nodes=2, volumes="[gpucloud_shared_volume.scratch.id]"))
     apply_and_check(tf)
     remote = backend.client.get_cluster(state["id"])

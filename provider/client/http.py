@@ -8,16 +8,21 @@ anything twice:
   an `Idempotency-Key` (the server replays the first outcome) or that the caller marks side-effect free.
 Waits honour `Retry-After` (capped at `max_retry_after`), otherwise exponential backoff with jitter.
 The same request object, with the same Idempotency-Key, is sent on every attempt.
+
+Cancellation (`cancelled`, or a view from `cancellable(event)`): once the event is set no request is sent
+and no retry waited for, and a read in flight is abandoned at once (its answer no longer matters). A write
+in flight is let finish (bounded by the request timeout), so its outcome is known rather than guessed.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
 from provider.client._wire import dumps, error_from_response, loads, retry_after_seconds
@@ -31,6 +36,8 @@ _log = logging.getLogger("provider.client")
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
 _REPLAYABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "PATCH"})
+_ABANDONABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # reads: nothing is lost by not waiting
+CANCEL_CHECK_SECONDS = 0.05  # how often a read in flight looks at the cancellation event
 
 
 def _not_sent(error: BaseException | None) -> bool:
@@ -114,6 +121,18 @@ class HttpCore:
 
     def close(self) -> None:
         self._http.close()
+
+    def cancellable(self, cancelled: threading.Event) -> Self:
+        """A view of this client (same connection pool, settings and `cache_key`) whose requests stop as
+        soon as `cancelled` is set, raising `Cancelled`."""
+        view = copy.copy(self)
+        view._cancelled = cancelled
+        return view
+
+    @property
+    def cache_key(self) -> int:
+        """The same for a client and its cancellable views: key per-client caches with it."""
+        return id(self._http)
 
     def __enter__(self) -> HttpCore:
         return self
@@ -240,7 +259,7 @@ class HttpCore:
             reraise=True,
         )
         try:
-            response: httpx.Response = retrying(self._http.send, request)
+            response: httpx.Response = retrying(self._send_once, request)
         except httpx.TransportError as exc:
             raise TransportError(
                 status=0,
@@ -257,6 +276,39 @@ class HttpCore:
             response.headers.get("x-request-id", "-"),
         )
         return response
+
+    def _send_once(self, request: httpx.Request) -> httpx.Response:
+        """One attempt. With a cancellation event, a read runs in a worker thread and is abandoned as soon
+        as the event is set (a blocked socket read cannot be interrupted from another thread)."""
+        cancelled = self._cancelled
+        if cancelled is None:
+            return self._http.send(request)
+        if cancelled.is_set():
+            raise Cancelled(status=0, detail="the operation was cancelled", method=request.method,
+                            path=request.url.path)
+        if request.method not in _ABANDONABLE_METHODS:
+            return self._http.send(request)
+        outcome: list[httpx.Response | BaseException] = []
+        done = threading.Event()
+
+        def send() -> None:
+            try:
+                outcome.append(self._http.send(request))
+            except BaseException as error:  # handed to the caller's thread
+                outcome.append(error)
+            finally:
+                done.set()
+
+        threading.Thread(target=send, name="gpucloud-http", daemon=True).start()
+        while not done.wait(CANCEL_CHECK_SECONDS):
+            if cancelled.is_set():
+                _log.debug("abandoning %s %s: cancelled", request.method, request.url.path)
+                raise Cancelled(status=0, detail="the operation was cancelled", method=request.method,
+                                path=request.url.path)
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
 
     def _sleep(self, seconds: float) -> None:
         if self._cancelled is not None and self._cancelled.is_set():

@@ -63,6 +63,11 @@ class Context:
         self.diagnostics.warning(summary, f"{detail} The apply will fail on it.", path)
 
     @property
+    def stop_event(self) -> threading.Event:
+        """Set when Terraform sends StopProvider: hand it to anything that can be cancelled (HTTP calls)."""
+        return self._stop
+
+    @property
     def cancelled(self) -> bool:
         return self._stop.is_set()
 

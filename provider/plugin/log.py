@@ -76,5 +76,11 @@ def configure_logging(environ: Mapping[str, str], stream: IO[str] | None = None)
     for existing in list(root.handlers):
         root.removeHandler(existing)
     root.addHandler(handler)
-    root.setLevel(level_from_environment(environ))
+    level = level_from_environment(environ)
+    root.setLevel(level)
+    # httpx logs every request at INFO and httpcore every socket step at DEBUG; the client logs each
+    # request once at DEBUG itself. Theirs show only at TRACE, so INFO (progress, phase changes) and
+    # DEBUG stay readable during long waits.
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(level if level <= TRACE else max(level, logging.WARNING))
     logging.captureWarnings(True)

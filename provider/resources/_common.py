@@ -55,7 +55,8 @@ def configured(ctx: Context) -> bool:
 
 
 def client_of(ctx: Context) -> GpuCloudClient:
-    """The API client built by ConfigureProvider; a clear error when the provider is not configured."""
+    """The API client built by ConfigureProvider, cancelled with the call (StopProvider ends its requests
+    in flight, not only its waits); a clear error when the provider is not configured."""
     config = ctx.provider_data
     if not isinstance(config, GpuCloudConfig) or config.client is None:
         raise DiagnosticError(
@@ -63,7 +64,7 @@ def client_of(ctx: Context) -> GpuCloudClient:
             "The gpucloud provider block is not fully known yet (it depends on values known only after "
             "apply) or was rejected. Fix the provider configuration, or apply its dependencies first.",
         )
-    return config.client
+    return config.client.cancellable(ctx.stop_event)
 
 
 # ---- API errors -> diagnostics ------------------------------------------------------------------------
@@ -292,7 +293,7 @@ def regions_by_name(ctx: Context) -> dict[str, dict[str, Any]]:
     """The API's regions by name, read once per provider process (the catalog does not change while
     Terraform runs). Plan-time checks use it to name the regions that exist."""
     client = client_of(ctx)
-    cached = _REGIONS.get(id(client))
+    cached = _REGIONS.get(client.cache_key)
     if cached is None:
         try:
             items = client.list_regions()
@@ -300,7 +301,7 @@ def regions_by_name(ctx: Context) -> dict[str, dict[str, Any]]:
             raise DiagnosticError(
                 "Error Reading Regions", f"{_sentence(error.detail)} {_next_step(error, 'catalog')}".strip()
             ) from None
-        cached = _REGIONS[id(client)] = {str(r["name"]): r for r in items if isinstance(r, dict)}
+        cached = _REGIONS[client.cache_key] = {str(r["name"]): r for r in items if isinstance(r, dict)}
     return cached
 
 

@@ -89,7 +89,7 @@ _lock = threading.Lock()
 def catalog_of(client: GpuCloudClient) -> Catalog:
     """The catalog, fetched once per provider process (per configured client)."""
     with _lock:
-        cached = _catalogs.get(id(client))
+        cached = _catalogs.get(client.cache_key)
     if cached is not None:
         return cached
     fetched = Catalog(
@@ -97,7 +97,7 @@ def catalog_of(client: GpuCloudClient) -> Catalog:
         instance_types={t["name"]: t for t in client.list_instance_types()},
     )
     with _lock:
-        _catalogs[id(client)] = fetched
+        _catalogs[client.cache_key] = fetched
     return fetched
 
 

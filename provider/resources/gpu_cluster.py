@@ -2,8 +2,10 @@
 
 Plans show defaults, GPU count and the hourly cost from the catalog, and reject at plan time what the
 API would reject (with the attribute to blame) and what the region has no capacity for. Applies wait for
-RUNNING within `timeouts`; a failed create is returned as partial state with an error so Terraform
-taints it, and a cluster found FAILED is planned for replacement.
+RUNNING within `timeouts`; a cluster that fails (a failed node, rolled back) is returned as partial state
+with an error so Terraform taints it, and a cluster found FAILED is planned for replacement. A wait that is
+interrupted or times out while the cluster is healthy saves it as it is with a warning; the next plan
+shows an in-place update (status known after apply) whose apply resumes the wait.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from provider.resources._common import (
 from provider.resources.cluster_checks import known
 from provider.resources.cluster_reservation import warn_if_term_forfeited
 from provider.resources.cluster_wait import (
+    ClusterStillConverging,
     ClusterWaitError,
     Poller,
     wait_until_gone,
@@ -66,10 +69,21 @@ ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids")
 SETS = ("ssh_key_ids", "shared_volume_ids")
 FAILURE_REASON = "failure_reason"  # private state: why the cluster is FAILED, as last read
 EMPTY_AS_NULL = ("ssh_key_ids", "shared_volume_ids", "labels")
+# A cluster saved while still converging (an interrupted or timed-out wait): the next plan resumes the
+# wait as an in-place update, with these attributes known only after it.
+CONVERGING_STATUSES = ("PENDING", "PROVISIONING", "CONFIGURING", "CONTAINER_CREATING")
+SETTLED_PHASES = (None, "Ready")
+KNOWN_AFTER_WAIT = ("status", "phase", "nodes", "login", "slurm", "kubernetes", "nccl_env", "reservation")
 
 
 def _path(cluster_id: str) -> str:
     return f"/v1/clusters/{cluster_id}"
+
+
+def still_converging(state: State) -> bool:
+    """Saved before it converged (and healthy): a create or change the engine is still carrying out."""
+    status = state.get("status")
+    return status in CONVERGING_STATUSES or (status == "RUNNING" and state.get("phase") not in SETTLED_PHASES)
 
 
 def _differs(name: str, plan: State, state: State) -> bool:
@@ -111,6 +125,17 @@ def _keep_planned(new: State, plan: State) -> State:
     return new
 
 
+def _stopped_waiting(ctx: Context, cluster_id: str, stopped: Exception) -> None:
+    """A healthy cluster whose wait was cut short: a warning (an error would taint a new cluster)."""
+    why = stopped.message if isinstance(stopped, ClusterWaitError) else "Terraform was interrupted"
+    ctx.warning(
+        "GPU Cluster Still Converging",
+        f"Stopped waiting for cluster {cluster_id} to become RUNNING: {why}. Nothing is wrong with it: it "
+        "is saved in state as it is and keeps converging. The next terraform apply resumes the wait (the "
+        "plan shows it as an in-place update).",
+    )
+
+
 class GpuClusterResource(Resource):
     type_name = "gpucloud_gpu_cluster"
     import_id_attribute = "id"
@@ -147,6 +172,8 @@ class GpuClusterResource(Resource):
                 "new one.",
                 root("status"),
             )
+        elif state is not None and plan.get("wait_for_running") is not False and still_converging(state):
+            plan.update(dict.fromkeys(KNOWN_AFTER_WAIT, UNKNOWN))  # the update resumes the wait
         if ctx.requires_replace and state is not None:
             warn_if_term_forfeited(ctx, state, "Replacing")
         if ctx.requires_replace and state is not None and state.get("deletion_protection") is True:
@@ -258,11 +285,14 @@ class GpuClusterResource(Resource):
         poller = Poller(client, body["id"], deadline, ctx.sleep)
         try:
             body = wait_until_running(poller)
-        except (ClusterWaitError, Cancelled) as error:
-            reason = error.message if isinstance(error, ClusterWaitError) else "the apply was interrupted"
+        except (ClusterStillConverging, Cancelled) as stopped:
+            create_done(ctx)  # in state from now on: the next apply resumes the wait, never re-creates
+            _stopped_waiting(ctx, body["id"], stopped)
+            return self._state(ctx, client, poller.last or body, plan)
+        except ClusterWaitError as error:
             ctx.error(
                 "Error Creating GPU Cluster",
-                f"Cluster {body['id']} did not become RUNNING: {reason}. It is saved in state as "
+                f"Cluster {body['id']} did not become RUNNING: {error.message}. It is saved in state as "
                 "tainted; the next apply replaces it.",
             )
             return self._state(ctx, client, poller.last or body, plan)
@@ -334,14 +364,19 @@ class GpuClusterResource(Resource):
             return self._refreshed_or(ctx, client, cluster_id, state)
         body = body or client.get_cluster(cluster_id)
         engine_work = any(_differs(n, plan, state) for n in ENGINE_WORK)
-        if engine_work and plan.get("wait_for_running") is not False:
+        if (engine_work or still_converging(state)) and plan.get("wait_for_running") is not False:
             poller = Poller(client, cluster_id, deadline, ctx.sleep)
             try:
-                body = wait_until_running(poller, changed_at=body.get("updated_at"))
-            except (ClusterWaitError, Cancelled) as error:
-                reason = error.message if isinstance(error, ClusterWaitError) else "the apply was interrupted"
+                if engine_work:
+                    body = wait_until_running(poller, changed_at=body.get("updated_at"), changed=body)
+                else:  # resuming a wait an earlier apply stopped
+                    body = wait_until_running(poller)
+            except (ClusterStillConverging, Cancelled) as stopped:
+                _stopped_waiting(ctx, cluster_id, stopped)
+                return self._state(ctx, client, poller.last or body, plan)
+            except ClusterWaitError as error:
                 ctx.error("Error Updating GPU Cluster", f"Cluster {cluster_id} did not converge after the "
-                          f"change: {reason}. Run terraform apply again to finish.")
+                          f"change: {error.message}. A cluster left FAILED is replaced by the next apply.")
                 return self._state(ctx, client, poller.last or body, plan)
             remember_etag(ctx, poller.etag)
         return _keep_planned(self._state(ctx, client, body, plan), plan)

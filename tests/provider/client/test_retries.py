@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -132,11 +133,61 @@ def test_attach_volume_reuses_one_generated_key_across_retries() -> None:
 
 def test_cancellation_stops_retries_before_the_next_attempt() -> None:
     cancelled = threading.Event()
-    cancelled.set()  # StopProvider arrived while the first attempt was in flight
-    api = ScriptedApi(problem(503, "unavailable"), OK)
+
+    def stopped_meanwhile(request: httpx.Request) -> httpx.Response:
+        cancelled.set()  # StopProvider arrives while the first attempt is in flight
+        return problem(503, "unavailable")
+
+    api = ScriptedApi(stopped_meanwhile, OK)
     with pytest.raises(Cancelled):
         make_client(api, cancelled=cancelled).get_cluster("clu_1")
     assert len(api.requests) == 1
+
+
+def test_cancellation_before_a_request_sends_nothing() -> None:
+    cancelled = threading.Event()
+    cancelled.set()
+    api = ScriptedApi(OK)
+    with pytest.raises(Cancelled):
+        make_client(api).cancellable(cancelled).update_cluster("clu_1", {"name": "x"})
+    assert api.requests == []
+
+
+def test_cancellation_abandons_a_read_in_flight() -> None:
+    cancelled, release = threading.Event(), threading.Event()
+
+    def hangs(request: httpx.Request) -> httpx.Response:
+        release.wait(10)  # an API that does not answer
+        return OK
+
+    client = make_client(ScriptedApi(hangs)).cancellable(cancelled)
+    threading.Timer(0.05, cancelled.set).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(Cancelled):
+            client.get_cluster("clu_1")
+    finally:
+        release.set()
+    assert time.monotonic() - started < 2
+
+
+def test_cancellation_lets_a_write_in_flight_finish() -> None:
+    cancelled = threading.Event()
+
+    def slow_write(request: httpx.Request) -> httpx.Response:
+        cancelled.set()  # StopProvider while the PATCH is on the wire: its outcome must still be known
+        time.sleep(0.1)
+        return httpx.Response(200, json={"id": "clu_1", "name": "x"})
+
+    client = make_client(ScriptedApi(slow_write)).cancellable(cancelled)
+    assert client.update_cluster("clu_1", {"name": "x"})["name"] == "x"
+
+
+def test_cancellable_view_shares_the_pool_and_cache_key() -> None:
+    client = make_client(ScriptedApi(OK))
+    view = client.cancellable(threading.Event())
+    assert view.cache_key == client.cache_key and view._http is client._http
+    assert client._cancelled is None  # the original is untouched
 
 
 def test_cancellation_event_interrupts_a_real_wait() -> None:

@@ -72,9 +72,12 @@ def test_formatter_writes_hclog_fields_extras_and_exceptions() -> None:
 def restore_root_logger() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
+    chatty = {name: logging.getLogger(name).level for name in ("httpx", "httpcore")}
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    for name, old in chatty.items():
+        logging.getLogger(name).setLevel(old)
     logging.captureWarnings(False)
 
 
@@ -86,3 +89,18 @@ def test_configure_logging_filters_by_level() -> None:
     logging.getLogger("gpucloud.x").info("shown")
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert [(e["@level"], e["@message"]) for e in lines] == [("info", "shown")]
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_configure_logging_keeps_one_line_per_request_out_of_info_and_debug() -> None:
+    stream = io.StringIO()
+    for level in ("info", "debug"):
+        configure_logging({"TF_LOG_PROVIDER": level}, stream=stream)
+        logging.getLogger("httpx").info("HTTP Request: GET http://api/v1/clusters/c \"HTTP/1.1 200 OK\"")
+        logging.getLogger("httpcore.connection").debug("connect_tcp.started")
+        logging.getLogger("provider.resources.gpu_cluster").info("gpu cluster c: RUNNING")
+    messages = [json.loads(line)["@message"] for line in stream.getvalue().splitlines()]
+    assert messages == ["gpu cluster c: RUNNING", "gpu cluster c: RUNNING"]
+    configure_logging({"TF_LOG_PROVIDER": "trace"}, stream=stream)
+    logging.getLogger("httpx").info("HTTP Request: shown at trace")
+    assert "shown at trace" in stream.getvalue()

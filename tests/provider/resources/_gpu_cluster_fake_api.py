@@ -1,13 +1,16 @@
 """An in-memory stand-in for the cluster part of the backend API, for the provider's unit tests.
 
 Clusters advance one status per GET (PENDING -> PROVISIONING -> RUNNING) so waits are exercised; a
-cluster created while `fail_next_create` is set rolls back to FAILED instead.
+cluster created while `fail_next_create` is set rolls back to FAILED instead, one created while
+`degrade_next_create` is set loses its first node to a hardware fault (FAILED, phase Degraded) as it comes
+up. `on_get` runs before each GET of a cluster (e.g. to send StopProvider in the middle of a wait).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -73,6 +76,8 @@ class FakeClusterApi:
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
     idempotency: dict[str, str] = field(default_factory=dict)
     fail_next_create: bool = False
+    degrade_next_create: bool = False
+    on_get: Callable[[], None] | None = None
     reject_create: list[dict[str, str]] | None = None  # field errors of a 422 for the next create
     unreachable_posts: int = 0  # the next N cluster POSTs fail as if the backend were down
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
@@ -120,6 +125,8 @@ class FakeClusterApi:
         if len(parts) == 3 and parts[2] == "credentials":
             return httpx.Response(200, json={"kubeconfig": "apiVersion: v1\n", "api_endpoint": "https://k"})
         if method == "GET":
+            if self.on_get is not None:
+                self.on_get()
             self._advance(cluster)
             return httpx.Response(200, json=cluster, headers={"ETag": f'"{cluster["updated_at"]}"'})
         if method == "PATCH":
@@ -166,9 +173,9 @@ class FakeClusterApi:
             ),
             "deletion_requested_at": None, "created_at": "2026-11-26T01:00:00Z", "updated_at": self._now(),
             "nodes": [], "login": None, "slurm": None, "kubernetes": None, "nccl_env": {},
-            "phase_history": [], "_fail": self.fail_next_create,
+            "phase_history": [], "_fail": self.fail_next_create, "_degrade": self.degrade_next_create,
         }
-        self.fail_next_create = False
+        self.fail_next_create = self.degrade_next_create = False
         self.clusters[cluster_id] = cluster
         self.idempotency[key] = cluster_id
         return httpx.Response(201, json=cluster)
@@ -177,6 +184,13 @@ class FakeClusterApi:
         """One step towards RUNNING (or FAILED) per read, converging any node count change."""
         if cluster["_fail"]:
             cluster.update(status="FAILED", phase="Failed", status_reason="node boot failed 3 times")
+            return
+        if cluster["_degrade"] and cluster["status"] != "PENDING":  # stays Degraded: no repair here
+            nodes = [self._node(cluster, i) for i in range(cluster["node_count"])]
+            fault = "hardware fault: XID 79: GPU 3 has fallen off the bus"
+            nodes[0].update(status="FAILED", status_reason=fault)
+            cluster.update(status="FAILED", phase="Degraded", nodes=nodes,
+                           status_reason=f"node {nodes[0]['name']}: {fault}")
             return
         index = STEPS.index(cluster["status"]) if cluster["status"] in STEPS else 2
         wanted = cluster["node_count"]

@@ -1,11 +1,24 @@
+import threading
+import time
 from decimal import Decimal
 
+import httpx
 import pytest
 
-from provider.client import Forbidden
+from provider._proto import tfplugin6_pb2 as pb
+from provider.client import Cancelled, Forbidden, GpuCloudClient
 from provider.cty import GetAttr, Index
 from provider.framework import DiagnosticError
-from provider.resources._common import api_error, client_of, number, path_from_field, timestamp
+from provider.framework.server import ProviderServer
+from provider.resources._common import (
+    GpuCloudConfig,
+    api_error,
+    client_of,
+    number,
+    path_from_field,
+    timestamp,
+)
+from provider.resources.provider import GpuCloudProvider
 from provider.resources.shared_volume import SharedVolumeResource
 from tests.provider.resources.fakes import context
 
@@ -66,3 +79,25 @@ def test_api_error_keeps_field_names_and_does_not_contradict_the_api():
     protected, member = (d.detail for d in ctx.diagnostics)
     assert protected == "deletion_protection is on; set it to false first."
     assert member == "This API key has the member role, which is read-only; use an admin key."
+
+
+def test_client_of_requests_in_flight_end_when_terraform_sends_stop_provider():
+    release = threading.Event()
+
+    def hangs(request: httpx.Request) -> httpx.Response:
+        release.wait(10)  # an API that does not answer
+        return httpx.Response(200, json={})
+
+    client = GpuCloudClient("http://api.test", "k", transport=httpx.MockTransport(hangs), max_retries=0)
+    server = ProviderServer(GpuCloudProvider())
+    server._provider_data = GpuCloudConfig("http://api.test", "k", 30.0, 0, client=client)
+    ctx = server._context("gpucloud_gpu_cluster")
+    threading.Timer(0.05, server.stop_provider, [pb.StopProvider.Request()]).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(Cancelled):
+            client_of(ctx).get_cluster("cls_1")
+    finally:
+        release.set()
+    assert time.monotonic() - started < 2
+    assert not server._context().stop_event.is_set()  # later calls are not cancelled

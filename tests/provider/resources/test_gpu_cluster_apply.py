@@ -121,14 +121,72 @@ def test_gpu_cluster_create_rejected_by_api_names_the_field(api):
     assert error.path is not None and [s.name for s in error.path] == ["shared_volume_ids"]
 
 
-def test_gpu_cluster_create_cancelled_keeps_partial_state(api):
+def test_gpu_cluster_create_degraded_node_fails_at_once_naming_the_node(api):
+    api.degrade_next_create = True
+    ctx = ctx_for(api, {IDEMPOTENCY_KEY: "key-1"})
+    state = RESOURCE.create(ctx, planned(timeouts={"create": "3s"}))  # the old wait polled to the deadline
+    assert state is not None and state["status"] == "FAILED" and state["phase"] == "Degraded"
+    (error,) = ctx.diagnostics
+    assert error.severity == "error" and error.summary == "Error Creating GPU Cluster"
+    assert "train-0" in error.detail and "XID 79: GPU 3 has fallen off the bus" in error.detail
+    assert "tainted" in error.detail
+    assert len([r for r in api.requests if r[0] == "GET" and r[1] == "/v1/clusters/cls_1"]) == 2
+
+
+def test_gpu_cluster_create_interrupted_saves_the_healthy_cluster_with_a_warning(api):
     stop = threading.Event()
-    ctx = ctx_for(api, stop=stop)
-    stop.set()
+    api.on_get = stop.set  # StopProvider while the wait's first poll is in flight
+    ctx = ctx_for(api, {IDEMPOTENCY_KEY: "key-1"}, stop=stop)
     state = RESOURCE.create(ctx, planned())
-    assert state is not None and state["id"] == "cls_1"
-    assert [d.summary for d in ctx.diagnostics] == ["Error Creating GPU Cluster"]
-    assert "interrupted" in ctx.diagnostics[0].detail
+    assert state is not None and state["id"] == "cls_1" and state["status"] in ("PENDING", "PROVISIONING")
+    (warning,) = ctx.diagnostics
+    assert warning.severity == "warning" and warning.summary == "GPU Cluster Still Converging"
+    assert "interrupted" in warning.detail and "resumes the wait" in warning.detail
+    assert IDEMPOTENCY_KEY not in ctx.private  # recorded in state: never created again
+
+
+def test_gpu_cluster_create_timed_out_saves_the_healthy_cluster_with_a_warning(api):
+    ctx = ctx_for(api)
+    state = RESOURCE.create(ctx, planned(timeouts={"create": "0s"}))
+    assert state is not None and state["status"] != "RUNNING"
+    (warning,) = ctx.diagnostics
+    assert warning.severity == "warning" and "timed out" in warning.detail
+
+
+def test_gpu_cluster_create_interrupted_before_the_post_creates_nothing(api):
+    stop = threading.Event()
+    stop.set()
+    ctx = ctx_for(api, stop=stop)
+    assert RESOURCE.create(ctx, planned()) is None
+    assert api.clusters == {} and ctx.diagnostics.has_errors
+
+
+def test_gpu_cluster_update_resumes_an_interrupted_wait_without_a_change(api):
+    stop = threading.Event()
+    api.on_get = stop.set
+    saved = RESOURCE.create(ctx_for(api, stop=stop), planned())
+    assert saved is not None and saved["status"] != "RUNNING"
+    api.on_get = None
+    before = len(api.requests)
+    ctx = ctx_for(api)
+    new = RESOURCE.update(ctx, {**saved, "status": None}, saved)
+    assert not ctx.diagnostics and new is not None and new["status"] == "RUNNING"
+    assert [m for m, _, _ in api.requests[before:] if m != "GET"] == []  # only waited
+
+
+def test_gpu_cluster_update_interrupted_warns_and_keeps_the_change(api):
+    state = created(api)
+    stop = threading.Event()
+
+    def interrupt_while_scaling() -> None:
+        api.clusters["cls_1"]["status"] = "PENDING"  # the new nodes are still being placed
+        stop.set()
+
+    api.on_get = interrupt_while_scaling
+    ctx = ctx_for(api, stop=stop)
+    new = RESOURCE.update(ctx, {**state, "node_count": 3}, state)
+    assert new is not None and new["node_count"] == 3 and new["status"] == "PROVISIONING"
+    assert [(d.severity, d.summary) for d in ctx.diagnostics] == [("warning", "GPU Cluster Still Converging")]
 
 
 def created(api: FakeClusterApi, **values: Any) -> dict[str, Any]:

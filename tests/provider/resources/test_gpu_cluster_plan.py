@@ -253,6 +253,23 @@ def test_gpu_cluster_plan_failed_cluster_is_replaced_with_a_reason():
     assert "FAILED (node train-1: XID 79)" in warning.detail and "create a new one" in warning.detail
 
 
+def test_gpu_cluster_plan_still_converging_cluster_resumes_the_wait_in_place():
+    # Saved by an interrupted or timed-out wait: an in-place update (status known after apply), never
+    # a replacement.
+    for status, phase in (("PROVISIONING", "ProvisioningNodes"), ("RUNNING", "Reconfiguring")):
+        prior = state_of(status=status, phase=phase)
+        planned, ctx = plan(config_of(prior), prior)
+        assert not ctx.diagnostics and not ctx.requires_replace
+        assert planned is not None and is_unknown(planned["status"]) and is_unknown(planned["nodes"])
+        assert planned["id"] == "cls_1" and planned["created_at"] == prior["created_at"]
+
+
+def test_gpu_cluster_plan_settled_or_unwatched_cluster_is_not_waited_for():
+    for prior in (state_of(), state_of(status="PENDING", phase="Admitted", wait_for_running=False)):
+        planned, ctx = plan(config_of(prior, wait_for_running=prior["wait_for_running"]), prior)
+        assert not ctx.diagnostics and planned == prior
+
+
 def test_gpu_cluster_plan_destroy_of_protected_cluster_fails_at_plan():
     ctx2 = make_ctx(FakeClusterApi())
     assert RESOURCE.modify_plan(ctx2, None, state_of(deletion_protection=True), None) is None
