@@ -131,5 +131,5 @@ def test_acc_workflows_ci_member_key_plans_and_checks_drift_admin_key_applies(
     code, output = ci("apply", member)
     text = " ".join(output.split())
     assert code == 1 and "member role, which is read-only" in text, output
-    assert "need an API key with the admin role" in text, output
+    assert "use an admin key" in text and "member or admin" not in text, output
     assert backend.client.list_volumes(name="nlp-roles-data") == []

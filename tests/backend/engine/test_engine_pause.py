@@ -49,7 +49,7 @@ def test_engine_pause_powers_nodes_off_through_the_driver_and_resume_powers_them
 
     with sessions.begin() as session:
         resume_cluster(session, cluster["id"], "credits added")
-    booting = make_worker(simulation_speed=1000)  # power-on takes a fraction of a second: watch it
+    booting = make_worker(simulation_speed=100_000)  # power-on takes milliseconds, drain never stops early
     booting.run_once()
     body = get(admin, cluster["id"])
     assert (body["status"], body["phase"]) == ("CONFIGURING", "Resuming")
