@@ -62,7 +62,7 @@ def login(app: App, endpoint: str | None, as_json: bool) -> None:
         saved = {}
     endpoint = (endpoint or os.environ.get("GPUCLOUD_ENDPOINT") or saved.get("endpoint") or DEFAULT_ENDPOINT)
     endpoint = endpoint.rstrip("/")
-    api_key = os.environ.get("GPUCLOUD_API_KEY") or click.prompt("API key", hide_input=True, err=True).strip()
+    api_key = os.environ.get("GPUCLOUD_API_KEY") or _read_api_key()
     try:
         client = GpuCloudClient(
             endpoint, api_key, max_retries=CLI_MAX_RETRIES, user_agent=f"gpucloud-cli/{cli_version()}"
@@ -76,6 +76,17 @@ def login(app: App, endpoint: str | None, as_json: bool) -> None:
         print_json({"endpoint": endpoint, "config": str(path)})
     else:
         note(f"Logged in to {endpoint}; saved to {path} (mode 0600).")
+
+
+def _read_api_key() -> str:
+    """Asked for on a terminal (not echoed); the first line of stdin when piped (`... | gpucloud login`)."""
+    if sys.stdin.isatty():
+        key = str(click.prompt("API key", hide_input=True, err=True))
+    else:
+        key = sys.stdin.readline()
+    if not key.strip():
+        raise click.UsageError("no API key given: type it at the prompt, pipe it in or set GPUCLOUD_API_KEY")
+    return key.strip()
 
 
 @cli.command()
