@@ -35,8 +35,12 @@ STATUS_STYLES = {
 Column = tuple[str, Callable[[Mapping[str, Any]], Any]]
 
 
-def stdout_console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+def stdout_console(min_width: int = 0) -> Console:
+    """`min_width`: a table never has its ids cut to fit a narrow terminal (the terminal wraps instead)."""
+    console = Console(highlight=False, soft_wrap=False)
+    if console.width < min_width:
+        console = Console(highlight=False, soft_wrap=False, width=min_width)
+    return console
 
 
 def stderr_console() -> Console:
@@ -89,8 +93,8 @@ def print_table(columns: Sequence[Column], rows: Iterable[Mapping[str, Any]], *,
         stderr_console().print(empty)
         return
     headers = [name for name, _ in columns]
+    widths = [max(len(h), *(len(r[i]) for r in values)) for i, h in enumerate(headers)]
     if not is_terminal():
-        widths = [max(len(h), *(len(r[i]) for r in values)) for i, h in enumerate(headers)]
         for line in [headers, *values]:
             sys.stdout.write("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() + "\n")
         return
@@ -100,11 +104,11 @@ def print_table(columns: Sequence[Column], rows: Iterable[Mapping[str, Any]], *,
     for line in values:
         cells = zip(headers, line, strict=True)
         table.add_row(*(styled_status(v) if h == "STATUS" else Text(v) for h, v in cells))
-    stdout_console().print(table)
+    stdout_console(min_width=sum(widths) + 2 * len(widths)).print(table)
 
 
 def styled_status(status: str) -> Text:
-    return Text(status, style=STATUS_STYLES.get(status.split(" ")[0], ""))
+    return Text(status, style=STATUS_STYLES.get(status.split(" ")[0].upper(), ""))
 
 
 def print_fields(fields: Sequence[tuple[str, Any]]) -> None:

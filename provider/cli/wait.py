@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
 import click
+from rich.text import Text
 
 from provider.cli.output import STATUS_STYLES, stderr_console
 from provider.client import GpuCloudClient, NotFound, WaitFailed, wait_for
@@ -37,6 +39,21 @@ def progress_line(cluster: dict[str, Any], elapsed: float) -> str:
     )
 
 
+class LiveLine:
+    """The status line's text, rendered at each refresh so the elapsed time ticks between polls."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.started = clock()
+        self.cluster: dict[str, Any] | None = None
+
+    def __rich__(self) -> Text:
+        if self.cluster is None:
+            return Text("waiting for the first answer")
+        line = progress_line(self.cluster, self.clock() - self.started)
+        return Text(line, style=STATUS_STYLES.get(self.cluster["status"], ""))
+
+
 def watch_cluster(
     client: GpuCloudClient,
     cluster_id: str,
@@ -47,6 +64,7 @@ def watch_cluster(
     """Poll until `done(cluster)`; None when the cluster is gone (404 after a destroy)."""
     console = stderr_console()
     last_line = ""
+    live_line = LiveLine()
 
     def get() -> dict[str, Any] | None:
         try:
@@ -60,7 +78,7 @@ def watch_cluster(
         return None
 
     try:
-        live = console.status(f"waiting for {what}") if console.is_terminal else contextlib.nullcontext()
+        live = console.status(live_line) if console.is_terminal else contextlib.nullcontext()
         with live as status:
 
             def on_progress(cluster: dict[str, Any] | None, elapsed: float) -> None:
@@ -68,10 +86,8 @@ def watch_cluster(
                 if cluster is None:
                     return
                 line = progress_line(cluster, elapsed)
-                style = STATUS_STYLES.get(cluster["status"], "")
-                if status is not None:
-                    status.update(f"[{style}]{line}[/]" if style else line)
-                elif line.rsplit(" · ", 1)[0] != last_line.rsplit(" · ", 1)[0]:
+                live_line.cluster = cluster
+                if status is None and line.rsplit(" · ", 1)[0] != last_line.rsplit(" · ", 1)[0]:
                     print(line, file=sys.stderr, flush=True)  # a log line per change, not per poll
                 last_line = line
 

@@ -39,7 +39,7 @@ def test_cli_table_colours_the_lifecycle_on_a_terminal(monkeypatch: pytest.Monke
     assert output.styled_status("RUNNING (repairing)").style == "bold green"
     monkeypatch.setattr(output, "is_terminal", lambda: True)
     console = output.Console(record=True, force_terminal=True, width=80)
-    monkeypatch.setattr(output, "stdout_console", lambda: console)
+    monkeypatch.setattr(output, "stdout_console", lambda min_width=0: console)
     output.print_table([("STATUS", lambda r: r["status"])], [{"status": "FAILED"}], empty="")
     assert "\x1b[1;31mFAILED" in console.export_text(styles=True)
 
@@ -112,3 +112,16 @@ def test_cli_ssh_goes_through_the_jumphost_to_a_worker() -> None:
     ]
     single = {"name": "t-0", "role": "standalone", "status": "RUNNING", "private_ip": "10.0.0.10"}
     assert ssh_argv_for_node(CLUSTER, single) == ["ssh", "-p", "22", "ubuntu@198.18.0.7"]
+
+
+def test_cli_live_status_line_ticks_between_polls() -> None:
+    from provider.cli.wait import LiveLine
+
+    now = [100.0]
+    line = LiveLine(clock=lambda: now[0])
+    line.cluster = {"name": "t", "status": "PROVISIONING", "phase": "ProvisioningNodes", "node_count": 2,
+                    "nodes": [{"status": "RUNNING"}, {"status": "PROVISIONING"}]}
+    now[0] += 75
+    text = line.__rich__()
+    assert text.plain == "t PROVISIONING · ProvisioningNodes · nodes 1/2 running · 1m15s"
+    assert text.style == "cyan"
