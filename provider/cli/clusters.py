@@ -333,8 +333,12 @@ def forfeit_notice(c: dict[str, Any], now: datetime | None = None) -> str | None
     """What destroying a reserved cluster gives up (the prepaid term is not refunded)."""
     reservation = c.get("reservation")
     if not reservation or reservation.get("expired"):
-        if (c.get("billing") or {}).get("type") == "reserved":
-            return "This cluster is reserved, but its term has not started: nothing prepaid is forfeited."
+        billing = c.get("billing") or {}
+        if billing.get("type") == "reserved" and not reservation:
+            return (
+                f"This cluster is reserved for {billing.get('duration_days')} days; its term has not started "
+                "(nothing prepaid has been charged yet)."
+            )
         return None
     start = datetime.fromisoformat(str(reservation["term_start"]).replace("Z", "+00:00"))
     end = datetime.fromisoformat(str(reservation["term_end"]).replace("Z", "+00:00"))

@@ -93,8 +93,13 @@ def test_cli_forfeit_notice_says_what_prepaid_time_is_lost() -> None:
 
 def test_cli_forfeit_notice_only_for_a_started_reserved_term() -> None:
     assert forfeit_notice({"billing": {"type": "on_demand"}, "reservation": None}) is None
-    not_started = forfeit_notice({"billing": {"type": "reserved"}, "reservation": None})
-    assert not_started is not None and "nothing prepaid is forfeited" in not_started
+    not_started = forfeit_notice({"billing": {"type": "reserved", "duration_days": 7}, "reservation": None})
+    assert not_started == (
+        "This cluster is reserved for 7 days; its term has not started "
+        "(nothing prepaid has been charged yet)."
+    )
+    expired = {**RESERVED, "reservation": {**RESERVED["reservation"], "expired": True}}
+    assert forfeit_notice(expired) is None
 
 
 CLUSTER = {
