@@ -50,7 +50,12 @@ step_docs() {
   "$PY" -m provider.framework.docs --provider provider.resources.provider:GpuCloudProvider --out "${1:-docs}"
 }
 
-ALL_STEPS="stubs openapi rules docs"
+# docs/cli.md from the real --help of every gpucloud command.
+step_cli() {
+  "$PY" -m provider.cli.docs "${1:-docs/cli.md}"
+}
+
+ALL_STEPS="stubs openapi rules docs cli"
 
 if [ $# -gt 0 ]; then
   step=$1

@@ -3,7 +3,7 @@
 Knows nothing of Terraform; the provider's resources turn its errors into diagnostics.
 """
 
-from provider.client.client import GpuCloudClient, new_idempotency_key
+from provider.client.client import DEFAULT_ENDPOINT, GpuCloudClient, new_idempotency_key
 from provider.client.errors import (
     ApiError,
     BadRequest,
@@ -27,6 +27,7 @@ from provider.client.http import ApiResponse, Cancelled
 from provider.client.waiter import wait_for
 
 __all__ = [
+    "DEFAULT_ENDPOINT",
     "ApiError",
     "ApiResponse",
     "BadRequest",

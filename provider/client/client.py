@@ -18,6 +18,9 @@ from provider.client.http import ApiResponse, HttpCore
 
 Body = dict[str, Any]
 
+# Where a local backend (`gpucloud-backend serve`, `make demo`) listens: the provider's and the CLI's default.
+DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
+
 
 def new_idempotency_key() -> str:
     """A fresh key for one logical create (keep it with the resource until the create is recorded)."""

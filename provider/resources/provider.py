@@ -9,7 +9,14 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from provider.client import ApiError, Forbidden, GpuCloudClient, TransportError, Unauthorized
+from provider.client import (
+    DEFAULT_ENDPOINT,
+    ApiError,
+    Forbidden,
+    GpuCloudClient,
+    TransportError,
+    Unauthorized,
+)
 from provider.cty import is_unknown
 from provider.framework import (
     Context,
@@ -57,7 +64,6 @@ DATA_SOURCES: tuple[type[DataSource], ...] = (
 )
 EPHEMERAL_RESOURCES: tuple[type[EphemeralResource], ...] = (ClusterCredentialsEphemeralResource,)
 
-DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
 DEFAULT_REQUEST_TIMEOUT = "30s"
 DEFAULT_MAX_RETRIES = 4
 

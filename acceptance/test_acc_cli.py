@@ -1,0 +1,188 @@
+"""The `gpucloud` command line as a user runs it: a subprocess against the real backend (simulated
+datacenter at 600x, so a 2-node cluster is RUNNING in seconds). One backend for the module; the outage
+test stops it and so runs last."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from acceptance.backend import Backend, running_backend
+
+REPO = Path(__file__).resolve().parents[1]
+FAST_SIMULATION = {
+    "GPUCLOUD_SIMULATION_SPEED": "600",
+    "GPUCLOUD_SIMULATION_BOOT_FAILURE_RATE": "0",
+    "GPUCLOUD_SIMULATION_ACCEPTANCE_FAILURE_RATE": "0",
+    "GPUCLOUD_LOG_LEVEL": "warning",
+}
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in FAST_SIMULATION.items():
+            patch.setenv(name, value)
+        with running_backend(tmp_path_factory.mktemp("cli-backend")) as server:
+            yield server
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cli-home")
+
+
+def gpucloud(
+    home: Path, *args: str, backend: Backend | None = None, stdin: str = "", **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run `gpucloud ARGS` with only the given credentials (no saved config unless a test logs in)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
+    environment.update(PYTHONPATH=str(REPO), HOME=str(home), XDG_CONFIG_HOME=str(home / "config"))
+    if backend is not None:
+        environment.update(backend.provider_env)
+    environment.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "provider.cli.main", *args],
+        env=environment, input=stdin, capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+def ok_json(done: subprocess.CompletedProcess[str]) -> object:
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def one_error_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
+    assert "Traceback" not in done.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def public_key(home: Path) -> Path:
+    key = home / "key"
+    command = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "cli-test", "-f", str(key)]
+    subprocess.run(command, check=True)
+    return home / "key.pub"
+
+
+def test_acc_cli_cluster_lifecycle(backend: Backend, home: Path, public_key: Path) -> None:
+    run = lambda *args: gpucloud(home, *args, backend=backend)  # noqa: E731
+
+    created = ok_json(run("cluster", "create", "8xH100", "-i", str(public_key), "-n", "2", "--name", "train",
+                          "--json"))
+    assert isinstance(created, dict)
+    cluster_id = created["id"]
+    assert created["status"] == "RUNNING" and created["node_count"] == 2
+    assert [n["status"] for n in created["nodes"]] == ["RUNNING", "RUNNING"]
+    keys = ok_json(run("ssh-key", "list", "--json"))
+    assert isinstance(keys, list) and created["ssh_key_ids"] == [keys[0]["id"]]
+    assert keys[0]["public_key"] == public_key.read_text().strip()
+
+    listed = run("cluster", "list")
+    assert listed.returncode == 0, listed.stderr
+    header, row = listed.stdout.splitlines()
+    assert header.split()[:3] == ["ID", "NAME", "STATUS"]
+    assert row.split()[:6] == [cluster_id, "train", "RUNNING", "8xH100", "2/2", "16"]
+    assert [c["id"] for c in ok_json(run("cluster", "list", "--json"))] == [cluster_id]  # type: ignore[union-attr]
+
+    info = run("cluster", "info", "train")
+    assert info.returncode == 0 and "train-1" in info.stdout and "RUNNING" in info.stdout, info.stderr
+
+    region = created["region"]
+    volume = ok_json(run("volume", "create", "datasets", "--region", region, "--size", "1", "--json"))
+    assert isinstance(volume, dict)
+    attached = run("cluster", "attach", "train", "datasets")
+    assert attached.returncode == 0, attached.stderr
+    scaled = ok_json(run("cluster", "scale", cluster_id, "3", "--json"))
+    assert isinstance(scaled, dict)
+    assert scaled["volume_ids"] == [volume["id"]]
+    assert scaled["node_count"] == 3 and [n["status"] for n in scaled["nodes"]] == ["RUNNING"] * 3
+
+    login = scaled["login"]
+    to_cluster = run("ssh", "train", "--dry-run")
+    assert to_cluster.stdout == f"ssh -p 22 {login['user']}@{login['public_ip']}\n", to_cluster.stderr
+    worker = next(n for n in scaled["nodes"] if n["name"] == "train-2")
+    to_worker = run("ssh", "train-2", "--dry-run")
+    assert to_worker.stdout == (
+        f"ssh -J {login['user']}@{login['public_ip']}:22 -p 22 {login['user']}@{worker['private_ip']}\n"
+    ), to_worker.stderr
+
+    destroyed = run("cluster", "destroy", "train", "--yes")
+    assert destroyed.returncode == 0, destroyed.stderr
+    assert "DESTROYED" in destroyed.stderr
+    assert ok_json(run("cluster", "list", "--json")) == []
+
+
+def test_acc_cli_login_saves_a_checked_key_privately(backend: Backend, home: Path) -> None:
+    rejected = gpucloud(home, "login", "--endpoint", backend.url, stdin="gpc_not_a_key\n")
+    assert "HTTP 401" in one_error_line(rejected)
+    assert not (home / "config" / "gpucloud" / "config.toml").exists()
+
+    done = gpucloud(home, "login", "--endpoint", backend.url, stdin=backend.api_key + "\n")
+    assert done.returncode == 0, done.stderr
+    config = home / "config" / "gpucloud" / "config.toml"
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert backend.api_key not in done.stdout + done.stderr
+    # No GPUCLOUD_* variables now: the saved endpoint and key are used.
+    assert gpucloud(home, "regions", "--json").returncode == 0
+    config.unlink()
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [(None, "cannot read the public key file"), ("not a key\n", "public_key")],
+    ids=["missing", "garbage"],
+)
+def test_acc_cli_bad_key_file_is_one_error_line(
+    backend: Backend, home: Path, content: str | None, expected: str
+) -> None:
+    path = home / f"bad-{content is None}.pub"
+    if content is not None:
+        path.write_text(content)
+    line = one_error_line(gpucloud(home, "cluster", "create", "8xH100", "-n", "2", "-i", str(path),
+                                   backend=backend))
+    assert expected in line
+
+
+def test_acc_cli_unknown_instance_type_is_one_error_line(backend: Backend, home: Path) -> None:
+    line = one_error_line(gpucloud(home, "cluster", "create", "9xZ900", "-n", "2", backend=backend))
+    assert "unknown instance type '9xZ900'" in line and "request id req_" in line
+
+
+def test_acc_cli_ctrl_c_stops_watching_but_not_the_create(backend: Backend, home: Path) -> None:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
+    environment.update(backend.provider_env, PYTHONPATH=str(REPO), HOME=str(home))
+    command = [sys.executable, "-m", "provider.cli.main", "cluster", "create", "8xH100", "--name", "watched"]
+    with subprocess.Popen(command, env=environment, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) as process:
+        assert process.stderr is not None
+        first = process.stderr.readline()  # "Creating watched (cls_...)": the API accepted it
+        assert first.startswith("Creating watched"), first
+        process.stderr.readline()  # the first status line: now watching
+        process.send_signal(signal.SIGINT)
+        rest = process.stderr.read()
+        assert process.wait(timeout=30) == 130, rest
+    cluster_id = first.split("(")[1].split(")")[0]
+    assert f"Resume with: gpucloud cluster info {cluster_id} --wait" in rest and "Traceback" not in rest
+    resumed = ok_json(gpucloud(home, "cluster", "info", cluster_id, "--wait", "--json", backend=backend))
+    assert isinstance(resumed, dict) and resumed["status"] == "RUNNING"  # not cancelled
+    backend.client.delete_cluster(cluster_id)
+
+
+def test_acc_cli_api_outage_is_one_error_line(backend: Backend, home: Path) -> None:
+    """Runs last: it stops the module's backend."""
+    os.killpg(backend.process.pid, signal.SIGTERM)
+    backend.process.wait(timeout=15)
+    line = one_error_line(gpucloud(home, "cluster", "list", backend=backend))
+    assert f"could not reach the API at {backend.url}" in line

@@ -1,0 +1,119 @@
+"""What every command shares: the API client (built on first use from the resolved credentials), the
+`--json` option and references by id or name."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, TypeVar
+
+import click
+
+from provider.cli.config import ConfigError, resolve_credentials
+from provider.client import GpuCloudClient
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Connection failures are retried with backoff; a CLI answers within seconds when the API is down.
+CLI_MAX_RETRIES = 2
+
+
+def cli_version() -> str:
+    try:
+        return version("gpucloud")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class App:
+    """Per-invocation state, kept in Click's context object."""
+
+    def __init__(self) -> None:
+        self._client: GpuCloudClient | None = None
+
+    @property
+    def client(self) -> GpuCloudClient:
+        if self._client is None:
+            try:
+                credentials = resolve_credentials()
+            except ConfigError as error:
+                raise click.UsageError(str(error)) from None
+            if not credentials.api_key:
+                raise click.UsageError("no API key: run `gpucloud login` or set GPUCLOUD_API_KEY")
+            self._client = GpuCloudClient(
+                credentials.endpoint,
+                credentials.api_key,
+                max_retries=CLI_MAX_RETRIES,
+                user_agent=f"gpucloud-cli/{cli_version()}",
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+def pass_app(function: F) -> F:
+    """Inject the invocation's App as the first argument."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        ctx = click.get_current_context()
+        app = ctx.find_object(App)
+        if app is None:
+            app = ctx.ensure_object(App)
+            ctx.call_on_close(app.close)
+        return function(app, *args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print the API's JSON (for scripts) instead of a table."
+)
+
+
+def parse_labels(pairs: tuple[str, ...], option: str) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint=option)
+        labels[key] = value
+    return labels
+
+
+def require_confirmation_source(yes: bool) -> None:
+    """A destructive command asks on a terminal; a script must say --yes (no prompt reads its stdin)."""
+    if not yes and not sys.stdin.isatty():
+        raise click.UsageError("no terminal to confirm on: pass --yes to proceed")
+
+
+def _one(found: list[dict[str, Any]], kind: str, ref: str, listing: str) -> dict[str, Any]:
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise click.UsageError(f"no {kind} named {ref!r}; see `gpucloud {listing}`")
+    ids = ", ".join(str(item["id"]) for item in found)
+    raise click.UsageError(f"{len(found)} {kind}s are named {ref!r} ({ids}): use the id")
+
+
+def find_cluster(client: GpuCloudClient, ref: str) -> dict[str, Any]:
+    """A cluster by id (cls_...) or by name."""
+    if ref.startswith("cls_"):
+        return client.get_cluster(ref)
+    return _one(client.list_clusters(name=ref), "cluster", ref, "cluster list")
+
+
+def find_volume(client: GpuCloudClient, ref: str) -> dict[str, Any]:
+    if ref.startswith("vol_"):
+        return client.get_volume(ref)
+    return _one(client.list_volumes(name=ref), "volume", ref, "volume list")
+
+
+def find_ssh_key(client: GpuCloudClient, ref: str) -> dict[str, Any]:
+    if ref.startswith("ssh_"):
+        return client.get_ssh_key(ref)
+    return _one(client.list_ssh_keys(name=ref), "SSH key", ref, "ssh-key list")
