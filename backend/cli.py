@@ -49,6 +49,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from backend.app import create_app
 
     settings = _settings(args)
+    problem = _driver_problem()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 1
     if settings.is_sqlite:
         _migrate(settings)  # one process owns an SQLite file; PostgreSQL deployments run `migrate` once
     app = create_app(settings)
@@ -56,6 +60,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app, host=settings.host, port=settings.port, access_log=False, log_level="warning", lifespan="on"
     )
     return 0
+
+
+def _driver_problem() -> str | None:
+    """Why the configured provisioning driver cannot run on this machine (one message), or None."""
+    from backend.provisioning.settings import EngineSettings
+
+    if EngineSettings().driver != "local":
+        return None
+    from backend.domain.catalog import default_catalog
+    from backend.provisioning.local import preflight
+
+    problems = preflight.host_problems(sorted({r.private_cidr for r in default_catalog().regions}))
+    if not problems:
+        return None
+    return f"gpucloud-backend: GPUCLOUD_DRIVER=local cannot run here: {preflight.report(problems)}"
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:

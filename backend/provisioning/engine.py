@@ -20,6 +20,7 @@ from backend.fabric import addressing
 from backend.fabric.kubernetes import new_control_plane_credentials
 from backend.fabric.topology import slot_position
 from backend.provisioning import allocator
+from backend.provisioning.settings import DRIVER_ORCHESTRATORS, EngineSettings
 from backend.provisioning.state import live_nodes, new_node, set_cluster_status, set_phase, utcnow, wake
 from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.models import Cluster
@@ -52,6 +53,7 @@ def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: S
             set_phase(session, cluster, str(ClusterPhase.DELETED), now)
         return
     if state is None:
+        _check_driver_offers(cluster)
         _admit(session, catalog, cluster, now)
         return
     if state.finished or state.rollback_reason is not None:
@@ -88,6 +90,16 @@ def resume_cluster(session: Session, cluster_id: str, reason: str) -> None:
         return
     state.paused_reason = None
     wake(session, cluster_id, utcnow())
+
+
+def _check_driver_offers(cluster: Cluster) -> None:
+    driver = EngineSettings().driver
+    offered = DRIVER_ORCHESTRATORS.get(driver, ())
+    if cluster.orchestrator not in offered:
+        raise validation_failed([FieldError(
+            "orchestrator", "unsupported_by_driver",
+            f"the {driver} provisioning driver (GPUCLOUD_DRIVER) cannot run orchestrator "
+            f"{cluster.orchestrator}; it offers {', '.join(offered) or 'none'}")])
 
 
 def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetime) -> None:

@@ -8,6 +8,9 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# The orchestrators each driver can run: the local driver has no Kubernetes control plane to start.
+DRIVER_ORCHESTRATORS = {"simulated": ("slurm", "kubernetes", "none"), "local": ("slurm", "none")}
+
 
 class EngineSettings(BaseSettings):
     """Provisioning engine configuration; `GPUCLOUD_<NAME>` overrides each field."""
