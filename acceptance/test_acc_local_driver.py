@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from acceptance.backend import Backend, running_backend
+from acceptance.backend import BACKEND, Backend, running_backend
+from acceptance.cluster_backend import kill, restart
 from acceptance.gpucloud_steps import GpuCloudTerraform, apply_and_check, gpucloud_tf, values
 
 __all__ = ["gpucloud_tf"]
@@ -33,7 +35,10 @@ def backend() -> Iterator[Backend]:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("GPUCLOUD_DRIVER", "local")
             with running_backend(root) as server:
-                yield server
+                try:
+                    yield server
+                finally:
+                    kill(server)  # the process now running, which a restart may have replaced
     finally:
         remove_by_hand(root / "local")
         subprocess.run(["rm", "-rf", str(root)], check=False)
@@ -58,23 +63,24 @@ def remove_by_hand(local: Path) -> None:
         subprocess.run(["umount", str(ns_dir)], check=False, capture_output=True)
 
 
-def config(node_count: int, keys: list[tuple[str, str]], logins: tuple[str, ...] = ("alice", "bob")) -> str:
+def config(node_count: int, keys: list[tuple[str, str]], logins: tuple[str, ...] = ("alice", "bob"),
+           name: str = "train") -> str:
     key_blocks = "".join(f"""
-    resource "gpucloud_ssh_key" "{name}" {{
-      name       = "{name}"
+    resource "gpucloud_ssh_key" "{key_name}" {{
+      name       = "{name}-{key_name}"
       public_key = {public_key!r}
     }}
-    """.replace("'", '"') for name, public_key in keys)
-    key_ids = ", ".join(f"gpucloud_ssh_key.{name}.id" for name in logins)
+    """.replace("'", '"') for key_name, public_key in keys)
+    key_ids = ", ".join(f"gpucloud_ssh_key.{key_name}.id" for key_name in logins)
     return key_blocks + f"""
     resource "gpucloud_shared_volume" "data" {{
-      name     = "data"
+      name     = "{name}-data"
       region   = "us-east-1"
       size_tib = 1
     }}
 
     resource "gpucloud_gpu_cluster" "train" {{
-      name             = "train"
+      name             = "{name}"
       region           = "us-east-1"
       instance_type    = "8xH100"
       node_count       = {node_count}
@@ -107,12 +113,20 @@ def ours(cluster_id: str) -> dict[str, list[str]]:
             "links": [line for line in links.splitlines() if bridge in line]}
 
 
+def node_status(backend: Backend, cluster_id: str, name: str) -> str:
+    nodes = backend.client.get_cluster(cluster_id)["nodes"]
+    return str(next(node["status"] for node in nodes if node["name"] == name))
+
+
+def keypair(directory: Path, name: str) -> tuple[str, str]:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(directory / name)], check=True)
+    return name, (directory / f"{name}.pub").read_text().strip()
+
+
 def test_acc_local_driver_slurm_cluster_runs_jobs_over_ssh(
     gpucloud_tf: GpuCloudTerraform, backend: Backend, tmp_path: Path
 ) -> None:
-    for name in ("alice", "bob"):
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)], check=True)
-    keys = [(name, (tmp_path / f"{name}.pub").read_text().strip()) for name in ("alice", "bob")]
+    keys = [keypair(tmp_path, "alice"), keypair(tmp_path, "bob")]
     tf = gpucloud_tf(config(2, keys))
     apply_and_check(tf)
     cluster = values(tf, ADDRESS)
@@ -150,7 +164,16 @@ def test_acc_local_driver_slurm_cluster_runs_jobs_over_ssh(
     assert ssh(tmp_path / "alice", login, "true").returncode != 0
     assert ssh(tmp_path / "bob", login, "hostname").stdout.strip() == "train-jumphost"
 
+    # A node that crashes for real (its slurmd killed) is seen failed by the engine's health watch.
     cluster_id = cluster["id"]
+    env = {**os.environ, "GPUCLOUD_DRIVER": "local", "GPUCLOUD_DATA_DIR": str(backend.data_dir)}
+    subprocess.run([str(BACKEND), "fault", "--cluster", cluster_id, "--node", "train-1", "crash"], env=env,
+                   check=True, capture_output=True, timeout=60)
+    deadline = time.monotonic() + 10
+    while node_status(backend, cluster_id, "train-1") != "FAILED":
+        assert time.monotonic() < deadline, backend.client.get_cluster(cluster_id)["nodes"]
+        time.sleep(0.2)
+
     assert any(ours(cluster_id).values())
     tf.destroy()
     deadline = time.monotonic() + 10  # killed daemons are reaped by init, not by the backend
@@ -158,3 +181,44 @@ def test_acc_local_driver_slurm_cluster_runs_jobs_over_ssh(
         time.sleep(0.2)
     assert ours(cluster_id) == {"namespaces": [], "pids": [], "mounts": [], "links": []}
     assert not (backend.data_dir / "local" / "clusters" / cluster_id).exists()
+
+
+def test_acc_local_driver_backend_killed_mid_create_and_mid_delete_converges(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend, tmp_path: Path
+) -> None:
+    keys = [keypair(tmp_path, "carol")]
+    tf = gpucloud_tf(config(2, keys, logins=("carol",), name="sturdy"))
+    running = tf.start("apply", "-auto-approve")
+    cluster_id = wait_for_cluster(backend, "sturdy")
+    deadline = time.monotonic() + 60
+    while not ours(cluster_id)["namespaces"]:  # in the middle of the bring-up
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    restart(backend, {"GPUCLOUD_DRIVER": "local"})
+    assert "Apply complete!" in running.wait(timeout=300, check=True).output
+    namespaces = sorted(ns.removeprefix(f"gpc-{cluster_id}-") for ns in ours(cluster_id)["namespaces"])
+    assert namespaces == ["sturdy-0.1", "sturdy-1.1", "sturdy-jumphost"]  # no duplicate node
+    login = values(tf, ADDRESS)["login"]
+    ran = ssh(tmp_path / "carol", login, "srun -N2 hostname")
+    assert sorted(ran.stdout.split()) == ["sturdy-0", "sturdy-1"], ran.stderr
+
+    destroying = tf.start("destroy", "-auto-approve")
+    deadline = time.monotonic() + 60
+    while len(ours(cluster_id)["namespaces"]) == 3:  # in the middle of the teardown
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    restart(backend, {"GPUCLOUD_DRIVER": "local"})
+    assert "Destroy complete!" in destroying.wait(timeout=300, check=True).output
+    deadline = time.monotonic() + 10
+    while any(ours(cluster_id).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ours(cluster_id) == {"namespaces": [], "pids": [], "mounts": [], "links": []}
+    assert not (backend.data_dir / "local" / "clusters" / cluster_id).exists()
+
+
+def wait_for_cluster(backend: Backend, name: str) -> str:
+    deadline = time.monotonic() + 60
+    while not (found := [c for c in backend.client.list_clusters() if c["name"] == name]):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return str(found[0]["id"])

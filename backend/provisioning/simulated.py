@@ -122,10 +122,10 @@ def make_driver(settings: EngineSettings) -> ProvisioningDriver:
     """The configured driver: `simulated` (the modelled datacenter) or `local` (namespace nodes on this
     machine, under `<GPUCLOUD_DATA_DIR>/local`; refuses to start where the host cannot run them)."""
     if settings.driver == "local":
-        from backend.provisioning.local.driver import LocalDriver
+        from backend.provisioning.local.driver import LocalDriver, local_root
         from backend.settings import Settings
 
-        return LocalDriver(Settings().data_dir.expanduser() / "local")
+        return LocalDriver(local_root(Settings().data_dir))
     if settings.driver != "simulated":
         raise ValueError(f"unknown provisioning driver {settings.driver!r} (available: simulated, local)")
     return SimulatedDatacenter(settings)

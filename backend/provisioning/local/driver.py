@@ -34,6 +34,7 @@ from sqlalchemy.orm import Session
 from backend.domain.catalog import default_catalog
 from backend.domain.lifecycle import NodeStage
 from backend.fabric import slurm
+from backend.node_agent.xid import parse_xid_lines
 from backend.provisioning.driver import Operation, OperationRequest, OpKind
 from backend.provisioning.local import preflight
 from backend.provisioning.local.namespaces import Bind, LocalCluster, LocalHostError, LocalNode
@@ -205,9 +206,10 @@ class LocalDriver:
             problem = "the node's namespaces are gone (host rebooted or removed by hand)"
         elif cluster.orchestrator == "slurm" and not node.running("slurmd"):
             problem = "slurmd is not running (node crashed)"
-        xid = node.dir / "xid.log"
-        if xid.exists() and xid.read_text().strip():
-            problem = xid.read_text().strip().splitlines()[-1]
+        xid_log = node.dir / "xid.log"  # the node's kernel log of XIDs (`fault xid` writes it)
+        events = parse_xid_lines(xid_log.read_text().splitlines()) if xid_log.exists() else []
+        if events:
+            problem = f"XID {events[-1].code}: {events[-1].meaning}"
         if problem is None:
             return Operation(token, OpKind.HEALTH_WATCH, now, now + WATCH_INTERVAL, True)
         return Operation(token, OpKind.HEALTH_WATCH, now, now, False, problem)
@@ -232,7 +234,7 @@ class LocalDriver:
         return actions[kind]
 
     def _lay_out(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
-        route = preflight.conflicting_route(plan.subnet)
+        route = preflight.conflicting_route(plan.subnet, own_bridge=cluster.bridge)
         if route is not None:
             raise LocalHostError(f"cluster subnet {plan.subnet} overlaps the host route `{route}`: "
                                  "give the region another private_cidr, or remove that route")
@@ -342,6 +344,11 @@ class LocalDriver:
         _wait_for_controller(controller)
         controller.exec(["scontrol", "reconfigure"])
         recorded_file.write_text(wanted)
+
+
+def local_root(data_dir: Path) -> Path:
+    """Where the local driver keeps its derived state: namespace files, cluster files, volumes."""
+    return data_dir.expanduser() / "local"
 
 
 def instance_name(node: EngineNode) -> str:

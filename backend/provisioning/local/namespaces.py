@@ -90,8 +90,12 @@ class LocalCluster:
     def node_names(self) -> list[str]:
         """Instance names of this cluster's nodes that exist now (from the namespace files, not memory)."""
         prefix = f"{NETNS_PREFIX}{self.key}-"
-        return sorted(entry.name.removeprefix(prefix).removesuffix(".mnt")
-                      for entry in self.ns_dir.glob(f"{prefix}*.mnt")) if self.ns_dir.exists() else []
+        found = {entry.name.removeprefix(prefix).removesuffix(".mnt")
+                 for entry in self.ns_dir.glob(f"{prefix}*.mnt")} if self.ns_dir.exists() else set()
+        # A node half made when the backend died may have its network namespace and no files yet.
+        listed = run(["ip", "netns", "list"], check=False).stdout.splitlines()
+        found |= {line.split()[0].removeprefix(prefix) for line in listed if line.startswith(prefix)}
+        return sorted(found)
 
     def down(self) -> None:
         """Remove every node, the bridge and the state directory: nothing of the cluster remains."""
@@ -118,7 +122,9 @@ class LocalNode:
         self.veth = f"gpcv{_short(cluster.key, self.instance)}"
 
     def exists(self) -> bool:
-        return Path("/run/netns", self.netns).exists() and _is_mountpoint(self.mnt_file)
+        """Made whole: a node half made when the backend died lacks the marker written last."""
+        return (Path("/run/netns", self.netns).exists() and _is_mountpoint(self.mnt_file)
+                and (self.dir / "made").exists())
 
     def create(self, binds: Iterable[Bind]) -> None:
         """Make the namespaces, cable the node and lay out its file system (idempotent)."""
@@ -140,6 +146,8 @@ class LocalNode:
                   "mount -t tmpfs -o mode=1777 tmpfs /tmp"]
         run(["unshare", f"--mount={self.mnt_file}", f"--uts={self.uts_file}", "--propagation", "private",
              "sh", "-ec", "; ".join(script)])
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "made").touch()
 
     def enter_argv(self, argv: Sequence[str], *, user: str | None = None) -> list[str]:
         """The host command that runs `argv` inside this node (as `user` when given)."""

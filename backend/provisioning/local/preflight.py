@@ -57,11 +57,14 @@ def host_routes() -> list[tuple[str, str]]:
     return routes
 
 
-def conflicting_route(cidr: str, routes: Iterable[tuple[str, str]] | None = None) -> str | None:
-    """A host route overlapping `cidr` that is not on one of this driver's bridges, or None."""
+def conflicting_route(cidr: str, routes: Iterable[tuple[str, str]] | None = None, *,
+                      own_bridge: str | None = None) -> str | None:
+    """A host route overlapping `cidr`, or None. Routes on `own_bridge` (the cluster's own) never
+    conflict; without one, routes on any bridge of this driver's are taken for its own clusters."""
     network = ipaddress.IPv4Network(cidr)
     for destination, line in host_routes() if routes is None else routes:
-        if f"dev {OWN_BRIDGE_PREFIX}" in line:
+        device = line.split(" dev ", 1)[1].split()[0] if " dev " in line else ""
+        if device == own_bridge or (own_bridge is None and device.startswith(OWN_BRIDGE_PREFIX)):
             continue
         try:
             other = ipaddress.IPv4Network(destination, strict=False)

@@ -1,0 +1,136 @@
+"""The local driver's contract with the engine and the API, without starting nodes: what is refused at
+admission, where login points, how the health watch is polled, and the host checks of `serve` and
+`doctor`. (Real nodes: test_local_nodes.py here, and acceptance/test_acc_local_driver.py.)"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend import cli
+from backend.provisioning import views
+from backend.provisioning.driver import Operation, OperationRequest, OpKind
+from backend.provisioning.local import preflight
+from backend.provisioning.settings import EngineSettings
+from backend.provisioning.simulated import SimulatedDatacenter
+from backend.provisioning.worker import EngineWorker
+from tests.backend.engine.conftest import FAST, create, drain, get, make_worker, sessions
+
+__all__ = ["make_worker", "sessions"]  # fixtures of the engine tests, used here
+
+
+@pytest.fixture
+def local_driver_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("GPUCLOUD_DRIVER", "local")
+    views._driver_name.cache_clear()
+    yield
+    views._driver_name.cache_clear()
+
+
+@pytest.mark.usefixtures("local_driver_env")
+def test_admission_refuses_kubernetes_naming_the_local_driver(admin: TestClient) -> None:
+    response = admin.post("/v1/clusters", json={"name": "kube", "region": "us-east-1",
+                                                 "instance_type": "8xH100", "node_count": 2,
+                                                 "orchestrator": "kubernetes"})
+    assert response.status_code == 422, response.text
+    body = response.json()
+    assert "local provisioning driver" in response.text and "kubernetes" in response.text
+    assert body["field"] == "orchestrator" and body["code"] == "unsupported_by_driver"
+    assert admin.get("/v1/clusters").json()["items"] == []  # nothing stored
+    assert create(admin, orchestrator="slurm")["status"] == "PENDING"
+
+
+@pytest.mark.usefixtures("local_driver_env")
+def test_login_is_the_controllers_private_address_under_the_local_driver(
+    admin: TestClient, make_worker: Callable[..., EngineWorker]
+) -> None:
+    cluster = create(admin, node_count=2)
+    drain(make_worker(driver="simulated"))  # modelled nodes: only the reported address differs
+    body = get(admin, cluster["id"])
+    jumphost = str(ipaddress.ip_network(body["fabric"]["subnet"]).network_address + 4)
+    assert body["login"]["public_ip"] == jumphost
+    assert body["login"]["ssh_command"] == f"ssh ubuntu@{jumphost}"
+
+
+class _WatchedDatacenter(SimulatedDatacenter):
+    """The simulated datacenter with a health watch read from the node, as the local driver's."""
+
+    def __init__(self) -> None:
+        super().__init__(EngineSettings.model_validate(FAST))
+        self.broken = False
+        self.reads = 0
+
+    def submit(self, session: Session, request: OperationRequest, now: dt.datetime) -> Operation:
+        if request.kind == OpKind.HEALTH_WATCH:
+            return Operation(request.client_token, request.kind, now, now + dt.timedelta(seconds=0.05), True)
+        return super().submit(session, request, now)
+
+    def get(self, session: Session, client_token: str) -> Operation | None:
+        if "/health_watch/" not in client_token:
+            return super().get(session, client_token)
+        self.reads += 1
+        now = dt.datetime.now(dt.UTC)
+        if self.broken:
+            return Operation(client_token, OpKind.HEALTH_WATCH, now, now, False, "slurmd is not running")
+        return Operation(client_token, OpKind.HEALTH_WATCH, now, now + dt.timedelta(seconds=0.05), True)
+
+
+def test_health_watch_is_read_again_when_the_driver_says_when(
+    admin: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    driver = _WatchedDatacenter()
+    worker = EngineWorker(sessions, EngineSettings.model_validate(FAST), driver=driver)
+    cluster = create(admin, node_count=1, orchestrator="none", instance_type="1xH100")
+    deadline = time.monotonic() + 20  # never idle: a watched node is always due again soon
+    while get(admin, cluster["id"])["status"] != "RUNNING":
+        assert time.monotonic() < deadline
+        worker.run_once()
+    reads = driver.reads
+    for _ in range(3):  # a healthy node is read again and again (it used to be read once, then never)
+        time.sleep(0.06)
+        worker.run_once()
+    assert driver.reads >= reads + 3
+    driver.broken = True
+    time.sleep(0.06)
+    worker.run_once()
+    node = get(admin, cluster["id"])["nodes"][0]
+    assert node["status"] == "FAILED" and "slurmd is not running" in node["status_reason"]
+
+
+def test_conflicting_route_is_named_and_own_bridges_are_not() -> None:
+    routes = [("10.0.4.0/22", "10.0.4.0/22 dev gpcb1234abcd proto kernel scope link src 10.0.4.1"),
+              ("192.0.2.0/24", "192.0.2.0/24 dev eth0 proto kernel scope link src 192.0.2.2"),
+              ("10.8.0.0/16", "10.8.0.0/16 via 192.0.2.1 dev eth0")]
+    assert preflight.conflicting_route("10.0.0.0/8", routes) == "10.8.0.0/16 via 192.0.2.1 dev eth0"
+    assert preflight.conflicting_route("10.0.4.0/22", routes) is None
+    assert preflight.conflicting_route("172.16.0.0/12", routes) is None
+    # Another cluster's bridge on the same subnet (another backend's, or a leftover) is a conflict.
+    assert preflight.conflicting_route("10.0.4.0/22", routes, own_bridge="gpcb99999999") == routes[0][1]
+
+
+def test_serve_refuses_the_local_driver_without_its_packages_in_one_message(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPUCLOUD_DRIVER", "local")
+    monkeypatch.setenv("GPUCLOUD_DATA_DIR", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing installed
+    monkeypatch.setattr(preflight, "_SBIN", ())
+    monkeypatch.setattr("os.geteuid", lambda: 1000)
+    assert cli.main(["serve"]) == 1
+    message = capsys.readouterr().err.strip()
+    assert len(message.splitlines()) == 1
+    assert "needs root" in message
+    assert ("apt-get install -y --no-install-recommends iproute2 munge openssh-client openssh-server "
+            "slurm-client slurmctld slurmd util-linux") in message
+    assert not (tmp_path / "gpucloud.db").exists()  # refused before touching anything
+
+    assert cli.main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert "simulated: ok" in out and "local (configured: GPUCLOUD_DRIVER): cannot run here" in out
