@@ -20,7 +20,7 @@ from backend.fabric import addressing
 from backend.fabric.kubernetes import new_control_plane_credentials
 from backend.fabric.topology import slot_position
 from backend.provisioning import allocator
-from backend.provisioning.settings import DRIVER_ORCHESTRATORS, EngineSettings
+from backend.provisioning.settings import configured_driver, offered_orchestrators
 from backend.provisioning.state import live_nodes, new_node, set_cluster_status, set_phase, utcnow, wake
 from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.models import Cluster
@@ -93,8 +93,7 @@ def resume_cluster(session: Session, cluster_id: str, reason: str) -> None:
 
 
 def _check_driver_offers(cluster: Cluster) -> None:
-    driver = EngineSettings().driver
-    offered = DRIVER_ORCHESTRATORS.get(driver, ())
+    driver, offered = configured_driver(), offered_orchestrators()
     if cluster.orchestrator not in offered:
         raise validation_failed([FieldError(
             "orchestrator", "unsupported_by_driver",

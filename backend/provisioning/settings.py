@@ -5,6 +5,8 @@ Kept next to the engine so the core settings stay about the API; `serve` and `wo
 
 from __future__ import annotations
 
+import functools
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -32,3 +34,14 @@ class EngineSettings(BaseSettings):
     engine_lease_seconds: float = Field(default=10.0, gt=0)
     engine_poll_seconds: float = Field(default=0.2, gt=0)
     engine_batch_size: int = Field(default=20, ge=1)
+
+
+@functools.cache
+def configured_driver() -> str:
+    """`GPUCLOUD_DRIVER`, read once per process (the read paths ask on every request)."""
+    return EngineSettings().driver
+
+
+def offered_orchestrators() -> tuple[str, ...]:
+    """The orchestrators the configured driver runs (admission refuses others, the catalog says so)."""
+    return DRIVER_ORCHESTRATORS.get(configured_driver(), ())

@@ -7,7 +7,6 @@ always reflect the current membership. Secrets (the Kubernetes admin token) neve
 
 from __future__ import annotations
 
-import functools
 import json
 from typing import Any
 
@@ -20,7 +19,7 @@ from backend.fabric import kubernetes, slurm
 from backend.fabric.layout import ClusterLayout, NodeLayout
 from backend.fabric.nccl import nccl_env
 from backend.fabric.topology import node_network
-from backend.provisioning.settings import EngineSettings
+from backend.provisioning.settings import configured_driver
 from backend.provisioning.state import aware
 from backend.store.db import execute_core
 from backend.store.engine_models import EngineCluster, EngineNode, PhaseRecord
@@ -99,16 +98,11 @@ def cluster_layout(session: Session, cluster_id: str, catalog: Catalog | None = 
     return _layout(cluster, state, members, catalog or default_catalog())
 
 
-@functools.cache
-def _driver_name() -> str:
-    return EngineSettings().driver
-
-
 def _login_address(layout: ClusterLayout) -> str | None:
     """Where `ssh` reaches the login node. The local driver's nodes have no public address: the host
     reaches the login node (jumphost or single node) at its private address through the cluster's
     bridge, so that is the address reported (docs/local-driver.md)."""
-    if _driver_name() == "local":
+    if configured_driver() == "local":
         return layout.controller_ip
     return layout.public_ip
 

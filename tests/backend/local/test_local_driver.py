@@ -15,10 +15,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend import cli
-from backend.provisioning import views
 from backend.provisioning.driver import Operation, OperationRequest, OpKind
 from backend.provisioning.local import preflight
-from backend.provisioning.settings import EngineSettings
+from backend.provisioning.settings import EngineSettings, configured_driver
 from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.worker import EngineWorker
 from tests.backend.engine.conftest import FAST, create, drain, get, make_worker, sessions
@@ -29,13 +28,13 @@ __all__ = ["make_worker", "sessions"]  # fixtures of the engine tests, used here
 @pytest.fixture
 def local_driver_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("GPUCLOUD_DRIVER", "local")
-    views._driver_name.cache_clear()
+    configured_driver.cache_clear()
     yield
-    views._driver_name.cache_clear()
+    configured_driver.cache_clear()
 
 
 @pytest.mark.usefixtures("local_driver_env")
-def test_admission_refuses_kubernetes_naming_the_local_driver(admin: TestClient) -> None:
+def test_admission_and_catalog_refuse_kubernetes_naming_the_local_driver(admin: TestClient) -> None:
     response = admin.post("/v1/clusters", json={"name": "kube", "region": "us-east-1",
                                                  "instance_type": "8xH100", "node_count": 2,
                                                  "orchestrator": "kubernetes"})
@@ -45,6 +44,10 @@ def test_admission_refuses_kubernetes_naming_the_local_driver(admin: TestClient)
     assert body["field"] == "orchestrator" and body["code"] == "unsupported_by_driver"
     assert admin.get("/v1/clusters").json()["items"] == []  # nothing stored
     assert create(admin, orchestrator="slurm")["status"] == "PENDING"
+    # Plan time: the catalog's rules say which orchestrators the driver runs (the provider checks them).
+    h100 = next(t for t in admin.get("/v1/instance-types").json()["items"] if t["name"] == "8xH100")
+    assert h100["rules"]["orchestrators_multi_node"] == ["slurm"]
+    assert h100["rules"]["orchestrators_single_node"] == ["slurm", "none"]
 
 
 @pytest.mark.usefixtures("local_driver_env")

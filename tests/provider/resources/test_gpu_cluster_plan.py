@@ -239,3 +239,19 @@ def test_gpu_cluster_plan_replacing_a_protected_cluster_fails_at_plan():
     _, ctx = plan(config_of(prior, region="us-west-2", deletion_protection=True), prior)
     found = errors(ctx)
     assert "Changing region replaces cluster cls_1" in found["deletion_protection"]
+
+
+def test_gpu_cluster_plan_refuses_an_orchestrator_the_backends_driver_does_not_offer(monkeypatch):
+    # A backend on the local driver publishes no Kubernetes in the instance types' rules.
+    import tests.provider.resources._gpu_cluster_fake_api as fake
+
+    local = [{**t, "rules": {**t["rules"], "orchestrators_single_node": ["slurm", "none"],
+                             "orchestrators_multi_node": ["slurm"]}} for t in fake.CATALOG_TYPES]
+    monkeypatch.setattr(fake, "CATALOG_TYPES", local)
+    _, ctx = plan({**BASE, "node_count": 2, "orchestrator": "kubernetes"})
+    found = errors(ctx)
+    assert "clusters of 2 nodes of 8xH100 with slurm, not kubernetes" in found["orchestrator"], found
+    _, ctx = plan({**BASE, "node_count": 2, "orchestrator": "slurm"})
+    assert "orchestrator" not in errors(ctx)
+    _, ctx = plan({**BASE, "node_count": 2, "orchestrator": "none"})  # the static rule says it, once
+    assert errors(ctx)["orchestrator"].count("Orchestrator") == 1
