@@ -64,7 +64,7 @@ def remove_by_hand(local: Path) -> None:
 
 
 def config(node_count: int, keys: list[tuple[str, str]], logins: tuple[str, ...] = ("alice", "bob"),
-           name: str = "train") -> str:
+           name: str = "train", volumes: tuple[str, ...] = ("data",)) -> str:
     key_blocks = "".join(f"""
     resource "gpucloud_ssh_key" "{key_name}" {{
       name       = "{name}-{key_name}"
@@ -72,13 +72,14 @@ def config(node_count: int, keys: list[tuple[str, str]], logins: tuple[str, ...]
     }}
     """.replace("'", '"') for key_name, public_key in keys)
     key_ids = ", ".join(f"gpucloud_ssh_key.{key_name}.id" for key_name in logins)
-    return key_blocks + f"""
-    resource "gpucloud_shared_volume" "data" {{
-      name     = "{name}-data"
+    volume_ids = ", ".join(f"gpucloud_shared_volume.{volume}.id" for volume in volumes)
+    return key_blocks + "".join(f"""
+    resource "gpucloud_shared_volume" "{volume}" {{
+      name     = "{name}-{volume}"
       region   = "us-east-1"
       size_tib = 1
     }}
-
+    """ for volume in ("data", "extra")) + f"""
     resource "gpucloud_gpu_cluster" "train" {{
       name             = "{name}"
       region           = "us-east-1"
@@ -86,7 +87,7 @@ def config(node_count: int, keys: list[tuple[str, str]], logins: tuple[str, ...]
       node_count       = {node_count}
       orchestrator     = "slurm"
       ssh_key_ids      = [{key_ids}]
-      shared_volume_ids = [gpucloud_shared_volume.data.id]
+      shared_volume_ids = [{volume_ids}]
     }}
     """
 
@@ -148,21 +149,28 @@ def test_acc_local_driver_slurm_cluster_runs_jobs_over_ssh(
     job_id = job.stdout.strip()
     assert job_id.isdigit(), job.stderr
     tf.write_main(config(3, keys))
-    apply_and_check(tf)
+    tf.apply()  # (the follow-up plans are checked after the first and the last apply: time)
     ran = ssh(tmp_path / "alice", login, "srun -N3 --mem=1G hostname")
     assert sorted(ran.stdout.split()) == ["train-0", "train-1", "train-2"], ran.stderr
     tf.write_main(config(2, keys))
-    apply_and_check(tf)
+    tf.apply()
     ran = ssh(tmp_path / "alice", login, "srun -N2 --mem=1G hostname")
     assert sorted(ran.stdout.split()) == ["train-0", "train-1"], ran.stderr
     state = ssh(tmp_path / "alice", login, f"squeue -h -j {job_id} -o %T").stdout.strip()
     assert state == "RUNNING", f"the job on a kept node did not survive scaling: {state!r}"
 
-    # A key removed in place can no longer log in; the remaining one can.
-    tf.write_main(config(2, keys, logins=("bob",)))
+    # In place: a key removed can no longer log in, the remaining one can; a volume detached is
+    # unmounted everywhere and keeps its files, one attached is mounted on every node.
+    tf.write_main(config(2, keys, logins=("bob",), volumes=("extra",)))
     apply_and_check(tf)
     assert ssh(tmp_path / "alice", login, "true").returncode != 0
     assert ssh(tmp_path / "bob", login, "hostname").stdout.strip() == "train-jumphost"
+    extra = f"/mnt/shared/{values(tf, 'gpucloud_shared_volume.extra')['id']}"
+    mounts = ssh(tmp_path / "bob", login,
+                 "srun -N2 --mem=1G sh -c 'findmnt -rn -o TARGET | grep /mnt/shared/'")
+    assert mounts.stdout.split() == [extra, extra], mounts.stderr
+    data_dir = backend.data_dir / "local" / "volumes" / mount.rsplit("/", 1)[1]
+    assert (data_dir / "from-0").read_text().strip() == "train-0"  # the volume is a host directory
 
     # A node that crashes for real (its slurmd killed) is seen failed by the engine's health watch.
     cluster_id = cluster["id"]
@@ -173,6 +181,15 @@ def test_acc_local_driver_slurm_cluster_runs_jobs_over_ssh(
     while node_status(backend, cluster_id, "train-1") != "FAILED":
         assert time.monotonic() < deadline, backend.client.get_cluster(cluster_id)["nodes"]
         time.sleep(0.2)
+    # An XID logged on a node fails it with the XID's meaning.
+    subprocess.run([str(BACKEND), "fault", "--cluster", cluster_id, "--node", "train-0", "xid"], env=env,
+                   check=True, capture_output=True, timeout=60)
+    deadline = time.monotonic() + 10
+    while node_status(backend, cluster_id, "train-0") != "FAILED":
+        assert time.monotonic() < deadline, backend.client.get_cluster(cluster_id)["nodes"]
+        time.sleep(0.2)
+    train_0 = next(n for n in backend.client.get_cluster(cluster_id)["nodes"] if n["name"] == "train-0")
+    assert "XID 79: GPU has fallen off the bus" in train_0["status_reason"]
 
     assert any(ours(cluster_id).values())
     tf.destroy()

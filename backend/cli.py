@@ -226,6 +226,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """Run one provisioning engine worker until SIGTERM/SIGINT (deployments with several processes)."""
     from backend.provisioning.worker import run_forever
 
+    problem = _driver_problem()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 1
     run_forever(_settings(args))
     return 0
 

@@ -52,6 +52,7 @@ from backend.store.models import Cluster, SshKey
 POLL = dt.timedelta(milliseconds=300)  # how soon the engine asks again about a running operation
 WATCH_INTERVAL = dt.timedelta(seconds=1)  # how often a RUNNING node's health is read
 REGISTRATION_SECONDS = 120.0
+FORGET_AFTER = dt.timedelta(minutes=10)
 VOLUME_ROOT = "/mnt/shared"  # where the API says a volume is mounted (`mount_path`)
 ORCHESTRATORS = ("slurm", "none")  # no Kubernetes control plane is packaged for this machine
 _NO_WORK = (OpKind.FABRIC_JOIN, OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START, OpKind.CONTAINER_RECREATE)
@@ -185,6 +186,11 @@ class LocalDriver:
         work = self._work(request.kind, plan, node)
         job = _Job(request.client_token, request.kind, now)
         with self._jobs_lock:
+            # Finished operations are kept a while for the engine to read, then forgotten (it records
+            # outcomes in its own steps; a token asked for again is simply run again, idempotently).
+            for token in [t for t, j in self._jobs.items()
+                          if j.finished_at is not None and now - j.finished_at > FORGET_AFTER]:
+                del self._jobs[token]
             existing = self._jobs.setdefault(request.client_token, job)
         if existing is job:
             lock = self._cluster_locks.setdefault(cluster_id, threading.Lock())

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -17,8 +19,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend import cli
 from backend.provisioning.driver import Operation, OperationRequest, OpKind
 from backend.provisioning.local import preflight
+from backend.provisioning.local.driver import LocalDriver
+from backend.provisioning.local.namespaces import LocalHostError
 from backend.provisioning.settings import EngineSettings, configured_driver
 from backend.provisioning.simulated import SimulatedDatacenter
+from backend.provisioning.state import utcnow
 from backend.provisioning.worker import EngineWorker
 from tests.backend.engine.conftest import FAST, create, drain, get, make_worker, sessions
 
@@ -137,3 +142,43 @@ def test_serve_refuses_the_local_driver_without_its_packages_in_one_message(
     assert cli.main(["doctor"]) == 1
     out = capsys.readouterr().out
     assert "simulated: ok" in out and "local (configured: GPUCLOUD_DRIVER): cannot run here" in out
+
+
+def test_local_driver_runs_work_in_the_background_and_answers_polls(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    driver = LocalDriver(tmp_path, check_host=False)
+    release = threading.Event()
+
+    def work(kind: OpKind, plan: object, node: object) -> Callable[[], None]:
+        def run() -> None:
+            release.wait(5)
+            if kind == OpKind.NODE_RELEASE:
+                raise LocalHostError("ip netns del exited 1: busy")
+
+        return run
+
+    monkeypatch.setattr(driver, "plan", lambda session, cluster_id: None)
+    monkeypatch.setattr(driver, "_work", work)
+    no_session: Any = None  # the plan (what reads the database) is patched out
+    now = dt.datetime.now(dt.UTC)
+    boot = OperationRequest("n1/booting/1", OpKind.NODE_BOOT, "train", "train-0", cluster_id="c1")
+    first = driver.submit(no_session, boot, now)
+    assert not first.done(now) and first.ready_at is not None and first.ready_at > now  # look again soon
+    assert driver.submit(no_session, boot, now).submitted_at == first.submitted_at  # the same operation
+    release.set()
+    deadline = time.monotonic() + 5
+    while not (op := driver.submit(no_session, boot, utcnow())).done(utcnow()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert op.succeeded
+    release_op = OperationRequest("n1/releasing/2", OpKind.NODE_RELEASE, "train", "train-0", cluster_id="c1")
+    driver.submit(no_session, release_op, now)
+    deadline = time.monotonic() + 5
+    while (failed := driver.get(no_session, "n1/releasing/2")) is None or not failed.done(utcnow()):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert not failed.succeeded and failed.reason == "LocalHostError: ip netns del exited 1: busy"
+    # Steps with nothing to do on one machine are done at once, without a thread.
+    fabric = OperationRequest("n1/fabric/3", OpKind.FABRIC_JOIN, "train", "train-0", cluster_id="c1")
+    assert driver.submit(no_session, fabric, now).done(now)
