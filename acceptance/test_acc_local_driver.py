@@ -200,7 +200,7 @@ def test_acc_local_driver_slurm_cluster_runs_jobs_over_ssh(
     assert not (backend.data_dir / "local" / "clusters" / cluster_id).exists()
 
 
-def test_acc_local_driver_backend_killed_mid_create_and_mid_delete_converges(
+def test_acc_local_driver_backend_killed_mid_create_scale_and_delete_converges(
     gpucloud_tf: GpuCloudTerraform, backend: Backend, tmp_path: Path
 ) -> None:
     keys = [keypair(tmp_path, "carol")]
@@ -219,9 +219,21 @@ def test_acc_local_driver_backend_killed_mid_create_and_mid_delete_converges(
     ran = ssh(tmp_path / "carol", login, "srun -N2 hostname")
     assert sorted(ran.stdout.split()) == ["sturdy-0", "sturdy-1"], ran.stderr
 
+    tf.write_main(config(3, keys, logins=("carol",), name="sturdy"))
+    scaling = tf.start("apply", "-auto-approve")
+    deadline = time.monotonic() + 60
+    while len(ours(cluster_id)["namespaces"]) < 4:  # in the middle of the scale-up
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    restart(backend, {"GPUCLOUD_DRIVER": "local"})
+    assert "Apply complete!" in scaling.wait(timeout=300, check=True).output
+    assert len(ours(cluster_id)["namespaces"]) == 4
+    ran = ssh(tmp_path / "carol", login, "srun -N3 hostname")
+    assert sorted(ran.stdout.split()) == ["sturdy-0", "sturdy-1", "sturdy-2"], ran.stderr
+
     destroying = tf.start("destroy", "-auto-approve")
     deadline = time.monotonic() + 60
-    while len(ours(cluster_id)["namespaces"]) == 3:  # in the middle of the teardown
+    while len(ours(cluster_id)["namespaces"]) == 4:  # in the middle of the teardown
         assert time.monotonic() < deadline
         time.sleep(0.05)
     restart(backend, {"GPUCLOUD_DRIVER": "local"})
