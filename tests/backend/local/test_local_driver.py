@@ -182,3 +182,11 @@ def test_local_driver_runs_work_in_the_background_and_answers_polls(
     # Steps with nothing to do on one machine are done at once, without a thread.
     fabric = OperationRequest("n1/fabric/3", OpKind.FABRIC_JOIN, "train", "train-0", cluster_id="c1")
     assert driver.submit(no_session, fabric, now).done(now)
+
+
+def test_fault_command_needs_the_local_driver(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPUCLOUD_DRIVER", "simulated")
+    assert cli.main(["fault", "--cluster", "cls_x", "--node", "train-0", "crash"]) == 2
+    assert "needs GPUCLOUD_DRIVER=local" in capsys.readouterr().err
