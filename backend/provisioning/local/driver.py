@@ -56,6 +56,8 @@ FORGET_AFTER = dt.timedelta(minutes=10)
 VOLUME_ROOT = "/mnt/shared"  # where the API says a volume is mounted (`mount_path`)
 ORCHESTRATORS = ("slurm", "none")  # no Kubernetes control plane is packaged for this machine
 _NO_WORK = (OpKind.FABRIC_JOIN, OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START, OpKind.CONTAINER_RECREATE)
+_WORK = (OpKind.CONTROL_PLANE_CREATE, OpKind.CONTROL_PLANE_RELEASE, OpKind.NODE_BOOT, OpKind.VOLUME_ATTACH,
+         OpKind.ORCHESTRATOR_JOIN, OpKind.ACCEPTANCE, OpKind.RECONFIGURE, OpKind.NODE_RELEASE)
 
 
 class UnsupportedHost(RuntimeError):
@@ -120,6 +122,9 @@ class LocalDriver:
                 return Operation(request.client_token, request.kind, now, now + WATCH_INTERVAL, True)
             if request.kind in _NO_WORK:
                 return Operation(request.client_token, request.kind, now, now, True)
+            if request.kind not in _WORK:  # an operation kind newer than this driver: say so, fail it
+                return Operation(request.client_token, request.kind, now, now, False,
+                                 f"the local driver does not implement {request.kind}")
             job = self._start(session, request, now)
         return _operation(job, now)
 
