@@ -20,6 +20,7 @@ import pytest
 from acceptance.backend import BACKEND, Backend, running_backend
 from acceptance.cluster_backend import kill, restart
 from acceptance.gpucloud_steps import GpuCloudTerraform, apply_and_check, gpucloud_tf, values
+from backend.provisioning.local import preflight
 
 __all__ = ["gpucloud_tf"]
 
@@ -34,6 +35,11 @@ def backend() -> Iterator[Backend]:
     try:
         with pytest.MonkeyPatch.context() as patch:
             patch.setenv("GPUCLOUD_DRIVER", "local")
+            # A block no route of this machine covers (a CI runner may itself live in 10.x).
+            free = [cidr for cidr in ("10.0.0.0/16", "172.31.0.0/16", "192.168.224.0/19")
+                    if preflight.conflicting_route(cidr) is None]
+            assert free, "every candidate address block overlaps a route of this machine"
+            patch.setenv("GPUCLOUD_LOCAL_ADDRESS_RANGE", free[0])
             with running_backend(root) as server:
                 try:
                     yield server

@@ -64,10 +64,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _local_driver_problems() -> str | None:
     """Why the local driver cannot run on this machine (one message), or None."""
-    from backend.domain.catalog import default_catalog
     from backend.provisioning.local import preflight
 
-    problems = preflight.host_problems(sorted({r.private_cidr for r in default_catalog().regions}))
+    problems = preflight.host_problems(preflight.address_ranges())
     return preflight.report(problems) if problems else None
 
 

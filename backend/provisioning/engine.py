@@ -20,7 +20,7 @@ from backend.fabric import addressing
 from backend.fabric.kubernetes import new_control_plane_credentials
 from backend.fabric.topology import slot_position
 from backend.provisioning import allocator
-from backend.provisioning.settings import configured_driver, offered_orchestrators
+from backend.provisioning.settings import address_block, configured_driver, offered_orchestrators
 from backend.provisioning.state import live_nodes, new_node, set_cluster_status, set_phase, utcnow, wake
 from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.models import Cluster
@@ -123,13 +123,15 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
         allocator.add(session, kind=allocator.PARTITION_KEY, pool=pkey_pool, value=partition_key,
                       cluster_id=cluster.id, node_id=None, now=now)
     allocator.lock(session, f"addresses:{region.name}")
-    subnet = addressing.next_subnet(region.private_cidr,
-                                    allocator.values_in(session, allocator.SUBNET, region.name))
+    block, subnet_pool = address_block(region.name, region.private_cidr)
+    if subnet_pool != region.name:
+        allocator.lock(session, f"addresses:{subnet_pool}")
+    subnet = addressing.next_subnet(block, allocator.values_in(session, allocator.SUBNET, subnet_pool))
     public_ip = addressing.next_public_address(region.public_cidr,
                                                allocator.values_in(session, allocator.PUBLIC_IP, region.name))
     if subnet is None or public_ip is None:
         raise InsufficientCapacity(f"region {region.name} has run out of addresses", field="region")
-    allocator.add(session, kind=allocator.SUBNET, pool=region.name, value=subnet, cluster_id=cluster.id,
+    allocator.add(session, kind=allocator.SUBNET, pool=subnet_pool, value=subnet, cluster_id=cluster.id,
                   node_id=None, now=now)
     allocator.add(session, kind=allocator.PUBLIC_IP, pool=region.name, value=public_ip,
                   cluster_id=cluster.id, node_id=None, now=now)

@@ -31,7 +31,6 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
-from backend.domain.catalog import default_catalog
 from backend.domain.lifecycle import NodeStage
 from backend.fabric import slurm
 from backend.node_agent.xid import parse_xid_lines
@@ -104,8 +103,7 @@ class LocalDriver:
     def __init__(self, root: Path, *, check_host: bool = True) -> None:
         self.root = root
         if check_host:
-            ranges = sorted({region.private_cidr for region in default_catalog().regions})
-            problems = preflight.host_problems(ranges)
+            problems = preflight.host_problems(preflight.address_ranges())
             if problems:
                 raise UnsupportedHost(f"GPUCLOUD_DRIVER=local cannot run here: {preflight.report(problems)}")
         self._jobs: dict[str, _Job] = {}
@@ -248,7 +246,7 @@ class LocalDriver:
         route = preflight.conflicting_route(plan.subnet, own_bridge=cluster.bridge)
         if route is not None:
             raise LocalHostError(f"cluster subnet {plan.subnet} overlaps the host route `{route}`: "
-                                 "give the region another private_cidr, or remove that route")
+                                 "set GPUCLOUD_LOCAL_ADDRESS_RANGE to a free block, or remove that route")
         cluster.up()
         for directory in plan.volumes.values():
             directory.mkdir(parents=True, exist_ok=True)

@@ -77,6 +77,14 @@ def conflicting_route(cidr: str, routes: Iterable[tuple[str, str]] | None = None
     return None
 
 
+def address_ranges() -> list[str]:
+    """The blocks the local driver takes cluster subnets from (see settings.address_block)."""
+    from backend.domain.catalog import default_catalog
+    from backend.provisioning.settings import address_block
+
+    return sorted({address_block(r.name, r.private_cidr)[0] for r in default_catalog().regions})
+
+
 def host_problems(address_ranges: Iterable[str]) -> list[HostProblem]:
     """Everything that keeps the local driver from running here, each with its fix."""
     problems = []
@@ -95,7 +103,8 @@ def host_problems(address_ranges: Iterable[str]) -> list[HostProblem]:
             if route is not None:
                 problems.append(HostProblem(
                     f"the cluster address range {cidr} overlaps the host route `{route}`",
-                    "give the region another private_cidr in the catalog, or remove that route"))
+                    "set GPUCLOUD_LOCAL_ADDRESS_RANGE to a block no route covers (e.g. 172.31.0.0/16), "
+                    "or remove that route"))
     return problems
 
 

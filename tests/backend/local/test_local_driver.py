@@ -21,7 +21,7 @@ from backend.provisioning.driver import Operation, OperationRequest, OpKind
 from backend.provisioning.local import preflight
 from backend.provisioning.local.driver import LocalDriver
 from backend.provisioning.local.namespaces import LocalHostError
-from backend.provisioning.settings import EngineSettings, configured_driver
+from backend.provisioning.settings import EngineSettings, configured
 from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.state import utcnow
 from backend.provisioning.worker import EngineWorker
@@ -33,9 +33,9 @@ __all__ = ["make_worker", "sessions"]  # fixtures of the engine tests, used here
 @pytest.fixture
 def local_driver_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("GPUCLOUD_DRIVER", "local")
-    configured_driver.cache_clear()
+    configured.cache_clear()
     yield
-    configured_driver.cache_clear()
+    configured.cache_clear()
 
 
 @pytest.mark.usefixtures("local_driver_env")
@@ -190,3 +190,20 @@ def test_fault_command_needs_the_local_driver(
     monkeypatch.setenv("GPUCLOUD_DRIVER", "simulated")
     assert cli.main(["fault", "--cluster", "cls_x", "--node", "train-0", "crash"]) == 2
     assert "needs GPUCLOUD_DRIVER=local" in capsys.readouterr().err
+
+
+@pytest.mark.usefixtures("local_driver_env")
+def test_local_address_range_replaces_the_regions_blocks_in_one_pool(
+    admin: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUCLOUD_LOCAL_ADDRESS_RANGE", "172.31.0.0/16")
+    configured.cache_clear()
+    east = get(admin, create(admin, name="east")["id"])
+    west = get(admin, create(admin, name="west", region="us-west-2", instance_type="8xB200")["id"])
+    # Every region draws from the one range: this machine has one routing table.
+    assert [east["fabric"]["subnet"], west["fabric"]["subnet"]] == ["172.31.0.0/22", "172.31.4.0/22"]
+    assert preflight.address_ranges() == ["172.31.0.0/16"]
+    for bad in ("172.31.0.0/24", "not-a-network"):
+        monkeypatch.setenv("GPUCLOUD_LOCAL_ADDRESS_RANGE", bad)
+        with pytest.raises(ValueError, match="local_address_range"):
+            EngineSettings()
