@@ -84,6 +84,7 @@ class ClusterPlan:
     public_keys: tuple[str, ...]
     volumes: dict[str, Path]  # mount path -> host directory
     deleting: bool
+    members: tuple[NodePlan, ...] = ()
 
 
 @dataclass
@@ -109,6 +110,13 @@ class LocalDriver:
         self._jobs: dict[str, _Job] = {}
         self._jobs_lock = threading.Lock()
         self._cluster_locks: dict[str, threading.Lock] = {}
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Wait for the operations running in the background; False if some still run at the timeout."""
+        deadline = time.monotonic() + timeout
+        with self._jobs_lock:
+            running = [job for job in self._jobs.values() if not job.done.is_set()]
+        return all(job.done.wait(max(0.0, deadline - time.monotonic())) for job in running)
 
     # The driver interface -------------------------------------------------------------------------
 
@@ -173,7 +181,8 @@ class LocalDriver:
                    for link in cluster.volume_links}
         return ClusterPlan(cluster.id, state.subnet, cluster.orchestrator, state.jumphost_ip is not None,
                            controller, files, hosts, keys, volumes,
-                           cluster.deletion_requested_at is not None or state.rollback_reason is not None)
+                           cluster.deletion_requested_at is not None or state.rollback_reason is not None,
+                           tuple(NodePlan(n.name, instance_name(n), n.private_ip) for n in members))
 
     def _start(self, session: Session, request: OperationRequest, now: dt.datetime) -> _Job:
         cluster_id = request.cluster_id
@@ -262,8 +271,17 @@ class LocalDriver:
         jumphost.create(node_binds(jumphost, plan.volumes))
         start_services(jumphost, controller=False, worker=False, login=True)
         if plan.orchestrator == "slurm":
+            self._stop_controllers_on_nodes(cluster, plan)
             self._sync_controller(cluster, plan)
         _wait_for_port(jumphost.address, 22)
+
+    def _stop_controllers_on_nodes(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
+        """A single node grown into a cluster ran slurmctld itself: stop it there (its slurmd learns of
+        the jumphost's controller from the `scontrol reconfigure` that follows)."""
+        for member in plan.members:
+            node = cluster.node(member.name, member.address, member.instance)
+            if node.exists():
+                _terminate(node.running("slurmctld"))
 
     def _boot(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         self._lay_out(cluster, plan)
