@@ -213,7 +213,8 @@ def test_acc_gpu_cluster_messages_point_at_the_right_place_and_next_step(
     tf = gpucloud_tf(MISLEADING)
     output = " ".join(tf.plan(check=False).output.split())
     # The second key is the bad one (the first in sorted order): named by value, path at the set.
-    assert 'Attribute ssh_key_ids element "Key-2" must be an id such as ssh_0abc, got: "Key-2"' in output, output
+    bad_key = 'Attribute ssh_key_ids element "Key-2" must be an id such as ssh_0abc, got: "Key-2"'
+    assert bad_key in output, output
     assert "Attribute node_count must be a whole number between 1 and 4096, got: 2.5" in output
 
     tf.write_main(EFA_ON_IB)

@@ -68,6 +68,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from backend.app import create_app
 
     settings = _settings(args)
+    problem = _driver_problem()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 1
     _prepare_store(settings)
     app = create_app(settings)
     uvicorn.run(
@@ -79,6 +83,70 @@ def cmd_serve(args: argparse.Namespace) -> int:
         lifespan="on",
         http=ProblemH11Protocol,  # its 400 for an unparsable request is problem+json too
     )
+    return 0
+
+
+def _local_driver_problems() -> str | None:
+    """Why the local driver cannot run on this machine (one message), or None."""
+    from backend.provisioning.local import preflight
+
+    problems = preflight.host_problems(preflight.address_ranges())
+    return preflight.report(problems) if problems else None
+
+
+def _driver_problem() -> str | None:
+    """Why the configured provisioning driver cannot run on this machine (one message), or None."""
+    from backend.provisioning.settings import EngineSettings
+
+    if EngineSettings().driver != "local":
+        return None
+    problems = _local_driver_problems()
+    if problems is None:
+        return None
+    return f"gpucloud-backend: GPUCLOUD_DRIVER=local cannot run here: {problems}"
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Say, for every driver, whether it can run here and what to do when not; exit 1 when the
+    configured one cannot."""
+    from backend.provisioning.settings import DRIVER_ORCHESTRATORS, EngineSettings
+
+    del args
+    configured = EngineSettings().driver
+    local = _local_driver_problems()
+    verdicts = {"simulated": None, "local": local}
+    for name in DRIVER_ORCHESTRATORS:
+        mark = " (configured: GPUCLOUD_DRIVER)" if name == configured else ""
+        problem = verdicts.get(name)
+        print(f"{name}{mark}: " + ("ok" if problem is None else f"cannot run here: {problem}"))
+    if configured not in DRIVER_ORCHESTRATORS:
+        print(f"GPUCLOUD_DRIVER={configured} is not a driver (available: {', '.join(DRIVER_ORCHESTRATORS)})")
+        return 1
+    return 0 if verdicts[configured] is None else 1
+
+
+def cmd_fault(args: argparse.Namespace) -> int:
+    """Make a node of a local-driver cluster fail for real (its slurmd is killed; xid also logs an XID)."""
+    from backend.provisioning.local.driver import LocalDriver, local_root
+    from backend.provisioning.local.faults import inject_fault
+    from backend.provisioning.settings import EngineSettings
+
+    if EngineSettings().driver != "local":
+        print("gpucloud-backend fault: needs GPUCLOUD_DRIVER=local (the simulated driver's faults are set "
+              "with GPUCLOUD_SIMULATION_XID_RATE and the other GPUCLOUD_SIMULATION_* rates)", file=sys.stderr)
+        return 2
+    settings = _settings(args)
+    engine, sessions = _with_write_session(settings)
+    try:
+        with sessions() as session:
+            done = inject_fault(session, LocalDriver(local_root(settings.data_dir), check_host=False),
+                                args.cluster, args.node, args.kind)
+    except LookupError as error:
+        print(f"gpucloud-backend fault: {error}", file=sys.stderr)
+        return 1
+    finally:
+        engine.dispose()
+    print(done)
     return 0
 
 
@@ -181,6 +249,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     """Run one provisioning engine worker until SIGTERM/SIGINT (deployments with several processes)."""
     from backend.provisioning.worker import run_forever
 
+    problem = _driver_problem()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 1
     settings = _settings(args)
     _prepare_store(settings)
     run_forever(settings)
@@ -236,6 +308,14 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "rotate-secret-key", help="re-encrypt stored secrets with GPUCLOUD_SECRET_KEY"
     ).set_defaults(func=cmd_rotate_secret_key)
+    commands.add_parser("doctor", help="check what each provisioning driver needs from this machine"
+                        ).set_defaults(func=cmd_doctor)
+    fault = commands.add_parser("fault", help="make a node of a local-driver cluster fail for real")
+    fault.add_argument("--cluster", required=True, help="cluster id")
+    fault.add_argument("--node", required=True, help="node name, e.g. train-1")
+    fault.add_argument("kind", choices=["xid", "crash"],
+                       help="crash: kill slurmd; xid: log an XID and kill slurmd")
+    fault.set_defaults(func=cmd_fault)
     billing_cli.add_subcommands(commands)  # add-credits, billing-run
     return parser
 

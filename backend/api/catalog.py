@@ -20,6 +20,7 @@ from backend.api.state import app_state
 from backend.domain.catalog import Catalog
 from backend.domain.cluster_rules import rules_for
 from backend.provisioning.allocator import SLOT, pool_name
+from backend.provisioning.settings import offered_orchestrators
 from backend.store.engine_models import Allocation
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
@@ -111,7 +112,7 @@ def instance_types(catalog: Catalog, held: dict[str, int]) -> list[InstanceTypeO
             fabric_capable=itype.fabric_capable,
             on_demand_usd_per_gpu_hour=str(itype.on_demand_usd_per_gpu_hour),
             on_demand_usd_per_node_hour=str(itype.on_demand_usd_per_node_hour), reserved=reserved,
-            rules=rules_for(itype.name, catalog), availability=availability,
+            rules=rules_for(itype.name, catalog, offered_orchestrators()), availability=availability,
         ))
     return out
 

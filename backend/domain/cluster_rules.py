@@ -7,7 +7,7 @@ the rules between fields are data in `domain.input_rules`, published in the Open
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from backend.domain.catalog import Catalog, InstanceType
@@ -152,8 +152,10 @@ def _check_billing(billing: Mapping[str, Any]) -> list[FieldError]:
     return errors
 
 
-def rules_for(itype_name: str, catalog: Catalog) -> dict[str, Any]:
-    """The rules of one instance type in the shape the catalog API publishes for plan-time checks."""
+def rules_for(itype_name: str, catalog: Catalog, orchestrators: Sequence[str] = ORCHESTRATORS
+              ) -> dict[str, Any]:
+    """The rules of one instance type in the shape the catalog API publishes for plan-time checks;
+    `orchestrators`: those the provisioning driver runs (the local driver has no Kubernetes)."""
     itype = catalog.instance_type(itype_name)
     if itype is None:
         raise KeyError(itype_name)
@@ -162,8 +164,9 @@ def rules_for(itype_name: str, catalog: Catalog) -> dict[str, Any]:
         "multi_node": itype.fabric_capable,
         "interconnects": list(itype.interconnects),
         "default_interconnect": itype.default_interconnect,
-        "orchestrators_single_node": list(ORCHESTRATORS),
-        "orchestrators_multi_node": ["slurm", "kubernetes"] if itype.fabric_capable else [],
+        "orchestrators_single_node": [o for o in ORCHESTRATORS if o in orchestrators],
+        "orchestrators_multi_node": [o for o in ("slurm", "kubernetes") if o in orchestrators]
+                                    if itype.fabric_capable else [],
         "default_orchestrator_multi_node": "slurm",
         "containers_single_node_only": list(CONTAINERS),
         "reserved_duration_days": {"min": RESERVED_MIN_DAYS, "max": RESERVED_MAX_DAYS},

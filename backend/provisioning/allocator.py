@@ -98,13 +98,15 @@ def values_of_kind(session: Session, kind: str) -> list[str]:
     return list(session.scalars(select(Allocation.value).where(Allocation.kind == kind)))
 
 
-def next_addresses(session: Session, catalog: Catalog, region: str, fabric: str
-                   ) -> tuple[str, str] | None:
+def next_addresses(session: Session, catalog: Catalog, region: str, fabric: str, *,
+                   override: str | None = None) -> tuple[str, str] | None:
     """Lock the region's addresses and choose (subnet, public IP) for a cluster on `fabric`: the first
-    free /22 of the fabric's block and the first free address of the region's public block, held by no
-    cluster anywhere; None when either block has run out."""
+    free /22 of the fabric's block (or of `override`, a block every region shares) and the first free
+    address of the region's public block, held by no cluster anywhere; None when either has run out."""
     lock(session, f"addresses:{region}")
-    block, skip = catalog.subnet_block(region, fabric)
+    if override is not None:
+        lock(session, "addresses:shared-override")  # regions draw from one block: serialise them
+    block, skip = (override, ()) if override is not None else catalog.subnet_block(region, fabric)
     subnet = addressing.next_subnet(block, values_of_kind(session, SUBNET), skip)
     home = catalog.region(region)
     assert home is not None

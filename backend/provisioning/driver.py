@@ -50,6 +50,10 @@ class OperationRequest:
     # The caller minted this token in the current transaction and never submitted it before, so a
     # driver may skip its idempotency lookup (an optimisation only; submitting stays idempotent).
     first_submission: bool = False
+    # Which cluster and node (engine ids): a driver acting on real machines reads their addresses,
+    # keys and volumes from the engine's tables with these.
+    cluster_id: str | None = None
+    node_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from backend.fabric import addressing
 from backend.fabric.kubernetes import new_control_plane_credentials
 from backend.fabric.topology import slot_position
 from backend.provisioning import allocator
+from backend.provisioning.settings import configured_driver, local_address_range, offered_orchestrators
 from backend.provisioning.state import live_nodes, new_node, set_cluster_status, set_phase, utcnow, wake
 from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.models import Cluster
@@ -52,6 +53,7 @@ def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: S
             set_phase(session, cluster, str(ClusterPhase.DELETED), now)
         return
     if state is None:
+        _check_driver_offers(cluster)
         _admit(session, catalog, cluster, now)
         return
     if state.finished or state.rollback_reason is not None:
@@ -92,6 +94,15 @@ def resume_cluster(session: Session, cluster_id: str, reason: str) -> None:
     wake(session, cluster_id, utcnow())
 
 
+def _check_driver_offers(cluster: Cluster) -> None:
+    driver, offered = configured_driver(), offered_orchestrators()
+    if cluster.orchestrator not in offered:
+        raise validation_failed([FieldError(
+            "orchestrator", "unsupported_by_driver",
+            f"the {driver} provisioning driver (GPUCLOUD_DRIVER) cannot run orchestrator "
+            f"{cluster.orchestrator}; it offers {', '.join(offered) or 'none'}")])
+
+
 def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetime) -> None:
     itype = catalog.instance_type(cluster.instance_type)
     region = catalog.region(cluster.region)
@@ -113,7 +124,8 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
                                        field="region")
         allocator.add(session, kind=allocator.PARTITION_KEY, pool=pkey_pool, value=partition_key,
                       cluster_id=cluster.id, node_id=None, now=now)
-    addresses = allocator.next_addresses(session, catalog, region.name, fabric.name)
+    addresses = allocator.next_addresses(session, catalog, region.name, fabric.name,
+                                         override=local_address_range())
     if addresses is None:
         raise InsufficientCapacity(f"region {region.name} has run out of addresses for fabric {fabric.name}",
                                    field="region")

@@ -147,7 +147,8 @@ def _control_plane(ctx: PassContext, cluster: Cluster, state: EngineCluster) -> 
     if state.control_plane == "ready" or not (_needs_control_plane(cluster) or state.jumphost_ip):
         return
     token = f"{cluster.id}/control_plane/create"
-    op = _submit(ctx, cluster, None, OperationRequest(token, OpKind.CONTROL_PLANE_CREATE, cluster.name),
+    op = _submit(ctx, cluster, None, OperationRequest(token, OpKind.CONTROL_PLANE_CREATE, cluster.name,
+                                                      cluster_id=cluster.id),
                  new=state.control_plane == "absent")
     state.control_plane, state.control_plane_op = "creating", token
     if op.done(ctx.now):
@@ -245,7 +246,8 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
         node.op_seq += 1
         token = f"{node.id}/health_watch/{node.op_seq}"
         op = _submit(ctx, cluster, node, OperationRequest(token, OpKind.HEALTH_WATCH, cluster.name, node.name,
-                                                           node.attempt))
+                                                           node.attempt, cluster_id=cluster.id,
+                                                           node_id=node.id))
         node.watch_token, node.watch_due_at = token, op.ready_at
     watch_due = aware(node.watch_due_at)
     if watch_due is not None:
@@ -258,6 +260,10 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
                 set_stage(ctx.session, cluster, node, S.FAILED, ctx.now, f"hardware fault: {fault.reason}")
                 node.watch_due_at = None
                 return True
+            if fault is not None and fault.ready_at is not None and fault.ready_at > ctx.now:
+                # A driver that reads the node's health from the machine says when to look again.
+                node.watch_due_at = fault.ready_at
+                ctx.due.append(fault.ready_at)
     config = desired_config(cluster)
     applied = node.applied_config
     if applied.get("container") != config["container"]:
@@ -279,7 +285,8 @@ def _node_op(ctx: PassContext, cluster: Cluster, node: EngineNode, stage: NodeSt
     volumes_changed = node.applied_config.get("volume_ids") != desired_config(cluster)["volume_ids"]
     attempt = node.attempt if stage in BRING_UP_ORDER else node.op_seq
     request = OperationRequest(token, STAGE_OP[stage], cluster.name, node.name, attempt,
-                               cluster.instance_type, node.fabric, node.slot, volumes_changed)
+                               cluster.instance_type, node.fabric, node.slot, volumes_changed,
+                               cluster_id=cluster.id, node_id=node.id)
     if node.op_ready_at is not None and aware(node.op_ready_at) > ctx.now:  # type: ignore[operator]
         # Submitted and not due: no need to ask the driver again.
         return Operation(token, STAGE_OP[stage], ctx.now, aware(node.op_ready_at), True)
@@ -376,7 +383,8 @@ def _teardown(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: l
             _start_release(ctx, cluster, node, state.rollback_reason or "cluster deleted")
     if state.control_plane in ("creating", "ready", "releasing"):
         token = f"{cluster.id}/control_plane/release"
-        op = _submit(ctx, cluster, None, OperationRequest(token, OpKind.CONTROL_PLANE_RELEASE, cluster.name),
+        op = _submit(ctx, cluster, None, OperationRequest(token, OpKind.CONTROL_PLANE_RELEASE, cluster.name,
+                                                          cluster_id=cluster.id),
                      new=state.control_plane != "releasing")
         state.control_plane = "releasing"
         if op.done(ctx.now):

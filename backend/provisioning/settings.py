@@ -5,8 +5,16 @@ Kept next to the engine so the core settings stay about the API; `serve` and `wo
 
 from __future__ import annotations
 
-from pydantic import Field
+import functools
+import ipaddress
+
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+SUBNET_PREFIX = 22  # backend.fabric.addressing: one cluster's subnet
+
+# The orchestrators each driver can run: the local driver has no Kubernetes control plane to start.
+DRIVER_ORCHESTRATORS = {"simulated": ("slurm", "kubernetes", "none"), "local": ("slurm", "none")}
 
 
 class EngineSettings(BaseSettings):
@@ -15,6 +23,9 @@ class EngineSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUCLOUD_", extra="ignore", frozen=True)
 
     driver: str = "simulated"
+    # Local driver only: the block cluster subnets come from (shared by all regions) instead of each
+    # region's private_cidr, for a host whose own network already uses those (a laptop on 10.x).
+    local_address_range: str = ""
     # Simulated time runs this many times faster than real time (1 = real time; 600 turns a 20-minute
     # cluster bring-up into 2 seconds). Phase durations are the reference table's divided by it.
     simulation_speed: float = Field(default=1.0, gt=0)
@@ -32,3 +43,37 @@ class EngineSettings(BaseSettings):
     # A worker whose heartbeat is older than this is dead: live workers delete its `engine_workers` row
     # (its leases expired long before; until then `/metrics` shows its heartbeat age for alerting).
     engine_worker_prune_seconds: float = Field(default=300.0, gt=0)
+
+
+    @field_validator("local_address_range")
+    @classmethod
+    def _an_ipv4_block(cls, value: str) -> str:
+        if value:
+            network = ipaddress.IPv4Network(value)  # a ValueError names the bad value
+            if network.prefixlen > SUBNET_PREFIX:
+                raise ValueError(f"{value} is smaller than one cluster subnet (/{SUBNET_PREFIX})")
+        return value
+
+
+@functools.cache
+def configured() -> EngineSettings:
+    """The engine settings of this process, read once (the read paths ask on every request)."""
+    return EngineSettings()
+
+
+def configured_driver() -> str:
+    return configured().driver
+
+
+def local_address_range() -> str | None:
+    """The block every cluster subnet comes from instead of the catalog's region and fabric blocks: the
+    local driver's configured range (all regions share this machine's routing table), else None."""
+    settings = configured()
+    if settings.driver == "local" and settings.local_address_range:
+        return settings.local_address_range
+    return None
+
+
+def offered_orchestrators() -> tuple[str, ...]:
+    """The orchestrators the configured driver runs (admission refuses others, the catalog says so)."""
+    return DRIVER_ORCHESTRATORS.get(configured_driver(), ())

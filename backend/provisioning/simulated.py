@@ -13,7 +13,7 @@ import hashlib
 
 from sqlalchemy.orm import Session
 
-from backend.provisioning.driver import Operation, OperationRequest, OpKind
+from backend.provisioning.driver import Operation, OperationRequest, OpKind, ProvisioningDriver
 from backend.provisioning.settings import EngineSettings
 from backend.store.engine_models import SimulatedOperation
 
@@ -121,8 +121,14 @@ def _to_operation(row: SimulatedOperation) -> Operation:
                      row.reason)
 
 
-def make_driver(settings: EngineSettings) -> SimulatedDatacenter:
-    """The configured driver; `simulated` is the only one shipped."""
+def make_driver(settings: EngineSettings) -> ProvisioningDriver:
+    """The configured driver: `simulated` (the modelled datacenter) or `local` (namespace nodes on this
+    machine, under `<GPUCLOUD_DATA_DIR>/local`; refuses to start where the host cannot run them)."""
+    if settings.driver == "local":
+        from backend.provisioning.local.driver import LocalDriver, local_root
+        from backend.settings import Settings
+
+        return LocalDriver(local_root(Settings().data_dir))
     if settings.driver != "simulated":
-        raise ValueError(f"unknown provisioning driver {settings.driver!r} (available: simulated)")
+        raise ValueError(f"unknown provisioning driver {settings.driver!r} (available: simulated, local)")
     return SimulatedDatacenter(settings)

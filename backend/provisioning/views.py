@@ -19,6 +19,7 @@ from backend.fabric import kubernetes, slurm
 from backend.fabric.layout import ClusterLayout, NodeLayout
 from backend.fabric.nccl import nccl_env
 from backend.fabric.topology import node_network
+from backend.provisioning.settings import configured_driver
 from backend.provisioning.state import aware
 from backend.store.db import execute_core
 from backend.store.engine_models import EngineCluster, EngineNode, PhaseRecord
@@ -97,6 +98,15 @@ def cluster_layout(session: Session, cluster_id: str, catalog: Catalog | None = 
     return _layout(cluster, state, members, catalog or default_catalog())
 
 
+def _login_address(layout: ClusterLayout) -> str | None:
+    """Where `ssh` reaches the login node. The local driver's nodes have no public address: the host
+    reaches the login node (jumphost or single node) at its private address through the cluster's
+    bridge, so that is the address reported (docs/local-driver.md)."""
+    if configured_driver() == "local":
+        return layout.controller_ip
+    return layout.public_ip
+
+
 def _iso(value: Any) -> str | None:
     stamp = aware(value)
     return None if stamp is None else stamp.isoformat().replace("+00:00", "Z")
@@ -139,8 +149,9 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
         for n in nodes
     ] + [_node_view(n, role, None) for n in leaving]
     login_host = f"{layout.name}-jumphost" if layout.multi_node else layout.controller
-    runtime["login"] = {"host": login_host, "public_ip": layout.public_ip, "user": SSH_USER,
-                        "ssh_command": f"ssh {SSH_USER}@{layout.public_ip}"}
+    address = _login_address(layout)
+    runtime["login"] = {"host": login_host, "public_ip": address, "user": SSH_USER,
+                        "ssh_command": f"ssh {SSH_USER}@{address}"}
     runtime["fabric"] = {"name": layout.fabric.name, "kind": layout.fabric.kind,
                          "partition_key": layout.partition_key, "subnet": layout.subnet,
                          "scalable_units": sorted({n.scalable_unit for n in layout.nodes})}

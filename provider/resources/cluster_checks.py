@@ -178,6 +178,7 @@ def check_catalog_rules(ctx: Context, catalog: Catalog, plan: Mapping[str, Any])
             "InfiniBand or EFA. Use node_count = 1 or a fabric-capable instance type.",
             root("node_count"),
         )
+    _check_orchestrator_offered(ctx, itype, shape, nodes, plan.get("orchestrator"))
     interconnect = plan.get("interconnect")
     offered = list(shape.get("interconnects") or [])
     if known(interconnect) and interconnect not in offered:
@@ -200,6 +201,26 @@ def check_catalog_rules(ctx: Context, catalog: Catalog, plan: Mapping[str, Any])
             + (f" ({region} has it on {in_region[0]['interconnect']})." if in_region else "."),
             root("interconnect") if in_region else root("instance_type"),
         )
+
+def _check_orchestrator_offered(ctx: Context, itype: str, shape: Mapping[str, Any], nodes: Any,
+                                orchestrator: Any) -> None:
+    """The backend publishes which orchestrators its provisioning driver runs (a backend on the local
+    driver runs no Kubernetes); a static rule already reports "none" on several nodes."""
+    if not (known(nodes) and known(orchestrator)):
+        return
+    multi = int(nodes) > 1
+    rules = shape.get("rules") or {}
+    offered = rules.get("orchestrators_multi_node" if multi else "orchestrators_single_node")
+    if offered is None or orchestrator in offered or (multi and orchestrator == "none"):
+        return
+    size = f"clusters of {nodes} nodes" if multi else "single-node clusters"
+    ctx.error(
+        "Orchestrator Not Offered",
+        f"This cloud runs {size} of {itype} with {' or '.join(offered) or 'no orchestrator'}, not "
+        f"{orchestrator} (its provisioning driver does not offer it).",
+        root("orchestrator"),
+    )
+
 
 def check_capacity(
     ctx: Context, catalog: Catalog, plan: Mapping[str, Any], prior_nodes: int | None

@@ -252,6 +252,8 @@ NOT_PLAN_TIME = {
     "no_price": "a catalog without a price: the operator's error, not the user's",
     "inconsistent_with_removed_nodes": "remove_node_names is no provider attribute",
     "unknown_node": "remove_node_names is no provider attribute",
+    "unsupported_by_driver": "local driver only (this walk's API runs the simulated one); the provider "
+    "reads the orchestrators the driver runs from the catalog rules (see test_local_driver.py)",
 }
 
 

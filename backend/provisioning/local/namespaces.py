@@ -84,38 +84,47 @@ class LocalCluster:
             run(["ip", "addr", "add", address, "dev", self.bridge])
         run(["ip", "link", "set", self.bridge, "up"])
 
-    def node(self, name: str, address: str) -> LocalNode:
-        return LocalNode(self, name, address)
+    def node(self, name: str, address: str, instance: str | None = None) -> LocalNode:
+        return LocalNode(self, name, address, instance)
 
     def node_names(self) -> list[str]:
-        """Names of this cluster's nodes that exist now (from the namespace files, not memory)."""
+        """Instance names of this cluster's nodes that exist now (from the namespace files, not memory)."""
         prefix = f"{NETNS_PREFIX}{self.key}-"
-        return sorted(entry.name.removeprefix(prefix).removesuffix(".mnt")
-                      for entry in self.ns_dir.glob(f"{prefix}*.mnt")) if self.ns_dir.exists() else []
+        found = {entry.name.removeprefix(prefix).removesuffix(".mnt")
+                 for entry in self.ns_dir.glob(f"{prefix}*.mnt")} if self.ns_dir.exists() else set()
+        # A node half made when the backend died may have its network namespace and no files yet.
+        listed = run(["ip", "netns", "list"], check=False).stdout.splitlines()
+        found |= {line.split()[0].removeprefix(prefix) for line in listed if line.startswith(prefix)}
+        return sorted(found)
 
     def down(self) -> None:
         """Remove every node, the bridge and the state directory: nothing of the cluster remains."""
-        for name in self.node_names():
-            LocalNode(self, name, "0.0.0.0").destroy()
+        for instance in self.node_names():
+            LocalNode(self, instance, "0.0.0.0").destroy()
         run(["ip", "link", "del", self.bridge], check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class LocalNode:
-    """One node: persistent net, mount and UTS namespaces named after the cluster key and node name."""
+    """One node: persistent net, mount and UTS namespaces named after the cluster key and the node's
+    instance name (the node name by default; a replacement with the same node name is another instance,
+    so the one being released and the one booting never share a namespace). The hostname is `name`."""
 
-    def __init__(self, cluster: LocalCluster, name: str, address: str) -> None:
+    def __init__(self, cluster: LocalCluster, name: str, address: str, instance: str | None = None) -> None:
         self.cluster = cluster
         self.name = name
         self.address = address
-        self.netns = f"{NETNS_PREFIX}{cluster.key}-{name}"
+        self.instance = instance or name
+        self.netns = f"{NETNS_PREFIX}{cluster.key}-{self.instance}"
         self.mnt_file = cluster.ns_dir / f"{self.netns}.mnt"
         self.uts_file = cluster.ns_dir / f"{self.netns}.uts"
-        self.dir = cluster.dir / "nodes" / name
-        self.veth = f"gpcv{_short(cluster.key, name)}"
+        self.dir = cluster.dir / "nodes" / self.instance
+        self.veth = f"gpcv{_short(cluster.key, self.instance)}"
 
     def exists(self) -> bool:
-        return Path("/run/netns", self.netns).exists() and _is_mountpoint(self.mnt_file)
+        """Made whole: a node half made when the backend died lacks the marker written last."""
+        return (Path("/run/netns", self.netns).exists() and _is_mountpoint(self.mnt_file)
+                and (self.dir / "made").exists())
 
     def create(self, binds: Iterable[Bind]) -> None:
         """Make the namespaces, cable the node and lay out its file system (idempotent)."""
@@ -126,9 +135,9 @@ class LocalNode:
         run(["ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns", self.netns])
         run(["ip", "link", "set", self.veth, "master", self.cluster.bridge, "up"])
         prefix = self.cluster.subnet.prefixlen
+        # No default route: a node reaches its cluster's subnet (and the host on the bridge), nothing else.
         for argv in (["addr", "add", f"{self.address}/{prefix}", "dev", "eth0"],
-                     ["link", "set", "eth0", "up"], ["link", "set", "lo", "up"],
-                     ["route", "add", "default", "via", self.cluster.gateway]):
+                     ["link", "set", "eth0", "up"], ["link", "set", "lo", "up"]):
             run(["ip", "-n", self.netns, *argv])
         self.mnt_file.touch()
         self.uts_file.touch()
@@ -137,6 +146,8 @@ class LocalNode:
                   "mount -t tmpfs -o mode=1777 tmpfs /tmp"]
         run(["unshare", f"--mount={self.mnt_file}", f"--uts={self.uts_file}", "--propagation", "private",
              "sh", "-ec", "; ".join(script)])
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "made").touch()
 
     def enter_argv(self, argv: Sequence[str], *, user: str | None = None) -> list[str]:
         """The host command that runs `argv` inside this node (as `user` when given)."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import pwd
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from backend.fabric.slurm import SlurmHost
@@ -45,7 +45,7 @@ def cluster_uid(cluster: LocalCluster) -> int:
         return int(recorded.read_text())
     taken = {entry.pw_uid for entry in pwd.getpwall()}
     uid = next(candidate for candidate in range(1000, 60000) if candidate not in taken)
-    recorded.write_text(str(uid))
+    _replace(recorded, lambda path: path.write_text(str(uid)))
     return uid
 
 
@@ -76,17 +76,25 @@ def write_cluster_files(cluster: LocalCluster, *, slurm_files: Mapping[str, str]
     munge = cluster.dir / "munge"
     if not (munge / "munge.key").exists():
         munge.mkdir(mode=0o700, exist_ok=True)
-        key = munge / "munge.key"
-        key.write_bytes(secrets.token_bytes(1024))
-        key.chmod(0o400)
-        for path in (munge, key):
-            os.chown(path, pwd.getpwnam("munge").pw_uid, pwd.getpwnam("munge").pw_gid)
+        owner = pwd.getpwnam("munge")
+        os.chown(munge, owner.pw_uid, owner.pw_gid)
+
+        def make_munge_key(key: Path) -> None:
+            key.write_bytes(secrets.token_bytes(1024))
+            key.chmod(0o400)
+            os.chown(key, owner.pw_uid, owner.pw_gid)
+
+        _replace(munge / "munge.key", make_munge_key)
 
     ssh = cluster.dir / "ssh"
     if not (ssh / "ssh_host_ed25519_key").exists():
         (ssh / "authorized_keys").mkdir(parents=True, exist_ok=True)
+        for stale in ssh.glob("new.*"):
+            stale.unlink()
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"gpucloud {cluster.key}",
-             "-f", str(ssh / "ssh_host_ed25519_key")])
+             "-f", str(ssh / "new.ssh_host_ed25519_key")])
+        (ssh / "new.ssh_host_ed25519_key.pub").rename(ssh / "ssh_host_ed25519_key.pub")
+        (ssh / "new.ssh_host_ed25519_key").rename(ssh / "ssh_host_ed25519_key")  # last: marks it done
     _write(ssh / "sshd_config", _SSHD_CONFIG)
     set_authorized_keys(cluster, authorized_keys)
 
@@ -146,6 +154,13 @@ def _stand_in_gpus(directory: Path, count: int = 8) -> None:
         device = directory / f"nvidia{index}"
         if not device.exists():
             os.mknod(device, 0o666 | 0o020000, os.makedev(195, index))
+
+
+def _replace(path: Path, make: Callable[[Path], object]) -> None:
+    """Create a file whole or not at all (a backend killed half-way leaves no half-made key)."""
+    partial = path.with_name(f"new.{path.name}")
+    make(partial)
+    partial.rename(path)
 
 
 def _write(path: Path, content: str) -> None:

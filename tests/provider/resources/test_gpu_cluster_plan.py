@@ -369,3 +369,19 @@ def test_gpu_cluster_plan_destroy_or_replace_of_a_running_term_warns_what_is_for
     ctx = make_ctx(FakeClusterApi())
     RESOURCE.modify_plan(ctx, None, ended, None)
     assert not ctx.diagnostics
+
+
+def test_gpu_cluster_plan_refuses_an_orchestrator_the_backends_driver_does_not_offer(monkeypatch):
+    # A backend on the local driver publishes no Kubernetes in the instance types' rules.
+    import tests.provider.resources._gpu_cluster_fake_api as fake
+
+    local = [{**t, "rules": {**t["rules"], "orchestrators_single_node": ["slurm", "none"],
+                             "orchestrators_multi_node": ["slurm"]}} for t in fake.CATALOG_TYPES]
+    monkeypatch.setattr(fake, "CATALOG_TYPES", local)
+    _, ctx = plan({**BASE, "node_count": 2, "orchestrator": "kubernetes"})
+    found = errors(ctx)
+    assert "clusters of 2 nodes of 8xH100 with slurm, not kubernetes" in found["orchestrator"], found
+    _, ctx = plan({**BASE, "node_count": 2, "orchestrator": "slurm"})
+    assert "orchestrator" not in errors(ctx)
+    _, ctx = plan({**BASE, "node_count": 2, "orchestrator": "none"})  # the static rule says it, once
+    assert errors(ctx)["orchestrator"].count("Orchestrator") == 1

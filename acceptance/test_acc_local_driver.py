@@ -1,0 +1,259 @@
+"""gpucloud_gpu_cluster on the `local` driver: real Terraform, the real provider and backend, and a real
+Slurm cluster on namespace nodes of this machine that a user logs into over SSH.
+
+Needs root, Linux and Debian's slurmctld, slurmd, munge and openssh-server (.ci/run installs them): the
+backend refuses to start without them, so a missing package fails this test, it never skips.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from acceptance.backend import BACKEND, Backend, running_backend
+from acceptance.cluster_backend import kill, restart
+from acceptance.gpucloud_steps import GpuCloudTerraform, apply_and_check, gpucloud_tf, values
+from backend.provisioning.local import preflight
+
+__all__ = ["gpucloud_tf"]
+
+ADDRESS = "gpucloud_gpu_cluster.train"
+
+
+@pytest.fixture(scope="module")
+def backend() -> Iterator[Backend]:
+    # Not under /tmp: a volume attached in place is bind-mounted from inside a node, whose /tmp is its own.
+    root = Path("/var/tmp") / f"gpucloud-acc-local-{time.monotonic_ns()}"
+    root.mkdir(parents=True)
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("GPUCLOUD_DRIVER", "local")
+            # A block no route of this machine covers (a CI runner may itself live in 10.x).
+            free = [cidr for cidr in ("10.0.0.0/16", "172.31.0.0/16", "192.168.224.0/19")
+                    if preflight.conflicting_route(cidr) is None]
+            assert free, "every candidate address block overlaps a route of this machine"
+            patch.setenv("GPUCLOUD_LOCAL_ADDRESS_RANGE", free[0])
+            with running_backend(root) as server:
+                try:
+                    yield server
+                finally:
+                    kill(server)  # the process now running, which a restart may have replaced
+    finally:
+        remove_by_hand(root / "local")
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def remove_by_hand(local: Path) -> None:
+    """What docs/local-driver.md tells an operator to do after a failure: remove every namespace, its
+    processes and bridge under the driver's directory (nothing is left after a passing test)."""
+    ns_dir = local / "ns"
+    for ns_file in sorted(ns_dir.glob("gpc-*.mnt")) if ns_dir.exists() else []:
+        netns = ns_file.name.removesuffix(".mnt")
+        pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, check=False)
+        if pids.stdout.split():
+            subprocess.run(["kill", "-9", *pids.stdout.split()], check=False)
+        subprocess.run(["ip", "netns", "del", netns], check=False, capture_output=True)
+        for suffix in (".mnt", ".uts"):
+            subprocess.run(["umount", str(ns_dir / f"{netns}{suffix}")], check=False, capture_output=True)
+    for cluster in (local / "clusters").glob("*") if (local / "clusters").exists() else []:
+        bridge = f"gpcb{hashlib.sha256(cluster.name.encode()).hexdigest()[:8]}"
+        subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)
+    with contextlib.suppress(FileNotFoundError):
+        subprocess.run(["umount", str(ns_dir)], check=False, capture_output=True)
+
+
+def config(node_count: int, keys: list[tuple[str, str]], logins: tuple[str, ...] = ("alice", "bob"),
+           name: str = "train", volumes: tuple[str, ...] = ("data",)) -> str:
+    key_blocks = "".join(f"""
+    resource "gpucloud_ssh_key" "{key_name}" {{
+      name       = "{name}-{key_name}"
+      public_key = {public_key!r}
+    }}
+    """.replace("'", '"') for key_name, public_key in keys)
+    key_ids = ", ".join(f"gpucloud_ssh_key.{key_name}.id" for key_name in logins)
+    volume_ids = ", ".join(f"gpucloud_shared_volume.{volume}.id" for volume in volumes)
+    return key_blocks + "".join(f"""
+    resource "gpucloud_shared_volume" "{volume}" {{
+      name     = "{name}-{volume}"
+      region   = "us-east-1"
+      size_tib = 1
+    }}
+    """ for volume in ("data", "extra")) + f"""
+    resource "gpucloud_gpu_cluster" "train" {{
+      name             = "{name}"
+      region           = "us-east-1"
+      instance_type    = "8xH100"
+      node_count       = {node_count}
+      orchestrator     = "slurm"
+      ssh_key_ids      = [{key_ids}]
+      shared_volume_ids = [{volume_ids}]
+    }}
+    """
+
+
+def ssh(key: Path, login: dict[str, object], command: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["ssh", "-i", str(key), "-p", str(login["port"]), "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+         "-o", "LogLevel=ERROR", f"ubuntu@{login['host']}", command],
+        capture_output=True, text=True, timeout=120, check=False)
+
+
+def ours(cluster_id: str) -> dict[str, list[str]]:
+    """What of the cluster exists on the host: namespaces, processes in them, mounts, links."""
+    namespaces = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                                              check=True).stdout.split() if cluster_id in ns]
+    pids = [pid for ns in namespaces
+            for pid in subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True,
+                                      check=False).stdout.split()]
+    mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if cluster_id in line]
+    bridge = f"gpcb{hashlib.sha256(cluster_id.encode()).hexdigest()[:8]}"  # the driver's naming
+    links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True).stdout
+    return {"namespaces": namespaces, "pids": pids, "mounts": mounts,
+            "links": [line for line in links.splitlines() if bridge in line]}
+
+
+def node_status(backend: Backend, cluster_id: str, name: str) -> str:
+    nodes = backend.client.get_cluster(cluster_id)["nodes"]
+    return str(next(node["status"] for node in nodes if node["name"] == name))
+
+
+def keypair(directory: Path, name: str) -> tuple[str, str]:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(directory / name)], check=True)
+    return name, (directory / f"{name}.pub").read_text().strip()
+
+
+def test_acc_local_driver_slurm_cluster_runs_jobs_over_ssh(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend, tmp_path: Path
+) -> None:
+    keys = [keypair(tmp_path, "alice"), keypair(tmp_path, "bob")]
+    tf = gpucloud_tf(config(2, keys))
+    apply_and_check(tf)
+    cluster = values(tf, ADDRESS)
+    assert cluster["status"] == "RUNNING"
+    login = cluster["login"]
+    assert login["host"] == cluster["nodes"][0]["private_ip"].rsplit(".", 1)[0] + ".4"  # the jumphost
+
+    ran = ssh(tmp_path / "alice", login, "srun -N2 hostname")
+    assert sorted(ran.stdout.split()) == ["train-0", "train-1"], ran.stderr
+    assert ssh(tmp_path / "alice", login, 'sinfo -h -o "%D %T"').stdout.strip() == "2 idle"
+    mount = f"/mnt/shared/{values(tf, 'gpucloud_shared_volume.data')['id']}"
+    shared = ssh(tmp_path / "alice", login,
+                 f"srun -w train-0 sh -c 'hostname > {mount}/from-0' && srun -w train-1 cat {mount}/from-0")
+    assert shared.stdout.strip() == "train-0", shared.stderr
+
+    # Scale 2 -> 3 -> 2 in place, with a job running on a kept node the whole time.
+    # (a job without --gpus or --mem would take a whole node's memory: the partition defaults are per GPU)
+    job = ssh(tmp_path / "alice", login, "sbatch --parsable -w train-0 --gpus=1 --wrap 'sleep 600'")
+    job_id = job.stdout.strip()
+    assert job_id.isdigit(), job.stderr
+    tf.write_main(config(3, keys))
+    tf.apply()  # (the follow-up plans are checked after the first and the last apply: time)
+    ran = ssh(tmp_path / "alice", login, "srun -N3 --mem=1G hostname")
+    assert sorted(ran.stdout.split()) == ["train-0", "train-1", "train-2"], ran.stderr
+    tf.write_main(config(2, keys))
+    tf.apply()
+    ran = ssh(tmp_path / "alice", login, "srun -N2 --mem=1G hostname")
+    assert sorted(ran.stdout.split()) == ["train-0", "train-1"], ran.stderr
+    state = ssh(tmp_path / "alice", login, f"squeue -h -j {job_id} -o %T").stdout.strip()
+    assert state == "RUNNING", f"the job on a kept node did not survive scaling: {state!r}"
+
+    # In place: a key removed can no longer log in, the remaining one can; a volume detached is
+    # unmounted everywhere and keeps its files, one attached is mounted on every node.
+    tf.write_main(config(2, keys, logins=("bob",), volumes=("extra",)))
+    apply_and_check(tf)
+    assert ssh(tmp_path / "alice", login, "true").returncode != 0
+    assert ssh(tmp_path / "bob", login, "hostname").stdout.strip() == "train-jumphost"
+    extra = f"/mnt/shared/{values(tf, 'gpucloud_shared_volume.extra')['id']}"
+    mounts = ssh(tmp_path / "bob", login,
+                 "srun -N2 --mem=1G sh -c 'findmnt -rn -o TARGET | grep /mnt/shared/'")
+    assert mounts.stdout.split() == [extra, extra], mounts.stderr
+    data_dir = backend.data_dir / "local" / "volumes" / mount.rsplit("/", 1)[1]
+    assert (data_dir / "from-0").read_text().strip() == "train-0"  # the volume is a host directory
+
+    # A node that crashes for real (its slurmd killed) is seen failed by the engine's health watch.
+    cluster_id = cluster["id"]
+    env = {**os.environ, "GPUCLOUD_DRIVER": "local", "GPUCLOUD_DATA_DIR": str(backend.data_dir)}
+    subprocess.run([str(BACKEND), "fault", "--cluster", cluster_id, "--node", "train-1", "crash"], env=env,
+                   check=True, capture_output=True, timeout=60)
+    deadline = time.monotonic() + 10
+    while node_status(backend, cluster_id, "train-1") != "FAILED":
+        assert time.monotonic() < deadline, backend.client.get_cluster(cluster_id)["nodes"]
+        time.sleep(0.2)
+    # An XID logged on a node fails it with the XID's meaning.
+    subprocess.run([str(BACKEND), "fault", "--cluster", cluster_id, "--node", "train-0", "xid"], env=env,
+                   check=True, capture_output=True, timeout=60)
+    deadline = time.monotonic() + 10
+    while node_status(backend, cluster_id, "train-0") != "FAILED":
+        assert time.monotonic() < deadline, backend.client.get_cluster(cluster_id)["nodes"]
+        time.sleep(0.2)
+    train_0 = next(n for n in backend.client.get_cluster(cluster_id)["nodes"] if n["name"] == "train-0")
+    assert "XID 79: GPU has fallen off the bus" in train_0["status_reason"]
+
+    assert any(ours(cluster_id).values())
+    tf.destroy()
+    deadline = time.monotonic() + 10  # killed daemons are reaped by init, not by the backend
+    while any(ours(cluster_id).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ours(cluster_id) == {"namespaces": [], "pids": [], "mounts": [], "links": []}
+    assert not (backend.data_dir / "local" / "clusters" / cluster_id).exists()
+
+
+def test_acc_local_driver_backend_killed_mid_create_scale_and_delete_converges(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend, tmp_path: Path
+) -> None:
+    keys = [keypair(tmp_path, "carol")]
+    tf = gpucloud_tf(config(2, keys, logins=("carol",), name="sturdy"))
+    running = tf.start("apply", "-auto-approve")
+    cluster_id = wait_for_cluster(backend, "sturdy")
+    deadline = time.monotonic() + 60
+    while not ours(cluster_id)["namespaces"]:  # in the middle of the bring-up
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    restart(backend, {"GPUCLOUD_DRIVER": "local"})
+    assert "Apply complete!" in running.wait(timeout=300, check=True).output
+    namespaces = sorted(ns.removeprefix(f"gpc-{cluster_id}-") for ns in ours(cluster_id)["namespaces"])
+    assert namespaces == ["sturdy-0.1", "sturdy-1.1", "sturdy-jumphost"]  # no duplicate node
+    login = values(tf, ADDRESS)["login"]
+    ran = ssh(tmp_path / "carol", login, "srun -N2 hostname")
+    assert sorted(ran.stdout.split()) == ["sturdy-0", "sturdy-1"], ran.stderr
+
+    tf.write_main(config(3, keys, logins=("carol",), name="sturdy"))
+    scaling = tf.start("apply", "-auto-approve")
+    deadline = time.monotonic() + 60
+    while len(ours(cluster_id)["namespaces"]) < 4:  # in the middle of the scale-up
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    restart(backend, {"GPUCLOUD_DRIVER": "local"})
+    assert "Apply complete!" in scaling.wait(timeout=300, check=True).output
+    assert len(ours(cluster_id)["namespaces"]) == 4
+    ran = ssh(tmp_path / "carol", login, "srun -N3 hostname")
+    assert sorted(ran.stdout.split()) == ["sturdy-0", "sturdy-1", "sturdy-2"], ran.stderr
+
+    destroying = tf.start("destroy", "-auto-approve")
+    deadline = time.monotonic() + 60
+    while len(ours(cluster_id)["namespaces"]) == 4:  # in the middle of the teardown
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    restart(backend, {"GPUCLOUD_DRIVER": "local"})
+    assert "Destroy complete!" in destroying.wait(timeout=300, check=True).output
+    deadline = time.monotonic() + 10
+    while any(ours(cluster_id).values()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert ours(cluster_id) == {"namespaces": [], "pids": [], "mounts": [], "links": []}
+    assert not (backend.data_dir / "local" / "clusters" / cluster_id).exists()
+
+
+def wait_for_cluster(backend: Backend, name: str) -> str:
+    deadline = time.monotonic() + 60
+    while not (found := [c for c in backend.client.list_clusters() if c["name"] == name]):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    return str(found[0]["id"])

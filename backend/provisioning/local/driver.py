@@ -1,0 +1,444 @@
+"""The `local` driver: the engine's operations carried out on namespace nodes of this machine.
+
+`submit` reads what an operation needs from the engine's tables in the caller's session (the cluster's
+subnet, members and addresses, its SSH keys and volumes, the generated Slurm files) into a plain plan,
+and runs the plan in a background thread: the engine's transaction never waits for a daemon. Until the
+thread is done the operation answers "not ready, look again in a moment"; the engine polls `submit` with
+the same client token and gets the outcome.
+
+Nothing but that in-memory table of running and finished operations is kept, and it need not be: every
+step is idempotent against the system (a namespace that exists is not made again, a daemon that runs is
+not started again, a node that is gone is not removed again). A backend killed at any point is asked
+for the same tokens after its restart and repeats the steps, which converge on what the database says.
+The health watch is derived from the system too: a RUNNING node whose slurmd no longer runs has failed.
+
+Operations of one cluster run one at a time (they share its files and controller); clusters run in
+parallel. One engine worker process drives the local driver (the one `serve` embeds).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from backend.domain.lifecycle import NodeStage
+from backend.fabric import slurm
+from backend.node_agent.xid import parse_xid_lines
+from backend.provisioning.driver import Operation, OperationRequest, OpKind
+from backend.provisioning.local import preflight
+from backend.provisioning.local.namespaces import Bind, LocalCluster, LocalHostError, LocalNode
+from backend.provisioning.local.node_setup import (
+    LOCAL_SLURM_HOST,
+    node_binds,
+    start_services,
+    write_cluster_files,
+)
+from backend.provisioning.state import live_nodes, utcnow
+from backend.provisioning.views import cluster_layout
+from backend.store.engine_models import EngineCluster, EngineNode
+from backend.store.models import Cluster, SshKey
+
+POLL = dt.timedelta(milliseconds=300)  # how soon the engine asks again about a running operation
+WATCH_INTERVAL = dt.timedelta(seconds=1)  # how often a RUNNING node's health is read
+REGISTRATION_SECONDS = 120.0
+FORGET_AFTER = dt.timedelta(minutes=10)
+VOLUME_ROOT = "/mnt/shared"  # where the API says a volume is mounted (`mount_path`)
+ORCHESTRATORS = ("slurm", "none")  # no Kubernetes control plane is packaged for this machine
+_NO_WORK = (OpKind.FABRIC_JOIN, OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START, OpKind.CONTAINER_RECREATE)
+_WORK = (OpKind.CONTROL_PLANE_CREATE, OpKind.CONTROL_PLANE_RELEASE, OpKind.NODE_BOOT, OpKind.VOLUME_ATTACH,
+         OpKind.ORCHESTRATOR_JOIN, OpKind.ACCEPTANCE, OpKind.RECONFIGURE, OpKind.NODE_RELEASE)
+
+
+class UnsupportedHost(RuntimeError):
+    """The machine cannot run the local driver; the message says what is missing and how to fix it."""
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    name: str
+    instance: str
+    address: str
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """Everything an operation needs, read from the database once, in the engine's transaction."""
+
+    cluster_id: str
+    subnet: str
+    orchestrator: str
+    multi_node: bool
+    controller: NodePlan | None  # slurmctld's node: the jumphost, or the single node
+    slurm_files: dict[str, str]
+    hosts: str
+    public_keys: tuple[str, ...]
+    volumes: dict[str, Path]  # mount path -> host directory
+    deleting: bool
+    members: tuple[NodePlan, ...] = ()
+
+
+@dataclass
+class _Job:
+    token: str
+    kind: OpKind
+    submitted_at: dt.datetime
+    finished_at: dt.datetime | None = None
+    succeeded: bool = True
+    reason: str | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class LocalDriver:
+    name = "local"
+
+    def __init__(self, root: Path, *, check_host: bool = True) -> None:
+        self.root = root
+        if check_host:
+            problems = preflight.host_problems(preflight.address_ranges())
+            if problems:
+                raise UnsupportedHost(f"GPUCLOUD_DRIVER=local cannot run here: {preflight.report(problems)}")
+        self._jobs: dict[str, _Job] = {}
+        self._jobs_lock = threading.Lock()
+        self._cluster_locks: dict[str, threading.Lock] = {}
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Wait for the operations running in the background; False if some still run at the timeout."""
+        deadline = time.monotonic() + timeout
+        with self._jobs_lock:
+            running = [job for job in self._jobs.values() if not job.done.is_set()]
+        return all(job.done.wait(max(0.0, deadline - time.monotonic())) for job in running)
+
+    # The driver interface -------------------------------------------------------------------------
+
+    def submit(self, session: Session, request: OperationRequest, now: dt.datetime) -> Operation:
+        with self._jobs_lock:
+            job = self._jobs.get(request.client_token)
+        if job is None:
+            if request.kind == OpKind.HEALTH_WATCH:
+                return Operation(request.client_token, request.kind, now, now + WATCH_INTERVAL, True)
+            if request.kind in _NO_WORK:
+                return Operation(request.client_token, request.kind, now, now, True)
+            if request.kind not in _WORK:  # an operation kind newer than this driver: say so, fail it
+                return Operation(request.client_token, request.kind, now, now, False,
+                                 f"the local driver does not implement {request.kind}")
+            job = self._start(session, request, now)
+        return _operation(job, now)
+
+    def get(self, session: Session, client_token: str) -> Operation | None:
+        now = utcnow()
+        with self._jobs_lock:
+            job = self._jobs.get(client_token)
+        if job is not None:
+            return _operation(job, now)
+        if f"/{OpKind.HEALTH_WATCH}/" in client_token:
+            return self._health(session, client_token, now)
+        return None
+
+    # Reading the database -----------------------------------------------------------------------
+
+    def cluster(self, cluster_id: str, subnet: str) -> LocalCluster:
+        return LocalCluster(self.root, cluster_id, subnet)
+
+    def volume_dir(self, volume_id: str) -> Path:
+        return self.root / "volumes" / volume_id
+
+    def plan(self, session: Session, cluster_id: str) -> ClusterPlan:
+        cluster = session.get(Cluster, cluster_id)
+        state = session.get(EngineCluster, cluster_id)
+        if cluster is None or state is None:
+            raise LookupError(f"cluster {cluster_id} has no engine state")
+        layout = cluster_layout(session, cluster_id)
+        members = [n for n in live_nodes(session, cluster_id) if n.active_name is not None]
+        controller = None
+        if state.jumphost_ip is not None:
+            controller = NodePlan(f"{state.hostname_prefix}-jumphost", f"{state.hostname_prefix}-jumphost",
+                                  state.jumphost_ip)
+        elif members:
+            first = min(members, key=lambda n: n.index)
+            controller = NodePlan(first.name, instance_name(first), first.private_ip)
+        files: dict[str, str] = {}
+        hosts = ""
+        if layout is not None:
+            hosts = slurm.hosts_file(layout)
+            if cluster.orchestrator == "slurm" and layout.nodes:
+                files = {"slurm.conf": slurm.slurm_conf(layout, LOCAL_SLURM_HOST),
+                         "gres.conf": slurm.gres_conf(layout, LOCAL_SLURM_HOST),
+                         "cgroup.conf": slurm.cgroup_conf(layout, LOCAL_SLURM_HOST),
+                         "topology.conf": slurm.topology_conf(layout)}
+        keys = tuple(key.public_key for link in cluster.ssh_key_links
+                     if (key := session.get(SshKey, link.ssh_key_id)) is not None)
+        volumes = {f"{VOLUME_ROOT}/{link.volume_id}": self.volume_dir(link.volume_id)
+                   for link in cluster.volume_links}
+        return ClusterPlan(cluster.id, state.subnet, cluster.orchestrator, state.jumphost_ip is not None,
+                           controller, files, hosts, keys, volumes,
+                           cluster.deletion_requested_at is not None or state.rollback_reason is not None,
+                           tuple(NodePlan(n.name, instance_name(n), n.private_ip) for n in members))
+
+    def _start(self, session: Session, request: OperationRequest, now: dt.datetime) -> _Job:
+        cluster_id = request.cluster_id
+        if cluster_id is None:
+            raise ValueError(f"operation {request.client_token}: the local driver needs the cluster id")
+        plan = self.plan(session, cluster_id)
+        node = None
+        if request.node_id is not None:
+            row = session.get(EngineNode, request.node_id)
+            if row is None:
+                raise LookupError(f"node {request.node_id} does not exist")
+            node = NodePlan(row.name, instance_name(row), row.private_ip)
+        work = self._work(request.kind, plan, node)
+        job = _Job(request.client_token, request.kind, now)
+        with self._jobs_lock:
+            # Finished operations are kept a while for the engine to read, then forgotten (it records
+            # outcomes in its own steps; a token asked for again is simply run again, idempotently).
+            for token in [t for t, j in self._jobs.items()
+                          if j.finished_at is not None and now - j.finished_at > FORGET_AFTER]:
+                del self._jobs[token]
+            existing = self._jobs.setdefault(request.client_token, job)
+        if existing is job:
+            lock = self._cluster_locks.setdefault(cluster_id, threading.Lock())
+            threading.Thread(target=_run_job, args=(job, work, lock), name=f"local-{request.kind}",
+                             daemon=True).start()
+        return existing
+
+    def _health(self, session: Session, token: str, now: dt.datetime) -> Operation:
+        """A RUNNING node is healthy while its namespace exists and (Slurm) its slurmd runs."""
+        row = session.get(EngineNode, token.split("/", 1)[0])
+        if row is None or row.stage != NodeStage.READY:
+            return Operation(token, OpKind.HEALTH_WATCH, now, now + WATCH_INTERVAL, True)
+        cluster = session.get(Cluster, row.cluster_id)
+        state = session.get(EngineCluster, row.cluster_id)
+        assert cluster is not None and state is not None
+        node = self.cluster(cluster.id, state.subnet).node(row.name, row.private_ip, instance_name(row))
+        problem = None
+        if not node.exists():
+            problem = "the node's namespaces are gone (host rebooted or removed by hand)"
+        elif cluster.orchestrator == "slurm" and not node.running("slurmd"):
+            problem = "slurmd is not running (node crashed)"
+        xid_log = node.dir / "xid.log"  # the node's kernel log of XIDs (`fault xid` writes it)
+        events = parse_xid_lines(xid_log.read_text().splitlines()) if xid_log.exists() else []
+        if events:
+            problem = f"XID {events[-1].code}: {events[-1].meaning}"
+        if problem is None:
+            return Operation(token, OpKind.HEALTH_WATCH, now, now + WATCH_INTERVAL, True)
+        return Operation(token, OpKind.HEALTH_WATCH, now, now, False, problem)
+
+    # What each operation does on the host ---------------------------------------------------------
+
+    def _work(self, kind: OpKind, plan: ClusterPlan, node: NodePlan | None) -> Callable[[], None]:
+        cluster = self.cluster(plan.cluster_id, plan.subnet)
+        local = cluster.node(node.name, node.address, node.instance) if node is not None else None
+        actions: dict[OpKind, Callable[[], None]] = {
+            OpKind.CONTROL_PLANE_CREATE: lambda: self._create_control_plane(cluster, plan),
+            OpKind.CONTROL_PLANE_RELEASE: cluster.down,
+            OpKind.NODE_BOOT: lambda: self._boot(cluster, plan, _need(local)),
+            OpKind.VOLUME_ATTACH: lambda: self._sync_volumes(cluster, plan, _need(local)),
+            OpKind.ORCHESTRATOR_JOIN: lambda: self._join(cluster, plan, _need(local)),
+            OpKind.ACCEPTANCE: lambda: self._accept(cluster, plan, _need(local)),
+            OpKind.RECONFIGURE: lambda: self._reconfigure(cluster, plan, _need(local)),
+            OpKind.NODE_RELEASE: lambda: self._release(cluster, plan, _need(local)),
+        }
+        if kind not in actions:
+            raise ValueError(f"the local driver has no operation {kind}")
+        return actions[kind]
+
+    def _lay_out(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
+        route = preflight.conflicting_route(plan.subnet, own_bridge=cluster.bridge)
+        if route is not None:
+            raise LocalHostError(f"cluster subnet {plan.subnet} overlaps the host route `{route}`: "
+                                 "set GPUCLOUD_LOCAL_ADDRESS_RANGE to a free block, or remove that route")
+        cluster.up()
+        for directory in plan.volumes.values():
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o1777)  # every cluster's ubuntu user has its own uid
+        write_cluster_files(cluster, slurm_files=plan.slurm_files, hosts=plan.hosts,
+                            authorized_keys=plan.public_keys)
+
+    def _create_control_plane(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
+        if not plan.multi_node or plan.controller is None:
+            return
+        self._lay_out(cluster, plan)
+        jumphost = cluster.node(plan.controller.name, plan.controller.address, plan.controller.instance)
+        jumphost.create(node_binds(jumphost, plan.volumes))
+        start_services(jumphost, controller=False, worker=False, login=True)
+        if plan.orchestrator == "slurm":
+            self._stop_controllers_on_nodes(cluster, plan)
+            self._sync_controller(cluster, plan)
+        _wait_for_port(jumphost.address, 22)
+
+    def _stop_controllers_on_nodes(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
+        """A single node grown into a cluster ran slurmctld itself: stop it there (its slurmd learns of
+        the jumphost's controller from the `scontrol reconfigure` that follows)."""
+        for member in plan.members:
+            node = cluster.node(member.name, member.address, member.instance)
+            if node.exists():
+                _terminate(node.running("slurmctld"))
+
+    def _boot(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        self._lay_out(cluster, plan)
+        node.create(node_binds(node, plan.volumes))
+        start_services(node, controller=False, worker=False, login=not plan.multi_node)
+
+    def _join(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        if plan.orchestrator != "slurm":
+            return
+        self._lay_out(cluster, plan)
+        self._sync_controller(cluster, plan)
+        start_services(node, controller=False, worker=True, login=False)
+
+    def _accept(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        """The real check: the node's slurmd registered and is usable; ssh answers on the login node."""
+        if not node.exists():
+            raise LocalHostError(f"node {node.name} does not exist")
+        if not plan.multi_node:
+            _wait_for_port(node.address, 22)
+        if plan.orchestrator != "slurm" or plan.controller is None:
+            return
+        controller = cluster.node(plan.controller.name, plan.controller.address, plan.controller.instance)
+        deadline = time.monotonic() + REGISTRATION_SECONDS
+        state = ""
+        while time.monotonic() < deadline:
+            done = controller.exec(["sinfo", "-h", "-N", "-n", node.name, "-o", "%T"], check=False)
+            state = done.stdout.strip() or done.stderr.strip()
+            if state.rstrip("*") in ("idle", "mixed", "allocated", "completing"):
+                return
+            time.sleep(0.3)
+        log = node.dir / "log" / "slurmd.log"
+        tail = log.read_text()[-400:] if log.exists() else "no slurmd log"
+        raise LocalHostError(f"slurmd on {node.name} did not register within {REGISTRATION_SECONDS:.0f} s "
+                             f"(state {state!r}); slurmd.log ends: {tail}")
+
+    def _reconfigure(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        self._lay_out(cluster, plan)  # rewrites authorized_keys: every node reads the same file
+        self._sync_volumes(cluster, plan, node)
+
+    def _sync_volumes(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        """Mount the attached volumes and unmount the detached ones, on this node and the jumphost."""
+        for directory in plan.volumes.values():
+            directory.mkdir(parents=True, exist_ok=True)
+            directory.chmod(0o1777)
+        targets = [node]
+        if plan.multi_node and plan.controller is not None:
+            targets.append(cluster.node(plan.controller.name, plan.controller.address,
+                                        plan.controller.instance))
+        for target in targets:
+            if not target.exists():
+                continue
+            mounted = set(target.exec(["findmnt", "-rn", "-o", "TARGET"]).stdout.split())
+            mounted = {path for path in mounted if path.startswith(f"{VOLUME_ROOT}/")}
+            for path in sorted(mounted - set(plan.volumes)):
+                target.unbind(path)
+            for path in sorted(set(plan.volumes) - mounted):
+                target.bind(Bind(plan.volumes[path], path))
+
+    def _release(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        node.destroy()
+        if plan.deleting:  # the whole cluster goes: no reconfiguration for the nodes that remain
+            if not plan.multi_node and not cluster.node_names():
+                cluster.down()  # a single-node cluster has no control plane whose release would do it
+            return
+        if plan.orchestrator == "slurm" and plan.slurm_files and cluster.dir.exists():
+            write_cluster_files(cluster, slurm_files=plan.slurm_files, hosts=plan.hosts,
+                                authorized_keys=plan.public_keys)
+            self._sync_controller(cluster, plan)
+
+    def _sync_controller(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
+        """Bring slurmctld to the written configuration, keeping running jobs: when the node list
+        changed, restart slurmctld, then `scontrol reconfigure` (22.05 dies when reconfigured with
+        another node count); new slurmds start only after this."""
+        if plan.controller is None or not plan.slurm_files:
+            return
+        controller = cluster.node(plan.controller.name, plan.controller.address, plan.controller.instance)
+        if not controller.exists():
+            return
+        wanted = hashlib.sha256(plan.slurm_files["slurm.conf"].encode()).hexdigest()
+        recorded_file = cluster.dir / "slurmctld.conf.sha256"
+        recorded = recorded_file.read_text() if recorded_file.exists() else ""
+        running = controller.running("slurmctld")
+        if running and recorded == wanted:
+            return
+        _terminate(running)
+        start_services(controller, controller=True, worker=False, login=False)
+        _wait_for_controller(controller)
+        controller.exec(["scontrol", "reconfigure"])
+        recorded_file.write_text(wanted)
+
+
+def local_root(data_dir: Path) -> Path:
+    """Where the local driver keeps its derived state: namespace files, cluster files, volumes."""
+    return data_dir.expanduser() / "local"
+
+
+def instance_name(node: EngineNode) -> str:
+    """The namespace identity of one machine behind a node name (replacements are new instances)."""
+    return f"{node.name}.{node.attempt}"
+
+
+def _need(node: LocalNode | None) -> LocalNode:
+    if node is None:
+        raise ValueError("this operation needs a node")
+    return node
+
+
+def _run_job(job: _Job, work: Callable[[], None], lock: threading.Lock) -> None:
+    try:
+        with lock:
+            work()
+    except Exception as exc:  # an operation's failure is its outcome, reported to the engine
+        job.succeeded, job.reason = False, f"{type(exc).__name__}: {exc}"[:1000]
+    job.finished_at = utcnow()
+    job.done.set()
+
+
+def _operation(job: _Job, now: dt.datetime) -> Operation:
+    if not job.done.is_set():
+        return Operation(job.token, job.kind, job.submitted_at, now + POLL, True)
+    return Operation(job.token, job.kind, job.submitted_at, now, job.succeeded, job.reason)
+
+
+def _terminate(pids: list[int], seconds: float = 15.0) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + seconds
+    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+
+
+def _wait_for_controller(controller: LocalNode, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    output = ""
+    while time.monotonic() < deadline:
+        done = controller.exec(["scontrol", "ping"], check=False)
+        output = done.stdout + done.stderr
+        if "is UP" in output:
+            return
+        time.sleep(0.2)
+    log = controller.dir / "log" / "slurmctld.log"
+    tail = log.read_text()[-400:] if log.exists() else "no slurmctld log"
+    raise LocalHostError(f"slurmctld did not answer within {seconds:.0f} s ({output.strip()}); log: {tail}")
+
+
+def _wait_for_port(address: str, port: int, seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((address, port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise LocalHostError(f"nothing answers on {address}:{port} after {seconds:.0f} s")
