@@ -30,6 +30,7 @@ class OpKind(StrEnum):
     CONTAINER_RECREATE = "container_recreate"
     NODE_POWER_OFF = "node_power_off"  # credit pause: shut down, keep the machine (and its disk)
     NODE_POWER_ON = "node_power_on"  # resume: power on and boot from the installed image
+    NODE_RESTART = "node_restart"  # day 2: reboot the machine in place (node action `restart`)
     NODE_RELEASE = "node_release"
     HEALTH_WATCH = "health_watch"
 

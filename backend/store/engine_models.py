@@ -20,6 +20,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -101,6 +102,13 @@ class EngineNode(Base):
     applied_config: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
     watch_token: Mapped[str | None] = mapped_column(String(160))
     watch_due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Day 2 (migration 0007_node_repair). The failed node this one replaces in place (same name, index
+    # and IP); NULL for a node of a create or scale-up.
+    repair_of: Mapped[str | None] = mapped_column(ID)
+    # Drained in the orchestrator (Slurm DRAIN / Kubernetes cordon): takes no new work.
+    drained: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=false())
+    # A node action accepted by the API and not yet carried out by the reconciler (restart | replace).
+    pending_action: Mapped[str | None] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
