@@ -2,8 +2,9 @@
 
 from fastapi import APIRouter
 
-from backend.api import catalog, cluster_artifacts
+from backend.api import catalog, cluster_artifacts, cluster_nodes
 
 router = APIRouter()
 router.include_router(catalog.router)
 router.include_router(cluster_artifacts.router)
+router.include_router(cluster_nodes.router)

@@ -15,6 +15,9 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session
 
+from backend.node_agent.nvidia import GpuReading
+from backend.node_agent.xid import XidEvent
+
 
 class OpKind(StrEnum):
     CONTROL_PLANE_CREATE = "control_plane_create"
@@ -79,3 +82,41 @@ class ProvisioningDriver(Protocol):
     def get(self, session: Session, client_token: str) -> Operation | None:
         """The operation with this client token, or None if it was never submitted."""
         ...
+
+
+# Node telemetry (day 2, optional): a driver that can say what a node reports implements
+# `TelemetrySource` next to `ProvisioningDriver`. Readings use the node agent's own types, so the
+# simulated datacenter and a real agent answer in one shape.
+
+
+@dataclass(frozen=True)
+class TelemetryTarget:
+    """The node asked about: its machine (`instance_id`) and what the simulated model seeds from."""
+
+    cluster_name: str
+    node_name: str
+    instance_id: str
+    attempt: int
+    instance_type: str
+    gpu_count: int
+    watch_token: str | None  # the node's current health watch (where a fault would come from)
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class NodeTelemetry:
+    read_at: str  # ISO 8601, UTC
+    gpus: list[GpuReading] | None  # None: no GPU readings (`gpus_unavailable_reason` says why)
+    gpus_unavailable_reason: str | None
+    xid_events: list[XidEvent]  # oldest first
+
+
+class TelemetrySource(Protocol):
+    def node_telemetry(self, session: Session, target: TelemetryTarget, now: dt.datetime) -> NodeTelemetry:
+        """What the node's agent reports at `now`."""
+        ...
+
+
+def telemetry_of(driver: object) -> TelemetrySource | None:
+    """The driver as a telemetry source, or None when it has none."""
+    return driver if callable(getattr(driver, "node_telemetry", None)) else None  # type: ignore[return-value]

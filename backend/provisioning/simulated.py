@@ -13,7 +13,8 @@ import hashlib
 
 from sqlalchemy.orm import Session
 
-from backend.provisioning.driver import Operation, OperationRequest, OpKind
+from backend.provisioning import sim_telemetry
+from backend.provisioning.driver import NodeTelemetry, Operation, OperationRequest, OpKind, TelemetryTarget
 from backend.provisioning.settings import EngineSettings
 from backend.store.engine_models import SimulatedOperation
 
@@ -106,6 +107,10 @@ class SimulatedDatacenter:
     def get(self, session: Session, client_token: str) -> Operation | None:
         found = self._find(session, client_token)
         return None if found is None else _to_operation(found)
+
+    def node_telemetry(self, session: Session, target: TelemetryTarget, now: dt.datetime) -> NodeTelemetry:
+        """What the node's agent reports now (modelled workload, XID events of its health watch)."""
+        return sim_telemetry.node_telemetry(self.settings.simulation_seed, session, target, now)
 
 
 def _aware(value: dt.datetime | None) -> dt.datetime | None:

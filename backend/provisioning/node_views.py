@@ -1,0 +1,125 @@
+"""Day-2 read model of a cluster's nodes: health, the orchestrator's view, and what the node reports
+(GPU readings and XID events in the node agent's field names, from the driver's telemetry).
+
+Health, from the engine's state and the node's recent XID events:
+`repairing` (restart or replacement under way, or accepted), `failed` (FAILED), `unreachable` (powered
+off: nothing answers), `degraded` (running, with a hardware XID in the last hour), else `healthy`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.domain.lifecycle import NodeStage
+from backend.provisioning.driver import NodeTelemetry, TelemetryTarget, telemetry_of
+from backend.provisioning.reconciler import in_repair
+from backend.provisioning.state import utcnow
+from backend.store.engine_models import EngineNode
+from backend.store.models import Cluster
+
+HEALTH_STATES = ("healthy", "degraded", "unreachable", "failed", "repairing")
+DEGRADED_WINDOW = dt.timedelta(hours=1)
+RECENT_XID_EVENTS = 20
+_POWERED_OFF = (NodeStage.POWERING_OFF, NodeStage.POWERED_OFF)
+
+
+def members(session: Session, cluster_id: str) -> list[EngineNode]:
+    return list(session.scalars(
+        select(EngineNode).where(EngineNode.cluster_id == cluster_id, EngineNode.active_name.is_not(None))
+        .order_by(EngineNode.index)))
+
+
+def _recent_hardware_xid(telemetry: NodeTelemetry | None, now: dt.datetime) -> bool:
+    if telemetry is None:
+        return False
+    since = (now - DEGRADED_WINDOW).isoformat()
+    return any(e.hardware and (e.logged_at or "") >= since for e in telemetry.xid_events)
+
+
+def health(node: EngineNode, telemetry: NodeTelemetry | None, now: dt.datetime) -> str:
+    if in_repair(node) or node.pending_action is not None:
+        return "repairing"
+    if node.stage == NodeStage.FAILED:
+        return "failed"
+    if node.stage in _POWERED_OFF:
+        return "unreachable"
+    if node.stage == NodeStage.READY and _recent_hardware_xid(telemetry, now):
+        return "degraded"
+    return "healthy"
+
+
+def orchestrator_state(orchestrator: str, node: EngineNode, busy_gpus: int | None) -> str | None:
+    """Slurm's node state (IDLE, ALLOCATED, MIXED, DRAIN, DOWN, UNKNOWN) or Kubernetes' (Ready,
+    NotReady, SchedulingDisabled); None without an orchestrator."""
+    up = node.stage == NodeStage.READY
+    if orchestrator == "kubernetes":
+        if not up:
+            return "NotReady"
+        return "SchedulingDisabled" if node.drained else "Ready"
+    if orchestrator != "slurm":
+        return None
+    if node.stage == NodeStage.FAILED or node.stage in _POWERED_OFF:
+        return "DOWN"
+    if not up:
+        return "UNKNOWN"
+    if node.drained:
+        return "DRAIN"
+    if not busy_gpus:
+        return "IDLE"
+    return "ALLOCATED" if busy_gpus >= node.gpu_count else "MIXED"
+
+
+def _target(cluster: Cluster, node: EngineNode) -> TelemetryTarget:
+    return TelemetryTarget(cluster_name=cluster.name, node_name=node.name, instance_id=node.id,
+                           attempt=node.attempt, instance_type=node.instance_type, gpu_count=node.gpu_count,
+                           watch_token=node.watch_token, created_at=node.created_at)
+
+
+def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datetime | None = None
+               ) -> list[dict[str, Any]]:
+    """Every member node with its health, orchestrator state, GPUs and recent XID events."""
+    now = now or utcnow()
+    role = "worker" if cluster.node_count > 1 else "standalone"
+    source = telemetry_of(driver)
+    views = []
+    for node in members(session, cluster.id):
+        reporting = node.stage in (NodeStage.READY, NodeStage.FAILED)
+        telemetry = source.node_telemetry(session, _target(cluster, node), now) if (
+            source is not None and reporting) else None
+        gpus = None if telemetry is None else telemetry.gpus
+        busy = None if gpus is None else sum(1 for g in gpus if (g.utilization_pct or 0) > 0)
+        xids = [] if telemetry is None else telemetry.xid_events[-RECENT_XID_EVENTS:]
+        views.append({
+            "name": node.name, "role": role, "index": node.index, "instance_id": node.id,
+            "status": node.status, "status_reason": node.status_reason,
+            "health": health(node, telemetry, now),
+            "orchestrator_state": orchestrator_state(cluster.orchestrator, node, busy),
+            "drained": node.drained, "pending_action": node.pending_action,
+            "gpus": None if gpus is None else [dataclasses.asdict(g) for g in gpus],
+            "gpus_unavailable_reason": _why_no_gpus(source, telemetry, node),
+            "xid_events": [dataclasses.asdict(e) for e in xids],
+            "read_at": None if telemetry is None else telemetry.read_at,
+        })
+    return views
+
+
+def matches(view: dict[str, Any], health_filter: str | None) -> bool:
+    """`?health=`: failed and healthy by health state, xid: nodes with recent XID events."""
+    if health_filter in ("failed", "healthy"):
+        return bool(view["health"] == health_filter)
+    if health_filter == "xid":
+        return bool(view["xid_events"])
+    return True
+
+
+def _why_no_gpus(source: object, telemetry: NodeTelemetry | None, node: EngineNode) -> str | None:
+    if source is None:
+        return "the driver reports no node telemetry"
+    if telemetry is None:
+        return f"node is {node.status} ({node.stage}): no agent reading"
+    return telemetry.gpus_unavailable_reason
