@@ -53,6 +53,7 @@ MAX_STEPS_PER_NODE_PASS = 20
 SCALE_UP_FAILED = "scale-up rolled back"
 REPAIRS_EXHAUSTED = "automatic repair stopped"
 NO_SPARE = "no replacement node free"
+NO_SPARE_RETRY = dt.timedelta(seconds=30)  # a repair without a free node looks again this much later
 PAUSED = str(NodeStatus.PAUSED)
 
 
@@ -336,6 +337,7 @@ def _repair(ctx: PassContext, cluster: Cluster, node: EngineNode, why: str) -> b
         node.pending_action = None
         if node.status == NodeStatus.FAILED and NO_SPARE not in (node.status_reason or ""):
             node.status_reason = f"{node.status_reason}; {NO_SPARE} on {state.fabric} (retried later)"
+        ctx.due.append(ctx.now + NO_SPARE_RETRY)
         return False
     node.pending_action = None
     _start_release(ctx, cluster, node, why)

@@ -85,10 +85,11 @@ def gpu_reading(seed: int, target: TelemetryTarget, index: int, at: dt.datetime,
         util, mem_util = 80 + int(jitter * 20), 35 + int(jitter * 30)
         used = int(model.memory_total_mib * (0.72 + 0.2 * jitter))
         temp, power = 62 + int(jitter * 14), round(model.power_limit_w * (0.78 + 0.18 * jitter), 2)
-        sm_clock = model.max_sm_clock_mhz - int(jitter * 200)
+        # Power-capped under load, as the real H200 ran a bf16 matmul (1485-1500 MHz at 691 W).
+        sm_clock = int(model.max_sm_clock_mhz * (0.72 + 0.15 * jitter))
     else:
         util, mem_util, used = 0, 0, 0
-        temp, power, sm_clock = 30 + int(jitter * 4), round(88 + jitter * 8, 2), 345
+        temp, power, sm_clock = 30 + int(jitter * 4), round(85 + jitter * 9, 2), 345 + int(jitter * 75)
     return GpuReading(
         index=index, uuid=f"GPU-{hashlib.sha256(f'{target.instance_id}/{index}'.encode()).hexdigest()[:32]}",
         name=model.name, pci_bus_id=f"00000000:{PCI_BUSES[index % 8]}:00.0",

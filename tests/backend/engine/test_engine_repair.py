@@ -13,9 +13,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.billing.compute_meter import load_cluster_usage
-from backend.domain.catalog import default_catalog
+from backend.domain.catalog import Catalog, default_catalog
 from backend.provisioning.driver import OperationRequest, OpKind
-from backend.provisioning.engine import pause_cluster
+from backend.provisioning.engine import InsufficientCapacity, pause_cluster
 from backend.provisioning.node_actions import NodeStateConflict, request_node_action
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.simulated import SimulatedDatacenter
@@ -36,12 +36,12 @@ def _draw(seed: int, node: str, attempt: int, purpose: str) -> float:
     return sim._uniform(OperationRequest("t", OpKind.HEALTH_WATCH, "train", node, attempt), purpose)
 
 
-def _seed_failing_once(victim: str) -> int:
+def _seed_failing_once(victim: str, nodes: list[str] = NODES) -> int:
     """A seed under which only `victim`'s first machine has an XID (late in the window), its
     replacements none."""
     for seed in range(20_000):
-        first = [_draw(seed, n, 1, "fault") < XID_RATE for n in NODES]
-        if first != [n == victim for n in NODES] or _draw(seed, victim, 1, "when") < 0.6:
+        first = [_draw(seed, n, 1, "fault") < XID_RATE for n in nodes]
+        if first != [n == victim for n in nodes] or _draw(seed, victim, 1, "when") < 0.6:
             continue
         if all(_draw(seed, victim, attempt, "fault") >= XID_RATE for attempt in (2, 3)):
             return seed
@@ -54,8 +54,8 @@ def _worker(make_worker: Callable[..., EngineWorker], seed: int, **extra: Any) -
 
 
 def _bring_up_then_fault(admin: TestClient, make_worker: Callable[..., EngineWorker], seed: int,
-                         **spec: Any) -> tuple[dict[str, Any], EngineWorker]:
-    cluster = create(admin, node_count=4, **spec)
+                         node_count: int = 4, **spec: Any) -> tuple[dict[str, Any], EngineWorker]:
+    cluster = create(admin, node_count=node_count, **spec)
     worker = _worker(make_worker, seed)
     drain(worker)
     body = get(admin, cluster["id"])
@@ -177,6 +177,27 @@ def test_engine_repair_budget_per_node_per_day_stops_a_looping_pool(
     for node in body["nodes"]:
         assert node["status"] == "FAILED"
         assert "automatic repair stopped: 2 replacements" in node["status_reason"]
+
+
+def test_engine_repair_without_a_free_node_leaves_it_failed_with_the_reason(
+    two_h100: Catalog, admin: TestClient, make_worker: Callable[..., EngineWorker],
+    sessions: sessionmaker[Session]
+) -> None:
+    seed = _seed_failing_once("train-0", NODES[:2])
+    before, worker = _bring_up_then_fault(admin, make_worker, seed, node_count=2)
+    drain(worker)
+    body = get(admin, before["id"])
+    assert (body["status"], body["phase"]) == ("RUNNING", "Degraded")
+    assert "no replacement node free on ib-east-a" in body["nodes"][0]["status_reason"]
+    assert body["nodes"][0]["instance_id"] == before["nodes"][0]["instance_id"]
+    with sessions.begin() as session:
+        cluster = session.get(Cluster, before["id"])
+        assert cluster is not None
+        try:
+            request_node_action(session, two_h100, cluster, "train-0", "replace")
+            raise AssertionError("a replace without capacity was accepted")
+        except InsufficientCapacity as error:
+            assert "no 8xH100 node is free on ib-east-a" in error.detail
 
 
 def test_engine_node_actions_refuse_what_the_state_forbids(
