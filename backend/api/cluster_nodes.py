@@ -17,13 +17,20 @@ from backend.api.deps import Reader, Writer
 from backend.api.schemas import READ_ERRORS, WRITE_ERRORS, StrictModel
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
-from backend.provisioning import node_actions, node_views
+from backend.provisioning import node_actions, node_metrics, node_views
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.simulated import make_driver
+from backend.provisioning.state import utcnow
 from backend.services import clusters
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
 NodeName = Annotated[str, Path(max_length=80, pattern=r"^[a-z0-9-]+$", description="The node's hostname")]
+MetricsWindow = Annotated[
+    Literal["5m", "15m", "1h", "6h", "1d"], Query(description="How far back (at most ~300 points a series)")
+]
+NodeFilter = Annotated[
+    str | None, Query(max_length=80, pattern=r"^[a-z0-9-]+$", description="One node's series only")
+]
 HealthFilter = Annotated[
     Literal["failed", "xid", "healthy"] | None,
     Query(description="failed: FAILED nodes; xid: nodes with recent XID events; healthy: healthy nodes"),
@@ -113,6 +120,19 @@ class ClusterActionOut(BaseModel):
     nodes: list[str] = Field(description="The nodes the action was taken on")
 
 
+class MetricsSeries(BaseModel):
+    node: str
+    gpu_utilization_pct: list[float | None] = Field(description="Mean over the node's GPUs, per bucket")
+    gpu_memory_used_mib: list[int | None] = Field(description="Sum over the node's GPUs, per bucket")
+
+
+class MetricsOut(BaseModel):
+    window: str
+    step_seconds: int = Field(description="Width of one bucket (each value is the mean of its samples)")
+    timestamps: list[str] = Field(description="Start of each bucket; every series has one value per bucket")
+    series: list[MetricsSeries]
+
+
 def _views(session: Session, cluster: Any) -> list[dict[str, Any]]:
     return node_views.node_views(session, _driver(), cluster)
 
@@ -131,6 +151,18 @@ def list_nodes(cluster_id: str, request: Request, principal: Reader, health: Hea
     chosen = [v for v in every if node_views.matches(v, health)]
     body = NodeList(items=[NodeOut.model_validate(v) for v in chosen], counts=counts)
     return Response(body.model_dump_json(), media_type="application/json")
+
+
+@router.get("/{cluster_id}/metrics", response_model=MetricsOut, responses=READ_ERRORS)
+def get_metrics(cluster_id: str, request: Request, principal: Reader, window: MetricsWindow = "1h",
+                node: NodeFilter = None) -> Response:
+    """GPU utilisation and memory per node over the window, from the metrics ring buffer (null where
+    no sample was taken: a node not yet up, or down)."""
+    state = app_state(request)
+    with state.read_sessions() as session:
+        clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        body = node_metrics.series(session, cluster_id, window, utcnow(), node)
+    return Response(MetricsOut.model_validate(body).model_dump_json(), media_type="application/json")
 
 
 @router.post("/{cluster_id}/nodes/{name}/actions", status_code=202, response_model=NodeActionOut,

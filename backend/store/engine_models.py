@@ -17,6 +17,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -229,3 +230,19 @@ class SimulatedOperation(Base):
     ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     succeeded: Mapped[bool] = mapped_column(Boolean, nullable=False)
     reason: Mapped[str | None] = mapped_column(Text)
+
+
+class NodeMetricChunk(Base):
+    """A ring buffer of one node's GPU samples (migration 0007_node_repair; see
+    backend/provisioning/node_metrics.py): per tier a fixed number of chunks, each `SAMPLES_PER_CHUNK`
+    packed samples, overwritten when the ring comes round, so storage per node is constant and needs no
+    retention job."""
+
+    __tablename__ = "node_metric_chunks"
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), primary_key=True)
+    node_name: Mapped[str] = mapped_column(String(80), primary_key=True)
+    tier: Mapped[int] = mapped_column(Integer, primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)  # chunk number modulo the ring size
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    data: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)
