@@ -9,6 +9,7 @@ healthy node).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -112,11 +113,13 @@ class NodeTelemetry:
 
 
 class TelemetrySource(Protocol):
-    def node_telemetry(self, session: Session, target: TelemetryTarget, now: dt.datetime) -> NodeTelemetry:
-        """What the node's agent reports at `now`."""
+    def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
+                        ) -> list[NodeTelemetry]:
+        """What each node's agent reports at `now`, in the order of `targets` (one call per read, so a
+        driver can fetch what it needs for all nodes at once)."""
         ...
 
 
 def telemetry_of(driver: object) -> TelemetrySource | None:
     """The driver as a telemetry source, or None when it has none."""
-    return driver if callable(getattr(driver, "node_telemetry", None)) else None  # type: ignore[return-value]
+    return driver if callable(getattr(driver, "nodes_telemetry", None)) else None  # type: ignore[return-value]

@@ -2,17 +2,18 @@
 collector that fills it from the driver's telemetry, and the downsampled read behind
 `GET /v1/clusters/{id}/metrics`.
 
-Two tiers: 10-second samples for 70 minutes (windows 5m, 15m, 1h) and 1-minute means for 25 hours
-(6h, 1d). A tier is a ring of chunks of 60 samples (one row each: 5 bytes a sample, GPU utilisation %
-as one byte and GPU memory used MiB as four); a chunk is overwritten when the ring comes round to it,
-so a node's storage is fixed (32 rows, about 10 KB) and needs no retention job, on SQLite and
-PostgreSQL alike. A read takes the chunks of the window in one query and averages the samples into at
-most ~300 buckets per series.
+Three tiers: 10-second samples for 70 minutes (windows 5m, 15m, 1h), 1-minute means for 7 hours (6h)
+and 5-minute means for 30 hours (1d). A tier is a ring of chunks of 60 samples (one row each: 5 bytes a
+sample, GPU utilisation % as one byte and GPU memory used MiB as four); a chunk is overwritten when the
+ring comes round to it, so a node's storage is fixed (23 rows, about 7 KB) and needs no retention job,
+on SQLite and PostgreSQL alike. A read takes the chunks of the window in one query and averages the
+samples into at most ~300 buckets per series.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import math
 import struct
 from collections import defaultdict
@@ -33,6 +34,7 @@ SAMPLES_PER_CHUNK = 60
 _SAMPLE = struct.Struct("<BI")  # utilisation % (255: none), memory used MiB (0xFFFFFFFF: none)
 _NO_UTIL, _NO_MEMORY = 255, 0xFFFFFFFF
 _EMPTY_CHUNK = _SAMPLE.pack(_NO_UTIL, _NO_MEMORY) * SAMPLES_PER_CHUNK
+_MEMORIES = struct.Struct("<" + "xI" * SAMPLES_PER_CHUNK)  # every memory value of a chunk at once
 MAX_POINTS = 300
 
 
@@ -51,8 +53,11 @@ class Tier:
         return dt.timedelta(seconds=self.chunk_seconds * (self.ring - 1))
 
 
-FINE, COARSE = Tier(0, 10, 8), Tier(1, 60, 26)  # 70 minutes of 10 s, 25 hours of 1 min
-WINDOWS = {"5m": (300, FINE), "15m": (900, FINE), "1h": (3600, FINE), "6h": (21_600, COARSE),
+# 10 s for 70 minutes, 1 min for 7 hours, 5 min for 30 hours; each coarser tier holds means of the
+# finer one's samples.
+FINE, MINUTE, COARSE = Tier(0, 10, 8), Tier(1, 60, 8), Tier(2, 300, 7)
+TIERS = (FINE, MINUTE, COARSE)
+WINDOWS = {"5m": (300, FINE), "15m": (900, FINE), "1h": (3600, FINE), "6h": (21_600, MINUTE),
            "1d": (86_400, COARSE)}
 
 
@@ -119,34 +124,38 @@ def _index(tier: Tier, at: dt.datetime) -> int:
 
 
 def record(session: Session, cluster_id: str, node_name: str, samples: Sequence[Sample]) -> None:
-    """Store samples of one node: each in the 10-second ring, and the mean of its minute (what the
-    10-second ring holds of that minute, else the samples given) in the 1-minute ring."""
+    """Store samples of one node: each in the 10-second ring; in each coarser ring the mean of what the
+    finer ring holds of its interval (else of the samples given, for intervals the finer ring no longer
+    holds: a bulk load of old samples)."""
+    if not samples:
+        return
     chunks = _Chunks(session, cluster_id, node_name)
-    chunks.load({(t.number, (_index(t, s.at) // SAMPLES_PER_CHUNK) % t.ring) for s in samples
-                 for t in (FINE, COARSE)})
-    minutes: dict[int, list[Sample]] = defaultdict(list)
+    chunks.load({(t.number, (_index(t, s.at) // SAMPLES_PER_CHUNK) % t.ring) for s in samples for t in TIERS})
     for sample in samples:
         index = _index(FINE, sample.at)
         data = chunks.chunk(FINE, index // SAMPLES_PER_CHUNK)
         _SAMPLE.pack_into(data, (index % SAMPLES_PER_CHUNK) * _SAMPLE.size,
                           *_SAMPLE.unpack(_pack(sample.gpu_utilization_pct, sample.gpu_memory_used_mib)))
-        minutes[_index(COARSE, sample.at)].append(sample)
-    newest_fine = max((_index(FINE, s.at) for s in samples), default=0) // SAMPLES_PER_CHUNK
-    for minute, given in minutes.items():
-        first_fine = minute * COARSE.step_seconds // FINE.step_seconds
-        if newest_fine - first_fine // SAMPLES_PER_CHUNK < FINE.ring:  # the minute is in the fine ring
-            fine = chunks.chunk(FINE, first_fine // SAMPLES_PER_CHUNK)
-            values = [_unpack(fine, (first_fine + k) % SAMPLES_PER_CHUNK)
-                      for k in range(COARSE.step_seconds // FINE.step_seconds)]
-        else:
-            values = [(None if s.gpu_utilization_pct is None else round(s.gpu_utilization_pct),
-                       s.gpu_memory_used_mib) for s in given]
-        utils = [u for u, _ in values if u is not None]
-        memories = [m for _, m in values if m is not None]
-        data = chunks.chunk(COARSE, minute // SAMPLES_PER_CHUNK)
-        _SAMPLE.pack_into(data, (minute % SAMPLES_PER_CHUNK) * _SAMPLE.size, *_SAMPLE.unpack(_pack(
-            sum(utils) / len(utils) if utils else None,
-            round(sum(memories) / len(memories)) if memories else None)))
+    for finer, tier in itertools.pairwise(TIERS):
+        ratio = tier.step_seconds // finer.step_seconds
+        newest = max(_index(finer, s.at) for s in samples) // SAMPLES_PER_CHUNK
+        given: dict[int, list[Sample]] = defaultdict(list)
+        for sample in samples:
+            given[_index(tier, sample.at)].append(sample)
+        for index, own in given.items():
+            first = index * ratio
+            if newest - first // SAMPLES_PER_CHUNK < finer.ring:  # the finer ring still holds it
+                held = chunks.chunk(finer, first // SAMPLES_PER_CHUNK)
+                values = [_unpack(held, (first + k) % SAMPLES_PER_CHUNK) for k in range(ratio)]
+            else:
+                values = [(None if s.gpu_utilization_pct is None else round(s.gpu_utilization_pct),
+                           s.gpu_memory_used_mib) for s in own]
+            utils = [u for u, _ in values if u is not None]
+            memories = [m for _, m in values if m is not None]
+            data = chunks.chunk(tier, index // SAMPLES_PER_CHUNK)
+            _SAMPLE.pack_into(data, (index % SAMPLES_PER_CHUNK) * _SAMPLE.size, *_SAMPLE.unpack(_pack(
+                sum(utils) / len(utils) if utils else None,
+                round(sum(memories) / len(memories)) if memories else None)))
     chunks.flush()
 
 
@@ -158,13 +167,13 @@ def collect(session: Session, driver: object, now: dt.datetime) -> int:
     rows = session.execute(
         select(EngineNode, Cluster.name).join(Cluster, Cluster.id == EngineNode.cluster_id)
         .where(EngineNode.active_name.is_not(None), EngineNode.stage == str(NodeStage.READY))).all()
-    for node, cluster_name in rows:
-        target = TelemetryTarget(cluster_name=cluster_name, node_name=node.name, instance_id=node.id,
-                                 attempt=node.attempt, instance_type=node.instance_type,
-                                 gpu_count=node.gpu_count, watch_token=node.watch_token,
-                                 created_at=node.created_at)
-        gpus = source.node_telemetry(session, target, now).gpus
-        record(session, node.cluster_id, node.name, [sample_of(gpus, now)])
+    targets = [TelemetryTarget(cluster_name=cluster_name, node_name=node.name, instance_id=node.id,
+                               attempt=node.attempt, instance_type=node.instance_type,
+                               gpu_count=node.gpu_count, watch_token=node.watch_token,
+                               created_at=node.created_at) for node, cluster_name in rows]
+    readings = source.nodes_telemetry(session, targets, now) if targets else []
+    for (node, _), reading in zip(rows, readings, strict=True):
+        record(session, node.cluster_id, node.name, [sample_of(reading.gpus, now)])
     return len(rows)
 
 
@@ -191,20 +200,27 @@ def series(session: Session, cluster_id: str, window: str, now: dt.datetime, nod
         query = query.where(NodeMetricChunk.node_name == node_name)
     sums: dict[str, list[list[float]]] = {}
     buckets = last - first + 1
+    per_bucket = step // tier.step_seconds  # buckets are aligned to chunks: each holds whole groups
     for name, started_at, data in session.execute(query):
         acc = sums.setdefault(name, [[0.0] * buckets, [0.0] * buckets, [0.0] * buckets, [0.0] * buckets])
-        base = int(aware(started_at).timestamp())  # type: ignore[union-attr]
-        for position in range(SAMPLES_PER_CHUNK):
-            bucket = (base + position * tier.step_seconds) // step - first
-            if not 0 <= bucket < buckets:
-                continue
-            util, memory = _unpack(data, position)
-            if util is not None:
-                acc[0][bucket] += util
-                acc[1][bucket] += 1
-            if memory is not None:
-                acc[2][bucket] += memory
-                acc[3][bucket] += 1
+        first_bucket = int(aware(started_at).timestamp()) // step - first  # type: ignore[union-attr]
+        utils, memories = bytes(data[0::_SAMPLE.size]), _MEMORIES.unpack(data)
+        complete = _NO_UTIL not in utils and _NO_MEMORY not in memories  # the usual case: plain sums
+        groups = range(max(0, -first_bucket), min(SAMPLES_PER_CHUNK // per_bucket, buckets - first_bucket))
+        for group in groups:
+            bucket, start = first_bucket + group, group * per_bucket
+            if complete:
+                util_sum, util_n = sum(utils[start:start + per_bucket]), per_bucket
+                memory_sum, memory_n = sum(memories[start:start + per_bucket]), per_bucket
+            else:
+                present = [u for u in utils[start:start + per_bucket] if u != _NO_UTIL]
+                used = [m for m in memories[start:start + per_bucket] if m != _NO_MEMORY]
+                util_sum, util_n, memory_sum, memory_n = sum(present), len(present), sum(used), len(used)
+            acc[0][bucket] += util_sum
+            acc[1][bucket] += util_n
+            acc[2][bucket] += memory_sum
+            acc[3][bucket] += memory_n
+
     def stamp(bucket: int) -> str:
         return dt.datetime.fromtimestamp((first + bucket) * step, dt.UTC).isoformat().replace("+00:00", "Z")
 

@@ -8,7 +8,6 @@ off: nothing answers), `degraded` (running, with a hardware XID in the last hour
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -86,11 +85,14 @@ def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datet
     now = now or utcnow()
     role = "worker" if cluster.node_count > 1 else "standalone"
     source = telemetry_of(driver)
+    nodes = members(session, cluster.id)
+    # Nodes that are up or failed have an agent to ask (a failed one still shows its XID events).
+    reporting = [n for n in nodes if n.stage in (NodeStage.READY, NodeStage.FAILED)]
+    readings = dict(zip((n.id for n in reporting), source.nodes_telemetry(
+        session, [_target(cluster, n) for n in reporting], now), strict=True)) if source and reporting else {}
     views = []
-    for node in members(session, cluster.id):
-        reporting = node.stage in (NodeStage.READY, NodeStage.FAILED)
-        telemetry = source.node_telemetry(session, _target(cluster, node), now) if (
-            source is not None and reporting) else None
+    for node in nodes:
+        telemetry = readings.get(node.id)
         gpus = None if telemetry is None else telemetry.gpus
         busy = None if gpus is None else sum(1 for g in gpus if (g.utilization_pct or 0) > 0)
         xids = [] if telemetry is None else telemetry.xid_events[-RECENT_XID_EVENTS:]
@@ -100,9 +102,9 @@ def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datet
             "health": health(node, telemetry, now),
             "orchestrator_state": orchestrator_state(cluster.orchestrator, node, busy),
             "drained": node.drained, "pending_action": node.pending_action,
-            "gpus": None if gpus is None else [dataclasses.asdict(g) for g in gpus],
+            "gpus": None if gpus is None else [dict(vars(g)) for g in gpus],  # flat: no deep copy
             "gpus_unavailable_reason": _why_no_gpus(source, telemetry, node),
-            "xid_events": [dataclasses.asdict(e) for e in xids],
+            "xid_events": [dict(vars(e)) for e in xids],
             "read_at": None if telemetry is None else telemetry.read_at,
         })
     return views

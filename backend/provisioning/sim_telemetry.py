@@ -14,8 +14,10 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.node_agent.nvidia import GpuReading
@@ -71,12 +73,12 @@ def busy_gpus(seed: int, cluster: str, node: str, attempt: int, gpu_count: int, 
     return 1 + int(_uniform(seed, cluster, node, attempt, slot, "size") * (gpu_count - 1))
 
 
-def gpu_reading(seed: int, target: TelemetryTarget, index: int, at: dt.datetime, *, faulted: int | None,
-                fault_code: int | None) -> GpuReading:
-    """One GPU at `at` (per-minute jitter); `faulted`: the GPU index of a fault already happened."""
+def gpu_reading(seed: int, target: TelemetryTarget, index: int, at: dt.datetime, *, busy_count: int,
+                faulted: int | None, fault_code: int | None) -> GpuReading:
+    """One GPU at `at` (per-minute jitter); `busy_count`: GPUs the workload holds; `faulted`: the GPU
+    index of a fault already happened."""
     model = gpu_model(target.instance_type)
-    busy = index < busy_gpus(seed, target.cluster_name, target.node_name, target.attempt, target.gpu_count,
-                             at)
+    busy = index < busy_count
     minute = int(at.timestamp() // 60)
     jitter = _uniform(seed, target.instance_id, index, minute, "jitter")
     gone = faulted == index and fault_code == 79  # fallen off the bus: the driver reads nothing
@@ -115,10 +117,19 @@ def _aware(value: dt.datetime) -> dt.datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
 
 
-def node_telemetry(seed: int, session: Session, target: TelemetryTarget, now: dt.datetime) -> NodeTelemetry:
+def nodes_telemetry(seed: int, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
+                    ) -> list[NodeTelemetry]:
+    tokens = [t.watch_token for t in targets if t.watch_token]
+    watches = {op.client_token: op for op in session.scalars(
+        select(SimulatedOperation).where(SimulatedOperation.client_token.in_(tokens)))} if tokens else {}
+    return [node_telemetry(seed, watches.get(t.watch_token or ""), t, now) for t in targets]
+
+
+def node_telemetry(seed: int, watch: SimulatedOperation | None, target: TelemetryTarget, now: dt.datetime
+                   ) -> NodeTelemetry:
+    """One node's reading; `watch`: its current health watch (where its XID events come from)."""
     events: list[XidEvent] = []
     faulted, code = None, None
-    watch = session.get(SimulatedOperation, target.watch_token) if target.watch_token else None
     if watch is not None and not watch.succeeded and watch.ready_at is not None and watch.reason:
         match = _FAULT.search(watch.reason)
         fault_at, started = _aware(watch.ready_at), _aware(watch.submitted_at)
@@ -130,7 +141,8 @@ def node_telemetry(seed: int, session: Session, target: TelemetryTarget, now: dt
             if fault_at <= now:
                 events.append(_event(fatal, gpu, fault_at, watch.reason))
                 faulted, code = gpu, fatal
-    gpus = [gpu_reading(seed, target, i, now, faulted=faulted, fault_code=code)
+    busy = busy_gpus(seed, target.cluster_name, target.node_name, target.attempt, target.gpu_count, now)
+    gpus = [gpu_reading(seed, target, i, now, busy_count=busy, faulted=faulted, fault_code=code)
             for i in range(target.gpu_count)]
     return NodeTelemetry(read_at=now.astimezone(dt.UTC).isoformat(timespec="seconds"), gpus=gpus,
                          gpus_unavailable_reason=None, xid_events=events)

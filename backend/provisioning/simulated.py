@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
@@ -108,9 +109,10 @@ class SimulatedDatacenter:
         found = self._find(session, client_token)
         return None if found is None else _to_operation(found)
 
-    def node_telemetry(self, session: Session, target: TelemetryTarget, now: dt.datetime) -> NodeTelemetry:
-        """What the node's agent reports now (modelled workload, XID events of its health watch)."""
-        return sim_telemetry.node_telemetry(self.settings.simulation_seed, session, target, now)
+    def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
+                        ) -> list[NodeTelemetry]:
+        """What the nodes' agents report now (modelled workload, XID events of their health watches)."""
+        return sim_telemetry.nodes_telemetry(self.settings.simulation_seed, session, targets, now)
 
 
 def _aware(value: dt.datetime | None) -> dt.datetime | None:

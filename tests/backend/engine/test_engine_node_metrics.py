@@ -38,7 +38,7 @@ def test_node_metrics_keep_a_day_in_fixed_storage_and_downsample(
         six = node_metrics.series(session, cluster["id"], "6h", NOW, "train-0")
         hour = node_metrics.series(session, cluster["id"], "1h", NOW)
     # Fixed storage: one row per ring slot, whatever was written.
-    assert rows == node_metrics.FINE.ring + node_metrics.COARSE.ring
+    assert rows == sum(tier.ring for tier in node_metrics.TIERS)
     assert (day["step_seconds"], len(day["timestamps"])) == (300, 288)
     assert day["timestamps"][-1] == "2026-11-26T12:00:00Z"  # the bucket holding NOW
     (series,) = day["series"]
@@ -59,21 +59,23 @@ def test_node_metrics_ring_overwrites_what_is_older_than_retention(
 ) -> None:
     cluster = create(admin, node_count=2)
     with sessions.begin() as session:
-        node_metrics.record(session, cluster["id"], "train-1", _minutes(2))
+        node_metrics.record(session, cluster["id"], "train-1", _minutes(12))
     with sessions() as session:
         before = node_metrics.series(session, cluster["id"], "1d", NOW)["series"][0]["gpu_utilization_pct"]
-    later = NOW + dt.timedelta(hours=26)
-    with sessions.begin() as session:  # 26 hours later the ring comes round to NOW's chunk again
+    coarse = node_metrics.COARSE
+    later = NOW + dt.timedelta(seconds=coarse.chunk_seconds * coarse.ring)
+    with sessions.begin() as session:  # the ring comes round to NOW's chunk again
         node_metrics.record(session, cluster["id"], "train-1", [Sample(later, 50.0, 10)])
     with sessions() as session:
         after = node_metrics.series(session, cluster["id"], "1d", NOW)["series"][0]["gpu_utilization_pct"]
         new = node_metrics.series(session, cluster["id"], "1d", later)["series"][0]["gpu_utilization_pct"]
         rows = session.scalar(select(func.count()).select_from(NodeMetricChunk)
-                              .where(NodeMetricChunk.tier == node_metrics.COARSE.number))
+                              .where(NodeMetricChunk.tier == coarse.number))
     assert before[-2:] == [57.0, 0.0]
-    assert after[-2:] == [57.0, None]  # NOW's hour was overwritten, the hour before not yet
+    # NOW's chunk was overwritten (its slot holds the new one now), the chunk before not yet.
+    assert after[-1] is None and 0 < sum(v is not None for v in after) < sum(v is not None for v in before)
     assert [v for v in new if v is not None] == [50.0]  # a read never shows what is older than its window
-    assert rows is not None and rows <= node_metrics.COARSE.ring
+    assert rows is not None and rows <= coarse.ring
 
 
 def test_node_metrics_collector_and_api(
