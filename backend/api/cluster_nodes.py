@@ -38,7 +38,7 @@ HealthFilter = Annotated[
 
 
 @functools.cache
-def _driver() -> object:
+def driver() -> object:
     """The configured driver, asked for node telemetry (built once per process)."""
     return make_driver(EngineSettings())
 
@@ -134,7 +134,7 @@ class MetricsOut(BaseModel):
 
 
 def _views(session: Session, cluster: Any) -> list[dict[str, Any]]:
-    return node_views.node_views(session, _driver(), cluster)
+    return node_views.node_views(session, driver(), cluster)
 
 
 @router.get("/{cluster_id}/nodes", response_model=NodeList, responses=READ_ERRORS)

@@ -123,3 +123,75 @@ class TelemetrySource(Protocol):
 def telemetry_of(driver: object) -> TelemetrySource | None:
     """The driver as a telemetry source, or None when it has none."""
     return driver if callable(getattr(driver, "nodes_telemetry", None)) else None  # type: ignore[return-value]
+
+
+# The orchestrator's jobs (day 2, optional): a driver that can read its cluster's scheduler (squeue /
+# sacct under Slurm) implements `WorkloadSource`.
+@dataclass(frozen=True)
+class NodeRun:
+    """One member node as the scheduler sees it."""
+
+    name: str
+    index: int
+    attempt: int
+    gpu_count: int
+    up_since: dt.datetime | None  # RUNNING since (None: not up)
+    failed_at: dt.datetime | None  # FAILED at (None: not failed)
+    drained: bool
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: int
+    name: str
+    user: str
+    partition: str
+    nodes: str
+    gpus: int
+    state: str  # RUNNING | PENDING | COMPLETED | FAILED
+    submitted_at: dt.datetime
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    time_limit: dt.timedelta
+    priority: int
+    reason: str | None
+
+    def run_time(self, now: dt.datetime) -> dt.timedelta:
+        if self.started_at is None:
+            return dt.timedelta(0)
+        return (self.ended_at or now) - self.started_at
+
+
+class WorkloadSource(Protocol):
+    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime
+                     ) -> list[Job]:
+        """The cluster's jobs (the last day and the queue), newest first."""
+        ...
+
+
+def workload_of(driver: object) -> WorkloadSource | None:
+    """The driver as a workload source, or None when it has none."""
+    return driver if callable(getattr(driver, "cluster_jobs", None)) else None  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class LogRequest:
+    """Logs of the controller (`source` = "controller") or of one member node (`source` = its name)."""
+
+    cluster_id: str
+    cluster_name: str
+    source: str
+    nodes: Sequence[NodeRun]
+    node: TelemetryTarget | None  # the node asked about (None for the controller)
+    tail: int
+
+
+class LogSource(Protocol):
+    def cluster_logs(self, session: Session, request: LogRequest, now: dt.datetime) -> list[str]:
+        """The last `request.tail` lines, oldest first (slurmctld, or the node's slurmd and kernel)."""
+        ...
+
+
+def logs_of(driver: object) -> LogSource | None:
+    """The driver as a log source, or None when it has none."""
+    return driver if callable(getattr(driver, "cluster_logs", None)) else None  # type: ignore[return-value]

@@ -11,14 +11,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from backend.domain.lifecycle import NodeStage
-from backend.provisioning.driver import NodeTelemetry, TelemetryTarget, telemetry_of
+from backend.provisioning.driver import Job, NodeRun, NodeTelemetry, TelemetryTarget, telemetry_of
 from backend.provisioning.reconciler import in_repair
-from backend.provisioning.state import utcnow
-from backend.store.engine_models import EngineNode
+from backend.provisioning.state import aware, utcnow
+from backend.store.engine_models import EngineNode, NodeTransition
 from backend.store.models import Cluster
 
 HEALTH_STATES = ("healthy", "degraded", "unreachable", "failed", "repairing")
@@ -73,7 +73,7 @@ def orchestrator_state(orchestrator: str, node: EngineNode, busy_gpus: int | Non
     return "ALLOCATED" if busy_gpus >= node.gpu_count else "MIXED"
 
 
-def _target(cluster: Cluster, node: EngineNode) -> TelemetryTarget:
+def telemetry_target(cluster: Cluster, node: EngineNode) -> TelemetryTarget:
     return TelemetryTarget(cluster_name=cluster.name, node_name=node.name, instance_id=node.id,
                            attempt=node.attempt, instance_type=node.instance_type, gpu_count=node.gpu_count,
                            watch_token=node.watch_token, created_at=node.created_at)
@@ -88,8 +88,10 @@ def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datet
     nodes = members(session, cluster.id)
     # Nodes that are up or failed have an agent to ask (a failed one still shows its XID events).
     reporting = [n for n in nodes if n.stage in (NodeStage.READY, NodeStage.FAILED)]
-    readings = dict(zip((n.id for n in reporting), source.nodes_telemetry(
-        session, [_target(cluster, n) for n in reporting], now), strict=True)) if source and reporting else {}
+    readings = {}
+    if source is not None and reporting:
+        answers = source.nodes_telemetry(session, [telemetry_target(cluster, n) for n in reporting], now)
+        readings = dict(zip((n.id for n in reporting), answers, strict=True))
     views = []
     for node in nodes:
         telemetry = readings.get(node.id)
@@ -125,3 +127,38 @@ def _why_no_gpus(source: object, telemetry: NodeTelemetry | None, node: EngineNo
     if telemetry is None:
         return f"node is {node.status} ({node.stage}): no agent reading"
     return telemetry.gpus_unavailable_reason
+
+
+def node_runs(session: Session, cluster_id: str) -> list[NodeRun]:
+    """The member nodes as the scheduler sees them: since when each is up, when it failed."""
+    nodes = members(session, cluster_id)
+    latest = dict(session.execute(
+        select(NodeTransition.node_id, func.max(NodeTransition.at))
+        .where(NodeTransition.cluster_id == cluster_id, NodeTransition.to_status == "RUNNING")
+        .group_by(NodeTransition.node_id)).all())
+    failed = dict(session.execute(
+        select(NodeTransition.node_id, func.max(NodeTransition.at))
+        .where(NodeTransition.cluster_id == cluster_id, NodeTransition.to_status == "FAILED")
+        .group_by(NodeTransition.node_id)).all())
+    runs = []
+    for node in nodes:
+        up = node.stage == NodeStage.READY or node.stage == NodeStage.FAILED
+        runs.append(NodeRun(name=node.name, index=node.index, attempt=node.attempt, gpu_count=node.gpu_count,
+                            up_since=aware(latest.get(node.id)) if up else None,
+                            failed_at=aware(failed.get(node.id)) if node.stage == NodeStage.FAILED else None,
+                            drained=node.drained))
+    return runs
+
+
+def partitions(cluster: Cluster, runs: list[NodeRun], jobs: list[Job], gpu_type: str | None
+               ) -> list[dict[str, Any]]:
+    """Slurm's partition card: the one `gpu` partition of the generated slurm.conf."""
+    if cluster.orchestrator != "slurm":
+        return []
+    total = sum(r.gpu_count for r in runs)
+    usable = {r.name for r in runs if r.up_since is not None and r.failed_at is None and not r.drained}
+    busy = sum(j.gpus for j in jobs if j.state == "RUNNING" and j.nodes in usable)
+    available = sum(r.gpu_count for r in runs if r.name in usable) - busy
+    return [{"name": "gpu", "nodes": len(runs), "gpu_type": gpu_type, "gpus_available": max(0, available),
+             "gpus_total": total, "default_time": "01:00:00", "max_time": "7-00:00:00",
+             "state": "UP" if usable else "DOWN"}]

@@ -14,8 +14,17 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from backend.provisioning import sim_telemetry
-from backend.provisioning.driver import NodeTelemetry, Operation, OperationRequest, OpKind, TelemetryTarget
+from backend.provisioning import sim_logs, sim_telemetry, sim_workload
+from backend.provisioning.driver import (
+    Job,
+    LogRequest,
+    NodeRun,
+    NodeTelemetry,
+    Operation,
+    OperationRequest,
+    OpKind,
+    TelemetryTarget,
+)
 from backend.provisioning.settings import EngineSettings
 from backend.store.engine_models import SimulatedOperation
 
@@ -113,6 +122,23 @@ class SimulatedDatacenter:
                         ) -> list[NodeTelemetry]:
         """What the nodes' agents report now (modelled workload, XID events of their health watches)."""
         return sim_telemetry.nodes_telemetry(self.settings.simulation_seed, session, targets, now)
+
+    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime
+                     ) -> list[Job]:
+        """The modelled workload's jobs (those behind the modelled GPU utilisation)."""
+        del session
+        return sim_workload.jobs(self.settings.simulation_seed, cluster_name, nodes, now)
+
+    def cluster_logs(self, session: Session, request: LogRequest, now: dt.datetime) -> list[str]:
+        """slurmctld's or a node's log, rebuilt from the engine's records and the modelled workload."""
+        jobs = sim_workload.jobs(self.settings.simulation_seed, request.cluster_name, request.nodes, now)
+        if request.node is None:
+            lines = sim_logs.controller_lines(session, request.cluster_id, jobs, now)
+        else:
+            (reading,) = self.nodes_telemetry(session, [request.node], now)
+            lines = sim_logs.node_lines(session, request.node.instance_id, request.node.node_name, jobs,
+                                        reading, now)
+        return sim_logs.render(lines, request.tail)
 
 
 def _aware(value: dt.datetime | None) -> dt.datetime | None:
