@@ -89,3 +89,33 @@ def test_logs_api_serves_controller_and_node_logs(
     missing = admin.get(f"/v1/clusters/{before['id']}/logs", params={"source": "train-7"})
     assert missing.status_code == 404 and missing.json()["field"] == "source"
     assert get(admin, before["id"])["status"] == "RUNNING"
+
+
+def test_logs_api_follow_streams_the_tail_then_new_lines(
+    admin: TestClient, make_worker: Callable[..., EngineWorker]
+) -> None:
+    cluster = create(admin, node_count=2)
+    worker = make_worker(simulation_speed=1000, engine_poll_seconds=5.0)
+    drain(worker)
+    url = f"/v1/clusters/{cluster['id']}/logs"
+    tail = admin.get(url, params={"tail": 3}).json()["lines"]
+    events: list[str] = []
+    restarted = False
+    with admin.stream("GET", url, params={"follow": "true", "tail": 3}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for received, line in enumerate(response.iter_lines()):
+            if line.startswith("data: "):
+                events.append(line.removeprefix("data: "))
+            if len(events) >= 3 and not restarted:
+                # Something happens on the cluster while the client follows: a node restarts.
+                action = admin.post(f"{url.removesuffix('/logs')}/nodes/train-1/actions",
+                                    json={"action": "restart"})
+                assert action.status_code == 202, action.text
+                worker.run_once()
+                restarted = True
+            if any("update_node: node train-1 state set to UNKNOWN" in e for e in events):
+                break
+            assert received < 40, events
+    assert events[:3] == tail
+    assert events == sorted(events)
