@@ -83,6 +83,7 @@ class NodeOut(BaseModel):
     status: str
     status_reason: str | None
     health: Literal["healthy", "degraded", "unreachable", "failed", "repairing"]
+    health_reason: str | None = Field(description="Why the node is not healthy (null when it is)")
     orchestrator_state: str | None = Field(
         description="Slurm: IDLE, ALLOCATED, MIXED, DRAIN, DOWN, UNKNOWN; Kubernetes: Ready, NotReady, "
         "SchedulingDisabled; null without an orchestrator"

@@ -3,7 +3,8 @@
 
 Health, from the engine's state and the node's recent XID events:
 `repairing` (restart or replacement under way, or accepted), `failed` (FAILED), `unreachable` (powered
-off: nothing answers), `degraded` (running, with a hardware XID in the last hour), else `healthy`.
+off: nothing answers), `degraded` (running, with a hardware XID in the last hour, uncorrectable ECC
+errors, a GPU at 85 C or more, or a GPU without readings), else `healthy`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,25 @@ def _recent_hardware_xid(telemetry: NodeTelemetry | None, now: dt.datetime) -> b
     return any(e.hardware and (e.logged_at or "") >= since for e in telemetry.xid_events)
 
 
+HOT_GPU_C = 85  # sustained above this an H100 / H200 throttles
+
+
+def degraded_reason(telemetry: NodeTelemetry | None, now: dt.datetime) -> str | None:
+    """Why a running node's readings say it is degraded (None: they do not)."""
+    if telemetry is None:
+        return None
+    if _recent_hardware_xid(telemetry, now):
+        return "hardware XID in the last hour"
+    for gpu in telemetry.gpus or ():
+        if (gpu.ecc_volatile_uncorrected or 0) > 0 or (gpu.remapped_rows_uncorrectable or 0) > 0:
+            return f"GPU {gpu.index}: uncorrectable ECC errors"
+        if gpu.temperature_c is not None and gpu.temperature_c >= HOT_GPU_C:
+            return f"GPU {gpu.index}: {gpu.temperature_c} C"
+        if gpu.memory_total_mib is None and gpu.utilization_pct is None:
+            return f"GPU {gpu.index}: no reading (fallen off the bus?)"
+    return None
+
+
 def health(node: EngineNode, telemetry: NodeTelemetry | None, now: dt.datetime) -> str:
     if in_repair(node) or node.pending_action is not None:
         return "repairing"
@@ -47,9 +67,21 @@ def health(node: EngineNode, telemetry: NodeTelemetry | None, now: dt.datetime) 
         return "failed"
     if node.stage in _POWERED_OFF:
         return "unreachable"
-    if node.stage == NodeStage.READY and _recent_hardware_xid(telemetry, now):
+    if node.stage == NodeStage.READY and degraded_reason(telemetry, now) is not None:
         return "degraded"
     return "healthy"
+
+
+def health_reason(node: EngineNode, telemetry: NodeTelemetry | None, now: dt.datetime) -> str | None:
+    """Why the node is not healthy, in words (None when it is)."""
+    state = health(node, telemetry, now)
+    if state == "repairing":
+        return f"{node.pending_action} requested" if node.pending_action else f"{node.stage}: being repaired"
+    if state == "failed":
+        return node.status_reason
+    if state == "unreachable":
+        return "powered off"
+    return degraded_reason(telemetry, now) if state == "degraded" else None
 
 
 def orchestrator_state(orchestrator: str, node: EngineNode, busy_gpus: int | None) -> str | None:
@@ -101,7 +133,7 @@ def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datet
         views.append({
             "name": node.name, "role": role, "index": node.index, "instance_id": node.id,
             "status": node.status, "status_reason": node.status_reason,
-            "health": health(node, telemetry, now),
+            "health": health(node, telemetry, now), "health_reason": health_reason(node, telemetry, now),
             "orchestrator_state": orchestrator_state(cluster.orchestrator, node, busy),
             "drained": node.drained, "pending_action": node.pending_action,
             "gpus": None if gpus is None else [dict(vars(g)) for g in gpus],  # flat: no deep copy

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.node_agent.nvidia import GpuReading
 from backend.node_agent.xid import XidEvent
 from backend.provisioning import node_views
+from backend.provisioning.driver import NodeTelemetry
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.worker import EngineWorker
@@ -166,3 +167,28 @@ def test_cluster_action_restart_workers_restarts_the_nodes_with_xid_errors(
     assert [n["instance_id"] for n in body["nodes"]] == [n["instance_id"] for n in cluster["nodes"]]
     again = admin.post(url, json={"action": "restart_workers"})
     assert again.status_code == 202 and again.json()["nodes"] == []
+
+
+def test_nodes_health_degraded_from_readings_ecc_heat_and_missing_gpus() -> None:
+    now = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
+    node = EngineNode(stage="ready", status="RUNNING", pending_action=None, repair_of=None)
+
+    def reading(**gpu: Any) -> NodeTelemetry:
+        base = {f.name: 0 for f in dataclasses.fields(GpuReading)} | {
+            "uuid": "GPU-1", "name": "NVIDIA H200", "pci_bus_id": "00000000:18:00.0", "temperature_c": 40,
+            "memory_total_mib": 143771, "utilization_pct": 50, "retired_pages": None}
+        return NodeTelemetry(read_at=now.isoformat(), gpus=[GpuReading(**(base | gpu))],
+                             gpus_unavailable_reason=None, xid_events=[])
+
+    assert node_views.health(node, reading(), now) == "healthy"
+    assert node_views.health_reason(node, reading(), now) is None
+    for gpu, why in (({"ecc_volatile_uncorrected": 1}, "uncorrectable ECC"), ({"temperature_c": 91}, "91 C"),
+                     ({"memory_total_mib": None, "utilization_pct": None}, "no reading")):
+        assert node_views.health(node, reading(**gpu), now) == "degraded"
+        assert why in (node_views.health_reason(node, reading(**gpu), now) or "")
+    old_xid = XidEvent(79, "00000000:18:00.0", 0, "GPU has fallen off the bus", True, "",
+                       (now - dt.timedelta(hours=2)).isoformat())
+    stale = dataclasses.replace(reading(), xid_events=[old_xid])
+    assert node_views.health(node, stale, now) == "healthy"  # an XID over an hour old no longer counts
+    assert node_views.health(node, dataclasses.replace(stale, xid_events=[dataclasses.replace(
+        old_xid, logged_at=now.isoformat())]), now) == "degraded"
