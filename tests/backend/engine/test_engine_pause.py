@@ -49,7 +49,8 @@ def test_engine_pause_powers_nodes_off_through_the_driver_and_resume_powers_them
 
     with sessions.begin() as session:
         resume_cluster(session, cluster["id"], "credits added")
-    booting = make_worker(simulation_speed=1000)  # power-on takes a fraction of a second: watch it
+    # Power-on takes a fraction of a second: watch it (a long poll makes drain wait for it).
+    booting = make_worker(simulation_speed=1000, engine_poll_seconds=5.0)
     booting.run_once()
     body = get(admin, cluster["id"])
     assert (body["status"], body["phase"]) == ("CONFIGURING", "Resuming")
