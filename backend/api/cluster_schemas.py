@@ -13,6 +13,11 @@ from backend.api.schemas import StrictModel
 Orchestrator = Literal["slurm", "kubernetes", "none"]
 Interconnect = Literal["infiniband", "efa", "ethernet"]
 Container = Literal["base", "pytorch"]
+NodeRepair = Literal["auto", "manual"]
+NODE_REPAIR_DOC = (
+    "auto: a failed node is drained and replaced in place (same hostname, new instance_id); "
+    "manual: it stays failed until a node action"
+)
 ClusterName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9-]+$")]
 CatalogName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")]
 RefId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z]{3}_[0-9a-z]+$")]
@@ -61,6 +66,7 @@ class ClusterCreate(StrictModel):
     labels: Labels = Field(default_factory=dict)
     deletion_protection: bool = False
     max_hourly_cost_usd: Money | None = Field(default=None, description="Refuse specs that would cost more")
+    node_repair: NodeRepair = Field(default="auto", description=NODE_REPAIR_DOC)
 
 
 class ClusterUpdate(StrictModel):
@@ -80,6 +86,7 @@ class ClusterUpdate(StrictModel):
     labels: Labels | None = None
     deletion_protection: bool | None = None
     max_hourly_cost_usd: Money | None = None
+    node_repair: NodeRepair | None = Field(default=None, description=NODE_REPAIR_DOC)
     remove_node_names: (
         list[Annotated[str, StringConstraints(max_length=80, pattern=r"^[a-z0-9-]+$")]] | None
     ) = Field(
@@ -118,6 +125,7 @@ class ClusterOut(BaseModel):
     labels: dict[str, str]
     deletion_protection: bool
     max_hourly_cost_usd: float | None
+    node_repair: str
     status: str = Field(
         description="PENDING, PROVISIONING, CONFIGURING, CONTAINER_CREATING, RUNNING, PAUSED (out of "
         "credits: nodes powered off), DESTROYING, DESTROYED or FAILED"

@@ -2,8 +2,10 @@
 
 from fastapi import APIRouter
 
-from backend.api import catalog, cluster_artifacts
+from backend.api import catalog, cluster_artifacts, cluster_nodes, cluster_workload
 
 router = APIRouter()
 router.include_router(catalog.router)
 router.include_router(cluster_artifacts.router)
+router.include_router(cluster_nodes.router)
+router.include_router(cluster_workload.router)

@@ -35,7 +35,8 @@ TRANSITIONS: dict[NodeStatus, frozenset[NodeStatus]] = {
     S.RUNNING: frozenset({S.CONFIGURING, S.CONTAINER_CREATING, S.PAUSED, S.DESTROYING, S.FAILED}),
     S.PAUSED: frozenset({S.CONFIGURING, S.DESTROYING, S.FAILED}),
     S.DESTROYING: frozenset({S.DESTROYED, S.FAILED}),
-    S.FAILED: frozenset({S.DESTROYING}),
+    # Day 2: a failed node may be restarted in place (a reboot clears most XID faults).
+    S.FAILED: frozenset({S.CONFIGURING, S.DESTROYING}),
     S.DESTROYED: frozenset(),
 }
 
@@ -87,6 +88,7 @@ class NodeStage(StrEnum):
     POWERING_OFF = "powering_off"  # credit pause: the node is shut down, its capacity kept
     POWERED_OFF = "powered_off"
     POWERING_ON = "powering_on"  # resumed: power-on and boot from the installed image
+    RESTARTING = "restarting"  # day 2: a node action reboots the machine in place
     RELEASING = "releasing"  # power-off, wipe, return to the pool
     RELEASED = "released"
     FAILED = "failed"
@@ -108,6 +110,7 @@ STAGE_STATUS: dict[NodeStage, NodeStatus] = {
     NodeStage.POWERING_OFF: S.PAUSED,
     NodeStage.POWERED_OFF: S.PAUSED,
     NodeStage.POWERING_ON: S.CONFIGURING,
+    NodeStage.RESTARTING: S.CONFIGURING,
     NodeStage.RELEASING: S.DESTROYING,
     NodeStage.RELEASED: S.DESTROYED,
     NodeStage.FAILED: S.FAILED,
@@ -143,6 +146,7 @@ class ClusterPhase(StrEnum):
     SCALING = "Scaling"
     RECONFIGURING = "Reconfiguring"
     DEGRADED = "Degraded"
+    REPAIRING = "Repairing"  # a failed node is being replaced or restarted; the others keep running
     PAUSED = "Paused"
     ROLLING_BACK = "RollingBack"
     DELETING = "Deleting"

@@ -124,6 +124,12 @@ def next_private_ip(session: Session, subnet: str, first_offset: int) -> str:
     return addressing.subnet_address(subnet, offset)
 
 
+def hand_over(session: Session, kind: str, *, from_node: str, to_node: str) -> None:
+    """Give a node's allocations of `kind` to another node (an in-place repair keeps the address)."""
+    session.execute(update(Allocation).where(Allocation.node_id == from_node, Allocation.kind == kind)
+                    .values(node_id=to_node).execution_options(synchronize_session=False))
+
+
 def release_node(session: Session, node_id: str) -> None:
     session.execute(delete(Allocation).where(Allocation.node_id == node_id))
 

@@ -9,11 +9,15 @@ healthy node).
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
 from sqlalchemy.orm import Session
+
+from backend.node_agent.nvidia import GpuReading
+from backend.node_agent.xid import XidEvent
 
 
 class OpKind(StrEnum):
@@ -30,6 +34,7 @@ class OpKind(StrEnum):
     CONTAINER_RECREATE = "container_recreate"
     NODE_POWER_OFF = "node_power_off"  # credit pause: shut down, keep the machine (and its disk)
     NODE_POWER_ON = "node_power_on"  # resume: power on and boot from the installed image
+    NODE_RESTART = "node_restart"  # day 2: reboot the machine in place (node action `restart`)
     NODE_RELEASE = "node_release"
     HEALTH_WATCH = "health_watch"
 
@@ -82,3 +87,115 @@ class ProvisioningDriver(Protocol):
     def get(self, session: Session, client_token: str) -> Operation | None:
         """The operation with this client token, or None if it was never submitted."""
         ...
+
+
+# Node telemetry (day 2, optional): a driver that can say what a node reports implements
+# `TelemetrySource` next to `ProvisioningDriver`. Readings use the node agent's own types, so the
+# simulated datacenter and a real agent answer in one shape.
+
+
+@dataclass(frozen=True)
+class TelemetryTarget:
+    """The node asked about: its machine (`instance_id`) and what the simulated model seeds from."""
+
+    cluster_name: str
+    node_name: str
+    instance_id: str
+    attempt: int
+    instance_type: str
+    gpu_count: int
+    watch_token: str | None  # the node's current health watch (where a fault would come from)
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True)
+class NodeTelemetry:
+    read_at: str  # ISO 8601, UTC
+    gpus: list[GpuReading] | None  # None: no GPU readings (`gpus_unavailable_reason` says why)
+    gpus_unavailable_reason: str | None
+    xid_events: list[XidEvent]  # oldest first
+
+
+class TelemetrySource(Protocol):
+    def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
+                        ) -> list[NodeTelemetry]:
+        """What each node's agent reports at `now`, in the order of `targets` (one call per read, so a
+        driver can fetch what it needs for all nodes at once)."""
+        ...
+
+
+def telemetry_of(driver: object) -> TelemetrySource | None:
+    """The driver as a telemetry source, or None when it has none."""
+    return driver if callable(getattr(driver, "nodes_telemetry", None)) else None  # type: ignore[return-value]
+
+
+# The orchestrator's jobs (day 2, optional): a driver that can read its cluster's scheduler (squeue /
+# sacct under Slurm) implements `WorkloadSource`.
+@dataclass(frozen=True)
+class NodeRun:
+    """One member node as the scheduler sees it."""
+
+    name: str
+    index: int
+    attempt: int
+    gpu_count: int
+    up_since: dt.datetime | None  # RUNNING since (None: not up)
+    failed_at: dt.datetime | None  # FAILED at (None: not failed)
+    drained: bool
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: int
+    name: str
+    user: str
+    partition: str
+    nodes: str
+    gpus: int
+    state: str  # RUNNING | PENDING | COMPLETED | FAILED
+    submitted_at: dt.datetime
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    time_limit: dt.timedelta
+    priority: int
+    reason: str | None
+
+    def run_time(self, now: dt.datetime) -> dt.timedelta:
+        if self.started_at is None:
+            return dt.timedelta(0)
+        return (self.ended_at or now) - self.started_at
+
+
+class WorkloadSource(Protocol):
+    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime
+                     ) -> list[Job]:
+        """The cluster's jobs (the last day and the queue), newest first."""
+        ...
+
+
+def workload_of(driver: object) -> WorkloadSource | None:
+    """The driver as a workload source, or None when it has none."""
+    return driver if callable(getattr(driver, "cluster_jobs", None)) else None  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class LogRequest:
+    """Logs of the controller (`source` = "controller") or of one member node (`source` = its name)."""
+
+    cluster_id: str
+    cluster_name: str
+    source: str
+    nodes: Sequence[NodeRun]
+    node: TelemetryTarget | None  # the node asked about (None for the controller)
+    tail: int
+
+
+class LogSource(Protocol):
+    def cluster_logs(self, session: Session, request: LogRequest, now: dt.datetime) -> list[str]:
+        """The last `request.tail` lines, oldest first (slurmctld, or the node's slurmd and kernel)."""
+        ...
+
+
+def logs_of(driver: object) -> LogSource | None:
+    """The driver as a log source, or None when it has none."""
+    return driver if callable(getattr(driver, "cluster_logs", None)) else None  # type: ignore[return-value]

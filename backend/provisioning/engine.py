@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from backend.domain.catalog import Catalog, default_catalog
+from backend.domain.catalog import Catalog, Fabric, default_catalog
 from backend.domain.errors import Conflict, FieldError, validation_failed
 from backend.domain.lifecycle import ClusterPhase, NodeStatus
 from backend.fabric import addressing
@@ -161,11 +161,15 @@ def _add_jumphost_ip(session: Session, cluster: Cluster, subnet: str, now: dt.da
 
 
 def _add_node(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster, *, index: int,
-              slot: int, batch: int, attempt: int, public_ip: str | None, now: dt.datetime) -> EngineNode:
+              slot: int, batch: int, attempt: int, public_ip: str | None, now: dt.datetime,
+              takes_over: EngineNode | None = None) -> EngineNode:
+    """A new node on `slot`; `takes_over`: a failed node whose private IP it inherits (an in-place
+    repair keeps hostname and address, so the orchestrator and /etc/hosts need no change)."""
     fabric = catalog.fabric(cluster.region, state.fabric)
     itype = catalog.instance_type(cluster.instance_type)
     assert fabric is not None and itype is not None
-    private_ip = allocator.next_private_ip(session, state.subnet, addressing.FIRST_WORKER_OFFSET)
+    private_ip = (takes_over.private_ip if takes_over is not None
+                  else allocator.next_private_ip(session, state.subnet, addressing.FIRST_WORKER_OFFSET))
     node = new_node(session, cluster, name=f"{state.hostname_prefix}-{index}", index=index, batch=batch,
                     fabric=fabric.name, slot=slot,
                     scalable_unit=slot_position(fabric, itype.name, slot).scalable_unit,
@@ -175,8 +179,12 @@ def _add_node(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
     allocator.add(session, kind=allocator.SLOT, pool=allocator.pool_name(cluster.region, fabric.name,
                                                                           itype.name),
                   value=str(slot), cluster_id=cluster.id, node_id=node.id, now=now)
-    allocator.add(session, kind=allocator.PRIVATE_IP, pool=state.subnet, value=private_ip,
-                  cluster_id=cluster.id, node_id=node.id, now=now)
+    if takes_over is not None:
+        node.repair_of = takes_over.id
+        allocator.hand_over(session, allocator.PRIVATE_IP, from_node=takes_over.id, to_node=node.id)
+    else:
+        allocator.add(session, kind=allocator.PRIVATE_IP, pool=state.subnet, value=private_ip,
+                      cluster_id=cluster.id, node_id=node.id, now=now)
     return node
 
 
@@ -194,6 +202,30 @@ def add_replacement(session: Session, catalog: Catalog, cluster: Cluster, state:
         return None
     return _add_node(session, catalog, cluster, state, index=failed.index, slot=placed[1][0],
                      batch=failed.batch, attempt=failed.attempt + 1, public_ip=failed.public_ip, now=now)
+
+
+def add_repair(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster,
+               failed: EngineNode, now: dt.datetime) -> EngineNode | None:
+    """Day 2: a new machine for a node that failed while running, under the same hostname, index and
+    private IP, in the failed node's scalable unit (so on the same leaves) where it has a free node,
+    else next to the cluster; None if the pool is empty. The caller has cleared `failed.active_name`."""
+    fabric = catalog.fabric(cluster.region, state.fabric)
+    assert fabric is not None
+    first = fabric.first_su_of(cluster.instance_type)
+
+    def place(units: list[int]) -> tuple[Fabric, list[int]] | None:
+        return allocator.place(session, catalog, region=cluster.region, instance_type=cluster.instance_type,
+                               interconnect=cluster.interconnect, count=1, fabric_name=state.fabric,
+                               preferred_units=[u - first for u in units])
+
+    placed = place([failed.scalable_unit])
+    if placed is not None and placed[1][0] // fabric.nodes_per_su != failed.scalable_unit - first:
+        placed = place([n.scalable_unit for n in live_nodes(session, cluster.id) if n.active_name])
+    if placed is None:
+        return None
+    return _add_node(session, catalog, cluster, state, index=failed.index, slot=placed[1][0],
+                     batch=failed.batch, attempt=failed.attempt + 1, public_ip=failed.public_ip, now=now,
+                     takes_over=failed)
 
 
 def _scale_up(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster,

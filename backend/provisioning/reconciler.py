@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field, replace
 
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog
@@ -22,7 +22,7 @@ from backend.domain.lifecycle import (
 )
 from backend.provisioning import allocator
 from backend.provisioning.driver import Operation, OperationRequest, OpKind, ProvisioningDriver
-from backend.provisioning.engine import add_replacement
+from backend.provisioning.engine import add_repair, add_replacement
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.state import (
     aware,
@@ -44,12 +44,16 @@ STAGE_OP = {
     S.CONTAINER: OpKind.CONTAINER_START, S.RECONFIGURING: OpKind.RECONFIGURE,
     S.RECREATING_CONTAINER: OpKind.CONTAINER_RECREATE, S.RELEASING: OpKind.NODE_RELEASE,
     S.POWERING_OFF: OpKind.NODE_POWER_OFF, S.POWERING_ON: OpKind.NODE_POWER_ON,
+    S.RESTARTING: OpKind.NODE_RESTART,
 }
 # Stages of a node that is (or is becoming) powered up after bring-up: a pause powers them off.
 POWERED_UP_STAGES = (S.READY, S.RECONFIGURING, S.RECREATING_CONTAINER, S.POWERING_ON)
-AFTER_POWER_OP = {S.POWERING_OFF: S.POWERED_OFF, S.POWERING_ON: S.READY}
+AFTER_POWER_OP = {S.POWERING_OFF: S.POWERED_OFF, S.POWERING_ON: S.READY, S.RESTARTING: S.READY}
 MAX_STEPS_PER_NODE_PASS = 20
 SCALE_UP_FAILED = "scale-up rolled back"
+REPAIRS_EXHAUSTED = "automatic repair stopped"
+NO_SPARE = "no replacement node free"
+NO_SPARE_RETRY = dt.timedelta(seconds=30)  # a repair without a free node looks again this much later
 PAUSED = str(NodeStatus.PAUSED)
 
 
@@ -191,7 +195,7 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
     for _ in range(MAX_STEPS_PER_NODE_PASS):
         stage = NodeStage(node.stage)
         if stage == S.FAILED:
-            return progressed
+            return _failed_member(ctx, cluster, state, node) or progressed
         if stage == S.QUEUED:
             set_stage(ctx.session, cluster, node, _next_bring_up_stage(cluster, node, stage), ctx.now)
             progressed = True
@@ -224,6 +228,11 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
             reason = None if op.succeeded else f"{STAGE_OP[stage]} failed: {op.reason}"
             set_stage(ctx.session, cluster, node, outcome, ctx.now, reason)
             continue
+        if not op.succeeded and node.repair_of is not None:
+            # A repair's new machine failed to come up: it is the failed member now (repaired again
+            # within the daily budget, or left failed), the rest of the cluster is not rolled back.
+            set_stage(ctx.session, cluster, node, S.FAILED, ctx.now, op.reason or "operation failed")
+            return progressed
         if not op.succeeded:
             _bring_up_failed(ctx, cluster, state, node, op.reason or "operation failed")
             return progressed
@@ -232,7 +241,7 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
             node.applied_config = {**node.applied_config, "ssh_key_ids": config["ssh_key_ids"],
                                    "volume_ids": config["volume_ids"]}
         if stage in (S.RECONFIGURING, S.RECREATING_CONTAINER):
-            node.applied_config = {**desired_config(cluster)}
+            node.applied_config = {**node.applied_config, **desired_config(cluster)}
             set_stage(ctx.session, cluster, node, S.READY, ctx.now)
             continue
         set_stage(ctx.session, cluster, node, _next_bring_up_stage(cluster, node, stage), ctx.now)
@@ -241,13 +250,18 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
 
 
 def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
-    """A RUNNING node: watch its health, apply day-2 config changes."""
+    """A RUNNING node: carry out a node action, watch its health, apply day-2 config changes."""
+    if node.pending_action == "restart":
+        return _start_restart(ctx, cluster, node)
+    if node.pending_action == "replace":
+        return _repair(ctx, cluster, node, "replaced by a node action")
     if node.watch_token is None:
         node.op_seq += 1
         token = f"{node.id}/health_watch/{node.op_seq}"
+        # A watch after a restart draws its fate anew (attempt 1, 2, ... for the first watch of a node).
+        attempt = node.attempt if _first_watch(node) else node.attempt * 10_000 + node.op_seq
         op = _submit(ctx, cluster, node, OperationRequest(token, OpKind.HEALTH_WATCH, cluster.name, node.name,
-                                                           node.attempt, cluster_id=cluster.id,
-                                                           node_id=node.id))
+                                                           attempt, cluster_id=cluster.id, node_id=node.id))
         node.watch_token, node.watch_due_at = token, op.ready_at
     watch_due = aware(node.watch_due_at)
     if watch_due is not None:
@@ -257,8 +271,13 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
             fault = ctx.driver.get(ctx.session, node.watch_token or "")
             if fault is not None and not fault.succeeded:
                 _record_outcome(ctx, fault)
-                set_stage(ctx.session, cluster, node, S.FAILED, ctx.now, f"hardware fault: {fault.reason}")
+                # Metered exactly: the node stops being RUNNING when the fault happened, not when a pass
+                # noticed it.
+                set_stage(ctx.session, cluster, node, S.FAILED, min(watch_due, ctx.now),
+                          f"hardware fault: {fault.reason}")
+                node.updated_at = ctx.now
                 node.watch_due_at = None
+                ctx.due.append(ctx.now)  # repair (auto) in the next sweep
                 return True
             if fault is not None and fault.ready_at is not None and fault.ready_at > ctx.now:
                 # A driver that reads the node's health from the machine says when to look again.
@@ -274,6 +293,71 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
         set_stage(ctx.session, cluster, node, S.RECONFIGURING, ctx.now)
         return True
     return False
+
+
+def _first_watch(node: EngineNode) -> bool:
+    """No restart yet: the node's first health watch keeps the draw of earlier versions."""
+    return not (node.applied_config or {}).get("restarts")
+
+
+def _failed_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, node: EngineNode) -> bool:
+    """A member that failed after bring-up: restart or replace it on a node action; with node_repair =
+    auto, replace it in place while its daily budget lasts; else it stays failed with the reason."""
+    del state
+    if node.pending_action == "restart":
+        return _start_restart(ctx, cluster, node)
+    if node.pending_action == "replace":
+        return _repair(ctx, cluster, node, "replaced by a node action")
+    if cluster.node_repair != "auto":
+        return False
+    limit = ctx.settings.engine_max_repairs_per_node_per_day
+    if _repairs_in_last_day(ctx, node) >= limit:
+        if REPAIRS_EXHAUSTED not in (node.status_reason or ""):
+            node.status_reason = (f"{node.status_reason}; {REPAIRS_EXHAUSTED}: {limit} replacements of "
+                                  f"{node.name} in the last 24 h "
+                                  "(GPUCLOUD_ENGINE_MAX_REPAIRS_PER_NODE_PER_DAY)")
+        return False
+    return _repair(ctx, cluster, node, "replaced after a fault (node_repair = auto)")
+
+
+def _repairs_in_last_day(ctx: PassContext, node: EngineNode) -> int:
+    since = ctx.now - dt.timedelta(days=1)
+    count = ctx.session.scalar(select(func.count()).select_from(EngineNode).where(
+        EngineNode.cluster_id == node.cluster_id, EngineNode.name == node.name,
+        EngineNode.repair_of.is_not(None), EngineNode.created_at > since))
+    return int(count or 0)
+
+
+def _repair(ctx: PassContext, cluster: Cluster, node: EngineNode, why: str) -> bool:
+    """Drain the node, place a new machine under its name and address, release the old one. The other
+    nodes are not touched. Without a free node the old one stays (failed) with the reason."""
+    state = ctx.session.get(EngineCluster, cluster.id)
+    assert state is not None
+    node.drained = True  # Slurm DRAIN / Kubernetes cordon: no new work lands on it
+    node.active_name = None
+    ctx.session.flush()
+    replacement = add_repair(ctx.session, ctx.catalog, cluster, state, node, ctx.now)
+    if replacement is None:
+        node.active_name = node.name
+        node.pending_action = None
+        if node.status == NodeStatus.FAILED and NO_SPARE not in (node.status_reason or ""):
+            node.status_reason = f"{node.status_reason}; {NO_SPARE} on {state.fabric} (retried later)"
+        ctx.due.append(ctx.now + NO_SPARE_RETRY)
+        return False
+    node.pending_action = None
+    _start_release(ctx, cluster, node, why)
+    ctx.due.append(ctx.now)
+    return True
+
+
+def _start_restart(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
+    """Node action `restart`: reboot the machine in place (status CONFIGURING, not metered), RUNNING
+    again with a fresh health watch once it is back."""
+    node.pending_action = None
+    node.watch_token, node.watch_due_at = None, None
+    node.applied_config = {**node.applied_config, "restarts": int(node.applied_config.get("restarts", 0)) + 1}
+    set_stage(ctx.session, cluster, node, S.RESTARTING, ctx.now, "restart requested")
+    return True
 
 
 def _node_op(ctx: PassContext, cluster: Cluster, node: EngineNode, stage: NodeStage) -> Operation:
@@ -410,20 +494,40 @@ def _teardown(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: l
         set_phase(ctx.session, cluster, str(ClusterPhase.DELETED), ctx.now)
 
 
+def in_repair(node: EngineNode) -> bool:
+    """A node being repaired in place: a replacement machine coming up, or a restart."""
+    if node.stage == S.RESTARTING:
+        return True
+    return node.repair_of is not None and (node.stage == S.QUEUED or node.stage in BRING_UP_ORDER[:-1])
+
+
 def _summarise(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: list[EngineNode]) -> None:
     members = [n for n in nodes if n.active_name is not None]
-    status = derive_cluster_status([NodeStatus(n.status) for n in members])
     failed = [n for n in members if n.status == NodeStatus.FAILED]
+    repairing = [n for n in members if in_repair(n)]
+    # Node-level fault tolerance: failed and repairing nodes do not set the cluster's status while others
+    # serve (it stays RUNNING); only a cluster that lost every node is FAILED.
+    serving = [n for n in members if n not in failed and n not in repairing]
+    lost_all = bool(failed) and not serving and not repairing
+    if lost_all or state.first_ready_at is None:
+        status = derive_cluster_status([NodeStatus(n.status) for n in members])
+    else:
+        status = derive_cluster_status([NodeStatus(n.status) for n in serving], empty=NodeStatus.RUNNING)
     reason = "; ".join(f"node {n.name}: {n.status_reason}" for n in failed)
-    if failed:
+    if failed and not repairing:
         set_cluster_status(cluster, str(status), reason)
         set_phase(ctx.session, cluster, str(ClusterPhase.DEGRADED), ctx.now, reason)
         return
-    phase = derive_bring_up_phase([NodeStage(n.stage) for n in members],
+    phase = derive_bring_up_phase([NodeStage(n.stage) for n in serving],
                                   control_plane_ready=_control_plane_ready(cluster, state),
                                   first_bring_up=state.first_ready_at is None)
     if phase == ClusterPhase.READY and state.first_ready_at is None:
         state.first_ready_at = ctx.now
+    if repairing and phase == ClusterPhase.READY:
+        names = ", ".join(n.name for n in repairing)
+        set_cluster_status(cluster, str(status), reason or None)
+        set_phase(ctx.session, cluster, str(ClusterPhase.REPAIRING), ctx.now, f"repairing {names}")
+        return
     # A failed scale-up explains itself until the next spec change; node faults are derived above.
     kept = cluster.status_reason if (cluster.status_reason or "").startswith(SCALE_UP_FAILED) else None
     set_cluster_status(cluster, str(status), kept)

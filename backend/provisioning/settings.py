@@ -37,6 +37,12 @@ class EngineSettings(BaseSettings):
     simulation_xid_window_seconds: float = Field(default=86_400.0, gt=0)
     # Replacements from the pool allowed per node position during one bring-up before rolling back.
     engine_max_replacements: int = Field(default=2, ge=0)
+    # Automatic repairs (replacements of a failed RUNNING node) per node name in 24 hours: a bad pool
+    # cannot loop; once used up the node stays failed with the reason.
+    engine_max_repairs_per_node_per_day: int = Field(default=3, ge=0)
+    # How often a worker samples every RUNNING node's GPUs into the metrics ring buffer (the fine tier
+    # holds 10-second samples: a longer interval leaves gaps).
+    metrics_interval_seconds: float = Field(default=10.0, gt=0)
     engine_lease_seconds: float = Field(default=10.0, gt=0)
     engine_poll_seconds: float = Field(default=0.2, gt=0)
     engine_batch_size: int = Field(default=20, ge=1)

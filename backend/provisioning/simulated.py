@@ -10,10 +10,22 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from backend.provisioning.driver import Operation, OperationRequest, OpKind, ProvisioningDriver
+from backend.provisioning import sim_logs, sim_telemetry, sim_workload
+from backend.provisioning.driver import (
+    Job,
+    LogRequest,
+    NodeRun,
+    NodeTelemetry,
+    Operation,
+    OperationRequest,
+    OpKind,
+    ProvisioningDriver,
+    TelemetryTarget,
+)
 from backend.provisioning.settings import EngineSettings
 from backend.store.engine_models import SimulatedOperation
 
@@ -34,6 +46,7 @@ PHASE_SECONDS: dict[OpKind, tuple[float, float]] = {
     OpKind.NODE_RELEASE: (60, 180),
     OpKind.NODE_POWER_OFF: (30, 90),
     OpKind.NODE_POWER_ON: (240, 480),
+    OpKind.NODE_RESTART: (300, 600),  # an estimate: warm reboot, POST of an 8-GPU server, drivers load
 }
 SSH_ONLY_RECONFIGURE_SECONDS = (10.0, 30.0)
 BOOT_FAILURES = ("PXE boot timed out waiting for DHCP", "BMC did not confirm power-on",
@@ -105,6 +118,28 @@ class SimulatedDatacenter:
     def get(self, session: Session, client_token: str) -> Operation | None:
         found = self._find(session, client_token)
         return None if found is None else _to_operation(found)
+
+    def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
+                        ) -> list[NodeTelemetry]:
+        """What the nodes' agents report now (modelled workload, XID events of their health watches)."""
+        return sim_telemetry.nodes_telemetry(self.settings.simulation_seed, session, targets, now)
+
+    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime
+                     ) -> list[Job]:
+        """The modelled workload's jobs (those behind the modelled GPU utilisation)."""
+        del session
+        return sim_workload.jobs(self.settings.simulation_seed, cluster_name, nodes, now)
+
+    def cluster_logs(self, session: Session, request: LogRequest, now: dt.datetime) -> list[str]:
+        """slurmctld's or a node's log, rebuilt from the engine's records and the modelled workload."""
+        jobs = sim_workload.jobs(self.settings.simulation_seed, request.cluster_name, request.nodes, now)
+        if request.node is None:
+            lines = sim_logs.controller_lines(session, request.cluster_id, jobs, now)
+        else:
+            (reading,) = self.nodes_telemetry(session, [request.node], now)
+            lines = sim_logs.node_lines(session, request.node.instance_id, request.node.node_name, jobs,
+                                        reading, now)
+        return sim_logs.render(lines, request.tail)
 
 
 def _aware(value: dt.datetime | None) -> dt.datetime | None:

@@ -22,6 +22,7 @@ from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain.catalog import Catalog, default_catalog
+from backend.provisioning import node_metrics
 from backend.provisioning.driver import ProvisioningDriver
 from backend.provisioning.reconciler import PassContext, reconcile_cluster
 from backend.provisioning.settings import EngineSettings
@@ -167,6 +168,8 @@ class EngineWorker:
                  speed=self.settings.simulation_speed)
         beat = threading.Thread(target=self._heartbeat_loop, name="engine-heartbeat", daemon=True)
         beat.start()
+        sampler = threading.Thread(target=self._metrics_loop, name="engine-metrics", daemon=True)
+        sampler.start()
         while not self.stop_event.is_set():
             try:
                 result = self.run_once()
@@ -176,7 +179,22 @@ class EngineWorker:
                 log.exception("engine.worker_loop_error", worker=self.id)
                 self.stop_event.wait(1.0)
         beat.join(timeout=5)
+        sampler.join(timeout=5)
         log.info("engine.worker_stopped", worker=self.id)
+
+    def collect_metrics(self) -> int:
+        """Sample every RUNNING node's GPUs into the metrics ring buffer (node_metrics); nodes read."""
+        with self.session_factory() as session:
+            count = node_metrics.collect(session, self.driver, utcnow())
+            session.commit()
+        return count
+
+    def _metrics_loop(self) -> None:
+        while not self.stop_event.wait(self.settings.metrics_interval_seconds):
+            try:
+                self.collect_metrics()
+            except Exception:
+                log.exception("engine.metrics_failed", worker=self.id)
 
     def _heartbeat_loop(self) -> None:
         interval = self.settings.engine_lease_seconds / 3

@@ -73,6 +73,7 @@ def spec_of(row: Any, ssh_key_ids: list[str], volume_ids: list[str]) -> dict[str
         "max_hourly_cost_usd": (
             Decimal(row.max_hourly_cost_micros) / MICROS if row.max_hourly_cost_micros is not None else None
         ),
+        "node_repair": row.node_repair,
     }
 
 
@@ -190,6 +191,7 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
     row.deletion_protection = bool(spec.get("deletion_protection", False))
     ceiling = spec.get("max_hourly_cost_usd")
     row.max_hourly_cost_micros = int(Decimal(ceiling) * MICROS) if ceiling is not None else None
+    row.node_repair = spec.get("node_repair") or "auto"
     row.ssh_key_links = [
         ClusterSshKey(ssh_key_id=ref, position=i) for i, ref in enumerate(spec.get("ssh_key_ids") or [])
     ]

@@ -17,9 +17,11 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -101,6 +103,13 @@ class EngineNode(Base):
     applied_config: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
     watch_token: Mapped[str | None] = mapped_column(String(160))
     watch_due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Day 2 (migration 0007_node_repair). The failed node this one replaces in place (same name, index
+    # and IP); NULL for a node of a create or scale-up.
+    repair_of: Mapped[str | None] = mapped_column(ID)
+    # Drained in the orchestrator (Slurm DRAIN / Kubernetes cordon): takes no new work.
+    drained: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=false())
+    # A node action accepted by the API and not yet carried out by the reconciler (restart | replace).
+    pending_action: Mapped[str | None] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
@@ -221,3 +230,19 @@ class SimulatedOperation(Base):
     ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     succeeded: Mapped[bool] = mapped_column(Boolean, nullable=False)
     reason: Mapped[str | None] = mapped_column(Text)
+
+
+class NodeMetricChunk(Base):
+    """A ring buffer of one node's GPU samples (migration 0007_node_repair; see
+    backend/provisioning/node_metrics.py): per tier a fixed number of chunks, each `SAMPLES_PER_CHUNK`
+    packed samples, overwritten when the ring comes round, so storage per node is constant and needs no
+    retention job."""
+
+    __tablename__ = "node_metric_chunks"
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), primary_key=True)
+    node_name: Mapped[str] = mapped_column(String(80), primary_key=True)
+    tier: Mapped[int] = mapped_column(Integer, primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)  # chunk number modulo the ring size
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    data: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)

@@ -112,6 +112,9 @@ class Cluster(Versioned, Base):
     deletion_protection: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     # Money as integer micro-dollars (exact on every database).
     max_hourly_cost_micros: Mapped[int | None] = mapped_column(BigInteger)
+    # Day 2: "auto" replaces a failed node in place (same hostname and fabric position), "manual" leaves
+    # it failed until a node action (migration 0007_node_repair).
+    node_repair: Mapped[str] = mapped_column(String(8), nullable=False, default="auto", server_default="auto")
     # Written by the engine (backend.provisioning); core only sets the initial values.
     status: Mapped[str] = mapped_column(String(32), nullable=False, default="PENDING")
     phase: Mapped[str | None] = mapped_column(String(64))

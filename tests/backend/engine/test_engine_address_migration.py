@@ -10,7 +10,7 @@ from collections.abc import Callable
 from alembic import command
 from fastapi.testclient import TestClient
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, load_only, sessionmaker
 
 from backend.provisioning.worker import EngineWorker
 from backend.settings import Settings
@@ -39,8 +39,10 @@ def readdress_as_old_plan(session: Session, cluster_id: str, private_ips: list[s
     one block every region shared, with pools named by region (`private_ips`: jumphost first)."""
     state = session.get(EngineCluster, cluster_id)
     assert state is not None
-    nodes = sorted(session.scalars(select(EngineNode).where(EngineNode.cluster_id == cluster_id)),
-                   key=lambda n: n.index)
+    # Only the columns revision 0003 has (later revisions add node columns).
+    columns = load_only(EngineNode.id, EngineNode.index, EngineNode.private_ip, EngineNode.public_ip)
+    query = select(EngineNode).options(columns).where(EngineNode.cluster_id == cluster_id)
+    nodes = sorted(session.scalars(query), key=lambda n: n.index)
     ips = iter(private_ips)
     by_owner = {}
     if state.jumphost_ip is not None:
@@ -115,7 +117,7 @@ def test_engine_address_migration_keeps_old_addresses_and_hands_out_no_address_t
 
     migrate(settings, PREVIOUS_HEAD, down=True)
     with sessions() as session:
-        regions = {c.id: c.region for c in session.scalars(select(Cluster))}
+        regions = {c.id: c.region for c in session.execute(select(Cluster.id, Cluster.region))}
     kinds = ("subnet", "public_ip")
     assert address_rows(sessions) == {(c, kind): region for c, region in regions.items() for kind in kinds}
     migrate(settings, "head")

@@ -167,3 +167,50 @@ def test_engine_converges_after_sigkill_of_serve(database_url: str, tmp_path: Pa
     finally:
         server.kill()
         server.wait(timeout=10)
+
+
+def test_engine_converges_after_sigkill_during_a_node_repair(database_url: str, tmp_path: Path) -> None:
+    tenant = make_tenant(Settings(database_url=database_url, data_dir=tmp_path), "crash")
+    port, log = _free_port(), tmp_path / "serve.log"
+    # Every RUNNING machine has an even chance of an XID within ~1 s (600 s simulated).
+    faults = {"GPUCLOUD_SIMULATION_XID_RATE": "0.5", "GPUCLOUD_SIMULATION_XID_WINDOW_SECONDS": "600"}
+    server = _serve(database_url, tmp_path, port, log, faults)
+    headers = {"Authorization": f"Bearer {tenant.admin_key}"}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=10) as api:
+            body = {"name": "train", "region": "us-east-1", "instance_type": "8xH100", "node_count": 4}
+            response = api.post("/v1/clusters", json=body)
+            assert response.status_code == 201, response.text
+            cid = response.json()["id"]
+            for _ in range(2):  # kill twice while a failed node's replacement comes up
+                deadline = time.monotonic() + 30
+                while api.get(f"/v1/clusters/{cid}").json()["phase"] != "Repairing":
+                    assert time.monotonic() < deadline, api.get(f"/v1/clusters/{cid}").json()
+                    time.sleep(0.02)
+                server.send_signal(signal.SIGKILL)
+                server.wait(timeout=10)
+                server = _serve(database_url, tmp_path, port, log, faults)
+            deadline = time.monotonic() + 60
+            while (cluster := api.get(f"/v1/clusters/{cid}").json())["phase"] == "Repairing":
+                assert time.monotonic() < deadline, cluster
+                time.sleep(0.1)
+            # Converged: still RUNNING (a node whose daily repairs ran out stays failed: Degraded).
+            assert cluster["status"] == "RUNNING" and cluster["phase"] in ("Ready", "Degraded"), cluster
+            assert [n["name"] for n in cluster["nodes"] if n["status"] != "DESTROYING"] == [
+                f"train-{i}" for i in range(4)
+            ]
+        server.send_signal(signal.SIGKILL)  # stop the faults before checking
+        server.wait(timeout=10)
+        _invariants(database_url)
+        engine = make_engine(Settings(database_url=database_url))
+        with make_session_factory(engine)() as session:
+            repairs = session.scalar(select(func.count()).where(EngineNode.repair_of.is_not(None)))
+            assert repairs is not None and repairs >= 1
+            # Each repair took over its node's address: one private IP row per live node, none twice.
+            ips = session.scalars(select(Allocation.value).where(Allocation.kind == "private_ip",
+                                                                 Allocation.node_id.is_not(None))).all()
+            assert len(ips) == len(set(ips)) == 4
+        engine.dispose()
+    finally:
+        server.kill()
+        server.wait(timeout=10)

@@ -1,6 +1,7 @@
-"""Hypothesis stateful test of the engine: creates, scales, volume changes, deletes, worker passes and
-crashes (passes rolled back mid-way, abandoned leases, stale workers), with the invariants checked
-after every step: capacity conserved, no node in two clusters, partition keys unique, no leaked IPs."""
+"""Hypothesis stateful test of the engine: creates, scales, volume changes, deletes, hardware faults on
+running nodes (repaired in place or left failed), node actions, worker passes and crashes (passes
+rolled back mid-way, abandoned leases, stale workers), with the invariants checked after every step:
+capacity conserved, no node in two clusters, partition keys unique, no leaked IPs."""
 
 from __future__ import annotations
 
@@ -25,14 +26,16 @@ from sqlalchemy import select
 
 from backend.domain import catalog as catalog_module
 from backend.domain.catalog import catalog_from_dict, catalog_to_dict
-from backend.domain.errors import Conflict
+from backend.domain.errors import Conflict, NotFound
 from backend.provisioning.engine import pause_cluster, request_reconcile, resume_cluster
+from backend.provisioning.node_actions import NodeAction, request_node_action
 from backend.provisioning.reconciler import PassContext, reconcile_cluster
 from backend.provisioning.settings import EngineSettings
+from backend.provisioning.state import wake
 from backend.provisioning.worker import EngineWorker
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
-from backend.store.engine_models import Allocation, EngineCluster, EngineNode, WorkItem
+from backend.store.engine_models import Allocation, EngineCluster, EngineNode, SimulatedOperation, WorkItem
 from backend.store.models import Cluster, ClusterVolume, Project, Volume
 
 POOLS = {"8xH100": 6, "8xH200": 3}
@@ -106,7 +109,9 @@ class EngineMachine(RuleBasedStateMachine):
         for _ in range(200):
             if self.worker.run_once().claimed == 0:
                 with self.sessions() as session:
-                    pending = session.scalar(select(WorkItem.cluster_id).where(WorkItem.due_at.is_not(None)))
+                    # A repair waiting for a free node retries in 30 s: a timer, not work to drain.
+                    soon = now() + dt.timedelta(seconds=5)
+                    pending = session.scalar(select(WorkItem.cluster_id).where(WorkItem.due_at <= soon))
                 if pending is None:
                     return
                 time.sleep(0.02)
@@ -226,6 +231,58 @@ class EngineMachine(RuleBasedStateMachine):
             else:
                 pause_cluster(session, cluster_id, "credits exhausted")
 
+    def _running_member(self, data: st.DataObject) -> EngineNode | None:
+        with self.sessions() as session:
+            running = session.scalars(select(EngineNode).where(
+                EngineNode.active_name.is_not(None), EngineNode.stage == "ready",
+                EngineNode.watch_token.is_not(None)).order_by(EngineNode.id)).all()
+        return data.draw(st.sampled_from(running)) if running else None
+
+    @precondition(lambda self: bool(self.clusters))
+    @rule(data=st.data())
+    def hardware_fault(self, data: st.DataObject) -> None:
+        """An XID on a running node now (its health watch ends in a fault)."""
+        node = self._running_member(data)
+        if node is None:
+            return
+        with self.sessions.begin() as session:
+            watch = session.get(SimulatedOperation, node.watch_token)
+            row = session.get(EngineNode, node.id)
+            assert watch is not None and row is not None
+            watch.succeeded, watch.ready_at = False, now()
+            watch.reason = "XID 79: GPU 2 has fallen off the bus"
+            row.watch_due_at = watch.ready_at
+            wake(session, node.cluster_id, now())
+
+    @precondition(lambda self: bool(self.clusters))
+    @rule(data=st.data(), action=st.sampled_from(["restart", "replace", "drain", "resume"]))
+    def node_action(self, data: st.DataObject, action: NodeAction) -> None:
+        with self.sessions() as session:
+            members = session.scalars(select(EngineNode).where(EngineNode.active_name.is_not(None))
+                                      .order_by(EngineNode.id)).all()
+        if not members:
+            return
+        node = data.draw(st.sampled_from(members))
+        with self.sessions.begin() as session:
+            cluster = session.get(Cluster, node.cluster_id)
+            assert cluster is not None
+            try:
+                request_node_action(session, self.catalog, cluster, node.name, action)
+            except (Conflict, NotFound):
+                session.rollback()
+
+    @precondition(lambda self: bool(self.clusters))
+    @rule(data=st.data())
+    def toggle_node_repair(self, data: st.DataObject) -> None:
+        live = self._live()
+        if not live:
+            return
+        with self.sessions.begin() as session:
+            cluster = session.get(Cluster, data.draw(st.sampled_from(live)))
+            assert cluster is not None
+            cluster.node_repair = "manual" if cluster.node_repair == "auto" else "auto"
+            request_reconcile(session, cluster.id, catalog=self.catalog)
+
     @rule(rounds=st.integers(1, 3))
     def work(self, rounds: int) -> None:
         for _ in range(rounds):
@@ -297,7 +354,18 @@ class EngineMachine(RuleBasedStateMachine):
                     event("drained cluster PAUSED")
                 else:
                     assert cluster.status in ("RUNNING", "FAILED"), (cluster.status, cluster.phase)
-                    event(f"drained cluster {cluster.status}")
+                    members = session.scalars(select(EngineNode).where(
+                        EngineNode.cluster_id == cluster.id, EngineNode.active_name.is_not(None))).all()
+                    if cluster.status == "FAILED" and state is not None and state.rollback_reason is None:
+                        # Node-level fault tolerance: FAILED only when every node is lost.
+                        assert {n.status for n in members} == {"FAILED"}, [n.status for n in members]
+                    if cluster.node_repair == "auto" and state is not None and state.rollback_reason is None:
+                        # Auto repair leaves a node failed only when its daily budget is used up.
+                        stuck = ("automatic repair stopped", "no replacement node free")
+                        for member in members:
+                            why = member.status_reason or ""
+                            assert member.status != "FAILED" or any(s in why for s in stuck), why
+                    event(f"drained cluster {cluster.status} {cluster.phase}")
 
     @invariant()
     def check_allocations(self) -> None:

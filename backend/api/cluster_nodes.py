@@ -1,0 +1,202 @@
+"""Day 2 on a running cluster: its nodes with health and GPU readings (`GET .../nodes`), node actions
+(`POST .../nodes/{name}/actions`) and cluster actions (`POST .../actions`). Actions need an admin key,
+are audited, honour `Idempotency-Key`, and answer 409 with the reason when the node's state forbids
+them."""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Query, Request
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+from starlette.responses import Response
+
+from backend.api.deps import Reader, Writer
+from backend.api.schemas import READ_ERRORS, WRITE_ERRORS, StrictModel
+from backend.api.state import app_state
+from backend.api.writes import WriteOutcome, run_write
+from backend.provisioning import node_actions, node_metrics, node_views
+from backend.provisioning.settings import EngineSettings
+from backend.provisioning.simulated import make_driver
+from backend.provisioning.state import utcnow
+from backend.services import clusters
+
+router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
+NodeName = Annotated[str, Path(max_length=80, pattern=r"^[a-z0-9-]+$", description="The node's hostname")]
+MetricsWindow = Annotated[
+    Literal["5m", "15m", "1h", "6h", "1d"], Query(description="How far back (at most ~300 points a series)")
+]
+NodeFilter = Annotated[
+    str | None, Query(max_length=80, pattern=r"^[a-z0-9-]+$", description="One node's series only")
+]
+HealthFilter = Annotated[
+    Literal["failed", "xid", "healthy"] | None,
+    Query(description="failed: FAILED nodes; xid: nodes with recent XID events; healthy: healthy nodes"),
+]
+
+
+@functools.cache
+def driver() -> object:
+    """The configured driver, asked for node telemetry (built once per process)."""
+    return make_driver(EngineSettings())
+
+
+class GpuOut(BaseModel):
+    """One GPU as the node agent reads it (`nvidia-smi -q -x`); null where the driver reports N/A."""
+
+    index: int
+    uuid: str
+    name: str
+    pci_bus_id: str
+    utilization_pct: int | None
+    memory_utilization_pct: int | None
+    memory_used_mib: int | None
+    memory_total_mib: int | None
+    temperature_c: int | None
+    power_draw_w: float | None
+    power_limit_w: float | None
+    sm_clock_mhz: int | None
+    memory_clock_mhz: int | None
+    ecc_volatile_uncorrected: int | None
+    retired_pages: int | None
+    remapped_rows_uncorrectable: int | None
+    remapped_rows_pending: bool | None
+
+
+class XidEventOut(BaseModel):
+    code: int
+    pci_bus_id: str
+    gpu_index: int | None
+    meaning: str
+    hardware: bool = Field(description="True when NVIDIA's catalogue points at the hardware, not the job")
+    detail: str
+    logged_at: str | None
+
+
+class NodeOut(BaseModel):
+    name: str
+    role: str
+    index: int
+    instance_id: str = Field(description="The machine; a repaired node keeps its name and gets a new one")
+    status: str
+    status_reason: str | None
+    health: Literal["healthy", "degraded", "unreachable", "failed", "repairing"]
+    health_reason: str | None = Field(description="Why the node is not healthy (null when it is)")
+    orchestrator_state: str | None = Field(
+        description="Slurm: IDLE, ALLOCATED, MIXED, DRAIN, DOWN, UNKNOWN; Kubernetes: Ready, NotReady, "
+        "SchedulingDisabled; null without an orchestrator"
+    )
+    drained: bool
+    pending_action: str | None
+    gpus: list[GpuOut] | None
+    gpus_unavailable_reason: str | None
+    xid_events: list[XidEventOut]
+    read_at: str | None
+
+
+class NodeList(BaseModel):
+    items: list[NodeOut]
+    counts: dict[str, int] = Field(description="Nodes per health state (before the filter)")
+
+
+class NodeActionIn(StrictModel):
+    action: Literal["restart", "replace", "drain", "resume"]
+
+
+class NodeActionOut(BaseModel):
+    action: str
+    node: NodeOut
+
+
+class ClusterActionIn(StrictModel):
+    action: Literal["restart_workers"] = Field(
+        description="restart_workers: restart every worker reporting XID errors"
+    )
+
+
+class ClusterActionOut(BaseModel):
+    action: str
+    nodes: list[str] = Field(description="The nodes the action was taken on")
+
+
+class MetricsSeries(BaseModel):
+    node: str
+    gpu_utilization_pct: list[float | None] = Field(description="Mean over the node's GPUs, per bucket")
+    gpu_memory_used_mib: list[int | None] = Field(description="Sum over the node's GPUs, per bucket")
+
+
+class MetricsOut(BaseModel):
+    window: str
+    step_seconds: int = Field(description="Width of one bucket (each value is the mean of its samples)")
+    timestamps: list[str] = Field(description="Start of each bucket; every series has one value per bucket")
+    series: list[MetricsSeries]
+
+
+def _views(session: Session, cluster: Any) -> list[dict[str, Any]]:
+    return node_views.node_views(session, driver(), cluster)
+
+
+@router.get("/{cluster_id}/nodes", response_model=NodeList, responses=READ_ERRORS)
+def list_nodes(cluster_id: str, request: Request, principal: Reader, health: HealthFilter = None) -> Response:
+    """The cluster's nodes: health, orchestrator state, machine, latest GPU readings, recent XID events."""
+    state = app_state(request)
+    with state.read_sessions() as session:
+        cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
+                                       cluster_id=cluster_id)
+        every = _views(session, cluster)
+    counts = {name: 0 for name in node_views.HEALTH_STATES}
+    for view in every:
+        counts[view["health"]] += 1
+    chosen = [v for v in every if node_views.matches(v, health)]
+    body = NodeList(items=[NodeOut.model_validate(v) for v in chosen], counts=counts)
+    return Response(body.model_dump_json(), media_type="application/json")
+
+
+@router.get("/{cluster_id}/metrics", response_model=MetricsOut, responses=READ_ERRORS)
+def get_metrics(cluster_id: str, request: Request, principal: Reader, window: MetricsWindow = "1h",
+                node: NodeFilter = None) -> Response:
+    """GPU utilisation and memory per node over the window, from the metrics ring buffer (null where
+    no sample was taken: a node not yet up, or down)."""
+    state = app_state(request)
+    with state.read_sessions() as session:
+        clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        body = node_metrics.series(session, cluster_id, window, utcnow(), node)
+    return Response(MetricsOut.model_validate(body).model_dump_json(), media_type="application/json")
+
+
+@router.post("/{cluster_id}/nodes/{name}/actions", status_code=202, response_model=NodeActionOut,
+             responses=WRITE_ERRORS)
+def node_action(cluster_id: str, name: NodeName, body: NodeActionIn, request: Request, principal: Writer,
+                ) -> Response:
+    """restart (reboot in place), replace (new machine, same hostname and address), drain (no new work),
+    resume (undo drain). 409 `node_state_conflict` when the node's state forbids it."""
+    catalog = app_state(request).catalog
+
+    def operation(session: Session) -> WriteOutcome:
+        cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
+                                       cluster_id=cluster_id, for_update=True)
+        node_actions.request_node_action(session, catalog, cluster, name, body.action)
+        session.flush()
+        view = next(v for v in _views(session, cluster) if v["name"] == name)
+        return WriteOutcome("cluster", cluster_id,
+                            NodeActionOut(action=body.action, node=NodeOut.model_validate(view)), 202)
+
+    return run_write(request, principal, action=f"cluster.node_{body.action}", operation=operation, body=body)
+
+
+@router.post("/{cluster_id}/actions", status_code=202, response_model=ClusterActionOut,
+             responses=WRITE_ERRORS)
+def cluster_action(cluster_id: str, body: ClusterActionIn, request: Request, principal: Writer) -> Response:
+    """restart_workers: restart every worker that reports XID errors (failed by one, or with a hardware
+    XID in the last hour); the answer names them (empty when none does)."""
+
+    def operation(session: Session) -> WriteOutcome:
+        cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
+                                       cluster_id=cluster_id, for_update=True)
+        xid = {v["name"] for v in _views(session, cluster) if node_views.matches(v, "xid")}
+        names = node_actions.restart_workers(session, cluster, xid)
+        return WriteOutcome("cluster", cluster_id, ClusterActionOut(action=body.action, nodes=names), 202)
+
+    return run_write(request, principal, action=f"cluster.{body.action}", operation=operation, body=body)

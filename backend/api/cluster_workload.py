@@ -1,0 +1,173 @@
+"""What runs on a cluster: its scheduler's jobs and partitions (`GET .../jobs`) and the controller's and
+nodes' logs (`GET .../logs`), from the driver (the modelled workload under the simulated driver)."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response, StreamingResponse
+
+from backend.api.cluster_nodes import driver
+from backend.api.deps import Reader
+from backend.api.schemas import READ_ERRORS
+from backend.api.state import app_state
+from backend.domain.errors import NotFound
+from backend.provisioning import node_views
+from backend.provisioning.driver import Job, LogRequest, logs_of, workload_of
+from backend.provisioning.state import utcnow
+from backend.services import clusters
+
+router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
+JOB_STATES = ("running", "pending", "completed", "failed", "unknown")
+StateFilter = Annotated[
+    Literal["running", "pending", "completed", "failed", "unknown"] | None,
+    Query(description="Only jobs in this state (the counts are always over every job)"),
+]
+Limit = Annotated[int, Query(ge=1, le=1000, description="Most recent jobs returned (default 100)")]
+LogSourceName = Annotated[
+    str, Query(max_length=80, pattern=r"^[a-z0-9-]+$", description="controller, or a node's name")
+]
+Tail = Annotated[int, Query(ge=1, le=5000, description="Last lines returned (default 100)")]
+Follow = Annotated[bool, Query(description="Stream as Server-Sent Events and keep sending new lines")]
+FOLLOW_POLL_SECONDS = 1.0
+FOLLOW_MAX_SECONDS = 600.0
+
+
+class JobOut(BaseModel):
+    job_id: int
+    name: str
+    user: str
+    partition: str
+    nodes: str = Field(description="Slurm NodeList")
+    gpus: int
+    state: str = Field(description="running, pending, completed, failed or unknown")
+    reason: str | None = Field(description="Slurm's reason (pending: Resources, Priority; failed: NodeFail)")
+    priority: int
+    submitted_at: dt.datetime
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    run_time_seconds: int
+    time_limit_seconds: int
+
+
+class PartitionOut(BaseModel):
+    name: str
+    nodes: int
+    gpu_type: str | None
+    gpus_available: int
+    gpus_total: int
+    default_time: str
+    max_time: str
+    state: str
+
+
+class JobList(BaseModel):
+    items: list[JobOut]
+    counts: dict[str, int] = Field(description="Jobs per state over the last day and the queue")
+    partitions: list[PartitionOut]
+
+
+class LogsOut(BaseModel):
+    source: str
+    lines: list[str]
+
+
+def _job_out(job: Job, now: dt.datetime) -> JobOut:
+    state = job.state.lower()
+    return JobOut(job_id=job.job_id, name=job.name, user=job.user, partition=job.partition, nodes=job.nodes,
+                  gpus=job.gpus, state=state if state in JOB_STATES else "unknown", reason=job.reason,
+                  priority=job.priority, submitted_at=job.submitted_at, started_at=job.started_at,
+                  ended_at=job.ended_at, run_time_seconds=int(job.run_time(now).total_seconds()),
+                  time_limit_seconds=int(job.time_limit.total_seconds()))
+
+
+@router.get("/{cluster_id}/jobs", response_model=JobList, responses=READ_ERRORS)
+def list_jobs(cluster_id: str, request: Request, principal: Reader, state: StateFilter = None,
+              limit: Limit = 100) -> Response:
+    """The scheduler's job table (newest first) with counts per state, and its partitions."""
+    app = app_state(request)
+    now = utcnow()
+    with app.read_sessions() as session:
+        cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
+                                       cluster_id=cluster_id)
+        source = workload_of(driver())
+        runs = node_views.node_runs(session, cluster_id)
+        jobs = source.cluster_jobs(session, cluster.name, runs, now) if (
+            source is not None and cluster.orchestrator == "slurm") else []
+        itype = app.catalog.instance_type(cluster.instance_type)
+        cards = node_views.partitions(cluster, runs, jobs, itype.gpu_model if itype else None)
+    items = [_job_out(job, now) for job in jobs]
+    counts = Counter(item.state for item in items)
+    chosen = [item for item in items if state is None or item.state == state][:limit]
+    body = JobList(items=chosen, counts={s: counts.get(s, 0) for s in JOB_STATES},
+                   partitions=[PartitionOut.model_validate(card) for card in cards])
+    return Response(body.model_dump_json(), media_type="application/json")
+
+
+@router.get("/{cluster_id}/logs", response_model=LogsOut, responses={
+    **READ_ERRORS, 200: {"content": {"text/event-stream": {}}, "description": "With follow=true: one "
+                         "Server-Sent Event per line (`data: <line>`), the tail first, then new lines"}})
+def get_logs(cluster_id: str, request: Request, principal: Reader, source: LogSourceName = "controller",
+             tail: Tail = 100, follow: Follow = False) -> Response:
+    """The last lines of the controller's log (slurmctld) or of one node's (slurmd, kernel), oldest
+    first; `follow=true` streams them as Server-Sent Events and keeps sending new lines."""
+    app = app_state(request)
+
+    def read() -> list[str]:
+        with app.read_sessions() as session:
+            return _read_logs(session, principal.project_id, cluster_id, source, tail)
+
+    lines = read()  # 404s before any streaming starts
+    if not follow:
+        return Response(LogsOut(source=source, lines=lines).model_dump_json(), media_type="application/json")
+    return StreamingResponse(_follow(request, read, lines), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+def _read_logs(session: Session, project_id: str, cluster_id: str, source: str, tail: int) -> list[str]:
+    cluster = clusters.get_cluster(session=session, project_id=project_id, cluster_id=cluster_id)
+    logs = logs_of(driver())
+    members = {n.name: n for n in node_views.members(session, cluster_id)}
+    if source == "controller" and cluster.orchestrator != "slurm":
+        raise NotFound(f"cluster {cluster_id} has no Slurm controller (orchestrator "
+                       f"{cluster.orchestrator}); ask for a node's log", field="source", code="no_such_log")
+    if source != "controller" and source not in members:
+        raise NotFound(f"cluster {cluster_id} has no node {source!r} (controller, or one of: "
+                       f"{', '.join(members) or 'none'})", field="source", code="no_such_log")
+    if logs is None:
+        return []
+    node = members.get(source)
+    return logs.cluster_logs(session, LogRequest(
+        cluster_id=cluster_id, cluster_name=cluster.name, source=source,
+        nodes=node_views.node_runs(session, cluster_id),
+        node=None if node is None else node_views.telemetry_target(cluster, node), tail=tail), utcnow())
+
+
+async def _follow(request: Request, read: Callable[[], list[str]], first: list[str]) -> AsyncIterator[str]:
+    """The tail, then every FOLLOW_POLL_SECONDS the lines after the last one sent, until the client goes
+    away or FOLLOW_MAX_SECONDS pass (a client reconnects for more)."""
+    deadline = time.monotonic() + FOLLOW_MAX_SECONDS
+    lines, last = first, ""
+    while True:
+        fresh = [line for line in lines if line > last]  # lines start with their timestamp
+        for line in fresh:
+            yield f"data: {line}\n\n"
+        last = fresh[-1] if fresh else last
+        if not fresh:
+            yield ": keep-alive\n\n"
+        await asyncio.sleep(FOLLOW_POLL_SECONDS)
+        if await request.is_disconnected() or time.monotonic() > deadline:
+            return
+        try:
+            lines = await run_in_threadpool(read)
+        except NotFound:  # the cluster or node is gone: end the stream
+            return

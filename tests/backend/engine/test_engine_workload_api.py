@@ -1,0 +1,121 @@
+"""`GET .../jobs` (the modelled Slurm workload: job table, counts, partition card; reproducible from the
+seed and consistent with the modelled GPU utilisation) and `GET .../logs` (controller and node logs)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+from fastapi.testclient import TestClient
+
+from backend.provisioning.driver import NodeRun
+from backend.provisioning.sim_telemetry import busy_gpus
+from backend.provisioning.sim_workload import jobs
+from backend.provisioning.worker import EngineWorker
+from tests.backend.engine.conftest import create, drain, get
+from tests.backend.engine.test_engine_repair import _bring_up_then_fault, _seed_failing_once
+
+NOW = dt.datetime(2026, 11, 26, 12, 7, tzinfo=dt.UTC)
+NODES = [NodeRun(f"train-{i}", i, 1, 8, NOW - dt.timedelta(hours=30), None, False) for i in range(4)]
+
+
+def test_workload_is_reproducible_and_follows_the_gpu_model() -> None:
+    first, again = jobs(3, "train", NODES, NOW), jobs(3, "train", NODES, NOW)
+    other = jobs(4, "train", NODES, NOW)
+    assert first == again and first != other
+    states = {j.state for j in first}
+    assert {"RUNNING", "COMPLETED", "PENDING"} <= states
+    assert len({j.job_id for j in first}) == len(first)
+    assert [j.job_id for j in first] == sorted((j.job_id for j in first), reverse=True)
+    for job in first:  # every job holds the GPUs the utilisation model says are busy in its slot
+        if job.started_at is not None:
+            node = next(n for n in NODES if n.name == job.nodes)
+            assert job.gpus == busy_gpus(3, "train", node.name, 1, 8, job.started_at)
+        assert job.started_at is None or job.started_at >= NOW - dt.timedelta(hours=24, minutes=15)
+    running = [j for j in first if j.state == "RUNNING"]
+    assert all(j.started_at is not None and j.started_at <= NOW and j.ended_at is None for j in running)
+
+
+def test_workload_a_failed_node_fails_its_job_and_takes_no_new_one() -> None:
+    failed_at = NOW - dt.timedelta(minutes=3)
+    down = [NodeRun("train-0", 0, 1, 8, NOW - dt.timedelta(hours=30), failed_at, True)]
+    found = jobs(3, "train", down, NOW)
+    assert not any(j.state in ("RUNNING", "PENDING") for j in found)
+    assert all(j.started_at is not None and j.started_at < failed_at for j in found)
+
+
+def test_jobs_api_lists_the_job_table_counts_and_partition(
+    admin: TestClient, member: TestClient, make_worker: Callable[..., EngineWorker]
+) -> None:
+    cluster = create(admin, node_count=2)
+    drain(make_worker())
+    response = member.get(f"/v1/clusters/{cluster['id']}/jobs")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert set(body["counts"]) == {"running", "pending", "completed", "failed", "unknown"}
+    assert len(body["items"]) == sum(body["counts"].values())  # a fresh cluster: its first jobs only
+    for job in body["items"]:
+        assert job["partition"] == "gpu" and job["nodes"] in ("train-0", "train-1")
+        assert 1 <= job["gpus"] <= 8 and job["state"] in ("running", "pending")
+    (partition,) = body["partitions"]
+    assert (partition["name"], partition["nodes"], partition["gpu_type"], partition["gpus_total"]) == (
+        "gpu", 2, "H100 SXM 80GB", 16)
+    assert (partition["default_time"], partition["max_time"], partition["state"]) == (
+        "01:00:00", "7-00:00:00", "UP")
+    running = sum(j["gpus"] for j in body["items"] if j["state"] == "running")
+    assert partition["gpus_available"] == 16 - running
+    only = admin.get(f"/v1/clusters/{cluster['id']}/jobs", params={"state": "pending"}).json()
+    assert {j["state"] for j in only["items"]} <= {"pending"} and only["counts"] == body["counts"]
+    assert admin.get(f"/v1/clusters/{cluster['id']}/jobs", params={"state": "done"}).status_code == 422
+
+
+def test_logs_api_serves_controller_and_node_logs(
+    admin: TestClient, make_worker: Callable[..., EngineWorker]
+) -> None:
+    seed = _seed_failing_once("train-1")
+    before, worker = _bring_up_then_fault(admin, make_worker, seed, node_repair="manual")
+    drain(worker)
+    controller = admin.get(f"/v1/clusters/{before['id']}/logs", params={"source": "controller"})
+    assert controller.status_code == 200, controller.text
+    lines = controller.json()["lines"]
+    assert any("slurmctld version 22.05" in line for line in lines)
+    assert any("Nodes train-1 not responding, setting DOWN" in line and "XID" in line for line in lines)
+    assert all(line.startswith("[20") for line in lines)
+    assert lines == sorted(lines)  # oldest first
+    node = admin.get(f"/v1/clusters/{before['id']}/logs", params={"source": "train-1", "tail": 5}).json()
+    assert len(node["lines"]) <= 5
+    assert any("NVRM: Xid (PCI:00000000:" in line for line in node["lines"])
+    assert "health check failed" in node["lines"][-1] or any("Xid" in line for line in node["lines"][-2:])
+    missing = admin.get(f"/v1/clusters/{before['id']}/logs", params={"source": "train-7"})
+    assert missing.status_code == 404 and missing.json()["field"] == "source"
+    assert get(admin, before["id"])["status"] == "RUNNING"
+
+
+def test_logs_api_follow_streams_the_tail_then_new_lines(
+    admin: TestClient, make_worker: Callable[..., EngineWorker]
+) -> None:
+    cluster = create(admin, node_count=2)
+    worker = make_worker(simulation_speed=1000, engine_poll_seconds=5.0)
+    drain(worker)
+    url = f"/v1/clusters/{cluster['id']}/logs"
+    tail = admin.get(url, params={"tail": 3}).json()["lines"]
+    events: list[str] = []
+    restarted = False
+    with admin.stream("GET", url, params={"follow": "true", "tail": 3}) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for received, line in enumerate(response.iter_lines()):
+            if line.startswith("data: "):
+                events.append(line.removeprefix("data: "))
+            if len(events) >= 3 and not restarted:
+                # Something happens on the cluster while the client follows: a node restarts.
+                action = admin.post(f"{url.removesuffix('/logs')}/nodes/train-1/actions",
+                                    json={"action": "restart"})
+                assert action.status_code == 202, action.text
+                worker.run_once()
+                restarted = True
+            if any("update_node: node train-1 state set to UNKNOWN" in e for e in events):
+                break
+            assert received < 40, events
+    assert events[:3] == tail
+    assert events == sorted(events)
