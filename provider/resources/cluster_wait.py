@@ -38,6 +38,7 @@ log = logging.getLogger("provider.resources.gpu_cluster")
 
 TRANSIENT = (TransportError, ServerError, RateLimited)
 FAILED_PHASES = ("Degraded", "RollingBack", "Failed")
+REPAIRING_PHASE = "Repairing"
 FAILED_STATUSES = ("FAILED", "DESTROYING", "DESTROYED")
 HELD_STATUSES = ("PAUSED",)  # a billing hold: the engine applies nothing until it is lifted
 # After a change that leaves the cluster looking converged (keys, volumes, container), accept it as done
@@ -157,8 +158,9 @@ def failed_nodes(body: dict[str, Any]) -> list[dict[str, Any]]:
 def failure_reason(body: dict[str, Any]) -> str | None:
     """Why the cluster cannot converge (a failed member node, a failed phase or status); None if it can.
     Names every failed node with the reason the API gives."""
-    failed = failed_nodes(body)
     status, phase = body.get("status"), body.get("phase")
+    # With node_repair = "auto" the engine replaces a failed node in place: wait for the repair.
+    failed = [] if phase == REPAIRING_PHASE else failed_nodes(body)
     reason = str(body.get("status_reason") or "").strip()
     if reason and _given_up_short(body):  # e.g. a scale-up the engine rolled back: it will not retry
         return f"{len(members(body))} of {body.get('node_count')} nodes running: {reason}"

@@ -60,6 +60,7 @@ PATCHABLE = {
     "ssh_key_ids": "ssh_key_ids",
     "labels": "labels",
     "deletion_protection": "deletion_protection",
+    "node_repair": "node_repair",
     "max_hourly_cost_usd": "max_hourly_cost_usd",
 }
 # Changes the engine has to carry out on the nodes (the update then waits for convergence).

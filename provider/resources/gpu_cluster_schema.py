@@ -225,7 +225,8 @@ CLUSTER_SCHEMA = Schema(
     "in-place change keeps the values it cannot alter known in the plan (`login`, `kubernetes`, "
     "`nodes`...), so resources and providers configured from them are not disturbed.\n"
     "- **In place**: `name`, `node_count` (scaling), `container`, `ssh_key_ids`, `shared_volume_ids` "
-    "(attach/detach), `labels`, `deletion_protection`, `max_hourly_cost_usd`, `billing.on_expiry`. "
+    "(attach/detach), `labels`, `deletion_protection`, `node_repair`, `max_hourly_cost_usd`, "
+    "`billing.on_expiry`. "
     "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `billing.type`, "
     "`billing.duration_days`.\n"
     "- **Apply** waits until the cluster is RUNNING (`wait_for_running`, `timeouts`), logging each "
@@ -338,6 +339,17 @@ CLUSTER_SCHEMA = Schema(
             description="When true the API refuses to delete the cluster (destroy fails until it is "
             "set to false and applied).",
         ),
+        "node_repair": StringAttribute(
+            optional=True,
+            computed=True,
+            default="auto",
+            description="`auto`: a node that fails while the cluster runs is drained and replaced in place "
+            "(same hostname and fabric position where capacity allows, new `instance_id`) while the "
+            "other nodes keep running; the cluster stays RUNNING (phase `Repairing`, then `Ready`). "
+            "`manual`: the node stays failed (phase `Degraded`) until a `replace` node action. A repair "
+            "is not drift. Changes in place.",
+            validators=api("node_repair"),
+        ),
         "max_hourly_cost_usd": NumberAttribute(
             optional=True,
             description="Refuses a create, or a change that raises the hourly cost, above this many USD "
@@ -372,6 +384,7 @@ SPEC_FIELDS = {
     "billing": "billing",
     "labels": "labels",
     "deletion_protection": "deletion_protection",
+    "node_repair": "node_repair",
     "max_hourly_cost_usd": "max_hourly_cost_usd",
 }
 
@@ -518,6 +531,7 @@ def cluster_state(
         },
         "labels": _empty_as(prior.get("labels"), dict(body.get("labels") or {})),
         "deletion_protection": bool(body.get("deletion_protection")),
+        "node_repair": body.get("node_repair") or "auto",
         "max_hourly_cost_usd": _same_number(
             prior.get("max_hourly_cost_usd"), _number(body.get("max_hourly_cost_usd"))
         ),

@@ -188,7 +188,8 @@ def state_of(**overrides: Any) -> dict[str, Any]:
     base = schema_object(SCHEMA, {
         **BASE, "id": "cls_1", "node_count": 1, "orchestrator": "slurm", "interconnect": "infiniband",
         "billing": {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"},
-        "deletion_protection": False, "wait_for_running": True, "status": "RUNNING", "phase": "Ready",
+        "deletion_protection": False, "node_repair": "auto", "wait_for_running": True, "status": "RUNNING",
+        "phase": "Ready",
         "num_gpus": 8, "gpu_type": "H100 SXM 80GB", "created_at": "2026-11-26T01:00:00Z", "nodes": [],
         "nccl_env": {}, "estimated_hourly_cost_usd": Decimal("31.92"),
     })

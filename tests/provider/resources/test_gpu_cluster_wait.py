@@ -97,6 +97,14 @@ def test_gpu_cluster_wait_degraded_ends_at_once():
     assert script.polls == 2 and failed.value.last is not None
 
 
+def test_gpu_cluster_wait_node_repaired_in_place_is_waited_for_not_failed():
+    # node_repair = "auto": a failed node while the cluster is Repairing is being replaced.
+    bad = {"name": "c-0", "status": "FAILED", "status_reason": "XID 79", "network": {}}
+    script = Script(cluster(status="RUNNING", phase="Repairing", nodes=[bad]), cluster())
+    body = wait_until_running(script.poller)
+    assert is_converged(body) and script.polls == 2
+
+
 def test_gpu_cluster_wait_scale_down_ends_when_the_engine_settles_without_a_grace():
     # The API's answer to the PATCH already shows the node leaving; no phase is recorded for it.
     leaving = {"name": "c-1", "status": "DESTROYING", "network": None}
