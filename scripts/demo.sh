@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make demo / make demo-destroy: the backend on embedded SQLite, the provider installed from a local
-# filesystem mirror, and terraform init + apply of examples/terraform/quickstart.
+# filesystem mirror, and terraform init + apply of examples/terraform/quickstart: real nodes you can
+# log into as root on Linux (the local driver), the simulated datacenter elsewhere.
 # Everything the demo writes lives in .demo/ (data, mirror, CLI config, logs, API key).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,11 +24,58 @@ export GPUCLOUD_SIMULATION_SPEED="${GPUCLOUD_SIMULATION_SPEED:-120}"
 
 say() { printf '\n==> %s\n' "$*"; }
 
+# As root on Linux the demo runs real nodes (the local driver: namespaces with Slurm and sshd);
+# elsewhere, or when this machine cannot run them, the simulated datacenter. The choice is kept in
+# .demo/driver so `make demo-destroy` restarts the backend the same way.
+choose_driver() {
+  if [ -s "$demo/driver" ]; then
+    GPUCLOUD_DRIVER=$(cat "$demo/driver")
+  elif [ -n "${GPUCLOUD_DRIVER:-}" ]; then
+    :
+  elif [ "$(id -u)" = 0 ] && [ "$(uname -s)" = Linux ]; then
+    local missing
+    missing=$("$bin/python" -c 'from backend.provisioning.local.preflight import missing_packages as m; print(" ".join(m()))')
+    if [ -n "$missing" ]; then
+      say "Installing what real nodes need: $missing"
+      DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null
+      # shellcheck disable=SC2086  # one word per package
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+    fi
+    if GPUCLOUD_DRIVER=local "$bin/gpucloud-backend" doctor >"$demo/doctor.log" 2>&1; then
+      GPUCLOUD_DRIVER=local
+    else
+      GPUCLOUD_DRIVER=simulated
+      say "This machine cannot run real nodes ($(grep '^local' "$demo/doctor.log" | head -n 1)); using the simulated datacenter"
+    fi
+  else
+    GPUCLOUD_DRIVER=simulated
+    say "Not root on Linux: using the simulated datacenter (real nodes need root; see docs/local-driver.md)"
+  fi
+  export GPUCLOUD_DRIVER
+  echo "$GPUCLOUD_DRIVER" >"$demo/driver"
+  if [ "$GPUCLOUD_DRIVER" = local ]; then
+    # The cluster's login key: a demo key of its own, so the proof below never needs a passphrase.
+    [ -f "$demo/id_ed25519" ] || ssh-keygen -q -t ed25519 -N "" -C "gpucloud demo" -f "$demo/id_ed25519"
+    TF_VAR_ssh_public_key=$(cat "$demo/id_ed25519.pub")
+    export TF_VAR_ssh_public_key
+  fi
+}
+
+# Real nodes: log in with the cluster's ssh command and run a job on both nodes.
+prove_real() {
+  local ssh_command
+  ssh_command=$(terraform -chdir="$workdir" output -state="$demo/terraform.tfstate" -raw ssh_command)
+  say "The cluster is real: ${ssh_command/ssh /ssh -i .demo/id_ed25519 } srun -N2 hostname"
+  # shellcheck disable=SC2086  # the ssh command's words
+  ssh -i "$demo/id_ed25519" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes \
+    -o LogLevel=ERROR ${ssh_command#ssh } srun -N2 hostname
+}
+
 backend_up() {
   if [ -f "$demo/backend.pid" ] && kill -0 "$(cat "$demo/backend.pid")" 2>/dev/null; then
     return
   fi
-  say "Starting the backend on $endpoint (SQLite in $GPUCLOUD_DATA_DIR, log in .demo/backend.log)"
+  say "Starting the backend on $endpoint (SQLite in $GPUCLOUD_DATA_DIR, $GPUCLOUD_DRIVER driver, log in .demo/backend.log)"
   nohup "$bin/gpucloud-backend" serve --host 127.0.0.1 --port "$port" >"$demo/backend.log" 2>&1 &
   echo $! >"$demo/backend.pid"
   for _ in $(seq 1 100); do
@@ -62,6 +110,7 @@ install_provider() {
 
 up() {
   mkdir -p "$demo"
+  choose_driver
   backend_up
   api_key
   install_provider
@@ -71,11 +120,13 @@ up() {
   say "terraform apply"
   terraform -chdir="$workdir" apply -input=false -auto-approve -no-color \
     -state="$demo/terraform.tfstate"
+  [ "$GPUCLOUD_DRIVER" != local ] || prove_real
   say "Done. 'make demo-destroy' destroys what was created and stops the backend."
 }
 
 down() {
   if [ -f "$demo/terraform.tfstate" ] && [ -f "$demo/api-key" ]; then
+    choose_driver
     backend_up
     api_key
     say "terraform destroy"
@@ -87,6 +138,7 @@ down() {
     kill "$(cat "$demo/backend.pid")" 2>/dev/null || true
     rm -f "$demo/backend.pid"
   fi
+  rm -f "$demo/driver"
 }
 
 case "${1:-up}" in
