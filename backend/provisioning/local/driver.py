@@ -56,7 +56,8 @@ VOLUME_ROOT = "/mnt/shared"  # where the API says a volume is mounted (`mount_pa
 ORCHESTRATORS = ("slurm", "none")  # no Kubernetes control plane is packaged for this machine
 _NO_WORK = (OpKind.FABRIC_JOIN, OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START, OpKind.CONTAINER_RECREATE)
 _WORK = (OpKind.CONTROL_PLANE_CREATE, OpKind.CONTROL_PLANE_RELEASE, OpKind.NODE_BOOT, OpKind.VOLUME_ATTACH,
-         OpKind.ORCHESTRATOR_JOIN, OpKind.ACCEPTANCE, OpKind.RECONFIGURE, OpKind.NODE_RELEASE)
+         OpKind.ORCHESTRATOR_JOIN, OpKind.ACCEPTANCE, OpKind.RECONFIGURE, OpKind.NODE_RELEASE,
+         OpKind.NODE_POWER_OFF, OpKind.NODE_POWER_ON, OpKind.NODE_RESTART)
 
 
 class UnsupportedHost(RuntimeError):
@@ -246,6 +247,9 @@ class LocalDriver:
             OpKind.ACCEPTANCE: lambda: self._accept(cluster, plan, _need(local)),
             OpKind.RECONFIGURE: lambda: self._reconfigure(cluster, plan, _need(local)),
             OpKind.NODE_RELEASE: lambda: self._release(cluster, plan, _need(local)),
+            OpKind.NODE_POWER_OFF: lambda: _need(local).stop_processes(),
+            OpKind.NODE_POWER_ON: lambda: self._power_on(cluster, plan, _need(local)),
+            OpKind.NODE_RESTART: lambda: self._restart(cluster, plan, _need(local)),
         }
         if kind not in actions:
             raise ValueError(f"the local driver has no operation {kind}")
@@ -294,6 +298,16 @@ class LocalDriver:
         self._lay_out(cluster, plan)
         self._sync_controller(cluster, plan)
         start_services(node, controller=False, worker=True, login=False)
+
+    def _power_on(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        """Powered off, a node keeps its namespaces and files (its disk): start its daemons again."""
+        self._boot(cluster, plan, node)
+        self._join(cluster, plan, node)
+        self._accept(cluster, plan, node)
+
+    def _restart(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        node.stop_processes()
+        self._power_on(cluster, plan, node)
 
     def _accept(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         """The real check: the node's slurmd registered and is usable; ssh answers on the login node."""

@@ -14,6 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.provisioning.engine import pause_cluster, resume_cluster
 from backend.provisioning.local.driver import LocalDriver
 from backend.provisioning.local.namespaces import LocalCluster, run
 from backend.provisioning.settings import EngineSettings, configured
@@ -93,3 +94,27 @@ def _ssh(key: Path, host: str, command: str) -> list[str]:
                 "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR", f"ubuntu@{host}",
                 command], check=False, timeout=60)
     return done.stdout.split()
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_local_driver_pause_stops_the_daemons_and_resume_brings_the_nodes_back(
+    admin: TestClient, sessions: sessionmaker[Session], driver: LocalDriver, tmp_path: Path
+) -> None:
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "key")])
+    key = admin.post("/v1/ssh-keys", json={"name": "k", "public_key": (tmp_path / "key.pub").read_text()})
+    worker = EngineWorker(sessions, EngineSettings.model_validate(FAST), driver=driver)
+    cluster = create(admin, name="p", node_count=1, orchestrator="slurm", ssh_key_ids=[key.json()["id"]])
+    _until(worker, admin, cluster["id"], _converged(1))
+    local = driver.cluster(cluster["id"], get(admin, cluster["id"])["fabric"]["subnet"])
+    [instance] = local.node_names()
+
+    with sessions.begin() as session:
+        pause_cluster(session, cluster["id"], "credits exhausted")
+    _until(worker, admin, cluster["id"], lambda body: [n["status"] for n in body["nodes"]] == ["PAUSED"])
+    assert driver.wait_idle()
+    assert local.node(instance, "0.0.0.0").pids() == []  # powered off: no daemon, the node's files kept
+
+    with sessions.begin() as session:
+        resume_cluster(session, cluster["id"], "credits added")
+    _until(worker, admin, cluster["id"], _converged(1))
+    assert _ssh(tmp_path / "key", get(admin, cluster["id"])["login"]["public_ip"], "srun hostname") == ["p-0"]
