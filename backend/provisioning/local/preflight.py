@@ -7,6 +7,7 @@ the host, and a developer machine on 10.x must not lose its own network to it.
 
 from __future__ import annotations
 
+import glob
 import ipaddress
 import os
 import shutil
@@ -23,6 +24,7 @@ REQUIRED_PROGRAMS = {
     "slurmctld": "slurmctld", "slurmd": "slurmd", "scontrol": "slurm-client", "munged": "munge",
     "sshd": "openssh-server", "ssh-keygen": "openssh-client",
 }
+PMIX_LIBRARY = "/usr/lib/*/pmix2/lib/libpmix.so*"
 _SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
 # Bridges this driver made (`gpcb<hash>`): their routes are ours, not a conflict.
 OWN_BRIDGE_PREFIX = "gpcb"
@@ -37,8 +39,11 @@ class HostProblem:
 def missing_packages() -> list[str]:
     """Debian packages whose programs are not installed here (sorted, unique)."""
     path = os.pathsep.join([os.environ.get("PATH", ""), *_SBIN])
-    return sorted({package for program, package in REQUIRED_PROGRAMS.items()
-                   if shutil.which(program, path=path) is None})
+    missing = {package for program, package in REQUIRED_PROGRAMS.items()
+               if shutil.which(program, path=path) is None}
+    if not glob.glob(PMIX_LIBRARY):  # MpiDefault=pmix: Debian's plugin loads this library at every step
+        missing.add("libpmix-dev")
+    return sorted(missing)
 
 
 def install_command(packages: Iterable[str]) -> str:
