@@ -316,7 +316,7 @@ class GpuClusterResource(Resource):
             return state
         poller = Poller(client, body["id"], deadline, ctx.sleep)
         try:
-            body = wait_until_running(poller)
+            body = wait_until_running(poller, day_two_ok=True)
         except (ClusterStillConverging, Cancelled) as stopped:
             create_done(ctx)  # in state from now on: the next apply resumes the wait, never re-creates
             _stopped_waiting(ctx, body["id"], stopped)
@@ -330,7 +330,9 @@ class GpuClusterResource(Resource):
             return self._state(ctx, client, poller.last or body, plan)
         create_done(ctx)
         remember_etag(ctx, poller.etag)  # the first refresh then finds nothing new
-        return self._state(ctx, client, body, plan)
+        state = self._state(ctx, client, body, plan)
+        _warn_failed_nodes(ctx, state)  # came up, then lost a node it keeps failed: created all the same
+        return state
 
     def _send_create(
         self, ctx: Context, client: GpuCloudClient, plan: State, deadline: float
