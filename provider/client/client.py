@@ -127,6 +127,10 @@ class GpuCloudClient(HttpCore):
         path = f"/v1/clusters/{_seg(cluster_id)}/volumes/{_seg(volume_id)}"
         return self._body(self.request("DELETE", path))
 
+    def list_cluster_nodes(self, cluster_id: str) -> Body:
+        """The cluster's nodes with health, orchestrator state and GPU readings (`items`, `counts`)."""
+        return self._body(self.request("GET", f"/v1/clusters/{_seg(cluster_id)}/nodes"))
+
     def get_cluster_artifact(self, cluster_id: str, file: str) -> str:
         """A generated file of the cluster (e.g. slurm.conf, topology.conf), as text."""
         return self.request_text("GET", f"/v1/clusters/{_seg(cluster_id)}/artifacts/{_seg(file)}")

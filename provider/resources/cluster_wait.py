@@ -173,6 +173,21 @@ def failure_reason(body: dict[str, Any]) -> str | None:
     return f"{where}: {'; '.join(parts)}" if parts else where
 
 
+def came_up_then_lost_nodes(body: dict[str, Any]) -> bool:
+    """Day 2 reached during the wait: the cluster was Ready, then a node failed and is left failed
+    (node_repair = "manual", or automatic repairs used up). It is RUNNING on its other nodes, all placed
+    and running: a created cluster, not a failed create."""
+    joined = members(body)
+    return (
+        body.get("status") == "RUNNING"
+        and body.get("phase") == "Degraded"
+        and any(r.get("phase") == "Ready" for r in body.get("phase_history") or [])
+        and len(joined) == int(body.get("node_count") or 0) == len(body.get("nodes") or [])
+        and bool(failed_nodes(body))
+        and all(n.get("status") in ("RUNNING", "FAILED") for n in joined)
+    )
+
+
 def _given_up_short(body: dict[str, Any]) -> bool:
     """Settled (RUNNING, Ready, nothing in progress) with fewer member nodes than node_count."""
     joined = members(body)
@@ -218,11 +233,13 @@ class Progress:
 
 
 def wait_until_running(
-    poller: Poller, *, changed_at: str | None = None, changed: dict[str, Any] | None = None
+    poller: Poller, *, changed_at: str | None = None, changed: dict[str, Any] | None = None,
+    day_two_ok: bool = False,
 ) -> dict[str, Any]:
     """Poll until the cluster converged. After a change, pass `changed_at` (the server time of the change)
     and `changed` (the API's answer to it): a cluster that looks converged counts as done only once the
-    engine visibly acted (a phase recorded since, or the cluster seen converging since)."""
+    engine visibly acted (a phase recorded since, or the cluster seen converging since). `day_two_ok`
+    (a create): a cluster that came up and then lost a node it keeps failed is done, not failed."""
     since = _parse_time(changed_at) if changed_at else None
     acted = since is None or (changed is not None and not is_converged(changed))
     progress = Progress(poller.clock())
@@ -232,6 +249,8 @@ def wait_until_running(
         if body is None:
             raise ClusterGone("the cluster no longer exists (deleted outside Terraform?)", poller.last)
         progress.update(body, poller.clock())
+        if day_two_ok and came_up_then_lost_nodes(body):
+            return progress.converged(body, poller.clock())
         reason = failure_reason(body)
         if reason:
             raise ClusterFailed(f"the cluster failed ({reason})", body)

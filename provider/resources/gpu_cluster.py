@@ -5,7 +5,8 @@ API would reject (with the attribute to blame) and what the region has no capaci
 RUNNING within `timeouts`; a cluster that fails (a failed node, rolled back) is returned as partial state
 with an error so Terraform taints it, and a cluster found FAILED is planned for replacement. A wait that is
 interrupted or times out while the cluster is healthy saves it as it is with a warning; the next plan
-shows an in-place update (status known after apply) whose apply resumes the wait.
+shows an in-place update (status known after apply) whose apply resumes the wait. A RUNNING cluster with a
+node being repaired or left failed (day 2) plans nothing: only a FAILED cluster (every node lost) is replaced.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from provider.resources._common import (
     remember_etag,
 )
 from provider.resources.cluster_checks import known
+from provider.resources.cluster_health import with_node_health
 from provider.resources.cluster_reservation import warn_if_term_forfeited
 from provider.resources.cluster_wait import (
     ClusterStillConverging,
@@ -74,6 +76,9 @@ EMPTY_AS_NULL = ("ssh_key_ids", "shared_volume_ids", "labels")
 # wait as an in-place update, with these attributes known only after it.
 CONVERGING_STATUSES = ("PENDING", "PROVISIONING", "CONFIGURING", "CONTAINER_CREATING")
 SETTLED_PHASES = (None, "Ready")
+# Day-2 phases of a RUNNING cluster: a node repaired in place (node_repair = "auto") or left failed
+# (node_repair = "manual") while the others serve. Not a wait to resume, and no reason to replace it.
+DAY_TWO_PHASES = ("Repairing", "Degraded")
 KNOWN_AFTER_WAIT = ("status", "phase", "nodes", "login", "slurm", "kubernetes", "nccl_env", "reservation")
 
 
@@ -84,7 +89,31 @@ def _path(cluster_id: str) -> str:
 def still_converging(state: State) -> bool:
     """Saved before it converged (and healthy): a create or change the engine is still carrying out."""
     status = state.get("status")
-    return status in CONVERGING_STATUSES or (status == "RUNNING" and state.get("phase") not in SETTLED_PHASES)
+    phase = state.get("phase")
+    return status in CONVERGING_STATUSES or (
+        status == "RUNNING" and phase not in SETTLED_PHASES and phase not in DAY_TWO_PHASES
+    )
+
+
+def _warn_failed_nodes(ctx: Context, state: State) -> None:
+    """A RUNNING cluster with failed nodes keeps running: the plan says which and how they come back."""
+    failed = [n for n in state.get("nodes") or [] if isinstance(n, dict) and n.get("status") == "FAILED"]
+    if not failed or state.get("status") != "RUNNING":
+        return
+    names = ", ".join(str(n.get("name")) for n in failed)
+    how = (
+        "The engine repairs it in place (node_repair = \"auto\") unless its replacements for the day "
+        "are used up."
+        if state.get("node_repair") != "manual"
+        else "With node_repair = \"manual\" it stays failed until a node action: POST "
+        f"/v1/clusters/{state.get('id')}/nodes/<name>/actions with {{\"action\": \"replace\"}}."
+    )
+    ctx.warning(
+        "Cluster Has Failed Nodes",
+        f"Cluster {state.get('id')} is RUNNING with failed nodes ({names}); the other nodes keep serving "
+        f"and Terraform does not replace the cluster. {how}",
+        root("nodes"),
+    )
 
 
 def _differs(name: str, plan: State, state: State) -> bool:
@@ -175,6 +204,8 @@ class GpuClusterResource(Resource):
             )
         elif state is not None and plan.get("wait_for_running") is not False and still_converging(state):
             plan.update(dict.fromkeys(KNOWN_AFTER_WAIT, UNKNOWN))  # the update resumes the wait
+        if state is not None:
+            _warn_failed_nodes(ctx, state)
         if ctx.requires_replace and state is not None:
             warn_if_term_forfeited(ctx, state, "Replacing")
         if ctx.requires_replace and state is not None and state.get("deletion_protection") is True:
@@ -285,7 +316,7 @@ class GpuClusterResource(Resource):
             return state
         poller = Poller(client, body["id"], deadline, ctx.sleep)
         try:
-            body = wait_until_running(poller)
+            body = wait_until_running(poller, day_two_ok=True)
         except (ClusterStillConverging, Cancelled) as stopped:
             create_done(ctx)  # in state from now on: the next apply resumes the wait, never re-creates
             _stopped_waiting(ctx, body["id"], stopped)
@@ -299,7 +330,9 @@ class GpuClusterResource(Resource):
             return self._state(ctx, client, poller.last or body, plan)
         create_done(ctx)
         remember_etag(ctx, poller.etag)  # the first refresh then finds nothing new
-        return self._state(ctx, client, body, plan)
+        state = self._state(ctx, client, body, plan)
+        _warn_failed_nodes(ctx, state)  # came up, then lost a node it keeps failed: created all the same
+        return state
 
     def _send_create(
         self, ctx: Context, client: GpuCloudClient, plan: State, deadline: float
@@ -412,7 +445,7 @@ class GpuClusterResource(Resource):
     # -- state ----------------------------------------------------------------------------------------
 
     def _state(self, ctx: Context, client: GpuCloudClient, body: dict[str, Any], prior: State) -> State:
-        return cluster_state(body, prior, self._reservation(client, body))
+        return cluster_state(with_node_health(client, body), prior, self._reservation(client, body))
 
     @staticmethod
     def _reservation(client: GpuCloudClient, body: dict[str, Any]) -> dict[str, Any] | None:

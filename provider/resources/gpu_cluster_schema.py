@@ -46,11 +46,19 @@ def _computed_str(description: str) -> StringAttribute:
 
 NODE_ATTRIBUTES: dict[str, Attribute] = {
     "name": _computed_str("Hostname of the node, `<cluster name>-<index>`."),
-    "instance_id": _computed_str("Id of the machine backing the node (changes when a node is replaced)."),
+    "instance_id": _computed_str(
+        "Id of the machine backing the node. It changes when the node is repaired or replaced in place "
+        "(same `name`): a refresh records the new id, it is never a planned change."
+    ),
     "role": _computed_str("`worker` in multi-node clusters, `standalone` for a single-node cluster."),
     "status": _computed_str(
         "Node status: PENDING, PROVISIONING, CONFIGURING, CONTAINER_CREATING, RUNNING, PAUSED (powered off "
         "while the project is out of credits), DESTROYING, FAILED."
+    ),
+    "health": _computed_str(
+        "Node health as the API reports it: `healthy`, `degraded` (running with a recent hardware XID, "
+        "uncorrectable ECC errors or a hot GPU), `unreachable` (powered off), `failed` or `repairing` "
+        "(being restarted or replaced in place, see `node_repair`). Null when the API could not say."
     ),
     "private_ip": _computed_str("Address on the cluster's private subnet."),
     "public_ip": _computed_str("Public address, when the node has one (single-node clusters)."),
@@ -234,7 +242,13 @@ CLUSTER_SCHEMA = Schema(
     "while it is waited for (a node failed, e.g. a GPU fault: phase `Degraded`; a rolled-back create or "
     "scale-up) ends the wait at once with an error naming the failed nodes and the API's reason; a "
     "create that fails so is saved tainted and the next apply replaces it. A cluster found FAILED on "
-    "refresh is planned for replacement with a warning.\n"
+    "refresh (every node lost) is planned for replacement with a warning.\n"
+    "- **Day 2**: once RUNNING, a failed node does not fail the cluster: it stays RUNNING while the "
+    "node is repaired in place (`node_repair = \"auto\"`, phase `Repairing`) or left failed "
+    "(`\"manual\"`, phase `Degraded`, until a `replace` node action through the API). Neither plans a "
+    "change (a failed node is named in a plan warning), and a create whose cluster came up and then "
+    "lost a node it keeps failed succeeds with that warning; refresh records the nodes' `health` and a "
+    "repaired node's new `instance_id` without drift.\n"
     "- **Interrupted or timed out**: when Terraform is interrupted (Ctrl-C) or a timeout passes while "
     "the cluster is healthy and still converging, it is saved as it is with a warning, never tainted. "
     "The next plan shows an in-place update (`status` known after apply) and its apply resumes the "
@@ -437,6 +451,7 @@ def node_state(node: dict[str, Any], *, multi_node: bool) -> dict[str, Any]:
         "instance_id": node.get("instance_id") or node.get("id"),
         "role": node.get("role") or ("worker" if multi_node else "standalone"),
         "status": node.get("status"),
+        "health": node.get("health"),
         "private_ip": node.get("private_ip"),
         "public_ip": node.get("public_ip"),
         "fabric": fabric,

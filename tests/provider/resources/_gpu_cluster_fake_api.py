@@ -122,6 +122,12 @@ class FakeClusterApi:
                 cluster["volume_ids"].remove(parts[3])
             cluster["status"] = "PROVISIONING"  # the engine reconfigures the nodes
             return self._changed(cluster)
+        if len(parts) == 3 and parts[2] == "nodes" and method == "GET":
+            return httpx.Response(200, json={"items": [
+                {"name": n["name"], "instance_id": n["instance_id"], "status": n["status"],
+                 "health": {"RUNNING": "healthy", "FAILED": "failed"}.get(n["status"], "repairing")}
+                for n in cluster["nodes"]
+            ]})
         if len(parts) == 3 and parts[2] == "credentials":
             return httpx.Response(200, json={"kubeconfig": "apiVersion: v1\n", "api_endpoint": "https://k"})
         if method == "GET":

@@ -7,6 +7,7 @@ import threading
 from decimal import Decimal
 from typing import Any
 
+import httpx
 import pytest
 
 from provider.client import GpuCloudClient
@@ -328,3 +329,32 @@ def test_gpu_cluster_read_keeps_the_failure_reason_for_the_plan(api):
     fresh = RESOURCE.read(ctx, state)
     assert fresh is not None and fresh["status"] == "FAILED"
     assert ctx.private["failure_reason"] == "node boot failed 3 times"
+
+
+def test_gpu_cluster_read_records_node_health_and_a_repaired_nodes_new_instance(api):
+    state = created(api)
+    assert [n["health"] for n in state["nodes"]] == ["healthy", "healthy"]
+    # train-1 failed and is being replaced in place: same name, new machine, cluster still RUNNING.
+    cluster = api.clusters["cls_1"]
+    cluster["nodes"][1].update(instance_id="nod_9", status="PROVISIONING")
+    cluster["phase"] = "Repairing"
+    fresh = RESOURCE.read(ctx_for(api), state)
+    assert fresh is not None and fresh["status"] == "RUNNING" and fresh["phase"] == "Repairing"
+    assert [(n["name"], n["instance_id"], n["health"]) for n in fresh["nodes"]] == [
+        ("train-0", "nod_0", "healthy"), ("train-1", "nod_9", "repairing")]
+    assert ("GET", "/v1/clusters/cls_1/nodes", None) in api.requests
+
+
+def test_gpu_cluster_read_without_the_nodes_endpoint_leaves_health_null(api):
+    state = created(api)
+
+    def older_api(request: httpx.Request) -> httpx.Response:  # a backend without GET .../nodes
+        if request.url.path.endswith("/nodes"):
+            return api._problem(404, "not_found", "no such route")
+        return api.handle(request)
+
+    api.transport = lambda: httpx.MockTransport(older_api)  # type: ignore[method-assign]
+    ctx = ctx_for(api)
+    fresh = RESOURCE.read(ctx, state)
+    assert not ctx.diagnostics
+    assert fresh is not None and [n["health"] for n in fresh["nodes"]] == [None, None]

@@ -20,6 +20,7 @@ from provider.framework.validate import validate_config
 from provider.resources import cluster_checks
 from provider.resources._common import IDEMPOTENCY_KEY, GpuCloudConfig
 from provider.resources.gpu_cluster import GpuClusterResource
+from provider.resources.gpu_cluster_schema import NODE_ATTRIBUTES
 from tests.provider.resources._gpu_cluster_fake_api import FakeClusterApi
 
 RESOURCE = GpuClusterResource()
@@ -386,3 +387,21 @@ def test_gpu_cluster_plan_refuses_an_orchestrator_the_backends_driver_does_not_o
     assert "orchestrator" not in errors(ctx)
     _, ctx = plan({**BASE, "node_count": 2, "orchestrator": "none"})  # the static rule says it, once
     assert errors(ctx)["orchestrator"].count("Orchestrator") == 1
+
+
+def test_gpu_cluster_plan_running_cluster_with_a_failed_or_repairing_node_plans_nothing():
+    # Day 2: a node repaired in place (auto) or left failed (manual) neither replaces the cluster nor
+    # resumes a wait; a failed node is named in a warning with how it comes back.
+    node = {"name": "train-1", "instance_id": "nod_9", "role": "worker", "status": "PROVISIONING",
+            "health": "repairing"}
+    repairing = state_of(phase="Repairing", nodes=[dict.fromkeys(NODE_ATTRIBUTES) | node])
+    planned, ctx = plan(config_of(repairing), repairing)
+    assert not ctx.diagnostics and not ctx.requires_replace and planned == repairing
+
+    failed_node = dict.fromkeys(NODE_ATTRIBUTES) | node | {"status": "FAILED", "health": "failed"}
+    degraded = state_of(phase="Degraded", node_repair="manual", nodes=[failed_node])
+    planned, ctx = plan(config_of(degraded, node_repair="manual"), degraded)
+    assert not ctx.requires_replace and planned == degraded
+    (warning,) = ctx.diagnostics
+    assert warning.severity == "warning" and warning.summary == "Cluster Has Failed Nodes"
+    assert "train-1" in warning.detail and '"action": "replace"' in warning.detail

@@ -105,6 +105,21 @@ def test_gpu_cluster_wait_node_repaired_in_place_is_waited_for_not_failed():
     assert is_converged(body) and script.polls == 2
 
 
+def test_gpu_cluster_wait_create_that_came_up_then_lost_a_kept_failed_node_is_done():
+    # node_repair = "manual": Ready, then an XID fails c-1 and it stays failed while c-0 runs on. A create
+    # wait accepts it (the cluster exists and runs); one that never came up still fails at once.
+    ok = {"name": "c-0", "status": "RUNNING", "network": {}}
+    bad = {"name": "c-1", "status": "FAILED", "status_reason": "XID 79", "network": {}}
+    day_two = cluster(phase="Degraded", node_count=2, nodes=[ok, bad], phase_history=READY)
+    body = wait_until_running(Script(day_two).poller, day_two_ok=True)
+    assert body["phase"] == "Degraded"
+    with pytest.raises(ClusterFailed, match="node c-1: XID 79"):
+        wait_until_running(Script(day_two).poller)  # an update's wait: the change may not be carried out
+    never_ready = cluster(phase="Degraded", node_count=2, nodes=[ok, bad], phase_history=[])
+    with pytest.raises(ClusterFailed, match="node c-1: XID 79"):
+        wait_until_running(Script(never_ready).poller, day_two_ok=True)
+
+
 def test_gpu_cluster_wait_scale_down_ends_when_the_engine_settles_without_a_grace():
     # The API's answer to the PATCH already shows the node leaving; no phase is recorded for it.
     leaving = {"name": "c-1", "status": "DESTROYING", "network": None}
