@@ -101,7 +101,7 @@ def list_jobs(cluster_id: str, request: Request, principal: Reader, state: State
                                        cluster_id=cluster_id)
         source = workload_of(driver())
         runs = node_views.node_runs(session, cluster_id)
-        jobs = source.cluster_jobs(session, cluster.name, runs, now) if (
+        jobs = source.cluster_jobs(session, cluster.name, runs, now, cluster_id=cluster.id) if (
             source is not None and cluster.orchestrator == "slurm") else []
         itype = app.catalog.instance_type(cluster.instance_type)
         cards = node_views.partitions(cluster, runs, jobs, itype.gpu_model if itype else None)

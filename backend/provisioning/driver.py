@@ -16,6 +16,7 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session
 
+from backend.node_agent.host import HostReading
 from backend.node_agent.nvidia import GpuReading
 from backend.node_agent.xid import XidEvent
 
@@ -114,6 +115,7 @@ class NodeTelemetry:
     gpus: list[GpuReading] | None  # None: no GPU readings (`gpus_unavailable_reason` says why)
     gpus_unavailable_reason: str | None
     xid_events: list[XidEvent]  # oldest first
+    host: HostReading | None = None  # the machine's CPU and memory, where a real agent read them
 
 
 class TelemetrySource(Protocol):
@@ -167,8 +169,8 @@ class Job:
 
 
 class WorkloadSource(Protocol):
-    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime
-                     ) -> list[Job]:
+    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime,
+                     *, cluster_id: str) -> list[Job]:
         """The cluster's jobs (the last day and the queue), newest first."""
         ...
 

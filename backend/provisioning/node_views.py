@@ -139,6 +139,7 @@ def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datet
             "gpus": None if gpus is None else [dict(vars(g)) for g in gpus],  # flat: no deep copy
             "gpus_unavailable_reason": _why_no_gpus(source, telemetry, node),
             "xid_events": [dict(vars(e)) for e in xids],
+            "host": None if telemetry is None or telemetry.host is None else dict(vars(telemetry.host)),
             "read_at": None if telemetry is None else telemetry.read_at,
         })
     return views
