@@ -157,7 +157,8 @@ def node_log(node: LocalNode, count: int) -> list[str]:
         stamp, _, message = line.partition(" ")
         at = _slurm_time(stamp)
         if at is not None:
-            lines.append(f"[{at.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}] kernel: {message}")
+            local = at.astimezone().strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]  # slurm logs local time
+            lines.append(f"[{local}] kernel: {message}")
     return sorted(lines, key=lambda line: line[:25])[-count:]  # `[ISO time]` sorts in time order; stable
 
 
