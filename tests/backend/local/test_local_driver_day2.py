@@ -109,8 +109,8 @@ def test_local_driver_crashed_node_is_replaced_in_place_and_srun_runs_again(
 
     def repaired(body: dict[str, Any]) -> bool:
         assert body["status"] == "RUNNING", body["status_reason"]  # the cluster never leaves RUNNING
-        return _converged(2)(body) and admin.get(f"{url}/nodes").json()["items"][1]["instance_id"] != before[
-            "rep-1"]
+        replaced = admin.get(f"{url}/nodes").json()["items"][1]["instance_id"] != before["rep-1"]
+        return bool(_converged(2)(body)) and replaced
 
     _until(worker, admin, cluster["id"], repaired)
     with sessions() as session:
