@@ -201,3 +201,28 @@ class LogSource(Protocol):
 def logs_of(driver: object) -> LogSource | None:
     """The driver as a log source, or None when it has none."""
     return driver if callable(getattr(driver, "cluster_logs", None)) else None  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One scheduler partition as the product's partition card shows it."""
+
+    name: str
+    nodes: int
+    gpus_available: int
+    gpus_total: int
+    default_time: str
+    max_time: str
+    state: str
+
+
+class PartitionSource(Protocol):
+    def cluster_partitions(self, session: Session, cluster_id: str, now: dt.datetime
+                           ) -> list[Partition] | None:
+        """The scheduler's partitions as it reports them (None: it cannot be asked now)."""
+        ...
+
+
+def partitions_of(driver: object) -> PartitionSource | None:
+    """The driver as a partition source (a real scheduler to ask), or None when it has none."""
+    return driver if callable(getattr(driver, "cluster_partitions", None)) else None  # type: ignore[return-value]

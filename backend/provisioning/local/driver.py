@@ -42,6 +42,7 @@ from backend.provisioning.driver import (
     Operation,
     OperationRequest,
     OpKind,
+    Partition,
     TelemetryTarget,
 )
 from backend.provisioning.local import observe, preflight
@@ -166,6 +167,12 @@ class LocalDriver:
         """Slurm's own job table: `squeue --json` on the controller plus its jobcomp file."""
         controller = self._controller(session, cluster_id)
         return [] if controller is None or not controller.exists() else observe.read_jobs(controller)
+
+    def cluster_partitions(self, session: Session, cluster_id: str, now: dt.datetime
+                           ) -> list[Partition] | None:
+        """Slurm's partitions (`scontrol show partition`), GPUs counted from its nodes' Gres and AllocTRES."""
+        controller = self._controller(session, cluster_id)
+        return None if controller is None or not controller.exists() else observe.read_partitions(controller)
 
     def cluster_logs(self, session: Session, request: LogRequest, now: dt.datetime) -> list[str]:
         """slurmctld's log file (controller), or the node's slurmd log with its kernel log's XID lines."""

@@ -22,14 +22,20 @@ from typing import Any
 from backend.node_agent.host import HostReading
 from backend.node_agent.nvidia import GpuReading
 from backend.node_agent.xid import parse_xid_lines
-from backend.provisioning.driver import Job, NodeTelemetry
+from backend.provisioning.driver import Job, NodeTelemetry, Partition
 from backend.provisioning.local.namespaces import LocalNode
 
 AGENT_TIMEOUT_SECONDS = 20.0
 JOBCOMP_LINES = 5000  # finished jobs read back from the jobcomp file (it grows forever)
 _REPO_ROOT = str(Path(__file__).resolve().parents[3])  # what the node's python3 imports the agent from
 _KEY_VALUE = re.compile(r"(\w+)=(.*?)(?= \w+=|\s*$)")
+_NOT_USABLE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING")  # node state flags: no GPU of it is offered
 _GPUS = re.compile(r"gpu(?::[\w.-]+)?[:=](\d+)")
+
+
+def _fields(line: str) -> dict[str, str]:
+    """Slurm's `Key=value Key=value` line (values may hold spaces; scontrol pads some with two)."""
+    return {key: value.strip() for key, value in _KEY_VALUE.findall(line)}
 
 
 def _epoch(value: Any) -> dt.datetime | None:
@@ -95,7 +101,7 @@ def parse_jobcomp_lines(lines: Iterable[str]) -> list[Job]:
     """Finished jobs in the lines `jobcomp/filetxt` writes (`JobId=1 UserId=ubuntu(1001) ... Name=x ...`)."""
     jobs = []
     for line in lines:
-        fields = dict(_KEY_VALUE.findall(line))
+        fields = _fields(line)
         if not fields.get("JobId", "").isdigit():
             continue
         state = _state(fields.get("JobState", "UNKNOWN"))
@@ -132,6 +138,44 @@ def read_jobs(controller: LocalNode) -> list[Job]:
     jobcomp = controller.dir / "log" / "jobcomp.log"
     finished = parse_jobcomp_lines(tail_lines(jobcomp, JOBCOMP_LINES))
     return merge_jobs(queue, finished)
+
+
+def parse_partitions(partition_lines: Iterable[str], node_lines: Iterable[str]) -> list[Partition]:
+    """Partitions from `scontrol show partition -o` and GPUs per partition from `scontrol -d show node -o`
+    (`Gres=gpu:h100:8`, allocated `GresUsed=gpu:h100:1(IDX:0)`; a DOWN or DRAINED node offers none)."""
+    total: dict[str, int] = {}
+    free: dict[str, int] = {}
+    for line in node_lines:
+        node = _fields(line)
+        if "NodeName" not in node:
+            continue
+        gpus = _gpus(node.get("Gres", ""))
+        allocated = _gpus(node.get("GresUsed", ""), node.get("AllocTRES", ""))
+        usable = not any(flag in node.get("State", "") for flag in _NOT_USABLE)
+        for partition in node.get("Partitions", "").split(","):
+            total[partition] = total.get(partition, 0) + gpus
+            free[partition] = free.get(partition, 0) + (max(0, gpus - allocated) if usable else 0)
+    found = []
+    for line in partition_lines:
+        fields = _fields(line)
+        name = fields.get("PartitionName")
+        if name is None:
+            continue
+        found.append(Partition(name=name, nodes=int(fields.get("TotalNodes", "0") or 0),
+                               gpus_available=free.get(name, 0), gpus_total=total.get(name, 0),
+                               default_time=fields.get("DefaultTime", "NONE"),
+                               max_time=fields.get("MaxTime", "UNLIMITED"),
+                               state=fields.get("State", "UNKNOWN")))
+    return found
+
+
+def read_partitions(controller: LocalNode) -> list[Partition] | None:
+    """The cluster's partitions from its controller (None: slurmctld does not answer)."""
+    partitions = controller.exec(["scontrol", "show", "partition", "-o"], check=False)
+    nodes = controller.exec(["scontrol", "-d", "show", "node", "-o"], check=False)
+    if partitions.returncode != 0 or nodes.returncode != 0:
+        return None
+    return parse_partitions(partitions.stdout.splitlines(), nodes.stdout.splitlines())
 
 
 def tail_lines(path: Path, count: int, chunk: int = 64 * 1024) -> list[str]:

@@ -74,7 +74,13 @@ def test_local_driver_jobs_logs_and_readings_come_from_the_real_nodes(
     assert running["name"] == "day2-probe" and running["user"] == "ubuntu" and running["partition"] == "gpu"
     assert running["gpus"] == 1 and running["nodes"] in ("obs-0", "obs-1") and running["started_at"]
     assert running["time_limit_seconds"] == 3600  # the partition's DefaultTime
-    assert admin.get(f"{url}/jobs", params={"state": "running"}).json()["counts"]["running"] == 1
+    body = admin.get(f"{url}/jobs", params={"state": "running"}).json()
+    assert body["counts"]["running"] == 1
+    [partition] = body["partitions"]  # slurmctld's own view: one of the 16 GPUs is allocated
+    assert {k: partition[k] for k in ("name", "nodes", "gpus_total", "gpus_available", "default_time",
+                                      "max_time", "state")} == {
+        "name": "gpu", "nodes": 2, "gpus_total": 16, "gpus_available": 15, "default_time": "01:00:00",
+        "max_time": "7-00:00:00", "state": "UP"}
     completed = _poll(job, lambda j: j["state"] == "completed")
     assert completed["ended_at"] and completed["run_time_seconds"] >= 3, completed
     body = admin.get(f"{url}/jobs", params={"state": "completed"}).json()

@@ -15,6 +15,7 @@ from backend.provisioning.local.observe import (
     merge_jobs,
     node_log,
     parse_jobcomp_lines,
+    parse_partitions,
     parse_squeue_json,
     tail_lines,
 )
@@ -90,3 +91,15 @@ def test_node_log_merges_the_kernels_xid_lines_into_slurmds_in_time_order(
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_partitions_from_scontrol_count_gpus_from_the_nodes_gres() -> None:
+    # Captured from Slurm 22.05.8 on the local driver's nodes, one 1-GPU job running on obs-0.
+    data = Path(__file__).parent / "data"
+    partitions = (data / "scontrol-show-partition.txt").read_text().splitlines()
+    nodes = (data / "scontrol-d-show-node.txt").read_text().splitlines()
+    [gpu] = parse_partitions(partitions, nodes)
+    assert (gpu.name, gpu.nodes, gpu.gpus_total, gpu.gpus_available) == ("gpu", 2, 16, 15)
+    assert (gpu.default_time, gpu.max_time, gpu.state) == ("01:00:00", "7-00:00:00", "UP")
+    drained = [nodes[0], nodes[1].replace("State=IDLE", "State=IDLE+DRAIN")]
+    assert parse_partitions(partitions, drained)[0].gpus_available == 7
