@@ -15,9 +15,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend import cli
 from backend.api import cluster_nodes, cluster_workload
 from backend.provisioning.local.driver import LocalDriver
-from backend.provisioning.local.faults import inject_fault
 from backend.provisioning.local.namespaces import run
 from backend.provisioning.settings import EngineSettings, configured
 from backend.provisioning.worker import EngineWorker
@@ -105,13 +105,18 @@ def test_local_driver_jobs_logs_and_readings_come_from_the_real_nodes(
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_local_driver_crashed_node_is_replaced_in_place_and_srun_runs_again(
     admin: TestClient, sessions: sessionmaker[Session], driver: LocalDriver, tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, database_url: str, capsys: pytest.CaptureFixture[str],
 ) -> None:
     worker, cluster, login = _cluster(admin, sessions, driver, tmp_path, monkeypatch, "rep")
     url = f"/v1/clusters/{cluster['id']}"
     before = {n["name"]: n["instance_id"] for n in admin.get(f"{url}/nodes").json()["items"]}
-    with sessions.begin() as session:
-        inject_fault(session, driver, cluster["id"], "rep-1", "crash")
+    # What an operator types: `gpucloud-backend fault` on this machine's data directory and database.
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "local").symlink_to(driver.root)
+    monkeypatch.setenv("GPUCLOUD_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("GPUCLOUD_DATABASE_URL", database_url)
+    assert cli.main(["fault", "--cluster", cluster["id"], "--node", "rep-1", "crash"]) == 0
+    assert "crash on rep-1: slurmd killed (1 process(es))" in capsys.readouterr().out
 
     def repaired(body: dict[str, Any]) -> bool:
         assert body["status"] == "RUNNING", body["status_reason"]  # the cluster never leaves RUNNING
