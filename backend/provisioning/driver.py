@@ -116,6 +116,9 @@ class NodeTelemetry:
     gpus_unavailable_reason: str | None
     xid_events: list[XidEvent]  # oldest first
     host: HostReading | None = None  # the machine's CPU and memory, where a real agent read them
+    # The scheduler's own view of the node (Slurm: IDLE, MIXED, ALLOCATED, DRAIN, DOWN, UNKNOWN), where the
+    # driver can ask it; None: derived from the engine's state and the GPU readings instead.
+    orchestrator_state: str | None = None
 
 
 class TelemetrySource(Protocol):

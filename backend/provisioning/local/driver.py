@@ -18,6 +18,7 @@ parallel. One engine worker process drives the local driver (the one `serve` emb
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import os
@@ -159,8 +160,24 @@ class LocalDriver:
 
     def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
                         ) -> list[NodeTelemetry]:
-        """The node agent's reading of each node, run inside it (no GPU here: none reported, and why)."""
-        return observe.read_telemetry([self._machine(session, target.instance_id) for target in targets], now)
+        """The node agent's reading of each node, run inside it (no GPU here: none reported, and why), with
+        Slurm's state of the node (one `scontrol show node` per cluster)."""
+        readings = observe.read_telemetry([self._machine(session, t.instance_id) for t in targets], now)
+        states: dict[str, dict[str, str]] = {}
+        answered = []
+        for target, reading in zip(targets, readings, strict=True):
+            row = session.get(EngineNode, target.instance_id)
+            cluster = None if row is None else session.get(Cluster, row.cluster_id)
+            if row is None or cluster is None or cluster.orchestrator != "slurm":
+                answered.append(reading)
+                continue
+            if row.cluster_id not in states:
+                controller = self._controller(session, row.cluster_id)
+                states[row.cluster_id] = observe.read_node_states(controller) if (
+                    controller is not None and controller.exists()) else {}
+            state = states[row.cluster_id].get(row.name)
+            answered.append(dataclasses.replace(reading, orchestrator_state=state))
+        return answered
 
     def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime,
                      *, cluster_id: str) -> list[Job]:

@@ -169,6 +169,35 @@ def parse_partitions(partition_lines: Iterable[str], node_lines: Iterable[str]) 
     return found
 
 
+def slurm_node_states(node_lines: Iterable[str]) -> dict[str, str]:
+    """Each node's Slurm state from `scontrol show node -o`, in the API's words: IDLE, MIXED, ALLOCATED
+    (`COMPLETING` too), DRAIN (any drain flag), DOWN (down, failing or not responding), else UNKNOWN."""
+    states = {}
+    for line in node_lines:
+        node = _fields(line)
+        if "NodeName" not in node:
+            continue
+        raw = node.get("State", "")
+        base = raw.split("+", 1)[0].rstrip("*~#!%$@^-")
+        if "DOWN" in raw or "FAIL" in raw or raw.endswith("*") or "NOT_RESPONDING" in raw:
+            states[node["NodeName"]] = "DOWN"
+        elif "DRAIN" in raw:
+            states[node["NodeName"]] = "DRAIN"
+        elif base in ("IDLE", "MIXED", "ALLOCATED"):
+            states[node["NodeName"]] = base
+        elif base == "COMPLETING":
+            states[node["NodeName"]] = "ALLOCATED"
+        else:
+            states[node["NodeName"]] = "UNKNOWN"
+    return states
+
+
+def read_node_states(controller: LocalNode) -> dict[str, str]:
+    """Slurm's view of every node of the cluster (empty: slurmctld does not answer)."""
+    done = controller.exec(["scontrol", "show", "node", "-o"], check=False)
+    return slurm_node_states(done.stdout.splitlines()) if done.returncode == 0 else {}
+
+
 def read_partitions(controller: LocalNode) -> list[Partition] | None:
     """The cluster's partitions from its controller (None: slurmctld does not answer)."""
     partitions = controller.exec(["scontrol", "show", "partition", "-o"], check=False)

@@ -62,7 +62,7 @@ def test_local_driver_jobs_logs_and_readings_come_from_the_real_nodes(
 ) -> None:
     _, cluster, login = _cluster(admin, sessions, driver, tmp_path, monkeypatch, "obs")
     url = f"/v1/clusters/{cluster['id']}"
-    submitted = _ssh(tmp_path / "key", login, "sbatch --gpus=1 -J day2-probe --wrap 'sleep 4'")
+    submitted = _ssh(tmp_path / "key", login, "sbatch --gpus=1 -J day2-probe --wrap 'sleep 6'")
     assert submitted[:3] == ["Submitted", "batch", "job"], submitted
     job_id = int(submitted[3])
 
@@ -81,8 +81,10 @@ def test_local_driver_jobs_logs_and_readings_come_from_the_real_nodes(
                                       "max_time", "state")} == {
         "name": "gpu", "nodes": 2, "gpus_total": 16, "gpus_available": 15, "default_time": "01:00:00",
         "max_time": "7-00:00:00", "state": "UP"}
+    states = {n["name"]: n["orchestrator_state"] for n in admin.get(f"{url}/nodes").json()["items"]}
+    assert states[running["nodes"]] == "MIXED" and list(states.values()).count("IDLE") == 1, states  # Slurm's
     completed = _poll(job, lambda j: j["state"] == "completed")
-    assert completed["ended_at"] and completed["run_time_seconds"] >= 3, completed
+    assert completed["ended_at"] and completed["run_time_seconds"] >= 5, completed
     body = admin.get(f"{url}/jobs", params={"state": "completed"}).json()
     assert [j["job_id"] for j in body["items"]] == [job_id] and body["counts"]["running"] == 0
 

@@ -17,6 +17,7 @@ from backend.provisioning.local.observe import (
     parse_jobcomp_lines,
     parse_partitions,
     parse_squeue_json,
+    slurm_node_states,
     tail_lines,
 )
 
@@ -103,3 +104,12 @@ def test_partitions_from_scontrol_count_gpus_from_the_nodes_gres() -> None:
     assert (gpu.default_time, gpu.max_time, gpu.state) == ("01:00:00", "7-00:00:00", "UP")
     drained = [nodes[0], nodes[1].replace("State=IDLE", "State=IDLE+DRAIN")]
     assert parse_partitions(partitions, drained)[0].gpus_available == 7
+
+
+def test_slurm_node_states_are_slurms_own_in_the_apis_words() -> None:
+    nodes = (Path(__file__).parent / "data" / "scontrol-d-show-node.txt").read_text().splitlines()
+    assert slurm_node_states(nodes) == {"obs-0": "MIXED", "obs-1": "IDLE"}
+    for raw, state in (("IDLE+DRAIN", "DRAIN"), ("MIXED+DRAIN", "DRAIN"), ("DOWN+NOT_RESPONDING", "DOWN"),
+                       ("IDLE*", "DOWN"), ("ALLOCATED", "ALLOCATED"), ("COMPLETING", "ALLOCATED"),
+                       ("FUTURE", "UNKNOWN")):
+        assert slurm_node_states([nodes[1].replace("State=IDLE", f"State={raw}")]) == {"obs-1": state}
