@@ -60,7 +60,7 @@ def test_local_driver_jobs_logs_and_readings_come_from_the_real_nodes(
     admin: TestClient, sessions: sessionmaker[Session], driver: LocalDriver, tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    _, cluster, login = _cluster(admin, sessions, driver, tmp_path, monkeypatch, "obs")
+    worker, cluster, login = _cluster(admin, sessions, driver, tmp_path, monkeypatch, "obs")
     url = f"/v1/clusters/{cluster['id']}"
     submitted = _ssh(tmp_path / "key", login, "sbatch --gpus=1 -J day2-probe --wrap 'sleep 6'")
     assert submitted[:3] == ["Submitted", "batch", "job"], submitted
@@ -102,6 +102,12 @@ def test_local_driver_jobs_logs_and_readings_come_from_the_real_nodes(
         assert reading["gpus"] is None and "nvidia-smi not found" in reading["gpus_unavailable_reason"]
         assert reading["host"]["memory_total_mib"] > 0 and reading["host"]["cpu_count"] >= 1
         assert reading["health"] == "healthy" and reading["xid_events"] == []
+
+    # The metrics sampler asks the same agents: no GPU, so no sample is made up (null, not 0).
+    assert worker.collect_metrics() == 2
+    metrics = admin.get(f"{url}/metrics", params={"window": "5m"}).json()
+    assert {series["node"] for series in metrics["series"]} == {"obs-0", "obs-1"}
+    assert all(value is None for series in metrics["series"] for value in series["gpu_utilization_pct"])
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
