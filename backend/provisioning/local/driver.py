@@ -11,6 +11,8 @@ step is idempotent against the system (a namespace that exists is not made again
 not started again, a node that is gone is not removed again). A backend killed at any point is asked
 for the same tokens after its restart and repeats the steps, which converge on what the database says.
 The health watch is derived from the system too: a RUNNING node whose slurmd no longer runs has failed.
+Day-2 reads (jobs, partitions, logs, node agent readings; `observe.py`) are taken from the nodes at each
+request, never cached.
 
 Operations of one cluster run one at a time (they share its files and controller); clusters run in
 parallel. One engine worker process drives the local driver (the one `serve` embeds).
@@ -187,7 +189,7 @@ class LocalDriver:
 
     def cluster_partitions(self, session: Session, cluster_id: str, now: dt.datetime
                            ) -> list[Partition] | None:
-        """Slurm's partitions (`scontrol show partition`), GPUs counted from its nodes' Gres and AllocTRES."""
+        """Slurm's partitions (`scontrol show partition`), GPUs counted from its nodes' Gres and GresUsed."""
         controller = self._controller(session, cluster_id)
         return None if controller is None or not controller.exists() else observe.read_partitions(controller)
 
