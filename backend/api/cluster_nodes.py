@@ -75,6 +75,15 @@ class XidEventOut(BaseModel):
     logged_at: str | None
 
 
+class HostOut(BaseModel):
+    """The machine's CPU and memory as the node agent reads them from /proc (null: not reported)."""
+
+    cpu_count: int
+    load_1m: float | None
+    memory_total_mib: int | None
+    memory_available_mib: int | None
+
+
 class NodeOut(BaseModel):
     name: str
     role: str
@@ -93,6 +102,8 @@ class NodeOut(BaseModel):
     gpus: list[GpuOut] | None
     gpus_unavailable_reason: str | None
     xid_events: list[XidEventOut]
+    host: HostOut | None = Field(default=None, description="CPU and memory where the node's agent reports "
+                                 "them (the local driver's nodes); null otherwise")
     read_at: str | None
 
 

@@ -22,7 +22,7 @@ from backend.api.schemas import READ_ERRORS
 from backend.api.state import app_state
 from backend.domain.errors import NotFound
 from backend.provisioning import node_views
-from backend.provisioning.driver import Job, LogRequest, logs_of, workload_of
+from backend.provisioning.driver import Job, LogRequest, logs_of, partitions_of, workload_of
 from backend.provisioning.state import utcnow
 from backend.services import clusters
 
@@ -101,10 +101,15 @@ def list_jobs(cluster_id: str, request: Request, principal: Reader, state: State
                                        cluster_id=cluster_id)
         source = workload_of(driver())
         runs = node_views.node_runs(session, cluster_id)
-        jobs = source.cluster_jobs(session, cluster.name, runs, now) if (
+        jobs = source.cluster_jobs(session, cluster.name, runs, now, cluster_id=cluster.id) if (
             source is not None and cluster.orchestrator == "slurm") else []
         itype = app.catalog.instance_type(cluster.instance_type)
-        cards = node_views.partitions(cluster, runs, jobs, itype.gpu_model if itype else None)
+        gpu_type = itype.gpu_model if itype else None
+        asked = partitions_of(driver())
+        real = asked.cluster_partitions(session, cluster_id, now) if (
+            asked is not None and cluster.orchestrator == "slurm") else None
+        cards = node_views.partitions(cluster, runs, jobs, gpu_type) if real is None else [
+            {**vars(p), "gpu_type": gpu_type} for p in real]
     items = [_job_out(job, now) for job in jobs]
     counts = Counter(item.state for item in items)
     chosen = [item for item in items if state is None or item.state == state][:limit]

@@ -16,6 +16,7 @@ from typing import Protocol
 
 from sqlalchemy.orm import Session
 
+from backend.node_agent.host import HostReading
 from backend.node_agent.nvidia import GpuReading
 from backend.node_agent.xid import XidEvent
 
@@ -114,6 +115,10 @@ class NodeTelemetry:
     gpus: list[GpuReading] | None  # None: no GPU readings (`gpus_unavailable_reason` says why)
     gpus_unavailable_reason: str | None
     xid_events: list[XidEvent]  # oldest first
+    host: HostReading | None = None  # the machine's CPU and memory, where a real agent read them
+    # The scheduler's own view of the node (Slurm: IDLE, MIXED, ALLOCATED, DRAIN, DOWN, UNKNOWN), where the
+    # driver can ask it; None: derived from the engine's state and the GPU readings instead.
+    orchestrator_state: str | None = None
 
 
 class TelemetrySource(Protocol):
@@ -167,8 +172,8 @@ class Job:
 
 
 class WorkloadSource(Protocol):
-    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime
-                     ) -> list[Job]:
+    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime,
+                     *, cluster_id: str) -> list[Job]:
         """The cluster's jobs (the last day and the queue), newest first."""
         ...
 
@@ -199,3 +204,28 @@ class LogSource(Protocol):
 def logs_of(driver: object) -> LogSource | None:
     """The driver as a log source, or None when it has none."""
     return driver if callable(getattr(driver, "cluster_logs", None)) else None  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One scheduler partition as the product's partition card shows it."""
+
+    name: str
+    nodes: int
+    gpus_available: int
+    gpus_total: int
+    default_time: str
+    max_time: str
+    state: str
+
+
+class PartitionSource(Protocol):
+    def cluster_partitions(self, session: Session, cluster_id: str, now: dt.datetime
+                           ) -> list[Partition] | None:
+        """The scheduler's partitions as it reports them (None: it cannot be asked now)."""
+        ...
+
+
+def partitions_of(driver: object) -> PartitionSource | None:
+    """The driver as a partition source (a real scheduler to ask), or None when it has none."""
+    return driver if callable(getattr(driver, "cluster_partitions", None)) else None  # type: ignore[return-value]

@@ -134,11 +134,14 @@ def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datet
             "name": node.name, "role": role, "index": node.index, "instance_id": node.id,
             "status": node.status, "status_reason": node.status_reason,
             "health": health(node, telemetry, now), "health_reason": health_reason(node, telemetry, now),
-            "orchestrator_state": orchestrator_state(cluster.orchestrator, node, busy),
+            "orchestrator_state": telemetry.orchestrator_state if (
+                telemetry is not None and telemetry.orchestrator_state is not None
+                and node.stage == NodeStage.READY) else orchestrator_state(cluster.orchestrator, node, busy),
             "drained": node.drained, "pending_action": node.pending_action,
             "gpus": None if gpus is None else [dict(vars(g)) for g in gpus],  # flat: no deep copy
             "gpus_unavailable_reason": _why_no_gpus(source, telemetry, node),
             "xid_events": [dict(vars(e)) for e in xids],
+            "host": None if telemetry is None or telemetry.host is None else dict(vars(telemetry.host)),
             "read_at": None if telemetry is None else telemetry.read_at,
         })
     return views

@@ -124,10 +124,10 @@ class SimulatedDatacenter:
         """What the nodes' agents report now (modelled workload, XID events of their health watches)."""
         return sim_telemetry.nodes_telemetry(self.settings.simulation_seed, session, targets, now)
 
-    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime
-                     ) -> list[Job]:
+    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime,
+                     *, cluster_id: str) -> list[Job]:
         """The modelled workload's jobs (those behind the modelled GPU utilisation)."""
-        del session
+        del session, cluster_id
         return sim_workload.jobs(self.settings.simulation_seed, cluster_name, nodes, now)
 
     def cluster_logs(self, session: Session, request: LogRequest, now: dt.datetime) -> list[str]:

@@ -11,6 +11,8 @@ step is idempotent against the system (a namespace that exists is not made again
 not started again, a node that is gone is not removed again). A backend killed at any point is asked
 for the same tokens after its restart and repeats the steps, which converge on what the database says.
 The health watch is derived from the system too: a RUNNING node whose slurmd no longer runs has failed.
+Day-2 reads (jobs, partitions, logs, node agent readings; `observe.py`) are taken from the nodes at each
+request, never cached.
 
 Operations of one cluster run one at a time (they share its files and controller); clusters run in
 parallel. One engine worker process drives the local driver (the one `serve` embeds).
@@ -18,6 +20,7 @@ parallel. One engine worker process drives the local driver (the one `serve` emb
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import os
@@ -25,7 +28,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,8 +37,18 @@ from sqlalchemy.orm import Session
 from backend.domain.lifecycle import NodeStage
 from backend.fabric import slurm
 from backend.node_agent.xid import parse_xid_lines
-from backend.provisioning.driver import Operation, OperationRequest, OpKind
-from backend.provisioning.local import preflight
+from backend.provisioning.driver import (
+    Job,
+    LogRequest,
+    NodeRun,
+    NodeTelemetry,
+    Operation,
+    OperationRequest,
+    OpKind,
+    Partition,
+    TelemetryTarget,
+)
+from backend.provisioning.local import observe, preflight
 from backend.provisioning.local.namespaces import Bind, LocalCluster, LocalHostError, LocalNode
 from backend.provisioning.local.node_setup import (
     LOCAL_SLURM_HOST,
@@ -145,6 +158,69 @@ class LocalDriver:
             return self._health(session, client_token, now)
         return None
 
+    # Day 2: what the nodes report (the optional telemetry, workload and log capabilities) -----------
+
+    def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
+                        ) -> list[NodeTelemetry]:
+        """The node agent's reading of each node, run inside it (no GPU here: none reported, and why), with
+        Slurm's state of the node (one `scontrol show node` per cluster)."""
+        readings = observe.read_telemetry([self._machine(session, t.instance_id) for t in targets], now)
+        states: dict[str, dict[str, str]] = {}
+        answered = []
+        for target, reading in zip(targets, readings, strict=True):
+            row = session.get(EngineNode, target.instance_id)
+            cluster = None if row is None else session.get(Cluster, row.cluster_id)
+            if row is None or cluster is None or cluster.orchestrator != "slurm":
+                answered.append(reading)
+                continue
+            if row.cluster_id not in states:
+                controller = self._controller(session, row.cluster_id)
+                states[row.cluster_id] = observe.read_node_states(controller) if (
+                    controller is not None and controller.exists()) else {}
+            state = states[row.cluster_id].get(row.name)
+            answered.append(dataclasses.replace(reading, orchestrator_state=state))
+        return answered
+
+    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime,
+                     *, cluster_id: str) -> list[Job]:
+        """Slurm's own job table: `squeue --json` on the controller plus its jobcomp file."""
+        controller = self._controller(session, cluster_id)
+        return [] if controller is None or not controller.exists() else observe.read_jobs(controller)
+
+    def cluster_partitions(self, session: Session, cluster_id: str, now: dt.datetime
+                           ) -> list[Partition] | None:
+        """Slurm's partitions (`scontrol show partition`), GPUs counted from its nodes' Gres and GresUsed."""
+        controller = self._controller(session, cluster_id)
+        return None if controller is None or not controller.exists() else observe.read_partitions(controller)
+
+    def cluster_logs(self, session: Session, request: LogRequest, now: dt.datetime) -> list[str]:
+        """slurmctld's log file (controller), or the node's slurmd log with its kernel log's XID lines."""
+        if request.node is None:
+            controller = self._controller(session, request.cluster_id)
+            return [] if controller is None else observe.tail_lines(
+                controller.dir / "log" / "slurmctld.log", request.tail)
+        node = self._machine(session, request.node.instance_id)
+        return [] if node is None else observe.node_log(node, request.tail)
+
+    def _machine(self, session: Session, node_id: str) -> LocalNode | None:
+        """The namespace node behind an engine node (its current instance)."""
+        row = session.get(EngineNode, node_id)
+        state = None if row is None else session.get(EngineCluster, row.cluster_id)
+        if row is None or state is None:
+            return None
+        return self.cluster(row.cluster_id, state.subnet).node(row.name, row.private_ip, instance_name(row))
+
+    def _controller(self, session: Session, cluster_id: str) -> LocalNode | None:
+        state = session.get(EngineCluster, cluster_id)
+        if state is None:
+            return None
+        controller = controller_plan(state, [n for n in live_nodes(session, cluster_id)
+                                             if n.active_name is not None])
+        if controller is None:
+            return None
+        return self.cluster(cluster_id, state.subnet).node(controller.name, controller.address,
+                                                           controller.instance)
+
     # Reading the database -----------------------------------------------------------------------
 
     def cluster(self, cluster_id: str, subnet: str) -> LocalCluster:
@@ -160,13 +236,7 @@ class LocalDriver:
             raise LookupError(f"cluster {cluster_id} has no engine state")
         layout = cluster_layout(session, cluster_id)
         members = [n for n in live_nodes(session, cluster_id) if n.active_name is not None]
-        controller = None
-        if state.jumphost_ip is not None:
-            controller = NodePlan(f"{state.hostname_prefix}-jumphost", f"{state.hostname_prefix}-jumphost",
-                                  state.jumphost_ip)
-        elif members:
-            first = min(members, key=lambda n: n.index)
-            controller = NodePlan(first.name, instance_name(first), first.private_ip)
+        controller = controller_plan(state, members)
         files: dict[str, str] = {}
         hosts = ""
         if layout is not None:
@@ -390,6 +460,17 @@ class LocalDriver:
 def local_root(data_dir: Path) -> Path:
     """Where the local driver keeps its derived state: namespace files, cluster files, volumes."""
     return data_dir.expanduser() / "local"
+
+
+def controller_plan(state: EngineCluster, members: Sequence[EngineNode]) -> NodePlan | None:
+    """slurmctld's node: the jumphost of a multi-node cluster, else the first member node."""
+    if state.jumphost_ip is not None:
+        return NodePlan(f"{state.hostname_prefix}-jumphost", f"{state.hostname_prefix}-jumphost",
+                        state.jumphost_ip)
+    if members:
+        first = min(members, key=lambda n: n.index)
+        return NodePlan(first.name, instance_name(first), first.private_ip)
+    return None
 
 
 def instance_name(node: EngineNode) -> str:

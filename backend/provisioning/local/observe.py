@@ -1,0 +1,277 @@
+"""Day-2 reads of local nodes: the Slurm job table, the daemons' logs and the node agent's readings.
+
+Jobs: the queue and the jobs slurmctld still holds come from `squeue --json` (Slurm 22.05's openapi
+v0.0.38 shape) run on the controller; finished jobs from the `jobcomp/filetxt` file slurmctld appends
+to (`JobCompLoc`, the controller's log directory): there is no slurmdbd. Logs: the files the daemons
+write in each node's log directory. Readings: `python3 -m backend.node_agent` run inside the node,
+which reports what is there (no NVIDIA driver: no GPU numbers, and says so; host CPU and memory).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from backend.node_agent.host import HostReading
+from backend.node_agent.nvidia import GpuReading
+from backend.node_agent.xid import parse_xid_lines
+from backend.provisioning.driver import Job, NodeTelemetry, Partition
+from backend.provisioning.local.namespaces import LocalNode
+
+AGENT_TIMEOUT_SECONDS = 20.0
+JOBCOMP_LINES = 5000  # finished jobs read back from the jobcomp file (it grows forever)
+_REPO_ROOT = str(Path(__file__).resolve().parents[3])  # what the node's python3 imports the agent from
+_KEY_VALUE = re.compile(r"(\w+)=(.*?)(?= \w+=|\s*$)")
+_NOT_USABLE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING")  # node state flags: no GPU of it is offered
+_GPUS = re.compile(r"gpu(?::[\w.-]+)?[:=](\d+)")
+
+
+def _fields(line: str) -> dict[str, str]:
+    """Slurm's `Key=value Key=value` line (values may hold spaces; scontrol pads some with two)."""
+    return {key: value.strip() for key, value in _KEY_VALUE.findall(line)}
+
+
+def _epoch(value: Any) -> dt.datetime | None:
+    return dt.datetime.fromtimestamp(value, dt.UTC) if isinstance(value, int) and value > 0 else None
+
+
+def _slurm_time(value: str) -> dt.datetime | None:
+    """Slurm writes local wall time without a zone (`2026-11-26T07:08:13`); read it as this host's."""
+    try:
+        return dt.datetime.fromisoformat(value).astimezone(dt.UTC)
+    except ValueError:
+        return None
+
+
+def _limit(minutes: Any) -> dt.timedelta:
+    """Slurm's time limit in minutes (`UNLIMITED`, or 0, reads as no limit: 0 s)."""
+    try:
+        return dt.timedelta(minutes=int(minutes))
+    except (TypeError, ValueError):
+        return dt.timedelta(0)
+
+
+def _gpus(*tres: str) -> int:
+    """GPUs of a job from Slurm's TRES strings (`gres:gpu:2`, `gres/gpu=2`, `gres:gpu:h100:2`)."""
+    for text in tres:
+        found = _GPUS.search(text or "")
+        if found is not None:
+            return int(found[1])
+    return 0
+
+
+def _state(raw: str) -> str:
+    """Slurm's job state in the API's words (RUNNING, PENDING, COMPLETED, FAILED; anything else as is)."""
+    if raw in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"):
+        return "RUNNING"
+    if raw in ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "CANCELLED"):
+        return "FAILED"
+    return raw
+
+
+def parse_squeue_json(document: str) -> list[Job]:
+    """Jobs in the output of `squeue --json` (Slurm 22.05, openapi v0.0.38)."""
+    jobs = []
+    for raw in json.loads(document).get("jobs", []):
+        submitted = _epoch(raw.get("submit_time")) or dt.datetime.fromtimestamp(0, dt.UTC)
+        state = _state(str(raw.get("job_state", "UNKNOWN")))
+        reason = raw.get("state_reason")
+        jobs.append(Job(
+            job_id=int(raw["job_id"]), name=str(raw.get("name", "")), user=str(raw.get("user_name", "")),
+            partition=str(raw.get("partition", "")), nodes=str(raw.get("nodes", "")),
+            gpus=_gpus(raw.get("tres_alloc_str", ""), raw.get("tres_per_job", ""),
+                       raw.get("tres_per_node", "")),
+            state=state, submitted_at=submitted,
+            started_at=_epoch(raw.get("start_time")) if state != "PENDING" else None,
+            ended_at=_epoch(raw.get("end_time")) if state in ("COMPLETED", "FAILED") else None,
+            time_limit=_limit(raw.get("time_limit")), priority=int(raw.get("priority") or 0),
+            reason=None if reason in (None, "", "None") else str(reason),
+        ))
+    return jobs
+
+
+def parse_jobcomp_lines(lines: Iterable[str]) -> list[Job]:
+    """Finished jobs in the lines `jobcomp/filetxt` writes (`JobId=1 UserId=ubuntu(1001) ... Name=x ...`)."""
+    jobs = []
+    for line in lines:
+        fields = _fields(line)
+        if not fields.get("JobId", "").isdigit():
+            continue
+        state = _state(fields.get("JobState", "UNKNOWN"))
+        started, ended = _slurm_time(fields.get("StartTime", "")), _slurm_time(fields.get("EndTime", ""))
+        exit_code = fields.get("ExitCode", "0:0")
+        jobs.append(Job(
+            job_id=int(fields["JobId"]), name=fields.get("Name", ""),
+            user=fields.get("UserId", "").split("(", 1)[0], partition=fields.get("Partition", ""),
+            nodes=fields.get("NodeList", ""), gpus=_gpus(fields.get("Tres", "")), state=state,
+            submitted_at=_slurm_time(fields.get("SubmitTime", "")) or started or dt.datetime.fromtimestamp(
+                0, dt.UTC),
+            started_at=started, ended_at=ended, time_limit=_limit(fields.get("TimeLimit")), priority=0,
+            reason=None if state == "COMPLETED" else f"{fields.get('JobState')} (exit {exit_code})",
+        ))
+    return jobs
+
+
+def merge_jobs(queue: Sequence[Job], finished: Sequence[Job]) -> list[Job]:
+    """One row per job id, newest first: the queue's, except that a job in the jobcomp file is finished
+    (keeping what only the queue knew: GPUs and priority, while slurmctld still holds the job)."""
+    by_id = {job.job_id: job for job in queue}
+    for job in finished:
+        known = by_id.get(job.job_id)
+        if known is not None:
+            job = Job(**{**vars(job), "gpus": job.gpus or known.gpus, "priority": known.priority})
+        by_id[job.job_id] = job
+    return sorted(by_id.values(), key=lambda j: j.job_id, reverse=True)
+
+
+def read_jobs(controller: LocalNode) -> list[Job]:
+    """The cluster's jobs from its controller: `squeue --json` and the jobcomp file."""
+    done = controller.exec(["squeue", "--json"], check=False)
+    queue = parse_squeue_json(done.stdout) if done.returncode == 0 and done.stdout.strip() else []
+    jobcomp = controller.dir / "log" / "jobcomp.log"
+    finished = parse_jobcomp_lines(tail_lines(jobcomp, JOBCOMP_LINES))
+    return merge_jobs(queue, finished)
+
+
+def parse_partitions(partition_lines: Iterable[str], node_lines: Iterable[str]) -> list[Partition]:
+    """Partitions from `scontrol show partition -o` and GPUs per partition from `scontrol -d show node -o`
+    (`Gres=gpu:h100:8`, allocated `GresUsed=gpu:h100:1(IDX:0)`; a DOWN or DRAINED node offers none)."""
+    total: dict[str, int] = {}
+    free: dict[str, int] = {}
+    for line in node_lines:
+        node = _fields(line)
+        if "NodeName" not in node:
+            continue
+        gpus = _gpus(node.get("Gres", ""))
+        allocated = _gpus(node.get("GresUsed", ""), node.get("AllocTRES", ""))
+        usable = not any(flag in node.get("State", "") for flag in _NOT_USABLE)
+        for partition in node.get("Partitions", "").split(","):
+            total[partition] = total.get(partition, 0) + gpus
+            free[partition] = free.get(partition, 0) + (max(0, gpus - allocated) if usable else 0)
+    found = []
+    for line in partition_lines:
+        fields = _fields(line)
+        name = fields.get("PartitionName")
+        if name is None:
+            continue
+        found.append(Partition(name=name, nodes=int(fields.get("TotalNodes", "0") or 0),
+                               gpus_available=free.get(name, 0), gpus_total=total.get(name, 0),
+                               default_time=fields.get("DefaultTime", "NONE"),
+                               max_time=fields.get("MaxTime", "UNLIMITED"),
+                               state=fields.get("State", "UNKNOWN")))
+    return found
+
+
+def slurm_node_states(node_lines: Iterable[str]) -> dict[str, str]:
+    """Each node's Slurm state from `scontrol show node -o`, in the API's words: IDLE, MIXED, ALLOCATED
+    (`COMPLETING` too), DRAIN (any drain flag), DOWN (down, failing or not responding), else UNKNOWN."""
+    states = {}
+    for line in node_lines:
+        node = _fields(line)
+        if "NodeName" not in node:
+            continue
+        raw = node.get("State", "")
+        base = raw.split("+", 1)[0].rstrip("*~#!%$@^-")
+        if "DOWN" in raw or "FAIL" in raw or raw.endswith("*") or "NOT_RESPONDING" in raw:
+            states[node["NodeName"]] = "DOWN"
+        elif "DRAIN" in raw:
+            states[node["NodeName"]] = "DRAIN"
+        elif base in ("IDLE", "MIXED", "ALLOCATED"):
+            states[node["NodeName"]] = base
+        elif base == "COMPLETING":
+            states[node["NodeName"]] = "ALLOCATED"
+        else:
+            states[node["NodeName"]] = "UNKNOWN"
+    return states
+
+
+def read_node_states(controller: LocalNode) -> dict[str, str]:
+    """Slurm's view of every node of the cluster (empty: slurmctld does not answer)."""
+    done = controller.exec(["scontrol", "show", "node", "-o"], check=False)
+    return slurm_node_states(done.stdout.splitlines()) if done.returncode == 0 else {}
+
+
+def read_partitions(controller: LocalNode) -> list[Partition] | None:
+    """The cluster's partitions from its controller (None: slurmctld does not answer)."""
+    partitions = controller.exec(["scontrol", "show", "partition", "-o"], check=False)
+    nodes = controller.exec(["scontrol", "-d", "show", "node", "-o"], check=False)
+    if partitions.returncode != 0 or nodes.returncode != 0:
+        return None
+    return parse_partitions(partitions.stdout.splitlines(), nodes.stdout.splitlines())
+
+
+def tail_lines(path: Path, count: int, chunk: int = 64 * 1024) -> list[str]:
+    """The last `count` lines of a file, reading it from the end (daemon logs grow without bound)."""
+    if not path.exists():
+        return []
+    with path.open("rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        end = handle.tell()
+        data = b""
+        while end > 0 and data.count(b"\n") <= count:
+            start = max(0, end - chunk)
+            handle.seek(start)
+            data = handle.read(end - start) + data
+            end = start
+    return data.decode(errors="replace").splitlines()[-count:]
+
+
+def node_log(node: LocalNode, count: int) -> list[str]:
+    """A node's slurmd log with its kernel log's XID lines in slurm's timestamp format, in time order."""
+    lines = tail_lines(node.dir / "log" / "slurmd.log", count)
+    for line in tail_lines(node.dir / "xid.log", count):
+        stamp, _, message = line.partition(" ")
+        at = _slurm_time(stamp)
+        if at is not None:
+            local = at.astimezone().strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3]  # slurm logs local time
+            lines.append(f"[{local}] kernel: {message}")
+    return sorted(lines, key=lambda line: line[:25])[-count:]  # `[ISO time]` sorts in time order; stable
+
+
+def read_telemetry(nodes: Sequence[LocalNode | None], now: dt.datetime) -> list[NodeTelemetry]:
+    """The node agent's reading of each node, run inside the nodes in parallel (None: node gone)."""
+    env = {**os.environ, "PYTHONPATH": _REPO_ROOT}
+    started: list[subprocess.Popen[bytes] | None] = []
+    for node in nodes:
+        if node is None or not node.exists():
+            started.append(None)
+            continue
+        argv = node.enter_argv([sys.executable, "-m", "backend.node_agent"])
+        started.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env))
+    readings = []
+    for node, process in zip(nodes, started, strict=True):
+        readings.append(_reading(node, process, now))
+    return readings
+
+
+def _reading(node: LocalNode | None, process: subprocess.Popen[bytes] | None, now: dt.datetime
+             ) -> NodeTelemetry:
+    read_at = now.astimezone(dt.UTC).isoformat(timespec="seconds")
+    if node is None or process is None:
+        return NodeTelemetry(read_at=read_at, gpus=None, gpus_unavailable_reason="the node's machine is gone",
+                             xid_events=[])
+    xid_log = node.dir / "xid.log"  # the node's kernel log of XIDs (the agent reads dmesg only with GPUs)
+    events = parse_xid_lines(xid_log.read_text().splitlines()) if xid_log.exists() else []
+    try:
+        out, err = process.communicate(timeout=AGENT_TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        return NodeTelemetry(read_at=read_at, gpus=None, xid_events=events, gpus_unavailable_reason=(
+            f"node agent did not answer in {AGENT_TIMEOUT_SECONDS:.0f} s"))
+    if process.returncode != 0:
+        return NodeTelemetry(read_at=read_at, gpus=None, xid_events=events, gpus_unavailable_reason=(
+            f"node agent failed (exit {process.returncode}): {err.decode(errors='replace').strip()[-200:]}"))
+    agent = json.loads(out)
+    gpus = agent["gpus"]
+    devices = [GpuReading(**device) for device in gpus["devices"]]  # what nvidia-smi read, if anything
+    return NodeTelemetry(read_at=agent["read_at"], gpus=devices or None,
+                         gpus_unavailable_reason=None if devices else gpus["unavailable_reason"],
+                         xid_events=events, host=HostReading(**agent["host"]))
