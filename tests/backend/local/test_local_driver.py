@@ -95,7 +95,8 @@ def test_health_watch_is_read_again_when_the_driver_says_when(
 ) -> None:
     driver = _WatchedDatacenter()
     worker = EngineWorker(sessions, EngineSettings.model_validate(FAST), driver=driver)
-    cluster = create(admin, node_count=1, orchestrator="none", instance_type="1xH100")
+    # Manual repair: the failed node stays as the watch found it (auto would replace it in the same pass).
+    cluster = create(admin, node_count=1, orchestrator="none", instance_type="1xH100", node_repair="manual")
     deadline = time.monotonic() + 20  # never idle: a watched node is always due again soon
     while get(admin, cluster["id"])["status"] != "RUNNING":
         assert time.monotonic() < deadline
