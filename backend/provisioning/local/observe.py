@@ -3,8 +3,9 @@
 Jobs: the queue and the jobs slurmctld still holds come from `squeue --json` (Slurm 22.05's openapi
 v0.0.38 shape) run on the controller; finished jobs from the `jobcomp/filetxt` file slurmctld appends
 to (`JobCompLoc`, the controller's log directory): there is no slurmdbd. Logs: the files the daemons
-write in each node's log directory. Readings: `python3 -m backend.node_agent` run inside the node,
-which reports what is there (no NVIDIA driver: no GPU numbers, and says so; host CPU and memory).
+write in each node's log directory. Readings: the node agent run by the node's own `python3` (its
+code as its argument), which reports what is there (no NVIDIA driver: no GPU numbers, and says so; host CPU
+and memory).
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from backend import node_agent
 from backend.node_agent.host import HostReading
 from backend.node_agent.nvidia import GpuReading
 from backend.node_agent.xid import parse_xid_lines
@@ -27,7 +28,6 @@ from backend.provisioning.local.namespaces import LocalNode
 
 AGENT_TIMEOUT_SECONDS = 20.0
 JOBCOMP_LINES = 5000  # finished jobs read back from the jobcomp file (it grows forever)
-_REPO_ROOT = str(Path(__file__).resolve().parents[3])  # what the node's python3 imports the agent from
 _KEY_VALUE = re.compile(r"(\w+)=(.*?)(?= \w+=|\s*$)")
 _NOT_USABLE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING")  # node state flags: no GPU of it is offered
 _GPUS = re.compile(r"gpu(?::[\w.-]+)?[:=](\d+)")
@@ -235,16 +235,42 @@ def node_log(node: LocalNode, count: int) -> list[str]:
     return sorted(lines, key=lambda line: line[:25])[-count:]  # `[ISO time]` sorts in time order; stable
 
 
+_AGENT_MODULES = ("nvidia", "xid", "host")
+_AGENT_BOOTSTRAP = """\
+import json, sys, types
+sources = json.loads({sources!r})
+for name in ("backend", "backend.node_agent"):
+    package = types.ModuleType(name)
+    package.__path__ = []
+    sys.modules[name] = package
+for short in {modules!r}:
+    module = sys.modules["backend.node_agent." + short] = types.ModuleType("backend.node_agent." + short)
+    exec(compile(sources[short], "backend/node_agent/" + short + ".py", "exec"), module.__dict__)
+main = types.ModuleType("backend.node_agent.__main__")
+exec(compile(sources["__main__"], "backend/node_agent/__main__.py", "exec"), main.__dict__)
+main.main()
+"""
+
+
+def agent_script() -> str:
+    """The node agent as one script for the node's own `python3 -c`: a node sees none of this machine's
+    files under /tmp (it has its own), where a checkout or a venv may live, so the code travels along."""
+    package = Path(node_agent.__file__).parent
+    sources = {name: (package / f"{name}.py").read_text() for name in (*_AGENT_MODULES, "__main__")}
+    return _AGENT_BOOTSTRAP.format(sources=json.dumps(sources), modules=_AGENT_MODULES)
+
+
 def read_telemetry(nodes: Sequence[LocalNode | None], now: dt.datetime) -> list[NodeTelemetry]:
     """The node agent's reading of each node, run inside the nodes in parallel (None: node gone)."""
-    env = {**os.environ, "PYTHONPATH": _REPO_ROOT}
+    script = agent_script()
     started: list[subprocess.Popen[bytes] | None] = []
     for node in nodes:
         if node is None or not node.exists():
             started.append(None)
             continue
-        argv = node.enter_argv([sys.executable, "-m", "backend.node_agent"])
-        started.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env))
+        # ~15 KB as one argument (the kernel allows 128 KB): the nodes run in parallel, nothing to feed.
+        argv = node.enter_argv(["python3", "-c", script])
+        started.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     readings = []
     for node, process in zip(nodes, started, strict=True):
         readings.append(_reading(node, process, now))
