@@ -94,6 +94,7 @@ def config(node_count: int, keys: list[tuple[str, str]], logins: tuple[str, ...]
       orchestrator     = "slurm"
       ssh_key_ids      = [{key_ids}]
       shared_volume_ids = [{volume_ids}]
+      node_repair      = "manual" # the faults below stay visible (auto repair: test_local_driver_day2)
     }}
     """
 
