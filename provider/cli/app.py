@@ -75,6 +75,12 @@ json_option = click.option(
 )
 
 
+def with_example(summary: str, *examples: str) -> str:
+    """Help text for a command built in code: the summary, then its examples, laid out as typed."""
+    lines = "\n".join(f"  {example}" for example in examples)
+    return f"{summary}\n\n\b\nExample:\n{lines}"
+
+
 def parse_labels(pairs: tuple[str, ...], option: str) -> dict[str, str]:
     labels: dict[str, str] = {}
     for pair in pairs:

@@ -17,9 +17,10 @@ from provider.cli.app import (
     parse_labels,
     pass_app,
     require_confirmation_source,
+    with_example,
 )
 from provider.cli.keys import register_key_file
-from provider.cli.output import note, print_fields, print_json, print_table
+from provider.cli.output import emit, note, print_fields, print_table, table_view
 from provider.cli.ssh import ssh_argv_for_cluster
 from provider.cli.wait import is_gone, is_running, watch_cluster
 from provider.client import GpuCloudClient, new_idempotency_key
@@ -79,6 +80,7 @@ def show_cluster(c: dict[str, Any]) -> None:
         ("Volumes", c.get("volume_ids")),
         ("Labels", [f"{k}={v}" for k, v in sorted((c.get("labels") or {}).items())]),
         ("Protected", c.get("deletion_protection")),
+        ("Node repair", c.get("node_repair")),
     ]
     if c.get("login"):
         fields.append(("SSH", " ".join(ssh_argv_for_cluster(c))))
@@ -107,10 +109,7 @@ def _default_region(client: GpuCloudClient, instance_type: str, nodes: int) -> s
 def _finish(app: App, c: dict[str, Any], as_json: bool, wait: bool, what: str) -> None:
     if wait:
         c = watch_cluster(app.client, c["id"], is_running, what=what) or c
-    if as_json:
-        print_json(c)
-    else:
-        show_cluster(c)
+    emit(c, as_json, show_cluster)
 
 
 @cluster.command("create")
@@ -188,11 +187,8 @@ def list_clusters(app: App, as_json: bool) -> None:
     Example:
       gpucloud cluster list
     """
-    clusters = app.client.list_clusters()
-    if as_json:
-        print_json(clusters)
-    else:
-        print_table(CLUSTER_COLUMNS, clusters, empty="No clusters: gpucloud cluster create --help")
+    empty = "No clusters: gpucloud cluster create --help"
+    emit(app.client.list_clusters(), as_json, table_view(CLUSTER_COLUMNS, empty=empty))
 
 
 @cluster.command("info")
@@ -242,6 +238,9 @@ def scale(app: App, cluster_ref: str, node_count: int, no_wait: bool, as_json: b
               help="Add an SSH key: a public key file or a registered key id (repeatable).")
 @click.option("--remove-key", "remove_keys", multiple=True, metavar="ID", help="Remove an SSH key id.")
 @click.option("--protect/--unprotect", default=None, help="Turn deletion protection on or off.")
+@click.option("--repair", type=click.Choice(["auto", "manual"]),
+              help="Node repair: auto replaces a failed node in place; manual leaves it failed until "
+              "`gpucloud node replace`.")
 @json_option
 @pass_app
 def edit(
@@ -253,13 +252,15 @@ def edit(
     add_keys: tuple[str, ...],
     remove_keys: tuple[str, ...],
     protect: bool | None,
+    repair: str | None,
     as_json: bool,
 ) -> None:
-    """Change CLUSTER's name, labels, SSH keys or deletion protection.
+    """Change CLUSTER's name, labels, SSH keys, deletion protection or node repair mode.
 
     \b
     Example:
       gpucloud cluster edit train --label team=vision --protect
+      gpucloud cluster edit train --repair manual
     """
     client = app.client
     c = find_cluster(client, cluster_ref)
@@ -278,55 +279,35 @@ def edit(
         changes["ssh_key_ids"] = ids
     if protect is not None:
         changes["deletion_protection"] = protect
+    if repair:
+        changes["node_repair"] = repair
     if not changes:
         raise click.UsageError("nothing to change: see `gpucloud cluster edit --help`")
-    updated = client.update_cluster(c["id"], changes)
-    if as_json:
-        print_json(updated)
-    else:
-        show_cluster(updated)
+    emit(client.update_cluster(c["id"], changes), as_json, show_cluster)
 
 
-@cluster.command("attach")
-@click.argument("cluster_ref", metavar="CLUSTER")
-@click.argument("volume_ref", metavar="VOLUME")
-@json_option
-@pass_app
-def attach(app: App, cluster_ref: str, volume_ref: str, as_json: bool) -> None:
-    """Attach the shared VOLUME (id or name) to CLUSTER.
+def _volume_command(name: str, summary: str) -> click.Command:
+    """`cluster attach` and `cluster detach`: one command but for the API call and its words."""
+    attach = name == "attach"
 
-    \b
-    Example:
-      gpucloud cluster attach train datasets
-    """
-    c = find_cluster(app.client, cluster_ref)
-    volume = find_volume(app.client, volume_ref)
-    updated = app.client.attach_volume(c["id"], volume["id"])
-    if as_json:
-        print_json(updated)
-    else:
-        note(f"Attached {volume['id']} ({volume['name']}) to {c['name']} ({c['id']}).")
+    @click.argument("cluster_ref", metavar="CLUSTER")
+    @click.argument("volume_ref", metavar="VOLUME")
+    @json_option
+    @pass_app
+    def command(app: App, cluster_ref: str, volume_ref: str, as_json: bool) -> None:
+        c = find_cluster(app.client, cluster_ref)
+        volume = find_volume(app.client, volume_ref)
+        change = app.client.attach_volume if attach else app.client.detach_volume
+        words = ("Attached", "to") if attach else ("Detached", "from")
+        done = f"{words[0]} {volume['id']} ({volume['name']}) {words[1]} {c['name']} ({c['id']})."
+        emit(change(c["id"], volume["id"]), as_json, lambda _: note(done))
+
+    example = f"gpucloud cluster {name} train datasets"
+    return cluster.command(name, help=with_example(summary, example))(command)
 
 
-@cluster.command("detach")
-@click.argument("cluster_ref", metavar="CLUSTER")
-@click.argument("volume_ref", metavar="VOLUME")
-@json_option
-@pass_app
-def detach(app: App, cluster_ref: str, volume_ref: str, as_json: bool) -> None:
-    """Detach the shared VOLUME (id or name) from CLUSTER; its data stays on the volume.
-
-    \b
-    Example:
-      gpucloud cluster detach train datasets
-    """
-    c = find_cluster(app.client, cluster_ref)
-    volume = find_volume(app.client, volume_ref)
-    updated = app.client.detach_volume(c["id"], volume["id"])
-    if as_json:
-        print_json(updated)
-    else:
-        note(f"Detached {volume['id']} ({volume['name']}) from {c['name']} ({c['id']}).")
+_volume_command("attach", "Attach the shared VOLUME (id or name) to CLUSTER.")
+_volume_command("detach", "Detach the shared VOLUME (id or name) from CLUSTER; its data stays on the volume.")
 
 
 def forfeit_notice(c: dict[str, Any], now: datetime | None = None) -> str | None:
@@ -383,7 +364,5 @@ def destroy(app: App, cluster_ref: str, yes: bool, no_wait: bool, as_json: bool)
     if not no_wait:
         last = watch_cluster(app.client, c["id"], is_gone, what=f"cluster {c['id']} to be destroyed")
         deleted, status = (last, last["status"]) if last is not None else (deleted, "DESTROYED (gone)")
-    if as_json:
-        print_json(deleted)  # the API's last answer about it (none comes once it is gone)
-    else:
-        note(f"{c['name']} ({c['id']}) is {status}.")
+    # --json: the API's last answer about it (none comes once it is gone)
+    emit(deleted, as_json, lambda _: note(f"{c['name']} ({c['id']}) is {status}."))
