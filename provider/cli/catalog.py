@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from provider.cli.app import App, find_volume, json_option, pass_app, require_confirmation_source
+from provider.cli.app import App, confirm, find_volume, json_option, pass_app, yes_option
 from provider.cli.output import emit, fields_view, note, print_fields, table_view
 from provider.client import new_idempotency_key
 
@@ -103,7 +103,7 @@ def resize_volume(app: App, volume_ref: str, size_tib: int, as_json: bool) -> No
 
 @volume.command("delete")
 @click.argument("volume_ref", metavar="VOLUME")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@yes_option
 @json_option
 @pass_app
 def delete_volume(app: App, volume_ref: str, yes: bool, as_json: bool) -> None:
@@ -114,10 +114,7 @@ def delete_volume(app: App, volume_ref: str, yes: bool, as_json: bool) -> None:
       gpucloud volume delete datasets --yes
     """
     v = find_volume(app.client, volume_ref)
-    require_confirmation_source(yes)
-    if not yes and not click.confirm(f"Delete {v['name']} ({v['id']}, {v['size_tib']} TiB) and its data?",
-                                     err=True):
-        raise click.ClickException("not deleted")
+    confirm(yes, f"Delete {v['name']} ({v['id']}, {v['size_tib']} TiB) and its data?", refused="not deleted")
     app.client.delete_volume(v["id"])
     emit(v, as_json, lambda _: note(f"Deleted volume {v['id']} ({v['name']})."))
 

@@ -11,13 +11,14 @@ import click
 
 from provider.cli.app import (
     App,
+    confirm,
     find_cluster,
     find_volume,
     json_option,
     parse_labels,
     pass_app,
-    require_confirmation_source,
     with_example,
+    yes_option,
 )
 from provider.cli.keys import register_key_file
 from provider.cli.output import emit, note, print_fields, print_table, table_view
@@ -310,6 +311,29 @@ _volume_command("attach", "Attach the shared VOLUME (id or name) to CLUSTER.")
 _volume_command("detach", "Detach the shared VOLUME (id or name) from CLUSTER; its data stays on the volume.")
 
 
+@cluster.command("restart-workers")
+@click.argument("cluster_ref", metavar="CLUSTER")
+@yes_option
+@json_option
+@pass_app
+def restart_workers(app: App, cluster_ref: str, yes: bool, as_json: bool) -> None:
+    """Restart every worker of CLUSTER that reports XID errors (failed by one, or a hardware XID in the
+    last hour); jobs running on them are killed. Admin keys.
+
+    \b
+    Example:
+      gpucloud nodes train --health xid
+      gpucloud cluster restart-workers train --yes
+    """
+    c = find_cluster(app.client, cluster_ref)
+    confirm(yes, f"Restart the workers of {c['name']} ({c['id']}) that report XID errors? Jobs running on "
+            "them are killed.", refused="nothing restarted")
+    done = app.client.cluster_action(c["id"], "restart_workers", idempotency_key=new_idempotency_key())
+    names = ", ".join(done["nodes"])
+    emit(done, as_json, lambda _: note(f"Restarting {names}." if names else
+                                       f"No worker of {c['name']} reports XID errors: nothing to restart."))
+
+
 def forfeit_notice(c: dict[str, Any], now: datetime | None = None) -> str | None:
     """What destroying a reserved cluster gives up (the prepaid term is not refunded)."""
     reservation = c.get("reservation")
@@ -338,7 +362,7 @@ def forfeit_notice(c: dict[str, Any], now: datetime | None = None) -> str | None
 
 @cluster.command("destroy")
 @click.argument("cluster_ref", metavar="CLUSTER")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@yes_option
 @click.option("--no-wait", is_flag=True, help="Return once the API accepted the deletion.")
 @json_option
 @pass_app
@@ -353,11 +377,8 @@ def destroy(app: App, cluster_ref: str, yes: bool, no_wait: bool, as_json: bool)
     notice = forfeit_notice(c)
     if notice:
         note(notice)
-    require_confirmation_source(yes)
-    if not yes and not click.confirm(
-        f"Destroy {c['name']} ({c['id']}, {c['node_count']} x {c['instance_type']})?", err=True
-    ):
-        raise click.ClickException("not destroyed")
+    confirm(yes, f"Destroy {c['name']} ({c['id']}, {c['node_count']} x {c['instance_type']})?",
+            refused="not destroyed")
     deleted = app.client.delete_cluster(c["id"]) or c
     note(f"Destroying {c['name']} ({c['id']})")
     status = deleted["status"]

@@ -45,7 +45,8 @@ STATUS_STYLES = {
 }
 STYLED_COLUMNS = frozenset({"STATUS", "HEALTH", "SLURM", "STATE"})
 
-Column = tuple[str, Callable[[Mapping[str, Any]], Any]]
+# A column: its header, and the row's member of that name or a function of the row.
+Column = tuple[str, str | Callable[[Mapping[str, Any]], Any]]
 T = TypeVar("T")
 
 
@@ -102,7 +103,7 @@ def cell(value: Any) -> str:
 
 def print_table(columns: Sequence[Column], rows: Iterable[Mapping[str, Any]], *, empty: str) -> None:
     """One row per item; status-like columns (STYLED_COLUMNS) are coloured on a terminal."""
-    values = [[cell(get(row)) for _, get in columns] for row in rows]
+    values = [[cell(_value(row, get)) for _, get in columns] for row in rows]
     if not values:
         stderr_console().print(empty)
         return
@@ -119,6 +120,10 @@ def print_table(columns: Sequence[Column], rows: Iterable[Mapping[str, Any]], *,
         cells = zip(headers, line, strict=True)
         table.add_row(*(styled_status(v) if h in STYLED_COLUMNS else Text(v) for h, v in cells))
     stdout_console(min_width=sum(widths) + 2 * len(widths)).print(table)
+
+
+def _value(row: Mapping[str, Any], get: str | Callable[[Mapping[str, Any]], Any]) -> Any:
+    return row.get(get) if isinstance(get, str) else get(row)
 
 
 def styled_status(status: str) -> Text:
@@ -160,6 +165,11 @@ def table_view(columns: Sequence[Column], *, empty: str = "") -> Callable[[Any],
 def fields_view(members: Sequence[tuple[str, str]]) -> Callable[[Mapping[str, Any]], None]:
     """Show chosen members of an object as key/value lines: `[("Balance USD", "balance_usd"), ...]`."""
     return lambda value: print_fields([(label, value.get(name)) for label, name in members])
+
+
+def counts_line(title: str, counts: Mapping[str, int]) -> str:
+    """`Jobs: 1 running, 2 pending, ...`: the API's counters, in its order."""
+    return f"{title}: " + ", ".join(f"{count} {state}" for state, count in counts.items())
 
 
 def note(message: str) -> None:
