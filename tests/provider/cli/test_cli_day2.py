@@ -4,6 +4,7 @@ API (httpx.MockTransport): what they send, how they render, how a followed log r
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +62,7 @@ def test_cli_node_row_summarises_gpus_xids_and_reason() -> None:
     assert gpu_memory(NODE) == "40/80 GiB"  # the GPU without a memory reading is left out
     assert recent_xids(NODE) == ["79@gpu1", "48"]
     assert reason(NODE) == "XID 79"
-    no_gpu = {"gpus": None, "xid_events": [], "health_reason": None, "pending_action": None,
+    no_gpu: dict[str, Any] = {"gpus": None, "xid_events": [], "health_reason": None, "pending_action": None,
               "gpus_unavailable_reason": "no NVIDIA driver on this node"}
     assert (gpu_utilisation(no_gpu), gpu_memory(no_gpu), reason(no_gpu)) == (
         None, None, "no NVIDIA driver on this node")
@@ -132,9 +133,14 @@ def test_cli_logs_tail_prints_the_lines(api: ScriptedApi, capsys: pytest.Capture
 def test_cli_node_restart_asks_first_and_drain_does_not(
     api: ScriptedApi, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(app_module.sys.stdin, "isatty", lambda: True, raising=False)
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True, raising=False)
     asked: list[str] = []
-    monkeypatch.setattr(click, "confirm", lambda question, **_: asked.append(question) or False)
+
+    def refuse(question: str, **_: Any) -> bool:
+        asked.append(question)
+        return False
+
+    monkeypatch.setattr(click, "confirm", refuse)
     api.script += [ok(CLUSTER)]
     assert main(["node", "restart", "cls_1", "train-1"]) == 1
     assert asked == ["Restart train-1 of train (cls_1)? Jobs running on it are killed."]
