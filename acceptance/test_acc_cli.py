@@ -124,6 +124,96 @@ def test_acc_cli_cluster_lifecycle(backend: Backend, home: Path, public_key: Pat
     assert ok_json(run("cluster", "list", "--json")) == []
 
 
+@pytest.fixture(scope="module")
+def ops_cluster(backend: Backend, home: Path) -> Iterator[str]:
+    """A running 2-node Slurm cluster `ops` for the day-2 commands (deleted unless the backend is down)."""
+    created = ok_json(gpucloud(home, "cluster", "create", "8xH100", "-n", "2", "--name", "ops", "--json",
+                               backend=backend))
+    assert isinstance(created, dict) and created["status"] == "RUNNING"
+    yield created["id"]
+    if backend.process.poll() is None:
+        backend.client.delete_cluster(created["id"])
+
+
+def test_acc_cli_jobs_and_nodes(backend: Backend, home: Path, ops_cluster: str) -> None:
+    run = lambda *args: gpucloud(home, *args, backend=backend)  # noqa: E731
+
+    jobs = ok_json(run("jobs", "ops", "--json"))
+    assert isinstance(jobs, dict)
+    assert list(jobs["counts"]) == ["running", "pending", "completed", "failed", "unknown"]
+    assert sum(jobs["counts"].values()) >= len(jobs["items"])
+    assert [(p["name"], p["nodes"], p["gpus_total"]) for p in jobs["partitions"]] == [("gpu", 2, 16)]
+    pending = ok_json(run("jobs", ops_cluster, "--state", "pending", "--json"))
+    assert isinstance(pending, dict) and {j["state"] for j in pending["items"]} <= {"pending"}
+    table = run("jobs", "ops")
+    assert table.returncode == 0 and table.stdout.startswith("Jobs: "), table.stderr
+    assert "PARTITION  NODES  GPU TYPE" in table.stdout
+
+    nodes = ok_json(run("nodes", "ops", "--json"))
+    assert isinstance(nodes, dict)
+    assert [(n["name"], n["health"], len(n["gpus"])) for n in nodes["items"]] == [
+        ("ops-0", "healthy", 8), ("ops-1", "healthy", 8)
+    ]
+    assert nodes["counts"]["healthy"] == 2
+    failed = ok_json(run("nodes", "ops", "--health", "failed", "--json"))
+    assert isinstance(failed, dict) and failed["items"] == [] and failed["counts"] == nodes["counts"]
+    healthy = ok_json(run("nodes", "ops", "--health", "healthy", "--json"))
+    assert isinstance(healthy, dict) and [n["name"] for n in healthy["items"]] == ["ops-0", "ops-1"]
+    listed = run("nodes", "ops")
+    assert listed.returncode == 0, listed.stderr
+    summary, _, header, *rows = listed.stdout.splitlines()
+    assert summary.startswith("Health: 2 healthy, 0 degraded")
+    assert header.split()[:5] == ["NODE", "ROLE", "STATUS", "HEALTH", "SCHEDULER"]
+    assert [row.split()[:4] for row in rows] == [["ops-0", "worker", "RUNNING", "healthy"],
+                                                 ["ops-1", "worker", "RUNNING", "healthy"]]
+
+
+def test_acc_cli_logs_tail_and_follow_until_ctrl_c(backend: Backend, home: Path, ops_cluster: str) -> None:
+    tail = ok_json(gpucloud(home, "logs", "ops", "--tail", "2", "--json", backend=backend))
+    assert isinstance(tail, dict) and tail["source"] == "controller" and len(tail["lines"]) == 2
+    node_log = gpucloud(home, "logs", "ops", "--node", "ops-1", "--tail", "5", backend=backend)
+    assert node_log.returncode == 0 and "slurmd" in node_log.stdout, node_log.stderr
+    unknown = one_error_line(gpucloud(home, "logs", "ops", "--node", "ops-9", backend=backend))
+    assert "no node 'ops-9'" in unknown and "request id req_" in unknown
+
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
+    environment.update(backend.provider_env, PYTHONPATH=str(REPO), HOME=str(home))
+    command = [sys.executable, "-m", "provider.cli.main", "logs", "ops", "-f", "--tail", "2", "--json"]
+    with subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as process:
+        assert process.stdout is not None and process.stderr is not None
+        first = [json.loads(process.stdout.readline()) for _ in range(2)]  # the tail, streamed
+        process.send_signal(signal.SIGINT)
+        rest = process.stderr.read()
+        assert process.wait(timeout=30) == 130, rest
+    assert [line["line"] for line in first] == tail["lines"]
+    assert {line["source"] for line in first} == {"controller"}
+    assert "interrupted" in rest and "Traceback" not in rest
+
+
+def test_acc_cli_node_actions_and_repair_mode(backend: Backend, home: Path, ops_cluster: str) -> None:
+    run = lambda *args: gpucloud(home, *args, backend=backend)  # noqa: E731
+
+    drained = ok_json(run("node", "drain", "ops", "ops-1", "--json"))
+    assert isinstance(drained, dict) and drained["action"] == "drain"
+    assert drained["node"]["drained"] is True and drained["node"]["orchestrator_state"] == "DRAIN"
+    resumed = ok_json(run("node", "resume", "ops", "ops-1", "--json"))
+    assert isinstance(resumed, dict) and resumed["node"]["drained"] is False
+
+    unconfirmed = one_error_line(run("node", "restart", "ops", "ops-1"))  # stdin is not a terminal
+    assert "pass --yes" in unconfirmed
+    restarted = ok_json(run("node", "restart", "ops", "ops-1", "--yes", "--json"))
+    assert isinstance(restarted, dict) and restarted["node"]["name"] == "ops-1"
+    unknown = one_error_line(run("node", "drain", "ops", "ops-9"))
+    assert "ops-9" in unknown and "HTTP 404" in unknown and "request id req_" in unknown
+    workers = ok_json(run("cluster", "restart-workers", "ops", "--yes", "--json"))
+    assert workers == {"action": "restart_workers", "nodes": []}  # no worker reports XID errors
+
+    manual = ok_json(run("cluster", "edit", "ops", "--repair", "manual", "--json"))
+    assert isinstance(manual, dict) and manual["node_repair"] == "manual"
+    assert backend.client.get_cluster(ops_cluster)["node_repair"] == "manual"
+
+
 def test_acc_cli_login_saves_a_checked_key_privately(backend: Backend, home: Path) -> None:
     rejected = gpucloud(home, "login", "--endpoint", backend.url, stdin="gpc_not_a_key\n")
     assert "HTTP 401" in one_error_line(rejected)

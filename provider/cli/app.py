@@ -75,6 +75,12 @@ json_option = click.option(
 )
 
 
+def with_example(summary: str, *examples: str) -> str:
+    """Help text for a command built in code: the summary, then its examples, laid out as typed."""
+    lines = "\n".join(f"  {example}" for example in examples)
+    return f"{summary}\n\n\b\nExample:\n{lines}"
+
+
 def parse_labels(pairs: tuple[str, ...], option: str) -> dict[str, str]:
     labels: dict[str, str] = {}
     for pair in pairs:
@@ -85,10 +91,17 @@ def parse_labels(pairs: tuple[str, ...], option: str) -> dict[str, str]:
     return labels
 
 
-def require_confirmation_source(yes: bool) -> None:
+def confirm(yes: bool, question: str, *, refused: str) -> None:
     """A destructive command asks on a terminal; a script must say --yes (no prompt reads its stdin)."""
-    if not yes and not sys.stdin.isatty():
+    if yes:
+        return
+    if not sys.stdin.isatty():
         raise click.UsageError("no terminal to confirm on: pass --yes to proceed")
+    if not click.confirm(question, err=True):
+        raise click.ClickException(refused)
+
+
+yes_option = click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 
 
 def _one(found: list[dict[str, Any]], kind: str, ref: str, listing: str) -> dict[str, Any]:

@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from provider.cli.app import App, find_volume, json_option, pass_app, require_confirmation_source
-from provider.cli.output import note, print_fields, print_json, print_table
+from provider.cli.app import App, confirm, find_volume, json_option, pass_app, yes_option
+from provider.cli.output import emit, fields_view, note, print_fields, table_view
 from provider.client import new_idempotency_key
 
 VOLUME_COLUMNS = [
@@ -21,13 +21,6 @@ VOLUME_COLUMNS = [
     ("ATTACHED TO", lambda v: v.get("attached_cluster_ids")),
     ("USD/HOUR", lambda v: v.get("estimated_hourly_cost_usd")),
 ]
-
-
-def _show(value: Any, columns: list[Any], as_json: bool) -> None:
-    if as_json:
-        print_json(value)
-    else:
-        print_table(columns, [value], empty="")
 
 
 @click.group()
@@ -56,7 +49,7 @@ def create_volume(app: App, name: str, region: str, size_tib: int, as_json: bool
     created = app.client.create_volume(
         name=name, region=region, size_tib=size_tib, idempotency_key=new_idempotency_key()
     )
-    _show(created, VOLUME_COLUMNS, as_json)
+    emit(created, as_json, table_view(VOLUME_COLUMNS))
 
 
 @volume.command("list")
@@ -71,10 +64,7 @@ def list_volumes(app: App, region: str | None, as_json: bool) -> None:
       gpucloud volume list --region us-east-1
     """
     volumes = app.client.list_volumes(region=region)
-    if as_json:
-        print_json(volumes)
-    else:
-        print_table(VOLUME_COLUMNS, volumes, empty="No volumes: gpucloud volume create --help")
+    emit(volumes, as_json, table_view(VOLUME_COLUMNS, empty="No volumes: gpucloud volume create --help"))
 
 
 @volume.command("info")
@@ -88,15 +78,11 @@ def volume_info(app: App, volume_ref: str, as_json: bool) -> None:
     Example:
       gpucloud volume info datasets
     """
-    v = find_volume(app.client, volume_ref)
-    if as_json:
-        print_json(v)
-        return
-    print_fields([
+    emit(find_volume(app.client, volume_ref), as_json, lambda v: print_fields([
         ("ID", v["id"]), ("Name", v["name"]), ("Status", v["status"]), ("Size", f"{v['size_tib']} TiB"),
         ("Region", v["region"]), ("Mount path", v.get("mount_path")),
         ("Attached to", v.get("attached_cluster_ids")), ("USD/hour", v.get("estimated_hourly_cost_usd")),
-    ])
+    ]))
 
 
 @volume.command("resize")
@@ -112,12 +98,12 @@ def resize_volume(app: App, volume_ref: str, size_tib: int, as_json: bool) -> No
       gpucloud volume resize datasets 8
     """
     v = find_volume(app.client, volume_ref)
-    _show(app.client.update_volume(v["id"], size_tib=size_tib), VOLUME_COLUMNS, as_json)
+    emit(app.client.update_volume(v["id"], size_tib=size_tib), as_json, table_view(VOLUME_COLUMNS))
 
 
 @volume.command("delete")
 @click.argument("volume_ref", metavar="VOLUME")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@yes_option
 @json_option
 @pass_app
 def delete_volume(app: App, volume_ref: str, yes: bool, as_json: bool) -> None:
@@ -128,15 +114,9 @@ def delete_volume(app: App, volume_ref: str, yes: bool, as_json: bool) -> None:
       gpucloud volume delete datasets --yes
     """
     v = find_volume(app.client, volume_ref)
-    require_confirmation_source(yes)
-    if not yes and not click.confirm(f"Delete {v['name']} ({v['id']}, {v['size_tib']} TiB) and its data?",
-                                     err=True):
-        raise click.ClickException("not deleted")
+    confirm(yes, f"Delete {v['name']} ({v['id']}, {v['size_tib']} TiB) and its data?", refused="not deleted")
     app.client.delete_volume(v["id"])
-    if as_json:
-        print_json(v)
-    else:
-        note(f"Deleted volume {v['id']} ({v['name']}).")
+    emit(v, as_json, lambda _: note(f"Deleted volume {v['id']} ({v['name']})."))
 
 
 USAGE_KINDS = ["compute_on_demand", "compute_reserved", "reservation", "storage"]
@@ -164,10 +144,7 @@ def usage(app: App, cluster_id: str | None, kind: str | None, as_json: bool) -> 
       gpucloud usage --kind compute_on_demand
     """
     lines = app.client.list_usage(cluster_id=cluster_id, kind=kind)
-    if as_json:
-        print_json(lines)
-    else:
-        print_table(USAGE_COLUMNS, lines, empty="No usage recorded yet.")
+    emit(lines, as_json, table_view(USAGE_COLUMNS, empty="No usage recorded yet."))
 
 
 @click.command()
@@ -180,15 +157,10 @@ def balance(app: App, as_json: bool) -> None:
     Example:
       gpucloud balance
     """
-    b = app.client.get_balance()
-    if as_json:
-        print_json(b)
-        return
-    print_fields([
-        ("Prepaid", b.get("prepaid")), ("Granted USD", b.get("granted_usd")),
-        ("Charged USD", b.get("charged_usd")), ("Balance USD", b.get("balance_usd")),
-        ("Exhausted", b.get("exhausted")), ("On-demand paused", b.get("on_demand_paused")),
-    ])
+    emit(app.client.get_balance(), as_json, fields_view([
+        ("Prepaid", "prepaid"), ("Granted USD", "granted_usd"), ("Charged USD", "charged_usd"),
+        ("Balance USD", "balance_usd"), ("Exhausted", "exhausted"), ("On-demand paused", "on_demand_paused"),
+    ]))
 
 
 @click.command()
@@ -201,16 +173,12 @@ def regions(app: App, as_json: bool) -> None:
     Example:
       gpucloud regions
     """
-    items = app.client.list_regions()
-    if as_json:
-        print_json(items)
-        return
-    print_table([
+    emit(app.client.list_regions(), as_json, table_view([
         ("REGION", lambda r: r["name"]), ("NAME", lambda r: r.get("display_name")),
         ("INTERCONNECTS", lambda r: r.get("interconnects")),
         ("FABRICS", lambda r: [f["name"] for f in r.get("fabrics") or []]),
         ("STORAGE USD/TIB/HOUR", lambda r: r.get("storage_usd_per_tib_hour")),
-    ], items, empty="No regions.")
+    ], empty="No regions."))
 
 
 @click.command("instance-types")
@@ -229,20 +197,17 @@ def instance_types(
       gpucloud instance-types --region us-east-1 --min-gpus 8
     """
     items = app.client.list_instance_types(region=region, gpu=gpu, min_gpus=min_gpus)
-    if as_json:
-        print_json(items)
-        return
 
     def available(t: Mapping[str, Any]) -> str:
         return " ".join(f"{a['region']}:{a['available_nodes']}" for a in t.get("availability") or [])
 
-    print_table([
+    emit(items, as_json, table_view([
         ("TYPE", lambda t: t["name"]), ("GPU", lambda t: f"{t['gpu_count']} x {t['gpu_model']}"),
         ("INTERCONNECTS", lambda t: t.get("interconnects")),
         ("USD/GPU/HOUR", lambda t: t.get("on_demand_usd_per_gpu_hour")),
         ("USD/NODE/HOUR", lambda t: t.get("on_demand_usd_per_node_hour")),
         ("FREE NODES", available),
-    ], items, empty="No instance types match.")
+    ], empty="No instance types match."))
 
 
 @click.command()
@@ -265,15 +230,8 @@ def estimate(
     spec: dict[str, Any] = {"region": region, "instance_type": instance_type, "node_count": node_count}
     if reserved_days:
         spec["billing"] = {"type": "reserved", "duration_days": reserved_days}
-    e = app.client.estimate_price(spec)
-    if as_json:
-        print_json(e)
-        return
-    print_fields([
-        ("GPUs", e.get("gpu_count")),
-        ("USD/hour", e.get("hourly_usd")),
-        ("Up front USD", e.get("upfront_usd")),
-        ("On-demand USD/GPU/hour", e.get("on_demand_gpu_hour_usd")),
-        ("Reserved USD/GPU/hour", e.get("reserved_gpu_hour_usd")),
-        ("Reserved discount", e.get("reserved_discount")),
-    ])
+    emit(app.client.estimate_price(spec), as_json, fields_view([
+        ("GPUs", "gpu_count"), ("USD/hour", "hourly_usd"), ("Up front USD", "upfront_usd"),
+        ("On-demand USD/GPU/hour", "on_demand_gpu_hour_usd"),
+        ("Reserved USD/GPU/hour", "reserved_gpu_hour_usd"), ("Reserved discount", "reserved_discount"),
+    ]))

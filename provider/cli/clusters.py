@@ -11,15 +11,17 @@ import click
 
 from provider.cli.app import (
     App,
+    confirm,
     find_cluster,
     find_volume,
     json_option,
     parse_labels,
     pass_app,
-    require_confirmation_source,
+    with_example,
+    yes_option,
 )
 from provider.cli.keys import register_key_file
-from provider.cli.output import note, print_fields, print_json, print_table
+from provider.cli.output import emit, note, print_fields, print_table, table_view
 from provider.cli.ssh import ssh_argv_for_cluster
 from provider.cli.wait import is_gone, is_running, watch_cluster
 from provider.client import GpuCloudClient, new_idempotency_key
@@ -79,6 +81,7 @@ def show_cluster(c: dict[str, Any]) -> None:
         ("Volumes", c.get("volume_ids")),
         ("Labels", [f"{k}={v}" for k, v in sorted((c.get("labels") or {}).items())]),
         ("Protected", c.get("deletion_protection")),
+        ("Node repair", c.get("node_repair")),
     ]
     if c.get("login"):
         fields.append(("SSH", " ".join(ssh_argv_for_cluster(c))))
@@ -107,10 +110,7 @@ def _default_region(client: GpuCloudClient, instance_type: str, nodes: int) -> s
 def _finish(app: App, c: dict[str, Any], as_json: bool, wait: bool, what: str) -> None:
     if wait:
         c = watch_cluster(app.client, c["id"], is_running, what=what) or c
-    if as_json:
-        print_json(c)
-    else:
-        show_cluster(c)
+    emit(c, as_json, show_cluster)
 
 
 @cluster.command("create")
@@ -188,11 +188,8 @@ def list_clusters(app: App, as_json: bool) -> None:
     Example:
       gpucloud cluster list
     """
-    clusters = app.client.list_clusters()
-    if as_json:
-        print_json(clusters)
-    else:
-        print_table(CLUSTER_COLUMNS, clusters, empty="No clusters: gpucloud cluster create --help")
+    empty = "No clusters: gpucloud cluster create --help"
+    emit(app.client.list_clusters(), as_json, table_view(CLUSTER_COLUMNS, empty=empty))
 
 
 @cluster.command("info")
@@ -242,6 +239,9 @@ def scale(app: App, cluster_ref: str, node_count: int, no_wait: bool, as_json: b
               help="Add an SSH key: a public key file or a registered key id (repeatable).")
 @click.option("--remove-key", "remove_keys", multiple=True, metavar="ID", help="Remove an SSH key id.")
 @click.option("--protect/--unprotect", default=None, help="Turn deletion protection on or off.")
+@click.option("--repair", type=click.Choice(["auto", "manual"]),
+              help="Node repair: auto replaces a failed node in place; manual leaves it failed until "
+              "`gpucloud node replace`.")
 @json_option
 @pass_app
 def edit(
@@ -253,13 +253,15 @@ def edit(
     add_keys: tuple[str, ...],
     remove_keys: tuple[str, ...],
     protect: bool | None,
+    repair: str | None,
     as_json: bool,
 ) -> None:
-    """Change CLUSTER's name, labels, SSH keys or deletion protection.
+    """Change CLUSTER's name, labels, SSH keys, deletion protection or node repair mode.
 
     \b
     Example:
       gpucloud cluster edit train --label team=vision --protect
+      gpucloud cluster edit train --repair manual
     """
     client = app.client
     c = find_cluster(client, cluster_ref)
@@ -278,55 +280,58 @@ def edit(
         changes["ssh_key_ids"] = ids
     if protect is not None:
         changes["deletion_protection"] = protect
+    if repair:
+        changes["node_repair"] = repair
     if not changes:
         raise click.UsageError("nothing to change: see `gpucloud cluster edit --help`")
-    updated = client.update_cluster(c["id"], changes)
-    if as_json:
-        print_json(updated)
-    else:
-        show_cluster(updated)
+    emit(client.update_cluster(c["id"], changes), as_json, show_cluster)
 
 
-@cluster.command("attach")
+def _volume_command(name: str, summary: str) -> click.Command:
+    """`cluster attach` and `cluster detach`: one command but for the API call and its words."""
+    attach = name == "attach"
+
+    @click.argument("cluster_ref", metavar="CLUSTER")
+    @click.argument("volume_ref", metavar="VOLUME")
+    @json_option
+    @pass_app
+    def command(app: App, cluster_ref: str, volume_ref: str, as_json: bool) -> None:
+        c = find_cluster(app.client, cluster_ref)
+        volume = find_volume(app.client, volume_ref)
+        change = app.client.attach_volume if attach else app.client.detach_volume
+        words = ("Attached", "to") if attach else ("Detached", "from")
+        done = f"{words[0]} {volume['id']} ({volume['name']}) {words[1]} {c['name']} ({c['id']})."
+        emit(change(c["id"], volume["id"]), as_json, lambda _: note(done))
+
+    example = f"gpucloud cluster {name} train datasets"
+    return cluster.command(name, help=with_example(summary, example))(command)
+
+
+_volume_command("attach", "Attach the shared VOLUME (id or name) to CLUSTER.")
+_volume_command("detach", "Detach the shared VOLUME (id or name) from CLUSTER; its data stays on the volume.")
+
+
+@cluster.command("restart-workers")
 @click.argument("cluster_ref", metavar="CLUSTER")
-@click.argument("volume_ref", metavar="VOLUME")
+@yes_option
 @json_option
 @pass_app
-def attach(app: App, cluster_ref: str, volume_ref: str, as_json: bool) -> None:
-    """Attach the shared VOLUME (id or name) to CLUSTER.
+def restart_workers(app: App, cluster_ref: str, yes: bool, as_json: bool) -> None:
+    """Restart every worker of CLUSTER that reports XID errors (failed by one, or a hardware XID in the
+    last hour); jobs running on them are killed. Admin keys.
 
     \b
     Example:
-      gpucloud cluster attach train datasets
+      gpucloud nodes train --health xid
+      gpucloud cluster restart-workers train --yes
     """
     c = find_cluster(app.client, cluster_ref)
-    volume = find_volume(app.client, volume_ref)
-    updated = app.client.attach_volume(c["id"], volume["id"])
-    if as_json:
-        print_json(updated)
-    else:
-        note(f"Attached {volume['id']} ({volume['name']}) to {c['name']} ({c['id']}).")
-
-
-@cluster.command("detach")
-@click.argument("cluster_ref", metavar="CLUSTER")
-@click.argument("volume_ref", metavar="VOLUME")
-@json_option
-@pass_app
-def detach(app: App, cluster_ref: str, volume_ref: str, as_json: bool) -> None:
-    """Detach the shared VOLUME (id or name) from CLUSTER; its data stays on the volume.
-
-    \b
-    Example:
-      gpucloud cluster detach train datasets
-    """
-    c = find_cluster(app.client, cluster_ref)
-    volume = find_volume(app.client, volume_ref)
-    updated = app.client.detach_volume(c["id"], volume["id"])
-    if as_json:
-        print_json(updated)
-    else:
-        note(f"Detached {volume['id']} ({volume['name']}) from {c['name']} ({c['id']}).")
+    confirm(yes, f"Restart the workers of {c['name']} ({c['id']}) that report XID errors? Jobs running on "
+            "them are killed.", refused="nothing restarted")
+    done = app.client.cluster_action(c["id"], "restart_workers", idempotency_key=new_idempotency_key())
+    names = ", ".join(done["nodes"])
+    emit(done, as_json, lambda _: note(f"Restarting {names}." if names else
+                                       f"No worker of {c['name']} reports XID errors: nothing to restart."))
 
 
 def forfeit_notice(c: dict[str, Any], now: datetime | None = None) -> str | None:
@@ -357,7 +362,7 @@ def forfeit_notice(c: dict[str, Any], now: datetime | None = None) -> str | None
 
 @cluster.command("destroy")
 @click.argument("cluster_ref", metavar="CLUSTER")
-@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@yes_option
 @click.option("--no-wait", is_flag=True, help="Return once the API accepted the deletion.")
 @json_option
 @pass_app
@@ -372,18 +377,13 @@ def destroy(app: App, cluster_ref: str, yes: bool, no_wait: bool, as_json: bool)
     notice = forfeit_notice(c)
     if notice:
         note(notice)
-    require_confirmation_source(yes)
-    if not yes and not click.confirm(
-        f"Destroy {c['name']} ({c['id']}, {c['node_count']} x {c['instance_type']})?", err=True
-    ):
-        raise click.ClickException("not destroyed")
+    confirm(yes, f"Destroy {c['name']} ({c['id']}, {c['node_count']} x {c['instance_type']})?",
+            refused="not destroyed")
     deleted = app.client.delete_cluster(c["id"]) or c
     note(f"Destroying {c['name']} ({c['id']})")
     status = deleted["status"]
     if not no_wait:
         last = watch_cluster(app.client, c["id"], is_gone, what=f"cluster {c['id']} to be destroyed")
         deleted, status = (last, last["status"]) if last is not None else (deleted, "DESTROYED (gone)")
-    if as_json:
-        print_json(deleted)  # the API's last answer about it (none comes once it is gone)
-    else:
-        note(f"{c['name']} ({c['id']}) is {status}.")
+    # --json: the API's last answer about it (none comes once it is gone)
+    emit(deleted, as_json, lambda _: note(f"{c['name']} ({c['id']}) is {status}."))

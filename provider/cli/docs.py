@@ -27,8 +27,13 @@ retries, idempotency keys and errors). It is installed with the provider (`pip i
   `gpucloud login`, which checks the key against the API and saves both to
   `~/.config/gpucloud/config.toml` (mode 0600; `$XDG_CONFIG_HOME` is honoured). The key is never printed.
 - **Output**: tables with the lifecycle's status colours on a terminal, plain aligned text otherwise;
-  `--json` on every command prints the API's JSON (a list command prints the array of items). Progress
+  `--json` on every command prints the API's JSON (a list command prints the array of items; `jobs` and
+  `nodes` the API's object with its counters; `logs -f --json` one JSON object per line). Progress
   and messages go to stderr, so stdout stays parseable.
+- **Day 2**: `jobs`, `nodes` and `logs` show what runs on a cluster and how its nodes are; `node
+  restart|replace|drain|resume` and `cluster restart-workers` act on nodes (admin keys; the ones that
+  kill jobs ask first, `--yes` in scripts); `cluster edit --repair manual` keeps failed nodes for you
+  to look at instead of replacing them. `logs -f` follows a log until Ctrl-C (exit 130).
 - **Waiting**: `cluster create`, `scale` and `destroy` wait (unless `--no-wait`) with a live status line
   (status, phase, nodes running / total, elapsed). Ctrl-C stops watching, not the operation; resume with
   `gpucloud cluster info CLUSTER --wait`.

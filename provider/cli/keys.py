@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from provider.cli.app import App, find_ssh_key, json_option, pass_app
-from provider.cli.output import note, print_json, print_table
+from provider.cli.output import emit, note, table_view
 from provider.client import Conflict, GpuCloudClient, new_idempotency_key
 
 
@@ -73,10 +73,7 @@ def add_key(app: App, file: str, name: str | None, as_json: bool) -> None:
     key = app.client.create_ssh_key(
         name=name or Path(file).name, public_key=public_key, idempotency_key=new_idempotency_key()
     )
-    if as_json:
-        print_json(key)
-    else:
-        print_table(KEY_COLUMNS, [key], empty="")
+    emit(key, as_json, table_view(KEY_COLUMNS))
 
 
 @ssh_key.command("list")
@@ -89,11 +86,8 @@ def list_keys(app: App, as_json: bool) -> None:
     Example:
       gpucloud ssh-key list
     """
-    keys = app.client.list_ssh_keys()
-    if as_json:
-        print_json(keys)
-    else:
-        print_table(KEY_COLUMNS, keys, empty="No SSH keys yet: gpucloud ssh-key add ~/.ssh/id_ed25519.pub")
+    empty = "No SSH keys yet: gpucloud ssh-key add ~/.ssh/id_ed25519.pub"
+    emit(app.client.list_ssh_keys(), as_json, table_view(KEY_COLUMNS, empty=empty))
 
 
 @ssh_key.command("rm")
@@ -109,7 +103,4 @@ def remove_key(app: App, key: str, as_json: bool) -> None:
     """
     found = find_ssh_key(app.client, key)
     app.client.delete_ssh_key(found["id"])
-    if as_json:
-        print_json(found)
-    else:
-        note(f"Removed SSH key {found['id']} ({found['name']}).")
+    emit(found, as_json, lambda _: note(f"Removed SSH key {found['id']} ({found['name']})."))

@@ -17,9 +17,11 @@ from provider.cli.catalog import balance, estimate, instance_types, regions, usa
 from provider.cli.clusters import cluster
 from provider.cli.config import ConfigError, config_path, read_config, write_config
 from provider.cli.keys import ssh_key
+from provider.cli.nodes import node, nodes
 from provider.cli.output import note, print_json
 from provider.cli.ssh import ssh
 from provider.cli.wait import INTERRUPTED
+from provider.cli.workload import jobs, logs
 from provider.client import DEFAULT_ENDPOINT, ApiError, ClientError, GpuCloudClient, TransportError
 
 PROG = "gpucloud"
@@ -38,6 +40,7 @@ def cli() -> None:
       gpucloud login
       gpucloud cluster create 8xH100 -n 2 -i ~/.ssh/id_ed25519.pub
       gpucloud cluster list
+      gpucloud nodes CLUSTER
     """
 
 
@@ -106,7 +109,9 @@ def completion(shell: str) -> None:
     click.echo(completer(cli, {}, PROG, COMPLETE_VAR).source())
 
 
-for command in (cluster, ssh, volume, ssh_key, usage, balance, regions, instance_types, estimate):
+COMMANDS = (cluster, ssh, jobs, nodes, node, logs, volume, ssh_key, usage, balance, regions, instance_types,
+            estimate)
+for command in COMMANDS:
     cli.add_command(command)
 
 

@@ -8,13 +8,14 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-# The cluster lifecycle (PENDING ... FAILED) and volume/node statuses share these colours.
+# The cluster lifecycle (PENDING ... FAILED), volume and node statuses, node health, Slurm node states and
+# job states share these colours (a column named in STYLED_COLUMNS is coloured by its first word).
 STATUS_STYLES = {
     "PENDING": "yellow",
     "PROVISIONING": "cyan",
@@ -30,9 +31,23 @@ STATUS_STYLES = {
     "DESTROYED": "dim",
     "DELETED": "dim",
     "FAILED": "bold red",
+    "HEALTHY": "green",
+    "DEGRADED": "bold yellow",
+    "UNREACHABLE": "magenta",
+    "REPAIRING": "cyan",
+    "IDLE": "green",
+    "ALLOCATED": "green",
+    "MIXED": "green",
+    "DRAIN": "yellow",
+    "DOWN": "bold red",
+    "COMPLETED": "dim",
+    "UNKNOWN": "magenta",
 }
+STYLED_COLUMNS = frozenset({"STATUS", "HEALTH", "SLURM", "STATE"})
 
-Column = tuple[str, Callable[[Mapping[str, Any]], Any]]
+# A column: its header, and the row's member of that name or a function of the row.
+Column = tuple[str, str | Callable[[Mapping[str, Any]], Any]]
+T = TypeVar("T")
 
 
 def stdout_console(min_width: int = 0) -> Console:
@@ -87,8 +102,8 @@ def cell(value: Any) -> str:
 
 
 def print_table(columns: Sequence[Column], rows: Iterable[Mapping[str, Any]], *, empty: str) -> None:
-    """One row per item; the STATUS column is coloured on a terminal."""
-    values = [[cell(get(row)) for _, get in columns] for row in rows]
+    """One row per item; status-like columns (STYLED_COLUMNS) are coloured on a terminal."""
+    values = [[cell(_value(row, get)) for _, get in columns] for row in rows]
     if not values:
         stderr_console().print(empty)
         return
@@ -103,8 +118,12 @@ def print_table(columns: Sequence[Column], rows: Iterable[Mapping[str, Any]], *,
         table.add_column(header, no_wrap=True)
     for line in values:
         cells = zip(headers, line, strict=True)
-        table.add_row(*(styled_status(v) if h == "STATUS" else Text(v) for h, v in cells))
+        table.add_row(*(styled_status(v) if h in STYLED_COLUMNS else Text(v) for h, v in cells))
     stdout_console(min_width=sum(widths) + 2 * len(widths)).print(table)
+
+
+def _value(row: Mapping[str, Any], get: str | Callable[[Mapping[str, Any]], Any]) -> Any:
+    return row.get(get) if isinstance(get, str) else get(row)
 
 
 def styled_status(status: str) -> Text:
@@ -124,6 +143,33 @@ def print_fields(fields: Sequence[tuple[str, Any]]) -> None:
     for key, value in fields:
         grid.add_row(key + ":", styled_status(cell(value)) if key == "Status" else Text(cell(value)))
     stdout_console().print(grid)
+
+
+def emit(value: T, as_json: bool, show: Callable[[T], object]) -> None:
+    """A command's answer: the API's JSON with `--json`, else `show(value)` for people."""
+    if as_json:
+        print_json(value)
+    else:
+        show(value)
+
+
+def table_view(columns: Sequence[Column], *, empty: str = "") -> Callable[[Any], None]:
+    """Show a list of objects, or one object as one row, as a table (`empty`: what says there are none)."""
+
+    def show(value: Any) -> None:
+        print_table(columns, value if isinstance(value, list) else [value], empty=empty)
+
+    return show
+
+
+def fields_view(members: Sequence[tuple[str, str]]) -> Callable[[Mapping[str, Any]], None]:
+    """Show chosen members of an object as key/value lines: `[("Balance USD", "balance_usd"), ...]`."""
+    return lambda value: print_fields([(label, value.get(name)) for label, name in members])
+
+
+def counts_line(title: str, counts: Mapping[str, int]) -> str:
+    """`Jobs: 1 running, 2 pending, ...`: the API's counters, in its order."""
+    return f"{title}: " + ", ".join(f"{count} {state}" for state, count in counts.items())
 
 
 def note(message: str) -> None:

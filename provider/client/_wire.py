@@ -1,10 +1,10 @@
-"""Wire helpers: JSON bodies with exact decimals, problem documents, Retry-After."""
+"""Wire helpers: JSON bodies with exact decimals, problem documents, Retry-After, Server-Sent Events."""
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -103,3 +103,19 @@ def error_from_response(response: httpx.Response, *, method: str, path: str) -> 
         method=method,
         path=path,
     )
+
+
+def event_data(lines: Iterable[str]) -> Iterator[str]:
+    """The `data` of each Server-Sent Event in a stream's lines (WHATWG rules: `data:` lines joined by
+    newlines, dispatched at a blank line; comments such as keep-alives and other fields ignored; an event
+    the stream ends in the middle of is dropped)."""
+    data: list[str] = []
+    for line in lines:
+        if not line:
+            if data:
+                yield "\n".join(data)
+            data = []
+            continue
+        name, _, value = line.partition(":")
+        if name == "data":
+            data.append(value[1:] if value.startswith(" ") else value)

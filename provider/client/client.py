@@ -9,7 +9,7 @@ second object.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -127,9 +127,42 @@ class GpuCloudClient(HttpCore):
         path = f"/v1/clusters/{_seg(cluster_id)}/volumes/{_seg(volume_id)}"
         return self._body(self.request("DELETE", path))
 
-    def list_cluster_nodes(self, cluster_id: str) -> Body:
-        """The cluster's nodes with health, orchestrator state and GPU readings (`items`, `counts`)."""
-        return self._body(self.request("GET", f"/v1/clusters/{_seg(cluster_id)}/nodes"))
+    def list_cluster_nodes(self, cluster_id: str, *, health: str | None = None) -> Body:
+        """The cluster's nodes with health, orchestrator state and GPU readings (`items`, `counts`);
+        `health`: failed, xid or healthy nodes only (the counts are over every node)."""
+        path = f"/v1/clusters/{_seg(cluster_id)}/nodes"
+        return self._body(self.request("GET", path, params={"health": health}))
+
+    def node_action(self, cluster_id: str, node: str, action: str, *, idempotency_key: str) -> Body:
+        """restart, replace, drain or resume one node (admin); answers `{action, node}`."""
+        path = f"/v1/clusters/{_seg(cluster_id)}/nodes/{_seg(node)}/actions"
+        return self._post_action(path, action, idempotency_key)
+
+    def cluster_action(self, cluster_id: str, action: str, *, idempotency_key: str) -> Body:
+        """A cluster-wide action (restart_workers); answers `{action, nodes}`, the nodes it touched."""
+        return self._post_action(f"/v1/clusters/{_seg(cluster_id)}/actions", action, idempotency_key)
+
+    def list_cluster_jobs(
+        self, cluster_id: str, *, state: str | None = None, limit: int | None = None
+    ) -> Body:
+        """The scheduler's job table, newest first (`items`), `counts` per state and `partitions`."""
+        path = f"/v1/clusters/{_seg(cluster_id)}/jobs"
+        return self._body(self.request("GET", path, params={"state": state, "limit": limit}))
+
+    def get_cluster_logs(
+        self, cluster_id: str, *, source: str = "controller", tail: int | None = None
+    ) -> Body:
+        """The last lines (`{source, lines}`) of the controller's log, or of a node's (`source`: its name)."""
+        path = f"/v1/clusters/{_seg(cluster_id)}/logs"
+        return self._body(self.request("GET", path, params={"source": source, "tail": tail}))
+
+    def follow_cluster_logs(
+        self, cluster_id: str, *, source: str = "controller", tail: int | None = None
+    ) -> Iterator[str]:
+        """The last lines of a log, then each new line as it is written, until the server ends the stream
+        (after some minutes: call again for more) or the caller stops iterating."""
+        path = f"/v1/clusters/{_seg(cluster_id)}/logs"
+        return self.stream_events(path, params={"source": source, "tail": tail, "follow": True})
 
     def get_cluster_artifact(self, cluster_id: str, file: str) -> str:
         """A generated file of the cluster (e.g. slurm.conf, topology.conf), as text."""
@@ -174,6 +207,11 @@ class GpuCloudClient(HttpCore):
         )
 
     # ---- helpers -----------------------------------------------------------------------------------
+
+    def _post_action(self, path: str, action: str, idempotency_key: str) -> Body:
+        return self._body(
+            self.request("POST", path, json={"action": action}, idempotency_key=idempotency_key)
+        )
 
     @staticmethod
     def _body(response: ApiResponse) -> Body:

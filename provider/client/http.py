@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
-from provider.client._wire import dumps, error_from_response, loads, retry_after_seconds
+from provider.client._wire import dumps, error_from_response, event_data, loads, retry_after_seconds
 from provider.client.errors import ApiError, ServerError, TransportError
 
 if TYPE_CHECKING:  # imported when a client is built: httpx (with rich and click) costs ~50 ms per launch,
@@ -173,6 +173,24 @@ class HttpCore:
         """Like `request`, for endpoints answering plain text (generated files)."""
         return self._perform(method, path, params, None, None, None, False).text
 
+    def stream_events(self, path: str, *, params: Mapping[str, Any] | None = None) -> Iterator[str]:
+        """The data of each Server-Sent Event a GET answers with, as it arrives, until the server ends
+        the stream. Retried like any GET until the answer starts; an error answer raises its `ApiError`
+        before any event, a stream that breaks a `TransportError`. Closing the iterator (or leaving the
+        loop over it) closes the connection."""
+        import httpx
+
+        response = self._perform("GET", path, params, None, None, None, False, event_stream=True)
+        try:
+            yield from event_data(response.iter_lines())
+        except httpx.TransportError as exc:
+            raise TransportError(
+                status=0, detail=f"the stream from {self.endpoint} broke: {type(exc).__name__}: {exc}",
+                method="GET", path=path,
+            ) from exc
+        finally:
+            response.close()
+
     def _perform(
         self,
         method: str,
@@ -182,9 +200,13 @@ class HttpCore:
         idempotency_key: str | None,
         if_match: str | None,
         side_effect_free: bool,
+        *,
+        event_stream: bool = False,
     ) -> httpx.Response:
+        """Send and check; with `event_stream` the answer's body is left unread for the caller to
+        stream (and close)."""
         method = method.upper()
-        headers: dict[str, str] = {}
+        headers: dict[str, str] = {"Accept": "text/event-stream"} if event_stream else {}
         content: bytes | None = None
         if json is not None:
             content = dumps(json)
@@ -198,12 +220,14 @@ class HttpCore:
             method, path.lstrip("/"), params=query, content=content, headers=headers
         )
         replayable = method in _REPLAYABLE_METHODS or idempotency_key is not None or side_effect_free
-        response = self._send_with_retries(request, replayable)
+        response = self._send_with_retries(request, replayable, event_stream)
         if response.status_code >= 400:
+            response.read()  # a problem document, also when a stream was asked for
+            response.close()
             raise error_from_response(response, method=method, path=path)
         return response
 
-    def _send_with_retries(self, request: httpx.Request, replayable: bool) -> httpx.Response:
+    def _send_with_retries(self, request: httpx.Request, replayable: bool, stream: bool) -> httpx.Response:
         import httpx
         import tenacity
 
@@ -238,6 +262,8 @@ class HttpCore:
                 if outcome is not None
                 else "?"
             )
+            if outcome is not None and not outcome.failed:
+                outcome.result().close()  # an unread streamed answer holds its connection until closed
             delay = state.next_action.sleep if state.next_action else 0.0
             _log.info(
                 "retrying %s %s after %s (attempt %d of %d, waiting %.1fs)",
@@ -259,7 +285,7 @@ class HttpCore:
             reraise=True,
         )
         try:
-            response: httpx.Response = retrying(self._send_once, request)
+            response: httpx.Response = retrying(self._send_once, request, stream)
         except httpx.TransportError as exc:
             raise TransportError(
                 status=0,
@@ -277,23 +303,23 @@ class HttpCore:
         )
         return response
 
-    def _send_once(self, request: httpx.Request) -> httpx.Response:
+    def _send_once(self, request: httpx.Request, stream: bool = False) -> httpx.Response:
         """One attempt. With a cancellation event, a read runs in a worker thread and is abandoned as soon
         as the event is set (a blocked socket read cannot be interrupted from another thread)."""
         cancelled = self._cancelled
         if cancelled is None:
-            return self._http.send(request)
+            return self._http.send(request, stream=stream)
         if cancelled.is_set():
             raise Cancelled(status=0, detail="the operation was cancelled", method=request.method,
                             path=request.url.path)
         if request.method not in _ABANDONABLE_METHODS:
-            return self._http.send(request)
+            return self._http.send(request, stream=stream)
         outcome: list[httpx.Response | BaseException] = []
         done = threading.Event()
 
         def send() -> None:
             try:
-                outcome.append(self._http.send(request))
+                outcome.append(self._http.send(request, stream=stream))
             except BaseException as error:  # handed to the caller's thread
                 outcome.append(error)
             finally:

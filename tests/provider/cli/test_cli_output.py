@@ -37,11 +37,16 @@ def test_cli_table_colours_the_lifecycle_on_a_terminal(monkeypatch: pytest.Monke
     assert output.styled_status("FAILED").style == "bold red"
     assert output.styled_status("PENDING").style == "yellow"
     assert output.styled_status("RUNNING (repairing)").style == "bold green"
+    assert output.styled_status("degraded").style == "bold yellow"  # node health
+    assert output.styled_status("DRAIN").style == "yellow"  # Slurm's node state
     monkeypatch.setattr(output, "is_terminal", lambda: True)
     console = output.Console(record=True, force_terminal=True, width=80)
     monkeypatch.setattr(output, "stdout_console", lambda min_width=0: console)
-    output.print_table([("STATUS", lambda r: r["status"])], [{"status": "FAILED"}], empty="")
-    assert "\x1b[1;31mFAILED" in console.export_text(styles=True)
+    columns = [("STATUS", "status"), ("HEALTH", "health"), ("NAME", "name")]
+    output.print_table(columns, [{"status": "FAILED", "health": "healthy", "name": "failed"}], empty="")
+    text = console.export_text(styles=True)
+    assert "\x1b[1;31mFAILED" in text and "\x1b[32mhealthy" in text
+    assert "\x1b[1;31mfailed" not in text  # a name is not a status
 
 
 def test_cli_empty_listing_says_so_on_stderr(capsys: pytest.CaptureFixture[str]) -> None:
