@@ -5,10 +5,17 @@ import { lineChart } from "../chart.js";
 import { clear, filterTabs, h, section } from "../dom.js";
 
 const WINDOWS = ["5m", "15m", "1h", "6h", "1d"];
+const WINDOW_SECONDS = { "5m": 300, "15m": 900, "1h": 3600, "6h": 21600, "1d": 86400 };
+
+// A young cluster opens on the smallest window holding its whole life, an older one on the last hour.
+export function defaultWindow(createdAt, now = Date.now()) {
+  const age = (now - Date.parse(createdAt)) / 1000;
+  return ["5m", "15m"].find((w) => age <= WINDOW_SECONDS[w]) || "1h";
+}
 const REFRESH_MS = 15000;
 
 export async function render(panel, context) {
-  let range = "1h";
+  let range = defaultWindow(context.cluster().created_at);
   let node = "";
   const names = (context.cluster().nodes || []).map((n) => n.name);
   const select = h("select", { id: "metrics-node" },
