@@ -258,5 +258,6 @@ def test_acc_console_pages(
     browser.save_screenshot(str(artifacts / "overview-phone.png"))
     browser.set_window_size(1280, 1000)
 
-    errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    logged: list[dict[str, Any]] = browser.get_log("browser")  # type: ignore[no-untyped-call]
+    errors = [e for e in logged if e["level"] == "SEVERE"]
     assert not errors, errors  # no CSP violation, no failed module, no uncaught error
