@@ -47,7 +47,7 @@ export async function render(panel, context) {
         table([
           { label: "Node", value: (n) => n.name },
           { label: "Health", value: (n) => badge(n.health, n.health_reason) },
-          { label: "Slurm state", value: (n) => n.orchestrator_state || "—" },
+          { label: "Slurm state", value: (n) => (n.orchestrator_state ? badge(n.orchestrator_state) : "—") },
           { label: "Status", value: (n) => badge(n.status) },
           { label: "Why", value: (n) => n.health_reason || "" },
         ], nodes.items, { caption: "Node health", empty: "No nodes yet." })),
