@@ -20,6 +20,7 @@ from selenium.common.exceptions import (
     NoAlertPresentException,
     NoSuchElementException,
     StaleElementReferenceException,
+    TimeoutException,
 )
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
@@ -88,12 +89,16 @@ def world(api: httpx.Client) -> dict[str, Any]:
     return {"cluster_id": cid, "volume_id": volume.json()["id"], "key_id": key.json()["id"]}
 
 
-@pytest.fixture(scope="module")
-def artifacts() -> Path:
+def artifacts_dir() -> Path:
     root = Path(os.environ.get("GPUCLOUD_TEST_ARTIFACTS") or REPO / ".artifacts")
     directory = root / "console"
     directory.mkdir(parents=True, exist_ok=True)
     return directory
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    return artifacts_dir()
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +119,11 @@ def wait_for(driver: WebDriver, what: Callable[[WebDriver], Any], message: str) 
     # Pages redraw what they refresh, so an element found a moment ago may be gone: look again.
     waiter = WebDriverWait(driver, WAIT_SECONDS, poll_frequency=0.1,
                            ignored_exceptions=(StaleElementReferenceException, NoSuchElementException))
-    return waiter.until(what, message)
+    try:
+        return waiter.until(what, message)
+    except TimeoutException:
+        driver.save_screenshot(str(artifacts_dir() / "timed-out.png"))  # what the page showed instead
+        raise
 
 
 def visible(driver: WebDriver, css: str) -> WebElement:
@@ -261,3 +270,23 @@ def test_acc_console_pages(
     logged: list[dict[str, Any]] = browser.get_log("browser")  # type: ignore[no-untyped-call]
     errors = [e for e in logged if e["level"] == "SEVERE"]
     assert not errors, errors  # no CSP violation, no failed module, no uncaught error
+
+
+
+
+def test_acc_console_aggregates(browser: WebDriver, backend: Backend) -> None:
+    """The figures the console computes from API answers (cards, billing sums, chart gaps, the default
+    window) and its dropping of out-of-order answers, run in the browser on the modules as served."""
+    if not browser.current_url.startswith(f"{backend.url}/console"):
+        browser.get(f"{backend.url}/console")
+    result = browser.execute_async_script(Path(__file__).with_name("console_aggregates.js").read_text())
+    assert "error" not in result, result
+    assert result["summary"] == {
+        "totalGpus": 16, "allocatedGpus": 6, "avgUtilisation": 75, "memoryUsedMib": 1000,
+        "memoryTotalMib": 3000, "runningJobs": 1, "pendingJobs": 2, "idleNodes": 1,
+    }
+    assert result["days"] == 14 and result["lastDays"] == [["2026-11-25", 2.5], ["2026-11-26", 5.5]]
+    assert result["byCluster"] == [["cls_a", 12.75], ["cls_b", 4], ["storage", 0.25]]
+    assert result["path"].count("M") == 2 and result["path"].count("L") == 1  # the gap breaks the line
+    assert result["windows"] == ["5m", "15m", "1h"]
+    assert result["answers"] == ["stale", "new"]  # a late answer never overwrites a newer one

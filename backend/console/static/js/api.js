@@ -81,3 +81,16 @@ export async function listAll(path, params = {}, limit = 2000) {
   } while (token && items.length < limit);
   return items;
 }
+
+// Answers can arrive out of order (a filter picked while an auto-refresh is in flight): a view asks
+// through one `latest()` and drops any answer that is not its newest request's.
+export const STALE = Symbol("stale");
+
+export function latest() {
+  let counter = 0;
+  return async (pending) => {
+    const mine = ++counter;
+    const value = await pending;
+    return mine === counter ? value : STALE;
+  };
+}

@@ -22,6 +22,7 @@ const ROUTES = [
 
 let cleanup = null;
 let drawn = null;
+let generation = 0; // counts navigations: a page that finishes loading after the next one started stops
 
 function route() {
   const path = location.hash.replace(/^#/, "") || "/clusters";
@@ -42,11 +43,16 @@ function route() {
   const [match, page] = found;
   const samePage = drawn && drawn.page === page && drawn.params[0] === match[1];
   drawn = { page, params: match.slice(1) };
+  const mine = ++generation;
   try {
     const result = page.render(main, match.slice(1), { samePage });
     Promise.resolve(result).then((fn) => {
-      if (typeof fn === "function") cleanup = fn;
-    }).catch((error) => clear(main, errorBox(error)));
+      if (typeof fn !== "function") return;
+      if (mine === generation) cleanup = fn;
+      else fn(); // the user moved on while this page loaded: stop its timers at once
+    }).catch((error) => {
+      if (mine === generation) clear(main, errorBox(error));
+    });
   } catch (error) {
     clear(main, errorBox(error));
   }

@@ -24,6 +24,8 @@ export function usageTotals(lines, now = new Date()) {
 }
 
 export async function render(main) {
+  const body = h("div", { "aria-live": "polite" }, h("p", { class: "muted" }, "Loading billing…"));
+  clear(main, h("div", { class: "page-head" }, h("h1", null, "Billing")), body);
   const since = new Date(Date.now() - DAYS * 86400e3).toISOString().replace(/\.\d+Z$/, "Z");
   const [balance, lines, invoices, clusters] = await Promise.all([
     get("/billing/balance"), listAll("/billing/usage", { start: since }, 10000), get("/billing/invoices"),
@@ -32,7 +34,7 @@ export async function render(main) {
   const names = new Map(clusters.map((c) => [c.id, c.name]));
   const totals = usageTotals(lines);
   const usd = (v) => fmt.usd(v);
-  clear(main, h("div", { class: "page-head" }, h("h1", null, "Billing")),
+  clear(body,
     h("div", { class: "cards" },
       card("Balance", balance.prepaid ? usd(balance.balance_usd) : "Pay as you go", balance.prepaid ? `of ${usd(balance.granted_usd)} granted` : null),
       card("Charged", usd(balance.charged_usd)),

@@ -52,33 +52,44 @@ function selectTab(name) {
   }
 }
 
+let tabGeneration = 0;
+
+// Each tab draws into a fresh element, so a tab still loading when another is picked draws nowhere.
 async function showTab(name) {
   if (page.tabCleanup) page.tabCleanup();
   page.tabCleanup = null;
   const tab = TABS.find(([value]) => value === name) || TABS[0];
   selectTab(tab[0]);
-  const panel = page.panel;
-  clear(panel, h("p", { class: "muted" }, "Loading…"));
+  const view = h("div", null, h("p", { class: "muted" }, "Loading…"));
+  clear(page.panel, view);
+  const mine = ++tabGeneration;
+  const owner = page;
   const context = {
-    id: page.id,
-    cluster: () => page.cluster,
+    id: owner.id,
+    cluster: () => owner.cluster,
     reloadCluster: async () => {
-      page.cluster = await get(`/clusters/${page.id}`);
-      drawHeader(page.header, page.cluster);
-      return page.cluster;
+      owner.cluster = await get(`/clusters/${owner.id}`);
+      drawHeader(owner.header, owner.cluster);
+      return owner.cluster;
     },
   };
   try {
-    const cleanup = await tab[2].render(panel, context);
-    if (page && page.panel === panel && typeof cleanup === "function") page.tabCleanup = cleanup;
+    const cleanup = await tab[2].render(view, context);
+    if (typeof cleanup !== "function") return;
+    if (mine === tabGeneration && page === owner) owner.tabCleanup = cleanup;
+    else cleanup();
   } catch (error) {
-    clear(panel, errorBox(error));
+    clear(view, errorBox(error));
   }
+}
+
+function tabInAddress() {
+  return (location.hash.match(/^#\/clusters\/[a-z0-9_]+\/([a-z-]+)/) || [])[1] || "overview";
 }
 
 export async function render(main, [id, tabName], { samePage }) {
   if (samePage && page && page.id === id && main.contains(page.panel)) {
-    await showTab(tabName || "overview");
+    if (page.cluster) await showTab(tabName || "overview"); // else the loading render shows it
     return teardown;
   }
   const header = h("div", { class: "cluster-head" }, h("p", { class: "muted" }, "Loading cluster…"));
@@ -91,24 +102,25 @@ export async function render(main, [id, tabName], { samePage }) {
   tablist.addEventListener("keydown", (event) => arrowKeys(event, buttons));
   const panel = h("div", { id: "cluster-panel", class: "tab-panel", role: "tabpanel", tabindex: "0" });
   clear(main, header, tablist, panel);
-  page = { id, header, tablist, panel, cluster: null, tabCleanup: null };
+  const current = { id, header, tablist, panel, cluster: null, tabCleanup: null, timer: null };
+  page = current;
   try {
-    page.cluster = await get(`/clusters/${id}`);
+    current.cluster = await get(`/clusters/${id}`);
   } catch (error) {
-    clear(main, h("p", { class: "crumbs" }, h("a", { href: "#/clusters" }, "Clusters")), errorBox(error));
+    if (page === current) clear(main, h("p", { class: "crumbs" }, h("a", { href: "#/clusters" }, "Clusters")), errorBox(error));
     return teardown;
   }
-  drawHeader(header, page.cluster);
-  const timer = setInterval(async () => {
+  if (page !== current) return () => {}; // the user left while it loaded
+  drawHeader(header, current.cluster);
+  current.timer = setInterval(async () => {
     try {
-      page.cluster = await get(`/clusters/${id}`);
-      drawHeader(header, page.cluster);
+      current.cluster = await get(`/clusters/${id}`);
+      drawHeader(header, current.cluster);
     } catch {
       // A failed refresh keeps the last view; the next one tries again.
     }
   }, HEADER_REFRESH_MS);
-  page.timer = timer;
-  await showTab(tabName || "overview");
+  await showTab(tabInAddress());
   return teardown;
 }
 

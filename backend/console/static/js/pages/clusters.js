@@ -1,6 +1,6 @@
 // Every cluster of the project: status in the lifecycle's colours, type, nodes, GPUs, cost, region.
 
-import { listAll } from "../api.js";
+import { latest, listAll, STALE } from "../api.js";
 import { badge, clear, errorBox, fmt, h, table } from "../dom.js";
 
 const REFRESH_MS = 10000;
@@ -15,9 +15,11 @@ export function labelChips(labels) {
 export async function render(main) {
   const body = h("div", { "aria-live": "polite" }, h("p", { class: "muted" }, "Loading clusters…"));
   clear(main, h("div", { class: "page-head" }, h("h1", null, "Clusters")), body);
+  const newest = latest();
   const draw = async () => {
     try {
-      const clusters = await listAll("/clusters");
+      const clusters = await newest(listAll("/clusters"));
+      if (clusters === STALE) return;
       clear(body, table([
         { label: "Name", value: (c) => h("div", null, h("a", { href: `#/clusters/${c.id}/overview`, class: "strong" }, c.name), labelChips(c.labels)) },
         { label: "Status", value: (c) => h("span", null, badge(c.status, c.status_reason), c.phase ? h("span", { class: "muted small" }, ` ${c.phase}`) : null) },

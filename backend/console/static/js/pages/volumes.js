@@ -5,7 +5,9 @@ import { clear, confirmAction, errorBox, fmt, h, notify, section, table } from "
 
 export async function render(main) {
   const status = h("div", { "aria-live": "polite" });
-  const body = h("div");
+  const body = h("div", null, h("p", { class: "muted" }, "Loading volumes…"));
+  const formSlot = h("div");
+  clear(main, h("div", { class: "page-head" }, h("h1", null, "Volumes")), status, body, section("Create a volume", formSlot));
   const regions = (await get("/regions")).items;
   const name = h("input", { id: "volume-name", required: true, maxlength: "128" });
   const region = h("select", { id: "volume-region" }, regions.map((r) => h("option", { value: r.name }, `${r.display_name} (${r.name})`)));
@@ -48,6 +50,6 @@ export async function render(main) {
       clear(status, errorBox(error));
     }
   });
-  clear(main, h("div", { class: "page-head" }, h("h1", null, "Volumes")), status, body, section("Create a volume", form));
+  clear(formSlot, form);
   await draw();
 }

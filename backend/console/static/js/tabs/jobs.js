@@ -1,6 +1,6 @@
 // Jobs: counters per state, filter tabs ALL/RUNNING/PENDING/COMPLETED/FAILED/UNKNOWN, the job table.
 
-import { get } from "../api.js";
+import { get, latest, STALE } from "../api.js";
 import { badge, card, clear, fmt, filterTabs, h, table } from "../dom.js";
 
 const STATES = ["all", "running", "pending", "completed", "failed", "unknown"];
@@ -12,8 +12,10 @@ export async function render(panel, context) {
   const tabsSlot = h("div");
   const list = h("div", { "aria-live": "polite" });
   clear(panel, counters, tabsSlot, list);
+  const newest = latest();
   const draw = async () => {
-    const jobs = await get(`/clusters/${context.id}/jobs`, { state: state === "all" ? null : state, limit: 500 });
+    const jobs = await newest(get(`/clusters/${context.id}/jobs`, { state: state === "all" ? null : state, limit: 500 }));
+    if (jobs === STALE) return;
     const total = Object.values(jobs.counts).reduce((a, b) => a + b, 0);
     clear(counters, card("All", fmt.int(total)),
       STATES.slice(1).map((s) => card(s[0].toUpperCase() + s.slice(1), fmt.int(jobs.counts[s] ?? 0))));

@@ -1,7 +1,7 @@
 // Logs: the controller's (slurmctld) or one node's last N lines, auto-refresh, download as a file.
 // Lines go into a <pre> as text: a log line holding markup is shown as it is, never parsed.
 
-import { get } from "../api.js";
+import { get, latest, STALE } from "../api.js";
 import { clear, errorBox, h } from "../dom.js";
 
 const REFRESH_MS = 3000;
@@ -19,6 +19,7 @@ export async function render(panel, context) {
   let lines = [];
   let timer = null;
 
+  const newest = latest();
   const load = async () => {
     if (!source.value) {
       clear(status, h("p", { class: "muted" }, "This cluster has no log sources yet."));
@@ -26,7 +27,8 @@ export async function render(panel, context) {
     }
     const n = Math.min(5000, Math.max(1, Number.parseInt(tail.value, 10) || 200));
     try {
-      const answer = await get(`/clusters/${context.id}/logs`, { source: source.value, tail: n });
+      const answer = await newest(get(`/clusters/${context.id}/logs`, { source: source.value, tail: n }));
+      if (answer === STALE) return;
       lines = answer.lines;
       const atBottom = output.scrollTop + output.clientHeight >= output.scrollHeight - 4;
       output.textContent = lines.length ? lines.join("\n") : "(no lines yet)";

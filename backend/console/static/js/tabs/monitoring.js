@@ -1,6 +1,6 @@
 // Monitoring: GPU utilisation (and GPU memory) per node over 5m/15m/1h/6h/1d, one line per node.
 
-import { get } from "../api.js";
+import { get, latest, STALE } from "../api.js";
 import { lineChart } from "../chart.js";
 import { clear, filterTabs, h, section } from "../dom.js";
 
@@ -28,12 +28,14 @@ export async function render(panel, context) {
   const charts = h("div");
   clear(panel, h("div", { class: "toolbar" }, windowSlot,
     h("div", { class: "field-inline" }, h("label", { for: "metrics-node" }, "Node"), select)), charts);
+  const newest = latest();
   const draw = async () => {
     clear(windowSlot, filterTabs("Time window", WINDOWS.map((w) => [w, w]), range, (value) => {
       range = value;
       draw().then(() => windowSlot.querySelector("[aria-selected=true]")?.focus());
     }));
-    const metrics = await get(`/clusters/${context.id}/metrics`, { window: range, node: node || null });
+    const metrics = await newest(get(`/clusters/${context.id}/metrics`, { window: range, node: node || null }));
+    if (metrics === STALE) return;
     clear(charts,
       section(`GPU utilisation (%), last ${range}`, lineChart({
         title: `GPU utilisation per node, last ${range}`, timestamps: metrics.timestamps, yMax: 100,

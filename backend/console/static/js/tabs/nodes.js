@@ -1,7 +1,7 @@
 // Nodes: summary cards, filters All/Failed/XID errors/Healthy, one card per node with restart/replace/
 // drain (or resume) behind a confirmation, and a per-GPU drill-down.
 
-import { get, post } from "../api.js";
+import { get, latest, post, STALE } from "../api.js";
 import { badge, card, clear, confirmAction, errorBox, fmt, filterTabs, h, notify, table } from "../dom.js";
 
 const FILTERS = [["all", "All"], ["failed", "Failed"], ["xid", "XID errors"], ["healthy", "Healthy"]];
@@ -88,8 +88,10 @@ export async function render(panel, context) {
     }
   };
 
+  const newest = latest();
   const draw = async () => {
-    const nodes = await get(`/clusters/${context.id}/nodes`, { health: filter === "all" ? null : filter });
+    const nodes = await newest(get(`/clusters/${context.id}/nodes`, { health: filter === "all" ? null : filter }));
+    if (nodes === STALE) return;
     const total = Object.values(nodes.counts).reduce((a, b) => a + b, 0);
     clear(cards, card("Nodes", fmt.int(total)), card("Healthy", fmt.int(nodes.counts.healthy)),
       card("Degraded", fmt.int(nodes.counts.degraded)), card("Failed", fmt.int(nodes.counts.failed)),

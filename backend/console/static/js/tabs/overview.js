@@ -1,7 +1,7 @@
 // Overview: summary cards computed from the nodes' GPU readings and the job table, node health, and
 // the Slurm partitions.
 
-import { get } from "../api.js";
+import { get, latest, STALE } from "../api.js";
 import { badge, card, clear, fmt, h, section, table } from "../dom.js";
 
 const REFRESH_MS = 15000;
@@ -28,8 +28,11 @@ export function summarise(cluster, nodes, jobs) {
 
 export async function render(panel, context) {
   const id = context.id;
+  const newest = latest();
   const draw = async () => {
-    const [nodes, jobs] = await Promise.all([get(`/clusters/${id}/nodes`), get(`/clusters/${id}/jobs`, { limit: 1000 })]);
+    const answers = await newest(Promise.all([get(`/clusters/${id}/nodes`), get(`/clusters/${id}/jobs`, { limit: 1000 })]));
+    if (answers === STALE) return;
+    const [nodes, jobs] = answers;
     const s = summarise(context.cluster(), nodes, jobs);
     const memory = s.memoryTotalMib === null ? "—" : `${fmt.gib(s.memoryUsedMib)} / ${fmt.gib(s.memoryTotalMib)}`;
     clear(panel,
