@@ -24,6 +24,7 @@ from selenium.common.exceptions import (
 )
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -186,6 +187,9 @@ def test_acc_console_tour(
     visible(browser, "#cluster-panel table")  # node health and the Slurm partition
     browser.save_screenshot(str(artifacts / "overview.png"))
 
+    browser.find_element(By.ID, "tab-overview").send_keys(Keys.ARROW_RIGHT)  # keyboard: the next tab
+    wait_for(browser, lambda d: selected(d, "#tab-jobs") and d.switch_to.active_element.get_attribute("id")
+             == "tab-jobs", "arrow key did not move to Jobs")
     open_tab(browser, "jobs")
     running = "#cluster-panel [role=tab][data-value=running]"
     visible(browser, running).click()

@@ -7,10 +7,10 @@ import { badge, card, clear, confirmAction, errorBox, fmt, filterTabs, h, notify
 const FILTERS = [["all", "All"], ["failed", "Failed"], ["xid", "XID errors"], ["healthy", "Healthy"]];
 const REFRESH_MS = 15000;
 const ACTION_TEXT = {
-  restart: "reboots the machine in place; jobs running on it are lost.",
-  replace: "moves it to a new machine under the same hostname and address; jobs running on it are lost.",
-  drain: "stops new jobs from landing on it; running jobs finish.",
-  resume: "lets new jobs land on it again.",
+  restart: (node) => `${node} is rebooted in place; jobs running on it are lost.`,
+  replace: (node) => `${node} moves to a new machine under the same hostname and address; jobs running on it are lost.`,
+  drain: (node) => `No new jobs land on ${node}; jobs running on it finish.`,
+  resume: (node) => `New jobs may land on ${node} again.`,
 };
 
 function mean(values) {
@@ -73,11 +73,23 @@ export async function render(panel, context) {
   const filterSlot = h("div");
   const list = h("div", { class: "node-grid", "aria-live": "polite" });
   const status = h("div");
-  clear(panel, cards, filterSlot, status, list);
+  const restartWorkers = h("button", { type: "button", class: "button ghost", id: "restart-workers" },
+    "Restart workers with XID errors");
+  restartWorkers.addEventListener("click", async () => {
+    if (!(await confirmAction("Restart workers with XID errors?", "Every worker that reports XID errors (failed by one, or with a hardware XID in the last hour) is rebooted in place; jobs running on them are lost.", "Restart"))) return;
+    try {
+      const answer = await post(`/clusters/${context.id}/actions`, { action: "restart_workers" });
+      notify(answer.nodes.length ? `Restarting ${answer.nodes.join(", ")}.` : "No worker reports XID errors: nothing to restart.");
+      await draw();
+    } catch (error) {
+      clear(status, errorBox(error));
+    }
+  });
+  clear(panel, cards, h("div", { class: "toolbar" }, filterSlot, restartWorkers), status, list);
 
   const act = async (node, action) => {
     const ok = await confirmAction(`${action[0].toUpperCase() + action.slice(1)} ${node.name}?`,
-      `${action[0].toUpperCase() + action.slice(1)} ${node.name} ${ACTION_TEXT[action]}`, action[0].toUpperCase() + action.slice(1));
+      ACTION_TEXT[action](node.name), action[0].toUpperCase() + action.slice(1));
     if (!ok) return;
     try {
       await post(`/clusters/${context.id}/nodes/${node.name}/actions`, { action });
