@@ -162,7 +162,7 @@ def open_tab(driver: WebDriver, name: str) -> None:
 
 
 def test_acc_console_tour(
-    browser: WebDriver, backend: Backend, api: httpx.Client, world: dict[str, Any], artifacts: Path
+    browser: webdriver.Chrome, backend: Backend, api: httpx.Client, world: dict[str, Any], artifacts: Path
 ) -> None:
     cid = world["cluster_id"]
     browser.get(f"{backend.url}/console")
@@ -225,6 +225,12 @@ def test_acc_console_tour(
     assert any(line.endswith(LOG_PROBE) and "ci-info" in line for line in log.text.splitlines())
     browser.find_element(By.ID, "log-auto").click()  # auto-refresh on, then off again
     browser.find_element(By.ID, "log-auto").click()
+    downloaded = artifacts / "console-console-0.log"
+    downloaded.unlink(missing_ok=True)
+    allow = {"behavior": "allow", "downloadPath": str(artifacts)}
+    browser.execute_cdp_cmd("Browser.setDownloadBehavior", allow)
+    browser.find_element(By.ID, "log-download").click()
+    wait_for(browser, lambda d: downloaded.is_file() and LOG_PROBE in downloaded.read_text(), "no download")
     browser.save_screenshot(str(artifacts / "logs.png"))
 
     open_tab(browser, "volumes")
