@@ -38,7 +38,7 @@ FAST_SIMULATION = {
     "GPUCLOUD_SIMULATION_SPEED": "600",
     "GPUCLOUD_SIMULATION_BOOT_FAILURE_RATE": "0",
     "GPUCLOUD_SIMULATION_ACCEPTANCE_FAILURE_RATE": "0",
-    "GPUCLOUD_LOG_LEVEL": "warning",
+    "GPUCLOUD_LOG_LEVEL": "info",  # one line per request: the test checks none holds the key
 }
 LABEL_PROBE = "<script>alert('label')</script>"
 VOLUME_PROBE = '<img src=x onerror="alert(1)">'
@@ -280,6 +280,10 @@ def test_acc_console_pages(
     logged: list[dict[str, Any]] = browser.get_log("browser")  # type: ignore[no-untyped-call]
     errors = [e for e in logged if e["level"] == "SEVERE"]
     assert not errors, errors  # no CSP violation, no failed module, no uncaught error
+
+    server_log = (backend.data_dir / "backend.log").read_text()
+    assert '"path": "/console/static/js/app.js"' in server_log  # requests are logged...
+    assert backend.api_key[12:] not in server_log  # ...with the key's 12-character prefix at most
 
 
 
