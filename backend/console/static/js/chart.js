@@ -21,9 +21,16 @@ function timeLabel(ms, spanMs) {
   return new Date(ms).toLocaleString("en-GB", options);
 }
 
-function legend(names) {
-  return h("ul", { class: "legend" }, names.map((name, i) =>
-    h("li", null, h("span", { class: `swatch series-${i % PALETTE}`, "aria-hidden": "true" }), name)));
+// One entry per series: its colour, its name and, when given, its latest value.
+function legend(entries) {
+  return h("ul", { class: "legend" }, entries.map(([name, latest], i) =>
+    h("li", null, h("span", { class: `swatch series-${i % PALETTE}`, "aria-hidden": "true" }), name,
+      latest === null ? null : h("span", { class: "muted" }, ` ${latest}`))));
+}
+
+function lastValue(values) {
+  for (let i = values.length - 1; i >= 0; i -= 1) if (values[i] !== null && values[i] !== undefined) return values[i];
+  return null;
 }
 
 function frame(title, children) {
@@ -71,7 +78,10 @@ export function lineChart({ title, timestamps, series, yMax, yFormat = (v) => St
   ];
   return h("figure", { class: "chart-figure" }, frame(title, [...grid, ...axes, ...ticks, ...lines]),
     hasData ? null : h("p", { class: "muted chart-empty" }, "No samples in this window yet."),
-    legend(series.map((s) => s.name)));
+    legend(series.map((s) => {
+      const latest = lastValue(s.values);
+      return [s.name, latest === null ? null : yFormat(latest)];
+    })));
 }
 
 // bars: [{label, value}], one bar each with its label under it (costs per day, per cluster).

@@ -1,7 +1,7 @@
 // Every cluster of the project: status in the lifecycle's colours, type, nodes, GPUs, cost, region.
 
 import { latest, listAll, STALE } from "../api.js";
-import { badge, clear, errorBox, fmt, h, table } from "../dom.js";
+import { badge, card, clear, errorBox, fmt, h, table } from "../dom.js";
 
 const REFRESH_MS = 10000;
 
@@ -20,7 +20,13 @@ export async function render(main) {
     try {
       const clusters = await newest(listAll("/clusters"));
       if (clusters === STALE) return;
-      clear(body, table([
+      const live = clusters.filter((c) => !["DESTROYING", "DESTROYED"].includes(c.status));
+      clear(body, h("div", { class: "cards" },
+        card("Clusters", fmt.int(clusters.length)),
+        card("Running", fmt.int(clusters.filter((c) => c.status === "RUNNING").length)),
+        card("GPUs", fmt.int(live.reduce((sum, c) => sum + c.num_gpus, 0))),
+        card("Hourly cost", fmt.usd(live.reduce((sum, c) => sum + (c.estimated_hourly_cost_usd || 0), 0)))),
+      h("div", { class: "panel" }, table([
         { label: "Name", value: (c) => h("div", null, h("a", { href: `#/clusters/${c.id}/overview`, class: "strong" }, c.name), labelChips(c.labels)) },
         { label: "Status", value: (c) => h("span", null, badge(c.status, c.status_reason), c.phase ? h("span", { class: "muted small" }, ` ${c.phase}`) : null) },
         { label: "Type", value: (c) => c.instance_type },
@@ -31,7 +37,7 @@ export async function render(main) {
       ], clusters, {
         caption: "Clusters",
         empty: "No clusters yet: create one with Terraform, the gpucloud CLI or POST /v1/clusters.",
-      }));
+      })));
     } catch (error) {
       clear(body, errorBox(error));
     }

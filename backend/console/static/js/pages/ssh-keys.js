@@ -5,7 +5,7 @@ import { clear, confirmAction, errorBox, fmt, h, notify, section, table } from "
 
 export async function render(main) {
   const status = h("div", { "aria-live": "polite" });
-  const body = h("div");
+  const body = h("div", { class: "panel" });
   const name = h("input", { id: "key-name", required: true, maxlength: "128" });
   const publicKey = h("textarea", { id: "key-public", required: true, rows: "3", spellcheck: "false", placeholder: "ssh-ed25519 AAAA… you@laptop" });
   const form = h("form", { class: "stack-form" },

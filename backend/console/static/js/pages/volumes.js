@@ -5,7 +5,7 @@ import { clear, confirmAction, errorBox, fmt, h, notify, section, table } from "
 
 export async function render(main) {
   const status = h("div", { "aria-live": "polite" });
-  const body = h("div", null, h("p", { class: "muted" }, "Loading volumes…"));
+  const body = h("div", { class: "panel" }, h("p", { class: "muted" }, "Loading volumes…"));
   const formSlot = h("div");
   clear(main, h("div", { class: "page-head" }, h("h1", null, "Volumes")), status, body, section("Create a volume", formSlot));
   const regions = (await get("/regions")).items;
