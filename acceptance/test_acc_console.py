@@ -304,3 +304,14 @@ def test_acc_console_aggregates(browser: WebDriver, backend: Backend) -> None:
     assert result["path"].count("M") == 2 and result["path"].count("L") == 1  # the gap breaks the line
     assert result["windows"] == ["5m", "15m", "1h"]
     assert result["answers"] == ["stale", "new"]  # a late answer never overwrites a newer one
+
+
+def test_acc_console_csp_blocks_inline_script(browser: WebDriver, backend: Backend) -> None:
+    """Chromium enforces the policy: a script element injected with inline code does not run (what
+    any markup slipping past the escaping would meet)."""
+    browser.get(f"{backend.url}/console")
+    browser.execute_script(
+        "const s = document.createElement('script'); s.textContent = 'window.inlineRan = true';"
+        "document.body.append(s);"
+    )
+    assert browser.execute_script("return window.inlineRan === undefined") is True
