@@ -33,7 +33,7 @@ from acceptance.backend import Backend, running_backend
 from tests.backend.keys import ed25519_key
 
 REPO = Path(__file__).resolve().parents[1]
-CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"  # Debian's, as .ci/run installs
 FAST_SIMULATION = {
     "GPUCLOUD_SIMULATION_SPEED": "600",
     "GPUCLOUD_SIMULATION_BOOT_FAILURE_RATE": "0",
@@ -105,6 +105,7 @@ def artifacts() -> Path:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[webdriver.Chrome]:
     options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
     for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,1000",
                      "--force-prefers-reduced-motion", "--lang=en-GB"):
         options.add_argument(argument)
