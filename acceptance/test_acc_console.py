@@ -241,6 +241,10 @@ def test_acc_console_tour(
              and not d.find_elements(By.ID, "attach-volume"), "volume not shown as attached")
     assert api.get(f"/clusters/{cid}").json()["volume_ids"] == [world["volume_id"]]
     browser.save_screenshot(str(artifacts / "volumes.png"))
+    visible(browser, "#cluster-panel button[aria-label^='Detach']").click()
+    visible(browser, "#confirm-ok").click()
+    visible(browser, "#attach-volume")  # free again
+    assert api.get(f"/clusters/{cid}").json()["volume_ids"] == []
 
     open_tab(browser, "network")
     assert KEY_PROBE in browser.find_element(By.ID, "cluster-panel").text
