@@ -121,6 +121,7 @@ up() {
   terraform -chdir="$workdir" apply -input=false -auto-approve -no-color \
     -state="$demo/terraform.tfstate"
   [ "$GPUCLOUD_DRIVER" != local ] || prove_real
+  say "Web console: http://127.0.0.1:$port/console (sign in with the API key in .demo/api-key)"
   say "Done. 'make demo-destroy' destroys what was created and stops the backend."
 }
 

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from backend.provisioning.driver import Job, NodeTelemetry
 from backend.store.engine_models import EngineCluster, NodeTransition
+from backend.store.models import ClusterSshKey, SshKey
 
 SLURM_VERSION = "22.05.8"
 _NODE_STATE = {"RUNNING": "IDLE", "FAILED": "DOWN", "DESTROYING": "DOWN", "PAUSED": "POWERED_DOWN",
@@ -57,13 +58,25 @@ def _until(lines: list[tuple[dt.datetime, str]], now: dt.datetime) -> list[tuple
     return [(at, line) for at, line in aware if at <= now]
 
 
+def authorized_key_lines(session: Session, cluster_id: str) -> list[str]:
+    """What cloud-init prints at boot for the keys it installs (type, fingerprint, the key's comment as
+    the user wrote it): the user's own text in a node's log, as on a real machine."""
+    keys = session.execute(select(SshKey.key_type, SshKey.fingerprint, SshKey.public_key)
+                           .join(ClusterSshKey, ClusterSshKey.ssh_key_id == SshKey.id)
+                           .where(ClusterSshKey.cluster_id == cluster_id).order_by(ClusterSshKey.position))
+    return [f"cloud-init: ci-info: authorized key for ubuntu: {key_type} {fingerprint} "
+            f"{' '.join(public_key.split()[2:]) or '-'}" for key_type, fingerprint, public_key in keys]
+
+
 def node_lines(session: Session, instance_id: str, node: str, jobs: Sequence[Job],
-               telemetry: NodeTelemetry | None, now: dt.datetime) -> list[tuple[dt.datetime, str]]:
+               telemetry: NodeTelemetry | None, now: dt.datetime, authorized_keys: Sequence[str] = ()
+               ) -> list[tuple[dt.datetime, str]]:
     lines: list[tuple[dt.datetime, str]] = []
     for t in session.scalars(select(NodeTransition).where(NodeTransition.node_id == instance_id)):
         if t.to_status == "PROVISIONING":
             lines.append((t.at, "kernel: Linux version 5.15.0-105-generic (buildd@lcy02-amd64-054)"))
         elif t.to_status == "RUNNING":
+            lines.extend((t.at, line) for line in authorized_keys)
             lines.append((t.at, f"slurmd: slurmd version {SLURM_VERSION} started"))
             lines.append((t.at, f"slurmd: CPUs=224 Boards=1 Sockets=2 Cores=56 Threads=2 Gres=gpu:8 "
                                 f"(node {node})"))

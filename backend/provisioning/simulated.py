@@ -137,8 +137,9 @@ class SimulatedDatacenter:
             lines = sim_logs.controller_lines(session, request.cluster_id, jobs, now)
         else:
             (reading,) = self.nodes_telemetry(session, [request.node], now)
+            keys = sim_logs.authorized_key_lines(session, request.cluster_id)
             lines = sim_logs.node_lines(session, request.node.instance_id, request.node.node_name, jobs,
-                                        reading, now)
+                                        reading, now, keys)
         return sim_logs.render(lines, request.tail)
 
 

@@ -14,6 +14,7 @@ from backend.provisioning.sim_workload import jobs
 from backend.provisioning.worker import EngineWorker
 from tests.backend.engine.conftest import create, drain, get
 from tests.backend.engine.test_engine_repair import _bring_up_then_fault, _seed_failing_once
+from tests.backend.keys import ed25519_key
 
 NOW = dt.datetime(2026, 11, 26, 12, 7, tzinfo=dt.UTC)
 NODES = [NodeRun(f"train-{i}", i, 1, 8, NOW - dt.timedelta(hours=30), None, False) for i in range(4)]
@@ -89,6 +90,22 @@ def test_logs_api_serves_controller_and_node_logs(
     missing = admin.get(f"/v1/clusters/{before['id']}/logs", params={"source": "train-7"})
     assert missing.status_code == 404 and missing.json()["field"] == "source"
     assert get(admin, before["id"])["status"] == "RUNNING"
+
+
+def test_logs_api_node_log_shows_the_keys_cloud_init_installed(
+    admin: TestClient, make_worker: Callable[..., EngineWorker]
+) -> None:
+    # The user's own text (the key's comment) reaches a node's log: the console's escaping is tested
+    # against exactly this.
+    comment = "<script>alert('log')</script>"
+    key = admin.post("/v1/ssh-keys", json={"name": "laptop", "public_key": ed25519_key(comment)}).json()
+    cluster = create(admin, ssh_key_ids=[key["id"]])
+    drain(make_worker())
+    lines = admin.get(f"/v1/clusters/{cluster['id']}/logs", params={"source": "train-0"}).json()["lines"]
+    expected = f"cloud-init: ci-info: authorized key for ubuntu: ssh-ed25519 {key['fingerprint']} {comment}"
+    (installed,) = [line for line in lines if "ci-info" in line]
+    assert installed.endswith(expected)
+    assert lines == sorted(lines)
 
 
 def test_logs_api_follow_streams_the_tail_then_new_lines(
