@@ -17,6 +17,7 @@ from typing import Protocol
 from sqlalchemy.orm import Session
 
 from backend.node_agent.host import HostReading
+from backend.node_agent.links import LinkReading
 from backend.node_agent.nvidia import GpuReading
 from backend.node_agent.xid import XidEvent
 
@@ -119,6 +120,8 @@ class NodeTelemetry:
     # The scheduler's own view of the node (Slurm: IDLE, MIXED, ALLOCATED, DRAIN, DOWN, UNKNOWN), where the
     # driver can ask it; None: derived from the engine's state and the GPU readings instead.
     orchestrator_state: str | None = None
+    # NVLink and InfiniBand link state, where a real agent read it (None: not read by this driver).
+    links: LinkReading | None = None
 
 
 class TelemetrySource(Protocol):
