@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -55,7 +55,8 @@ def _worker(sessions: sessionmaker[Session], broken: set[tuple[str, int]], **ext
 
 
 def _statuses(session: Session, node_id: str) -> list[str]:
-    query = select(NodeTransition.to_status).where(NodeTransition.node_id == node_id).order_by(NodeTransition.id)
+    query = (select(NodeTransition.to_status).where(NodeTransition.node_id == node_id)
+             .order_by(NodeTransition.id))
     return list(session.scalars(query))
 
 
