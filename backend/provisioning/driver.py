@@ -37,6 +37,8 @@ class OpKind(StrEnum):
     NODE_POWER_OFF = "node_power_off"  # credit pause: shut down, keep the machine (and its disk)
     NODE_POWER_ON = "node_power_on"  # resume: power on and boot from the installed image
     NODE_RESTART = "node_restart"  # day 2: reboot the machine in place (node action `restart`)
+    NODE_DRAIN = "node_drain"  # day 2: no new work on the node (Slurm DRAIN / Kubernetes cordon)
+    NODE_RESUME = "node_resume"  # day 2: undo a drain
     NODE_RELEASE = "node_release"
     HEALTH_WATCH = "health_watch"
 

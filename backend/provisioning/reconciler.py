@@ -290,6 +290,10 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
                                                "node_repair = auto)")
     elif node.status_reason is not None:
         node.status_reason = None  # readings healthy again (or manual): no stale repair note
+    if _sync_drain(ctx, cluster, node):
+        return True
+    if node.op_token is not None:
+        return False  # a drain or resume is still under way: config changes wait for it
     config = desired_config(cluster)
     applied = node.applied_config
     if applied.get("container") != config["container"]:
@@ -300,6 +304,42 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
         set_stage(ctx.session, cluster, node, S.RECONFIGURING, ctx.now)
         return True
     return False
+
+
+def _sync_drain(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
+    """Carry the node's drain flag (node actions `drain` / `resume`) to the orchestrator through the
+    driver (Slurm DRAIN / RESUME, Kubernetes cordon / uncordon); `applied_config["drained"]` records
+    what it has. True once an operation finished (the flag may have flipped meanwhile: then the next
+    one follows)."""
+    applied = bool(node.applied_config.get("drained", False))
+    if node.op_token is None and node.drained == applied:
+        return False
+    if node.op_token is None:
+        node.op_seq += 1
+        kind = OpKind.NODE_DRAIN if node.drained else OpKind.NODE_RESUME
+        node.op_token = f"{node.id}/{kind}/{node.op_seq}"
+        new = True
+    else:
+        kind, new = OpKind(node.op_token.split("/")[1]), False
+    submitted_due = aware(node.op_ready_at)
+    if submitted_due is not None and submitted_due > ctx.now:  # submitted and not due: no need to ask
+        ctx.due.append(submitted_due)
+        return False
+    request = OperationRequest(node.op_token, kind, cluster.name, node.name, node.op_seq,
+                               cluster_id=cluster.id, node_id=node.id)
+    op = _submit(ctx, cluster, node, request, new=new)
+    node.op_ready_at = op.ready_at
+    if not op.done(ctx.now):
+        if op.ready_at is not None:
+            ctx.due.append(op.ready_at)
+        return False
+    _record_outcome(ctx, op)
+    node.op_token, node.op_ready_at = None, None
+    if op.succeeded:
+        node.applied_config = {**node.applied_config, "drained": kind == OpKind.NODE_DRAIN}
+    else:  # the scheduler did not answer: try again a little later
+        ctx.due.append(ctx.now + NO_SPARE_RETRY)
+    return True
 
 
 def _first_watch(node: EngineNode) -> bool:
