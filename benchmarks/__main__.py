@@ -18,7 +18,7 @@ BENCHMARKS = [
     "plan_apply",  # terraform plan/apply, test provider vs built-in terraform_data
     "backend_load",  # HTTP API throughput and latency on SQLite and PostgreSQL vs a bare ASGI app
     "engine_throughput",  # provisioning engine: clusters reconciled per second, 1 and 2 workers
-    "day2_reads",  # GET nodes and metrics?window=1d of a 64-node cluster, SQLite and PostgreSQL
+    "day2_reads",  # GET nodes, metrics?window=1d and the cluster of a 64-node cluster, both stores
 ]
 
 

@@ -1,6 +1,7 @@
 """Day-2 reads on a 64-node cluster: `GET .../nodes` (health, orchestrator state, 8 GPU readings and XID
-events per node) and `GET .../metrics?window=1d` (a full day of samples for every node in the ring
-buffer), through the real app (TestClient, in process) on SQLite, and on PostgreSQL when
+events per node), `GET .../metrics?window=1d` (a full day of samples for every node in the ring
+buffer) and the cluster's own `GET` (every node with its health, what a Terraform refresh reads),
+through the real app (TestClient, in process) on SQLite, and on PostgreSQL when
 GPUCLOUD_TEST_POSTGRES_URL is set. Prints the median and p95 of 30 requests each."""
 
 from __future__ import annotations
@@ -75,10 +76,12 @@ def _run(label: str, url: str, data_dir: Path) -> None:
         base = f"/v1/clusters/{cluster['id']}"
         nodes = _timed(client, f"{base}/nodes")
         metrics = _timed(client, f"{base}/metrics?window=1d")
+        whole = _timed(client, base)  # the cluster with every node's health: the provider's one read
     app.state.gpucloud.engine.dispose()
     engine.dispose()
     print(f"{label}: {NODES} nodes, a day of 1-minute samples each loaded in {loaded:.1f} s")
-    for name, (median, p95, size) in (("GET nodes", nodes), ("GET metrics?window=1d", metrics)):
+    for name, (median, p95, size) in (("GET nodes", nodes), ("GET metrics?window=1d", metrics),
+                                      ("GET cluster", whole)):
         print(f"  {name:24} median {median:6.1f} ms   p95 {p95:6.1f} ms   {size / 1024:6.0f} KiB")
 
 

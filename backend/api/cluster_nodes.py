@@ -17,6 +17,9 @@ from backend.api.deps import Reader, Writer
 from backend.api.schemas import READ_ERRORS, WRITE_ERRORS, StrictModel
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
+from backend.node_agent.host import HostReading
+from backend.node_agent.links import LinkReading
+from backend.node_agent.nvidia import GpuReading
 from backend.provisioning import node_actions, node_metrics, node_views
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.simulated import make_driver
@@ -43,28 +46,6 @@ def driver() -> object:
     return make_driver(EngineSettings())
 
 
-class GpuOut(BaseModel):
-    """One GPU as the node agent reads it (`nvidia-smi -q -x`); null where the driver reports N/A."""
-
-    index: int
-    uuid: str
-    name: str
-    pci_bus_id: str
-    utilization_pct: int | None
-    memory_utilization_pct: int | None
-    memory_used_mib: int | None
-    memory_total_mib: int | None
-    temperature_c: int | None
-    power_draw_w: float | None
-    power_limit_w: float | None
-    sm_clock_mhz: int | None
-    memory_clock_mhz: int | None
-    ecc_volatile_uncorrected: int | None
-    retired_pages: int | None
-    remapped_rows_uncorrectable: int | None
-    remapped_rows_pending: bool | None
-
-
 class XidEventOut(BaseModel):
     code: int
     pci_bus_id: str
@@ -73,15 +54,6 @@ class XidEventOut(BaseModel):
     hardware: bool = Field(description="True when NVIDIA's catalogue points at the hardware, not the job")
     detail: str
     logged_at: str | None
-
-
-class HostOut(BaseModel):
-    """The machine's CPU and memory as the node agent reads them from /proc (null: not reported)."""
-
-    cpu_count: int
-    load_1m: float | None
-    memory_total_mib: int | None
-    memory_available_mib: int | None
 
 
 class NodeOut(BaseModel):
@@ -99,11 +71,15 @@ class NodeOut(BaseModel):
     )
     drained: bool
     pending_action: str | None
-    gpus: list[GpuOut] | None
+    # The node agent's own dataclasses: their fields are the wire fields, declared once.
+    gpus: list[GpuReading] | None = Field(description="One per GPU as `nvidia-smi -q -x` reads it; null "
+                                          "inside a GPU where the driver reports N/A")
     gpus_unavailable_reason: str | None
     xid_events: list[XidEventOut]
-    host: HostOut | None = Field(default=None, description="CPU and memory where the node's agent reports "
-                                 "them (the local driver's nodes); null otherwise")
+    host: HostReading | None = Field(default=None, description="CPU and memory where the node's agent "
+                                     "reports them (the local driver's nodes); null otherwise")
+    links: LinkReading | None = Field(default=None, description="NVLink and InfiniBand link state where "
+                                      "the node's agent reads it (a real node); null otherwise")
     read_at: str | None
 
 

@@ -15,8 +15,8 @@ Interconnect = Literal["infiniband", "efa", "ethernet"]
 Container = Literal["base", "pytorch"]
 NodeRepair = Literal["auto", "manual"]
 NODE_REPAIR_DOC = (
-    "auto: a failed node is drained and replaced in place (same hostname, new instance_id); "
-    "manual: it stays failed until a node action"
+    "auto: a failed or degraded node is drained and replaced in place (same hostname, new instance_id); "
+    "manual: it stays failed or degraded until a node action"
 )
 ClusterName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9-]+$")]
 CatalogName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")]

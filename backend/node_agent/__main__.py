@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from backend.node_agent.host import read_host
+from backend.node_agent.links import read_links
 from backend.node_agent.nvidia import read_gpus
 from backend.node_agent.xid import read_xid_events
 
@@ -25,6 +26,7 @@ def reading() -> dict[str, Any]:
         "xid_events": [dataclasses.asdict(event) for event in xid_events],
         "xid_unavailable_reason": xid_unavailable,
         "host": dataclasses.asdict(read_host()),
+        "links": dataclasses.asdict(read_links(has_gpus=bool(gpus.devices))),
     }
 
 

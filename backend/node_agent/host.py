@@ -9,6 +9,8 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class HostReading:
+    """The machine's CPU and memory as the node agent reads them from /proc (null: not reported)."""
+
     cpu_count: int
     load_1m: float | None
     memory_total_mib: int | None

@@ -17,6 +17,7 @@ from typing import Protocol
 from sqlalchemy.orm import Session
 
 from backend.node_agent.host import HostReading
+from backend.node_agent.links import LinkReading
 from backend.node_agent.nvidia import GpuReading
 from backend.node_agent.xid import XidEvent
 
@@ -36,6 +37,8 @@ class OpKind(StrEnum):
     NODE_POWER_OFF = "node_power_off"  # credit pause: shut down, keep the machine (and its disk)
     NODE_POWER_ON = "node_power_on"  # resume: power on and boot from the installed image
     NODE_RESTART = "node_restart"  # day 2: reboot the machine in place (node action `restart`)
+    NODE_DRAIN = "node_drain"  # day 2: no new work on the node (Slurm DRAIN / Kubernetes cordon)
+    NODE_RESUME = "node_resume"  # day 2: undo a drain
     NODE_RELEASE = "node_release"
     HEALTH_WATCH = "health_watch"
 
@@ -119,6 +122,8 @@ class NodeTelemetry:
     # The scheduler's own view of the node (Slurm: IDLE, MIXED, ALLOCATED, DRAIN, DOWN, UNKNOWN), where the
     # driver can ask it; None: derived from the engine's state and the GPU readings instead.
     orchestrator_state: str | None = None
+    # NVLink and InfiniBand link state, where a real agent read it (None: not read by this driver).
+    links: LinkReading | None = None
 
 
 class TelemetrySource(Protocol):

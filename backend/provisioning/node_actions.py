@@ -1,8 +1,10 @@
 """Day-2 node actions (`restart`, `replace`, `drain`, `resume` on one node; `restart_workers` on a
 cluster), accepted in the API's transaction and carried out by the reconciler.
 
-Drain and resume change the orchestrator's view at once (Slurm DRAIN / Kubernetes cordon: no new work
-lands on the node; running work is left alone). Restart and replace are driver work: the action is
+Drain and resume change the engine's view at once (Slurm DRAIN / Kubernetes cordon: no new work lands on
+the node; running work is left alone), and the next pass carries them to the scheduler through the
+driver (`node_drain` / `node_resume`: `scontrol update` under the local driver). Restart and replace are
+driver work: the action is
 stored on the node (`pending_action`) and the next pass reboots it (`node_restart`, status CONFIGURING,
 not metered) or replaces it in place (same hostname and address, new `instance_id`). A state that
 forbids the action answers 409 `node_state_conflict` saying why.
@@ -78,7 +80,7 @@ def request_node_action(session: Session, catalog: Catalog, cluster: Cluster, na
             raise InsufficientCapacity(
                 f"no {cluster.instance_type} node is free on {state.fabric} to replace {name}", field="name")
         node.pending_action = action
-        wake(session, cluster.id, utcnow())
+    wake(session, cluster.id, utcnow())  # the reconciler carries it out (drain / resume: to the scheduler)
     node.updated_at = utcnow()
     return node
 

@@ -25,6 +25,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.domain.lifecycle import NodeStage
+from backend.provisioning import node_health
 from backend.provisioning.driver import TelemetryTarget, telemetry_of
 from backend.provisioning.state import aware
 from backend.store.engine_models import EngineNode, NodeMetricChunk
@@ -160,7 +161,8 @@ def record(session: Session, cluster_id: str, node_name: str, samples: Sequence[
 
 
 def collect(session: Session, driver: object, now: dt.datetime) -> int:
-    """One sample of every RUNNING node of every cluster from the driver's telemetry; the nodes read."""
+    """One sample of every RUNNING node of every cluster from the driver's telemetry, and each node's
+    degraded reason from the same reading; the nodes read."""
     source = telemetry_of(driver)
     if source is None:
         return 0
@@ -174,6 +176,8 @@ def collect(session: Session, driver: object, now: dt.datetime) -> int:
     readings = source.nodes_telemetry(session, targets, now) if targets else []
     for (node, _), reading in zip(rows, readings, strict=True):
         record(session, node.cluster_id, node.name, [sample_of(reading.gpus, now)])
+    # The same readings say which nodes are degraded: recorded for the reconciler (repair) and reads.
+    node_health.record_degraded(session, [node for node, _ in rows], readings, now)
     return len(rows)
 
 

@@ -1,10 +1,8 @@
 """Day-2 read model of a cluster's nodes: health, the orchestrator's view, and what the node reports
-(GPU readings and XID events in the node agent's field names, from the driver's telemetry).
+(GPU readings, XID events and link state in the node agent's field names, from the driver's telemetry).
 
-Health, from the engine's state and the node's recent XID events:
-`repairing` (restart or replacement under way, or accepted), `failed` (FAILED), `unreachable` (powered
-off: nothing answers), `degraded` (running, with a hardware XID in the last hour, uncorrectable ECC
-errors, a GPU at 85 C or more, or a GPU without readings), else `healthy`.
+Health and its rules are `node_health`'s: a RUNNING node is degraded when its reading now says so, or
+when the metrics sampler last recorded it so (`EngineNode.degraded_reason`).
 """
 
 from __future__ import annotations
@@ -16,14 +14,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from backend.domain.lifecycle import NodeStage
+from backend.provisioning import node_health
 from backend.provisioning.driver import Job, NodeRun, NodeTelemetry, TelemetryTarget, telemetry_of
-from backend.provisioning.reconciler import in_repair
+from backend.provisioning.node_health import HEALTH_STATES, degraded_reason
 from backend.provisioning.state import aware, utcnow
 from backend.store.engine_models import EngineNode, NodeTransition
 from backend.store.models import Cluster
 
-HEALTH_STATES = ("healthy", "degraded", "unreachable", "failed", "repairing")
-DEGRADED_WINDOW = dt.timedelta(hours=1)
+__all__ = ["HEALTH_STATES", "degraded_reason", "health", "health_reason", "node_views"]
 RECENT_XID_EVENTS = 20
 _POWERED_OFF = (NodeStage.POWERING_OFF, NodeStage.POWERED_OFF)
 
@@ -34,54 +32,17 @@ def members(session: Session, cluster_id: str) -> list[EngineNode]:
         .order_by(EngineNode.index)))
 
 
-def _recent_hardware_xid(telemetry: NodeTelemetry | None, now: dt.datetime) -> bool:
-    if telemetry is None:
-        return False
-    since = (now - DEGRADED_WINDOW).isoformat()
-    return any(e.hardware and (e.logged_at or "") >= since for e in telemetry.xid_events)
-
-
-HOT_GPU_C = 85  # sustained above this an H100 / H200 throttles
-
-
-def degraded_reason(telemetry: NodeTelemetry | None, now: dt.datetime) -> str | None:
-    """Why a running node's readings say it is degraded (None: they do not)."""
-    if telemetry is None:
-        return None
-    if _recent_hardware_xid(telemetry, now):
-        return "hardware XID in the last hour"
-    for gpu in telemetry.gpus or ():
-        if (gpu.ecc_volatile_uncorrected or 0) > 0 or (gpu.remapped_rows_uncorrectable or 0) > 0:
-            return f"GPU {gpu.index}: uncorrectable ECC errors"
-        if gpu.temperature_c is not None and gpu.temperature_c >= HOT_GPU_C:
-            return f"GPU {gpu.index}: {gpu.temperature_c} C"
-        if gpu.memory_total_mib is None and gpu.utilization_pct is None:
-            return f"GPU {gpu.index}: no reading (fallen off the bus?)"
-    return None
+def _degraded(node: EngineNode, telemetry: NodeTelemetry | None, now: dt.datetime) -> str | None:
+    return degraded_reason(telemetry, now) or node.degraded_reason
 
 
 def health(node: EngineNode, telemetry: NodeTelemetry | None, now: dt.datetime) -> str:
-    if in_repair(node) or node.pending_action is not None:
-        return "repairing"
-    if node.stage == NodeStage.FAILED:
-        return "failed"
-    if node.stage in _POWERED_OFF:
-        return "unreachable"
-    if node.stage == NodeStage.READY and degraded_reason(telemetry, now) is not None:
-        return "degraded"
-    return "healthy"
+    return node_health.health(node, _degraded(node, telemetry, now))
 
 
 def health_reason(node: EngineNode, telemetry: NodeTelemetry | None, now: dt.datetime) -> str | None:
     """Why the node is not healthy, in words (None when it is)."""
-    state = health(node, telemetry, now)
-    if state == "repairing":
-        return f"{node.pending_action} requested" if node.pending_action else f"{node.stage}: being repaired"
-    if state == "failed":
-        return node.status_reason
-    if state == "unreachable":
-        return "powered off"
-    return degraded_reason(telemetry, now) if state == "degraded" else None
+    return node_health.health_reason(node, _degraded(node, telemetry, now))
 
 
 def orchestrator_state(orchestrator: str, node: EngineNode, busy_gpus: int | None) -> str | None:
@@ -141,7 +102,8 @@ def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datet
             "gpus": None if gpus is None else [dict(vars(g)) for g in gpus],  # flat: no deep copy
             "gpus_unavailable_reason": _why_no_gpus(source, telemetry, node),
             "xid_events": [dict(vars(e)) for e in xids],
-            "host": None if telemetry is None or telemetry.host is None else dict(vars(telemetry.host)),
+            "host": None if telemetry is None else telemetry.host,
+            "links": None if telemetry is None else telemetry.links,
             "read_at": None if telemetry is None else telemetry.read_at,
         })
     return views

@@ -23,6 +23,7 @@ from backend.domain.lifecycle import (
 from backend.provisioning import allocator
 from backend.provisioning.driver import Operation, OperationRequest, OpKind, ProvisioningDriver
 from backend.provisioning.engine import add_repair, add_replacement
+from backend.provisioning.node_health import in_repair
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.state import (
     aware,
@@ -283,6 +284,16 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
                 # A driver that reads the node's health from the machine says when to look again.
                 node.watch_due_at = fault.ready_at
                 ctx.due.append(fault.ready_at)
+    if node.degraded_reason is not None and cluster.node_repair == "auto":
+        if _repair_allowed(ctx, node, f"degraded: {node.degraded_reason}"):
+            return _repair(ctx, cluster, node, f"replaced while degraded ({node.degraded_reason}; "
+                                               "node_repair = auto)")
+    elif node.status_reason is not None:
+        node.status_reason = None  # readings healthy again (or manual): no stale repair note
+    if _sync_drain(ctx, cluster, node):
+        return True
+    if node.op_token is not None:
+        return False  # a drain or resume is still under way: config changes wait for it
     config = desired_config(cluster)
     applied = node.applied_config
     if applied.get("container") != config["container"]:
@@ -293,6 +304,42 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
         set_stage(ctx.session, cluster, node, S.RECONFIGURING, ctx.now)
         return True
     return False
+
+
+def _sync_drain(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
+    """Carry the node's drain flag (node actions `drain` / `resume`) to the orchestrator through the
+    driver (Slurm DRAIN / RESUME, Kubernetes cordon / uncordon); `applied_config["drained"]` records
+    what it has. True once an operation finished (the flag may have flipped meanwhile: then the next
+    one follows)."""
+    applied = bool(node.applied_config.get("drained", False))
+    if node.op_token is None and node.drained == applied:
+        return False
+    if node.op_token is None:
+        node.op_seq += 1
+        kind = OpKind.NODE_DRAIN if node.drained else OpKind.NODE_RESUME
+        node.op_token = f"{node.id}/{kind}/{node.op_seq}"
+        new = True
+    else:
+        kind, new = OpKind(node.op_token.split("/")[1]), False
+    submitted_due = aware(node.op_ready_at)
+    if submitted_due is not None and submitted_due > ctx.now:  # submitted and not due: no need to ask
+        ctx.due.append(submitted_due)
+        return False
+    request = OperationRequest(node.op_token, kind, cluster.name, node.name, node.op_seq,
+                               cluster_id=cluster.id, node_id=node.id)
+    op = _submit(ctx, cluster, node, request, new=new)
+    node.op_ready_at = op.ready_at
+    if not op.done(ctx.now):
+        if op.ready_at is not None:
+            ctx.due.append(op.ready_at)
+        return False
+    _record_outcome(ctx, op)
+    node.op_token, node.op_ready_at = None, None
+    if op.succeeded:
+        node.applied_config = {**node.applied_config, "drained": kind == OpKind.NODE_DRAIN}
+    else:  # the scheduler did not answer: try again a little later
+        ctx.due.append(ctx.now + NO_SPARE_RETRY)
+    return True
 
 
 def _first_watch(node: EngineNode) -> bool:
@@ -308,16 +355,20 @@ def _failed_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, nod
         return _start_restart(ctx, cluster, node)
     if node.pending_action == "replace":
         return _repair(ctx, cluster, node, "replaced by a node action")
-    if cluster.node_repair != "auto":
-        return False
-    limit = ctx.settings.engine_max_repairs_per_node_per_day
-    if _repairs_in_last_day(ctx, node) >= limit:
-        if REPAIRS_EXHAUSTED not in (node.status_reason or ""):
-            node.status_reason = (f"{node.status_reason}; {REPAIRS_EXHAUSTED}: {limit} replacements of "
-                                  f"{node.name} in the last 24 h "
-                                  "(GPUCLOUD_ENGINE_MAX_REPAIRS_PER_NODE_PER_DAY)")
+    if cluster.node_repair != "auto" or not _repair_allowed(ctx, node, node.status_reason):
         return False
     return _repair(ctx, cluster, node, "replaced after a fault (node_repair = auto)")
+
+
+def _repair_allowed(ctx: PassContext, node: EngineNode, why: str | None) -> bool:
+    """Within the node's daily budget of automatic repairs; past it, the node keeps `why` and says so."""
+    limit = ctx.settings.engine_max_repairs_per_node_per_day
+    if _repairs_in_last_day(ctx, node) < limit:
+        return True
+    if REPAIRS_EXHAUSTED not in (node.status_reason or ""):
+        node.status_reason = (f"{why}; {REPAIRS_EXHAUSTED}: {limit} replacements of {node.name} in the "
+                              "last 24 h (GPUCLOUD_ENGINE_MAX_REPAIRS_PER_NODE_PER_DAY)")
+    return False
 
 
 def _repairs_in_last_day(ctx: PassContext, node: EngineNode) -> int:
@@ -333,6 +384,7 @@ def _repair(ctx: PassContext, cluster: Cluster, node: EngineNode, why: str) -> b
     nodes are not touched. Without a free node the old one stays (failed) with the reason."""
     state = ctx.session.get(EngineCluster, cluster.id)
     assert state is not None
+    was_drained = node.drained
     node.drained = True  # Slurm DRAIN / Kubernetes cordon: no new work lands on it
     node.active_name = None
     ctx.session.flush()
@@ -340,7 +392,13 @@ def _repair(ctx: PassContext, cluster: Cluster, node: EngineNode, why: str) -> b
     if replacement is None:
         node.active_name = node.name
         node.pending_action = None
-        if node.status == NodeStatus.FAILED and NO_SPARE not in (node.status_reason or ""):
+        if node.status == NodeStatus.RUNNING:
+            # Degraded but still serving: it keeps its work until a spare is free.
+            node.drained = was_drained
+            if NO_SPARE not in (node.status_reason or ""):
+                node.status_reason = (f"degraded: {node.degraded_reason}; {NO_SPARE} on {state.fabric} "
+                                      "(retried later)")
+        elif NO_SPARE not in (node.status_reason or ""):
             node.status_reason = f"{node.status_reason}; {NO_SPARE} on {state.fabric} (retried later)"
         ctx.due.append(ctx.now + NO_SPARE_RETRY)
         return False
@@ -355,6 +413,7 @@ def _start_restart(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool
     again with a fresh health watch once it is back."""
     node.pending_action = None
     node.watch_token, node.watch_due_at = None, None
+    node.degraded_reason = None  # read again once it is back
     node.applied_config = {**node.applied_config, "restarts": int(node.applied_config.get("restarts", 0)) + 1}
     set_stage(ctx.session, cluster, node, S.RESTARTING, ctx.now, "restart requested")
     return True
@@ -494,13 +553,6 @@ def _teardown(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: l
         set_phase(ctx.session, cluster, str(ClusterPhase.DELETED), ctx.now)
 
 
-def in_repair(node: EngineNode) -> bool:
-    """A node being repaired in place: a replacement machine coming up, or a restart."""
-    if node.stage == S.RESTARTING:
-        return True
-    return node.repair_of is not None and (node.stage == S.QUEUED or node.stage in BRING_UP_ORDER[:-1])
-
-
 def _summarise(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: list[EngineNode]) -> None:
     members = [n for n in nodes if n.active_name is not None]
     failed = [n for n in members if n.status == NodeStatus.FAILED]
@@ -513,8 +565,12 @@ def _summarise(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: 
         status = derive_cluster_status([NodeStatus(n.status) for n in members])
     else:
         status = derive_cluster_status([NodeStatus(n.status) for n in serving], empty=NodeStatus.RUNNING)
-    reason = "; ".join(f"node {n.name}: {n.status_reason}" for n in failed)
-    if failed and not repairing:
+    # Degraded (manual repair, or no automatic repair left): RUNNING and serving, the cluster Degraded.
+    degraded = [n for n in serving if n.stage == S.READY and n.degraded_reason is not None]
+    reason = "; ".join([f"node {n.name}: {n.status_reason}" for n in failed]
+                       + [f"node {n.name}: {n.status_reason or f'degraded: {n.degraded_reason}'}"
+                          for n in degraded])
+    if (failed or degraded) and not repairing:
         set_cluster_status(cluster, str(status), reason)
         set_phase(ctx.session, cluster, str(ClusterPhase.DEGRADED), ctx.now, reason)
         return

@@ -19,6 +19,7 @@ from backend.fabric import kubernetes, slurm
 from backend.fabric.layout import ClusterLayout, NodeLayout
 from backend.fabric.nccl import nccl_env
 from backend.fabric.topology import node_network
+from backend.provisioning import node_health
 from backend.provisioning.settings import configured_driver
 from backend.provisioning.state import aware
 from backend.store.db import execute_core
@@ -39,7 +40,8 @@ SSH_USER = "ubuntu"
 # The columns a read view needs of a live node: one light row per node instead of an ORM instance.
 _NODE_COLUMNS = (EngineNode.id, EngineNode.name, EngineNode.active_name, EngineNode.index, EngineNode.slot,
                  EngineNode.scalable_unit, EngineNode.private_ip, EngineNode.public_ip, EngineNode.status,
-                 EngineNode.status_reason)
+                 EngineNode.status_reason, EngineNode.stage, EngineNode.repair_of, EngineNode.pending_action,
+                 EngineNode.degraded_reason)
 
 
 # Read statements are built once (SQLAlchemy also memoizes their cache keys): the GET path runs them all.
@@ -112,11 +114,14 @@ def _iso(value: Any) -> str | None:
     return None if stamp is None else stamp.isoformat().replace("+00:00", "Z")
 
 
-def _node_view(n: Any, role: str, network: dict[str, Any] | None) -> dict[str, Any]:
-    # instance_id names the machine: a replaced node keeps its name but gets a new instance.
+def _node_view(n: Any, role: str, network: dict[str, Any] | None, *, member: bool = True) -> dict[str, Any]:
+    # instance_id names the machine: a replaced node keeps its name but gets a new instance. Health is
+    # the engine's state with the degraded reason the metrics sampler last recorded: no node is asked (a
+    # machine leaving the cluster has none).
+    health = node_health.health(n, n.degraded_reason) if member else None
     return {"name": n.name, "instance_id": n.id, "role": role, "index": n.index, "status": n.status,
-            "status_reason": n.status_reason, "private_ip": n.private_ip, "public_ip": n.public_ip,
-            "network": network}
+            "status_reason": n.status_reason, "health": health, "private_ip": n.private_ip,
+            "public_ip": n.public_ip, "network": network}
 
 
 def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = None) -> dict[str, Any]:
@@ -147,7 +152,7 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
     runtime["nodes"] = [
         _node_view(n, role, node_network(layout.fabric, layout.instance_type, n.slot, layout.partition_key))
         for n in nodes
-    ] + [_node_view(n, role, None) for n in leaving]
+    ] + [_node_view(n, role, None, member=False) for n in leaving]
     login_host = f"{layout.name}-jumphost" if layout.multi_node else layout.controller
     address = _login_address(layout)
     runtime["login"] = {"host": login_host, "public_ip": address, "user": SSH_USER,

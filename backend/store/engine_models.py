@@ -110,6 +110,9 @@ class EngineNode(Base):
     drained: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False, server_default=false())
     # A node action accepted by the API and not yet carried out by the reconciler (restart | replace).
     pending_action: Mapped[str | None] = mapped_column(String(16))
+    # Migration 0008_node_degraded. Why the node's latest readings say it is degraded (hardware XID, ECC,
+    # thermal, NVLink / InfiniBand link down), written by the metrics sampler; NULL: healthy readings.
+    degraded_reason: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 

@@ -7,7 +7,6 @@ from typing import Any
 from provider.framework import Attribute, Context, Schema, State, StringAttribute
 from provider.framework.schema import NestedAttribute
 from provider.resources._common import client_of
-from provider.resources.cluster_health import with_node_health
 from provider.resources.data_sources import _LookupDataSource
 from provider.resources.gpu_cluster_schema import CLUSTER_SCHEMA, cluster_state, reservation_state
 
@@ -59,10 +58,7 @@ class GpuClusterDataSource(_LookupDataSource):
     to_state = staticmethod(_to_state)
 
     def get(self, ctx: Context, object_id: str) -> dict[str, Any]:
-        client = client_of(ctx)
-        return with_node_health(client, client.get_cluster(object_id))
+        return client_of(ctx).get_cluster(object_id)
 
     def list_named(self, ctx: Context, name: str) -> list[dict[str, Any]]:
-        client = client_of(ctx)
-        found = client.list_clusters(name=name)
-        return [with_node_health(client, found[0])] if len(found) == 1 else found
+        return client_of(ctx).list_clusters(name=name)

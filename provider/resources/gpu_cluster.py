@@ -31,7 +31,6 @@ from provider.resources._common import (
     remember_etag,
 )
 from provider.resources.cluster_checks import known
-from provider.resources.cluster_health import with_node_health
 from provider.resources.cluster_reservation import warn_if_term_forfeited
 from provider.resources.cluster_wait import (
     ClusterStillConverging,
@@ -445,7 +444,7 @@ class GpuClusterResource(Resource):
     # -- state ----------------------------------------------------------------------------------------
 
     def _state(self, ctx: Context, client: GpuCloudClient, body: dict[str, Any], prior: State) -> State:
-        return cluster_state(with_node_health(client, body), prior, self._reservation(client, body))
+        return cluster_state(body, prior, self._reservation(client, body))
 
     @staticmethod
     def _reservation(client: GpuCloudClient, body: dict[str, Any]) -> dict[str, Any] | None:

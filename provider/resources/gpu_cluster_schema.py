@@ -57,8 +57,9 @@ NODE_ATTRIBUTES: dict[str, Attribute] = {
     ),
     "health": _computed_str(
         "Node health as the API reports it: `healthy`, `degraded` (running with a recent hardware XID, "
-        "uncorrectable ECC errors or a hot GPU), `unreachable` (powered off), `failed` or `repairing` "
-        "(being restarted or replaced in place, see `node_repair`). Null when the API could not say."
+        "uncorrectable ECC errors, a hot GPU or an NVLink / InfiniBand link down), `unreachable` (powered "
+        "off), `failed` or `repairing` (being restarted or replaced in place, see `node_repair`). Null "
+        "against an API that does not report it."
     ),
     "private_ip": _computed_str("Address on the cluster's private subnet."),
     "public_ip": _computed_str("Public address, when the node has one (single-node clusters)."),
@@ -243,9 +244,9 @@ CLUSTER_SCHEMA = Schema(
     "scale-up) ends the wait at once with an error naming the failed nodes and the API's reason; a "
     "create that fails so is saved tainted and the next apply replaces it. A cluster found FAILED on "
     "refresh (every node lost) is planned for replacement with a warning.\n"
-    "- **Day 2**: once RUNNING, a failed node does not fail the cluster: it stays RUNNING while the "
-    "node is repaired in place (`node_repair = \"auto\"`, phase `Repairing`) or left failed "
-    "(`\"manual\"`, phase `Degraded`, until a `replace` node action through the API). Neither plans a "
+    "- **Day 2**: once RUNNING, a failed or degraded node does not fail the cluster: it stays RUNNING "
+    "while the node is repaired in place (`node_repair = \"auto\"`, phase `Repairing`) or left as it "
+    "is (`\"manual\"`, phase `Degraded`, until a node action through the API). Neither plans a "
     "change (a failed node is named in a plan warning), and a create whose cluster came up and then "
     "lost a node it keeps failed succeeds with that warning; refresh records the nodes' `health` and a "
     "repaired node's new `instance_id` without drift.\n"
@@ -357,11 +358,12 @@ CLUSTER_SCHEMA = Schema(
             optional=True,
             computed=True,
             default="auto",
-            description="`auto`: a node that fails while the cluster runs is drained and replaced in place "
-            "(same hostname and fabric position where capacity allows, new `instance_id`) while the "
-            "other nodes keep running; the cluster stays RUNNING (phase `Repairing`, then `Ready`). "
-            "`manual`: the node stays failed (phase `Degraded`) until a `replace` node action. A repair "
-            "is not drift. Changes in place.",
+            description="`auto`: a node that fails or degrades (GPU faults, ECC errors, heat, NVLink / "
+            "InfiniBand link down) while the cluster runs is drained and replaced in place (same hostname "
+            "and fabric position where capacity allows, new `instance_id`) while the other nodes keep "
+            "running; the cluster stays RUNNING (phase `Repairing`, then `Ready`). `manual`: the node "
+            "stays failed or degraded (phase `Degraded`) until a node action. A repair is not drift. "
+            "Changes in place.",
             validators=api("node_repair"),
         ),
         "max_hourly_cost_usd": NumberAttribute(

@@ -20,6 +20,7 @@ parallel. One engine worker process drives the local driver (the one `serve` emb
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
@@ -48,7 +49,7 @@ from backend.provisioning.driver import (
     Partition,
     TelemetryTarget,
 )
-from backend.provisioning.local import observe, preflight
+from backend.provisioning.local import observe, preflight, slurm_control
 from backend.provisioning.local.namespaces import Bind, LocalCluster, LocalHostError, LocalNode
 from backend.provisioning.local.node_setup import (
     LOCAL_SLURM_HOST,
@@ -70,7 +71,8 @@ ORCHESTRATORS = ("slurm", "none")  # no Kubernetes control plane is packaged for
 _NO_WORK = (OpKind.FABRIC_JOIN, OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START, OpKind.CONTAINER_RECREATE)
 _WORK = (OpKind.CONTROL_PLANE_CREATE, OpKind.CONTROL_PLANE_RELEASE, OpKind.NODE_BOOT, OpKind.VOLUME_ATTACH,
          OpKind.ORCHESTRATOR_JOIN, OpKind.ACCEPTANCE, OpKind.RECONFIGURE, OpKind.NODE_RELEASE,
-         OpKind.NODE_POWER_OFF, OpKind.NODE_POWER_ON, OpKind.NODE_RESTART)
+         OpKind.NODE_POWER_OFF, OpKind.NODE_POWER_ON, OpKind.NODE_RESTART, OpKind.NODE_DRAIN,
+         OpKind.NODE_RESUME)
 
 
 class UnsupportedHost(RuntimeError):
@@ -82,6 +84,7 @@ class NodePlan:
     name: str
     instance: str
     address: str
+    reason: str | None = None  # the engine's reason for the node's current status (why it is released)
 
 
 @dataclass(frozen=True)
@@ -265,7 +268,7 @@ class LocalDriver:
             row = session.get(EngineNode, request.node_id)
             if row is None:
                 raise LookupError(f"node {request.node_id} does not exist")
-            node = NodePlan(row.name, instance_name(row), row.private_ip)
+            node = NodePlan(row.name, instance_name(row), row.private_ip, row.status_reason)
         work = self._work(request.kind, plan, node)
         job = _Job(request.client_token, request.kind, now)
         with self._jobs_lock:
@@ -316,10 +319,13 @@ class LocalDriver:
             OpKind.ORCHESTRATOR_JOIN: lambda: self._join(cluster, plan, _need(local)),
             OpKind.ACCEPTANCE: lambda: self._accept(cluster, plan, _need(local)),
             OpKind.RECONFIGURE: lambda: self._reconfigure(cluster, plan, _need(local)),
-            OpKind.NODE_RELEASE: lambda: self._release(cluster, plan, _need(local)),
+            OpKind.NODE_RELEASE: lambda: self._release(cluster, plan, _need(local),
+                                                       node.reason if node is not None else None),
             OpKind.NODE_POWER_OFF: lambda: _need(local).stop_processes(),
             OpKind.NODE_POWER_ON: lambda: self._power_on(cluster, plan, _need(local)),
             OpKind.NODE_RESTART: lambda: self._restart(cluster, plan, _need(local)),
+            OpKind.NODE_DRAIN: lambda: self._drain(cluster, plan, _need(local), slurm_control.ACTION_REASON),
+            OpKind.NODE_RESUME: lambda: self._resume(cluster, plan, _need(local)),
         }
         if kind not in actions:
             raise ValueError(f"the local driver has no operation {kind}")
@@ -368,6 +374,25 @@ class LocalDriver:
         self._lay_out(cluster, plan)
         self._sync_controller(cluster, plan)
         start_services(node, controller=False, worker=True, login=False)
+        controller = self._slurm_controller(cluster, plan)
+        if controller is not None:  # a repair drained the name in Slurm: its new machine takes work
+            slurm_control.resume_after_repair(controller, node.name)
+
+    def _slurm_controller(self, cluster: LocalCluster, plan: ClusterPlan) -> LocalNode | None:
+        if plan.orchestrator != "slurm" or plan.controller is None:
+            return None
+        controller = cluster.node(plan.controller.name, plan.controller.address, plan.controller.instance)
+        return controller if controller.exists() else None
+
+    def _drain(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode, reason: str) -> None:
+        controller = self._slurm_controller(cluster, plan)
+        if controller is not None:
+            slurm_control.drain(controller, node.name, reason)
+
+    def _resume(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        controller = self._slurm_controller(cluster, plan)
+        if controller is not None:
+            slurm_control.resume(controller, node.name)
 
     def _power_on(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         """Powered off, a node keeps its namespaces and files (its disk): start its daemons again."""
@@ -424,7 +449,13 @@ class LocalDriver:
             for path in sorted(set(plan.volumes) - mounted):
                 target.bind(Bind(plan.volumes[path], path))
 
-    def _release(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+    def _release(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode,
+                 why: str | None = None) -> None:
+        if not plan.deleting and any(m.name == node.name for m in plan.members):
+            # Replaced in place: drain the name in Slurm first (the new machine resumes it on joining).
+            # Best effort: a controller that does not answer must not keep a broken machine alive.
+            with contextlib.suppress(LocalHostError):
+                self._drain(cluster, plan, node, f"{slurm_control.REPAIR_REASON}: {why or 'replaced'}")
         node.destroy()
         if plan.deleting:  # the whole cluster goes: no reconfiguration for the nodes that remain
             if not plan.multi_node and not cluster.node_names():

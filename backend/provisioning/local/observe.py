@@ -21,6 +21,7 @@ from typing import Any
 
 from backend import node_agent
 from backend.node_agent.host import HostReading
+from backend.node_agent.links import LinkReading
 from backend.node_agent.nvidia import GpuReading
 from backend.node_agent.xid import parse_xid_lines
 from backend.provisioning.driver import Job, NodeTelemetry, Partition
@@ -235,7 +236,7 @@ def node_log(node: LocalNode, count: int) -> list[str]:
     return sorted(lines, key=lambda line: line[:25])[-count:]  # `[ISO time]` sorts in time order; stable
 
 
-_AGENT_MODULES = ("nvidia", "xid", "host")
+_AGENT_MODULES = ("nvidia", "xid", "host", "links")
 _AGENT_BOOTSTRAP = """\
 import json, sys, types
 sources = json.loads({sources!r})
@@ -300,4 +301,5 @@ def _reading(node: LocalNode | None, process: subprocess.Popen[bytes] | None, no
     devices = [GpuReading(**device) for device in gpus["devices"]]  # what nvidia-smi read, if anything
     return NodeTelemetry(read_at=agent["read_at"], gpus=devices or None,
                          gpus_unavailable_reason=None if devices else gpus["unavailable_reason"],
-                         xid_events=events, host=HostReading(**agent["host"]))
+                         xid_events=events, host=HostReading(**agent["host"]),
+                         links=LinkReading.from_dict(agent["links"]) if agent.get("links") else None)

@@ -19,7 +19,7 @@ from backend.provisioning.driver import NodeTelemetry
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.worker import EngineWorker
-from backend.store.engine_models import EngineNode, SimulatedOperation
+from backend.store.engine_models import EngineNode, SimulatedOperation, Step
 from backend.store.models import Cluster
 from tests.backend.engine.conftest import create, drain, get
 from tests.backend.engine.test_engine_repair import _bring_up_then_fault, _seed_failing_once
@@ -147,6 +147,38 @@ def test_node_action_drain_and_resume_change_the_orchestrator_view(
     assert drained.json()["node"]["drained"] is True
     resumed = admin.post(url, json={"action": "resume"})
     assert resumed.status_code == 202 and resumed.json()["node"]["orchestrator_state"] != "DRAIN"
+
+
+def test_node_action_drain_and_resume_reach_the_driver(
+    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session]
+) -> None:
+    cluster = create(admin, node_count=2)
+    worker = make_worker()
+    drain(worker)
+    url = f"/v1/clusters/{cluster['id']}/nodes/train-1/actions"
+
+    def carried() -> list[tuple[str, str | None]]:
+        with sessions() as session:
+            steps = session.scalars(select(Step).where(Step.cluster_id == cluster["id"],
+                                                       Step.kind.in_(("node_drain", "node_resume")))
+                                    .order_by(Step.submitted_at))
+            return [(step.kind, step.outcome) for step in steps]
+
+    assert admin.post(url, json={"action": "drain"}).status_code == 202
+    assert admin.post(url, json={"action": "resume"}).status_code == 202  # before the engine saw the drain
+    drain(worker)
+    assert carried() == []  # nothing to carry: the node is back where the driver has it
+    assert admin.post(url, json={"action": "drain"}).status_code == 202
+    drain(worker)
+    assert carried() == [("node_drain", "succeeded")]
+    with sessions() as session:
+        node = session.scalars(select(EngineNode).where(EngineNode.active_name == "train-1",
+                                                        EngineNode.cluster_id == cluster["id"])).one()
+        assert node.drained and node.applied_config["drained"] is True and node.op_token is None
+    assert admin.post(url, json={"action": "resume"}).status_code == 202
+    drain(worker)
+    assert carried() == [("node_drain", "succeeded"), ("node_resume", "succeeded")]
+    assert get(admin, cluster["id"])["phase"] == "Ready"
 
 
 def test_cluster_action_restart_workers_restarts_the_nodes_with_xid_errors(

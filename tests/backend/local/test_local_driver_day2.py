@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend import cli
 from backend.api import cluster_nodes, cluster_workload
+from backend.provisioning.local import slurm_control
 from backend.provisioning.local.driver import LocalDriver
 from backend.provisioning.local.namespaces import run
 from backend.provisioning.settings import EngineSettings, configured
@@ -145,3 +146,22 @@ def test_local_driver_crashed_node_is_replaced_in_place_and_srun_runs_again(
     assert sorted(_ssh(tmp_path / "key", login, "srun -N2 --mem=1G hostname")) == ["rep-0", "rep-1"]
     local = driver.cluster(cluster["id"], get(admin, cluster["id"])["fabric"]["subnet"])
     assert local.node_names() == ["rep-0.1", "rep-1.2", "rep-jumphost"]  # the failed machine is gone
+    # The repair drained rep-1 in slurmctld before its machine went (the new one resumed it on joining).
+    controller = admin.get(f"{url}/logs", params={"source": "controller", "tail": 2000}).json()["lines"]
+    assert any("rep-1" in line and f"{slurm_control.REPAIR_REASON}: replaced after a fault" in line
+               for line in controller), controller[-40:]
+
+    # Node actions drain / resume reach Slurm: `scontrol update` on the controller, read back.
+    def orchestrator_state(name: str) -> str:
+        items = admin.get(f"{url}/nodes").json()["items"]
+        return str(next(n["orchestrator_state"] for n in items if n["name"] == name))
+
+    def carried(name: str, state: str) -> Callable[[dict[str, Any]], bool]:
+        return lambda _: orchestrator_state(name) == state
+
+    assert admin.post(f"{url}/nodes/rep-0/actions", json={"action": "drain"}).status_code == 202
+    _until(worker, admin, cluster["id"], carried("rep-0", "DRAIN"), seconds=30)
+    shown = " ".join(_ssh(tmp_path / "key", login, "scontrol show node rep-0 -o"))
+    assert f"Reason={slurm_control.ACTION_REASON}" in shown and "DRAIN" in shown, shown
+    assert admin.post(f"{url}/nodes/rep-0/actions", json={"action": "resume"}).status_code == 202
+    _until(worker, admin, cluster["id"], carried("rep-0", "IDLE"), seconds=30)

@@ -125,7 +125,7 @@ class FakeClusterApi:
         if len(parts) == 3 and parts[2] == "nodes" and method == "GET":
             return httpx.Response(200, json={"items": [
                 {"name": n["name"], "instance_id": n["instance_id"], "status": n["status"],
-                 "health": {"RUNNING": "healthy", "FAILED": "failed"}.get(n["status"], "repairing")}
+                 "health": _health(n)}
                 for n in cluster["nodes"]
             ]})
         if len(parts) == 3 and parts[2] == "credentials":
@@ -134,6 +134,8 @@ class FakeClusterApi:
             if self.on_get is not None:
                 self.on_get()
             self._advance(cluster)
+            for node in cluster["nodes"]:  # as the backend: each node's health from its status
+                node["health"] = _health(node)
             return httpx.Response(200, json=cluster, headers={"ETag": f'"{cluster["updated_at"]}"'})
         if method == "PATCH":
             billing = body.pop("billing", None)
@@ -244,3 +246,7 @@ class FakeClusterApi:
     def _problem(status: int, code: str, detail: str) -> httpx.Response:
         return httpx.Response(status, json={"status": status, "code": code, "detail": detail},
                               headers={"content-type": "application/problem+json"})
+
+
+def _health(node: dict[str, Any]) -> str:
+    return {"RUNNING": "healthy", "FAILED": "failed"}.get(node["status"], "repairing")

@@ -342,16 +342,21 @@ def test_gpu_cluster_read_records_node_health_and_a_repaired_nodes_new_instance(
     assert fresh is not None and fresh["status"] == "RUNNING" and fresh["phase"] == "Repairing"
     assert [(n["name"], n["instance_id"], n["health"]) for n in fresh["nodes"]] == [
         ("train-0", "nod_0", "healthy"), ("train-1", "nod_9", "repairing")]
-    assert ("GET", "/v1/clusters/cls_1/nodes", None) in api.requests
+    # Health comes with the cluster: a refresh is one GET of the cluster, no second request.
+    assert not [r for r in api.requests if r[1].endswith("/nodes")]
 
 
-def test_gpu_cluster_read_without_the_nodes_endpoint_leaves_health_null(api):
+def test_gpu_cluster_read_against_an_api_without_node_health_leaves_it_null(api):
     state = created(api)
 
-    def older_api(request: httpx.Request) -> httpx.Response:  # a backend without GET .../nodes
-        if request.url.path.endswith("/nodes"):
-            return api._problem(404, "not_found", "no such route")
-        return api.handle(request)
+    def older_api(request: httpx.Request) -> httpx.Response:  # a backend whose nodes carry no health
+        response = api.handle(request)
+        if request.method == "GET" and request.url.path == "/v1/clusters/cls_1":
+            body = response.json()
+            for node in body["nodes"]:
+                del node["health"]
+            return httpx.Response(200, json=body, headers=response.headers)
+        return response
 
     api.transport = lambda: httpx.MockTransport(older_api)  # type: ignore[method-assign]
     ctx = ctx_for(api)
