@@ -63,9 +63,13 @@ def _uniform(*parts: object) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def busy_gpus(seed: int, cluster: str, node: str, attempt: int, gpu_count: int, at: dt.datetime) -> int:
-    """How many GPUs of the node the modelled workload holds at `at`."""
+def busy_gpus(seed: int, cluster: str, node: str, attempt: int, gpu_count: int, at: dt.datetime,
+              up_since: dt.datetime | None = None) -> int:
+    """How many GPUs of the node the modelled workload holds at `at`. A node's first jobs start in the
+    slot after the one it came up in (as `sim_workload.jobs` has it), so a new node reads idle until then."""
     slot = int(at.timestamp() // SLOT.total_seconds())
+    if up_since is not None and slot <= int(up_since.timestamp() // SLOT.total_seconds()):
+        return 0
     if _uniform(seed, cluster, node, attempt, slot, "busy") >= BUSY_SHARE:
         return 0
     if gpu_count == 1 or _uniform(seed, cluster, node, attempt, slot, "whole") < WHOLE_NODE_SHARE:
@@ -141,7 +145,8 @@ def node_telemetry(seed: int, watch: SimulatedOperation | None, target: Telemetr
             if fault_at <= now:
                 events.append(_event(fatal, gpu, fault_at, watch.reason))
                 faulted, code = gpu, fatal
-    busy = busy_gpus(seed, target.cluster_name, target.node_name, target.attempt, target.gpu_count, now)
+    busy = busy_gpus(seed, target.cluster_name, target.node_name, target.attempt, target.gpu_count, now,
+                     _aware(target.created_at))
     gpus = [gpu_reading(seed, target, i, now, busy_count=busy, faulted=faulted, fault_code=code)
             for i in range(target.gpu_count)]
     return NodeTelemetry(read_at=now.astimezone(dt.UTC).isoformat(timespec="seconds"), gpus=gpus,

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 from fastapi.testclient import TestClient
 
-from backend.provisioning.driver import NodeRun
-from backend.provisioning.sim_telemetry import busy_gpus
+from backend.provisioning.driver import NodeRun, TelemetryTarget
+from backend.provisioning.sim_telemetry import busy_gpus, node_telemetry
 from backend.provisioning.sim_workload import jobs
 from backend.provisioning.worker import EngineWorker
 from tests.backend.engine.conftest import create, drain, get
@@ -35,6 +35,20 @@ def test_workload_is_reproducible_and_follows_the_gpu_model() -> None:
         assert job.started_at is None or job.started_at >= NOW - dt.timedelta(hours=24, minutes=15)
     running = [j for j in first if j.state == "RUNNING"]
     assert all(j.started_at is not None and j.started_at <= NOW and j.ended_at is None for j in running)
+
+
+def test_workload_a_node_that_just_came_up_reads_idle_until_its_first_job() -> None:
+    """The GPU model and the job table agree on a new node: no job yet, so no busy GPU and no load."""
+    for minutes in range(0, 15 * 8, 7):  # wherever in its slot the node came up
+        up = NOW - dt.timedelta(minutes=minutes)
+        fresh = [NodeRun("train-0", 0, 1, 8, up, None, False)]
+        running = [j for j in jobs(3, "train", fresh, NOW) if j.state == "RUNNING"]
+        target = TelemetryTarget("train", "train-0", "i-1", 1, "8xH100", 8, None, up)
+        reading = node_telemetry(3, None, target, NOW)
+        busy = [g for g in reading.gpus or [] if g.utilization_pct]
+        assert len(busy) == sum(j.gpus for j in running), (minutes, running, busy)
+    same_slot = NOW.replace(minute=0)
+    assert busy_gpus(3, "train", "train-0", 1, 8, NOW, same_slot) == 0
 
 
 def test_workload_a_failed_node_fails_its_job_and_takes_no_new_one() -> None:
