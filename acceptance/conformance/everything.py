@@ -11,6 +11,8 @@ from provider.framework import (
     Context,
     DynamicAttribute,
     Float64Attribute,
+    IdentityAttribute,
+    IdentitySchema,
     Int64Attribute,
     ListAttribute,
     ListNestedAttribute,
@@ -181,6 +183,7 @@ class EverythingResource(Resource):
     type_name = "conformance_everything"
     schema = SCHEMA
     import_id_attribute = "id"
+    identity_schema = IdentitySchema({"id": IdentityAttribute(description="Identifier in the store.")})
 
     def create(self, ctx: Context, plan: State) -> State:
         data: ConformanceData = ctx.provider_data

@@ -7,6 +7,7 @@ docs/framework.md.
 
 from provider.framework.context import Context
 from provider.framework.diagnostics import Cancelled, Diagnostic, DiagnosticError, Diagnostics
+from provider.framework.identity import Identity, IdentityAttribute, IdentitySchema, IdentityUpgrader
 from provider.framework.planmodifiers import (
     PlanModification,
     requires_replace,
@@ -68,6 +69,10 @@ __all__ = [
     "Float64Attribute",
     "Function",
     "FunctionError",
+    "Identity",
+    "IdentityAttribute",
+    "IdentitySchema",
+    "IdentityUpgrader",
     "Int64Attribute",
     "ListAttribute",
     "ListNestedAttribute",

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from provider.framework.identity import IdentitySchema
 from provider.framework.resource import Function, Provider
 from provider.framework.schema import Attribute, Block, NestedAttribute, Schema
 from provider.framework.schema import _label as type_label
@@ -116,6 +117,30 @@ def _page(kind: str, type_name: str, provider: str, schema: Schema, examples: Pa
     return text
 
 
+def _identity_section(identity: IdentitySchema | None, examples: Path) -> str:
+    """The identity of a resource: how to import by it (Terraform 1.12+) and its attributes."""
+    if identity is None:
+        return ""
+    text = _example(
+        examples / "import-by-identity.tf",
+        "terraform",
+        "## Import by Identity",
+        "In Terraform 1.12 and later, an `import` block can name the object by its identity:\n\n",
+    )
+    if not text:
+        text = "## Import by Identity\n\n"
+    text += "### Identity Schema\n\n"
+    for title, required in (("Required", True), ("Optional", False)):
+        lines = [
+            f"- `{name}` ({type_label(attr.type)}) {attr.description}".rstrip()
+            for name, attr in sorted(identity.attributes.items())
+            if attr.required_for_import is required
+        ]
+        if lines:
+            text += f"#### {title}\n\n" + "\n".join(lines) + "\n\n"
+    return text
+
+
 def _function_page(fn: Function, provider: str, examples: Path) -> str:
     text = _front_matter(f"{fn.name} function - {provider}", fn.summary)
     text += f"# function: {fn.name}\n\n{fn.description or fn.summary}\n\n"
@@ -161,6 +186,7 @@ def generate(provider: Provider, examples: Path) -> dict[str, str]:
             "## Import",
             "Import is supported using the following syntax:\n\n",
         )
+        page += _identity_section(r.identity_schema, examples / "resources" / r.type_name)
         pages[f"resources/{short(r.type_name)}.md"] = page.rstrip() + "\n"
     for d in provider.data_sources():
         pages[f"data-sources/{short(d.type_name)}.md"] = _page(

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from provider.cty import AttributePath, CtyType, GetAttr
 from provider.framework.context import Context
 from provider.framework.diagnostics import DiagnosticError
+from provider.framework.identity import Identity, IdentitySchema, IdentityUpgrader
 from provider.framework.schema import Schema
 from provider.framework.state import schema_object
 from provider.framework.validators import ConfigValidator
@@ -55,6 +56,9 @@ class Resource:
     # Set to an attribute name (usually "id") to import by that attribute: `terraform import ADDR ID`
     # then reads the object with only that attribute set.
     import_id_attribute: ClassVar[str | None] = None
+    # Resource identity (Terraform 1.12+): declare it to support `import { identity = {...} }` and
+    # `terraform query`. By default each identity attribute is the same-named state attribute.
+    identity_schema: IdentitySchema | None = None
 
     def create(self, ctx: Context, plan: State) -> State | None:
         raise NotImplementedError
@@ -88,6 +92,27 @@ class Resource:
                 "Resource Import Not Implemented", f"{self.type_name} does not support import."
             )
         return schema_object(self.schema, {self.import_id_attribute: import_id})
+
+    def identity(self, ctx: Context, state: State) -> Identity | None:
+        """The identity of the object in `state` (None while it is not wholly known)."""
+        if self.identity_schema is None:
+            return None
+        return self.identity_schema.of(state)
+
+    def import_identity(self, ctx: Context, identity: Identity) -> State | None:
+        """The state to import from an identity (`import { identity = {...} }`): by default the
+        same-named attributes set and all else null; `read` then fills it in."""
+        if self.identity_schema is None:
+            raise DiagnosticError(
+                "Resource Identity Not Supported", f"{self.type_name} cannot be imported by identity."
+            )
+        values = {k: v for k, v in identity.items() if k in self.schema.attributes and v is not None}
+        return schema_object(self.schema, values)
+
+    def identity_upgraders(self) -> dict[int, IdentityUpgrader]:
+        """Upgraders keyed by the stored identity version they read (each goes straight to
+        `identity_schema.version`)."""
+        return {}
 
     def state_upgraders(self) -> dict[int, StateUpgrader]:
         """Upgraders keyed by the stored version they read (each goes straight to `schema.version`)."""

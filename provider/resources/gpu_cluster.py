@@ -21,6 +21,7 @@ from provider.framework import Cancelled, Context, Resource, State, root, timeou
 from provider.resources import cluster_checks as checks
 from provider.resources._common import (
     api_error,
+    api_id_identity,
     client_of,
     configured,
     create_done,
@@ -169,6 +170,7 @@ def _stopped_waiting(ctx: Context, cluster_id: str, stopped: Exception) -> None:
 class GpuClusterResource(Resource):
     type_name = "gpucloud_gpu_cluster"
     import_id_attribute = "id"
+    identity_schema = api_id_identity("GPU cluster", "cls")
     schema = CLUSTER_SCHEMA
 
     # -- plan -----------------------------------------------------------------------------------------

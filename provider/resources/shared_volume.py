@@ -24,6 +24,7 @@ from provider.framework import (
 from provider.resources._common import (
     UNCONFIRMED_CREATE,
     api_error,
+    api_id_identity,
     client_of,
     configured,
     create_done,
@@ -61,6 +62,7 @@ def hourly_cost(storage_usd_per_tib_hour: Any, size_tib: int) -> int | Decimal:
 class SharedVolumeResource(Resource):
     type_name = "gpucloud_shared_volume"
     import_id_attribute = "id"
+    identity_schema = api_id_identity("shared volume", "vol")
     schema = Schema(
         description="A shared volume: network storage in one region that clusters in that region mount "
         "at `mount_path`. It can be renamed and grown in place; it never shrinks (that would lose data).",

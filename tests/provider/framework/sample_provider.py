@@ -14,6 +14,9 @@ from provider.framework import (
     EphemeralResult,
     Function,
     FunctionError,
+    IdentityAttribute,
+    IdentitySchema,
+    IdentityUpgrader,
     Int64Attribute,
     MoveSource,
     Parameter,
@@ -31,6 +34,7 @@ from provider.framework.validators import string_length
 class ThingResource(Resource):
     type_name = "sample_thing"
     import_id_attribute = "id"
+    identity_schema = IdentitySchema({"id": IdentityAttribute(description="The thing's id.")}, version=1)
     schema = Schema(
         version=1,
         attributes={
@@ -73,6 +77,9 @@ class ThingResource(Resource):
             attributes={"id": StringAttribute(computed=True), "title": StringAttribute(required=True)}
         )
         return {0: StateUpgrader(lambda ctx, old: {"id": old["id"], "name": old["title"]}, prior_schema=v0)}
+
+    def identity_upgraders(self) -> dict[int, IdentityUpgrader]:
+        return {0: IdentityUpgrader(lambda old: {"id": old["thing_id"]})}  # version 1 renamed thing_id
 
     def move_state(self, ctx: Context, source: MoveSource) -> dict[str, Any] | None:
         if source.type_name != "sample_old_thing":

@@ -281,7 +281,7 @@ def test_server_stop_provider_cancels_in_flight_wait(server, provider):
 
 
 def test_server_unsupported_rpc_answers_diagnostic(server):
-    resp = server.upgrade_resource_identity(pb.UpgradeResourceIdentity.Request(type_name="sample_thing"))
+    resp = server.upgrade_resource_identity(pb.UpgradeResourceIdentity.Request(type_name="sample_echo"))
     assert errors(resp)
     with pytest.raises(AttributeError):
         server.not_an_rpc  # noqa: B018
