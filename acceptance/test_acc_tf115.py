@@ -1,6 +1,7 @@
 """What Terraform 1.12+ users expect of gpucloud, on Terraform 1.15 against the real backend: import
-blocks by resource identity with generated configuration. (Terraform 1.11 runs every other module with
-the same installed provider.)"""
+blocks by resource identity with generated configuration, and `terraform query` (list resources with
+filters) whose `-generate-config-out` brings hand-made objects under Terraform. (Terraform 1.11 runs
+every other module with the same installed provider.)"""
 
 from __future__ import annotations
 
@@ -62,3 +63,60 @@ def test_acc_identity_import_blocks_generate_config_for_every_resource(
         adopted = resources[f"{type_name}.adopted"]
         assert adopted["values"]["id"] == object_id
         assert (adopted["identity"], adopted["identity_schema_version"]) == ({"id": object_id}, 0)
+
+
+QUERY = """
+list "gpucloud_gpu_cluster" "ml" {
+  provider = gpucloud
+  config {
+    region      = "us-east-1"
+    name_prefix = "found-"
+    labels      = { team = "ml" }
+    status      = "RUNNING"
+  }
+}
+
+list "gpucloud_shared_volume" "data" {
+  provider = gpucloud
+  config {
+    name_prefix = "found-"
+  }
+}
+
+list "gpucloud_ssh_key" "keys" {
+  provider = gpucloud
+  config {
+    name_prefix = "found-"
+  }
+}
+"""
+
+
+def test_acc_query_finds_hand_made_objects_and_generates_their_config(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    ids = made_by_hand(backend, "found")
+    other = backend.client.create_cluster(  # another team's: the labels filter leaves it out
+        {"name": "found-web", "region": "us-east-1", "instance_type": "8xH100", "node_count": 1,
+         "labels": {"team": "web"}},
+        idempotency_key="found-web",
+    )
+    tf = gpucloud_tf("", version="1.15")
+    tf.write("find.tfquery.hcl", QUERY)
+    listed = [line.split() for line in tf.run("query").stdout.splitlines() if line.startswith("list.")]
+    assert sorted(listed) == sorted([
+        ["list.gpucloud_gpu_cluster.ml", f"id={ids['gpucloud_gpu_cluster']}", "found-train"],
+        ["list.gpucloud_shared_volume.data", f"id={ids['gpucloud_shared_volume']}", "found-data"],
+        ["list.gpucloud_ssh_key.keys", f"id={ids['gpucloud_ssh_key']}", "found-key"],
+    ])
+    assert other["id"] not in str(listed)
+
+    tf.run("query", "-generate-config-out=found.tf")
+    generated = " ".join((tf.workdir / "found.tf").read_text().split())
+    assert generated.count("import {") == 3 and 'labels = { team = "ml" }' in generated
+    plan = tf.plan()
+    assert "Plan: 3 to import, 0 to add, 0 to change, 0 to destroy." in plan.stdout
+    tf.apply()
+    tf.assert_plan_empty()
+    adopted = {r["type"]: r["identity"] for r in tf.show_json()["values"]["root_module"]["resources"]}
+    assert adopted == {type_name: {"id": object_id} for type_name, object_id in ids.items()}

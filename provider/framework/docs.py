@@ -3,11 +3,12 @@
     python -m provider.framework.docs --provider provider.resources.provider:GpuCloudProvider --out docs/
     python -m provider.framework.docs ... --check     # exit 1 when the files on disk are stale (CI)
 
-Writes `index.md`, `resources/<name>.md`, `data-sources/<name>.md`, `ephemeral-resources/<name>.md` and
-`functions/<name>.md` (<name> without the provider prefix), with examples taken from
-`<examples>/provider/provider.tf`, `<examples>/resources/<type>/resource.tf` (+ `import.sh`),
-`<examples>/data-sources/<type>/data-source.tf`,
-`<examples>/ephemeral-resources/<type>/ephemeral-resource.tf` when they exist.
+Writes `index.md`, `resources/<name>.md`, `data-sources/<name>.md`, `ephemeral-resources/<name>.md`,
+`list-resources/<name>.md` and `functions/<name>.md` (<name> without the provider prefix), with examples
+taken from `<examples>/provider/provider.tf`, `<examples>/resources/<type>/resource.tf` (+ `import.sh`,
+`import-by-identity.tf`), `<examples>/data-sources/<type>/data-source.tf`,
+`<examples>/ephemeral-resources/<type>/ephemeral-resource.tf` and
+`<examples>/list-resources/<type>/query.tfquery.hcl` when they exist.
 """
 
 from __future__ import annotations
@@ -205,6 +206,15 @@ def generate(provider: Provider, examples: Path) -> dict[str, str]:
             e.schema,
             examples / "ephemeral-resources" / e.type_name,
             "ephemeral-resource.tf",
+        )
+    for lister in provider.list_resources():
+        pages[f"list-resources/{short(lister.type_name)}.md"] = _page(
+            "List Resource",
+            lister.type_name,
+            name,
+            lister.schema,
+            examples / "list-resources" / lister.type_name,
+            "query.tfquery.hcl",
         )
     for f in provider.functions():
         pages[f"functions/{f.name}.md"] = _function_page(f, name, examples)

@@ -9,7 +9,7 @@ Provider Error" diagnostic (traceback in the log): nothing crashes the plugin.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -136,6 +136,40 @@ class DataSource:
         """Cross-attribute checks; values may be unknown."""
 
 
+@dataclass(frozen=True)
+class ListResult:
+    """One object found by a list resource: its identity (required), a name for humans, and its full
+    state (used by `terraform query -generate-config-out`; may be None when not asked for)."""
+
+    identity: Identity
+    display_name: str
+    state: State | None = None
+
+
+class ListResource:
+    """Finds existing objects of one managed resource type for `terraform query` (Terraform 1.14+):
+
+        list "gpucloud_gpu_cluster" "found" {
+          provider = gpucloud
+          config { region = "us-east-1" }
+        }
+
+    `type_name` is the managed resource's type (which must declare an `identity_schema`); `schema` is
+    the `config` block's (the filters). `list` yields results; `include_state` says whether Terraform
+    wants each object's full state (skip costly reads when it does not)."""
+
+    type_name: ClassVar[str] = ""
+    schema: Schema = Schema()
+    # Whole-configuration checks such as `conflicting("a", "b")` (validators module).
+    config_validators: ClassVar[Sequence[ConfigValidator]] = ()
+
+    def list(self, ctx: Context, config: State, *, include_state: bool) -> Iterable[ListResult]:
+        raise NotImplementedError
+
+    def validate_config(self, ctx: Context, config: State) -> None:
+        """Cross-attribute checks of the `config` block; values may be unknown."""
+
+
 @dataclass
 class EphemeralResult:
     result: State
@@ -222,6 +256,9 @@ class Provider:
         return ()
 
     def ephemeral_resources(self) -> Sequence[EphemeralResource]:
+        return ()
+
+    def list_resources(self) -> Sequence[ListResource]:
         return ()
 
     def functions(self) -> Sequence[Function]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
@@ -35,6 +35,8 @@ from provider.framework.resource import (
     EphemeralResource,
     Function,
     FunctionError,
+    ListResource,
+    ListResult,
     MoveSource,
     Provider,
     Resource,
@@ -47,6 +49,7 @@ from provider.framework.state import (
     fit_object,
     fit_plain_value,
     parse_raw_state,
+    schema_object,
 )
 from provider.framework.validate import validate_config
 
@@ -84,6 +87,7 @@ class ProviderServer:
             e.type_name: e for e in provider.ephemeral_resources()
         }
         self._functions: dict[str, Function] = {f.name: f for f in provider.functions()}
+        self._listers: dict[str, ListResource] = {r.type_name: r for r in provider.list_resources()}
         self._stop = threading.Event()
         self._provider_data: Any = None
         self._terraform_version = ""
@@ -110,7 +114,7 @@ class ProviderServer:
 
     @staticmethod
     def _validate(
-        target: Provider | Resource | DataSource | EphemeralResource, config: Any, ctx: Context
+        target: Provider | Resource | DataSource | EphemeralResource | ListResource, config: Any, ctx: Context
     ) -> None:
         """Schema validators, then whole-configuration validators, then the author's hook."""
         validate_config(target.schema, config, ctx.diagnostics)
@@ -157,6 +161,7 @@ class ProviderServer:
             data_sources=[pb.GetMetadata.DataSourceMetadata(type_name=n) for n in self._data_sources],
             ephemeral_resources=[pb.GetMetadata.EphemeralMetadata(type_name=n) for n in self._ephemerals],
             functions=[pb.GetMetadata.FunctionMetadata(name=n) for n in self._functions],
+            list_resources=[pb.GetMetadata.ListResourceMetadata(type_name=n) for n in self._listers],
         )
 
     @_rpc(pb.GetProviderSchema.Response)
@@ -168,6 +173,7 @@ class ProviderServer:
                 data_source_schemas={n: schema_to_pb(d.schema) for n, d in self._data_sources.items()},
                 ephemeral_resource_schemas={n: schema_to_pb(e.schema) for n, e in self._ephemerals.items()},
                 functions={n: function_to_pb(f) for n, f in self._functions.items()},
+                list_resource_schemas={n: schema_to_pb(r.schema) for n, r in self._listers.items()},
                 provider_meta=schema_to_pb(Schema()),
                 server_capabilities=self._capabilities(),
             )
@@ -539,6 +545,73 @@ class ProviderServer:
         ctx = self._context(request.type_name, request.private)
         eph.close(ctx)
         return pb.CloseEphemeralResource.Response(diagnostics=self._diags(ctx))
+
+    # -- list resources (terraform query) ------------------------------------------------------------
+
+    @_rpc(pb.ValidateListResourceConfig.Response)
+    def validate_list_resource_config(
+        self, request: pb.ValidateListResourceConfig.Request
+    ) -> pb.ValidateListResourceConfig.Response:
+        lister: ListResource = self._lookup(self._listers, request.type_name, "List Resource")
+        config = decode_value(request.config, lister.schema.cty_type)
+        ctx = self._context(request.type_name)
+        self._validate(lister, config, ctx)
+        return pb.ValidateListResourceConfig.Response(diagnostics=self._diags(ctx))
+
+    def list_resource(
+        self, request: pb.ListResource.Request, _context: Any = None
+    ) -> Iterator[pb.ListResource.Event]:
+        """A stream of found objects; problems travel as diagnostics in events (an error ends it)."""
+        sent = 0
+        try:
+            lister: ListResource = self._lookup(self._listers, request.type_name, "List Resource")
+            resource: Resource = self._lookup(self._resources, request.type_name, "Resource")
+            if resource.identity_schema is None:
+                raise DiagnosticError(
+                    "List Resource Without Identity",
+                    f"{request.type_name} declares no identity_schema. This is a bug in the provider.",
+                )
+            config = decode_value(request.config, lister.schema.cty_type)
+            ctx = self._context(request.type_name)
+            wanted = request.include_resource_object
+            reported = 0
+            for result in lister.list(ctx, config or {}, include_state=wanted):
+                if ctx.diagnostics.has_errors:
+                    break
+                event = self._list_event(resource, ctx, result, wanted)
+                event.diagnostic.extend(diagnostics_to_pb(ctx.diagnostics[reported:]))
+                reported = len(ctx.diagnostics)
+                yield event
+                sent += 1
+                if 0 < request.limit <= sent:
+                    return
+            if len(ctx.diagnostics) > reported:
+                yield pb.ListResource.Event(diagnostic=diagnostics_to_pb(ctx.diagnostics[reported:]))
+        except Exception as exc:  # nothing may cross the RPC boundary
+            diagnostic = diagnostic_from_exception(exc, "ListResource")
+            yield pb.ListResource.Event(diagnostic=diagnostics_to_pb([diagnostic]))
+
+    @staticmethod
+    def _list_event(
+        resource: Resource, ctx: Context, result: ListResult, wanted: bool
+    ) -> pb.ListResource.Event:
+        schema = resource.identity_schema
+        assert schema is not None
+        identity = schema.of(result.identity)
+        if identity is None:
+            raise DiagnosticError(
+                "Incomplete Identity In List Result",
+                f"{resource.type_name} result {result.display_name!r} lacks identity values "
+                f"({', '.join(schema.attributes)}). This is a bug in the provider.",
+            )
+        event = pb.ListResource.Event(
+            identity=pb.ResourceIdentityData(identity_data=encode_value(identity, schema.cty_type)),
+            display_name=result.display_name,
+        )
+        if wanted and result.state is not None:
+            state = schema_object(resource.schema, result.state)  # a value, not stored JSON
+            event.resource_object.CopyFrom(encode_value(state, resource.schema.cty_type))
+        return event
 
     # -- functions -----------------------------------------------------------------------------------
 

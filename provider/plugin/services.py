@@ -4,6 +4,8 @@
 `get_provider_schema(request)`, and so on for every RPC of the proto. A missing method or an exception
 (the framework promises none) becomes an error diagnostic in the RPC's own response type, never a
 gRPC error: Terraform shows diagnostics to the user but reports gRPC errors as a crashed plugin.
+Server-streaming RPCs (ListResource) delegate to a method returning an iterator of messages; a failure
+there ends the stream with one message carrying the error.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ def error_response(method: MethodDescriptor, summary: str, detail: str) -> Messa
         response.diagnostics.add(  # type: ignore[attr-defined]
             severity=tfplugin6_pb2.Diagnostic.ERROR, summary=summary, detail=detail
         )
+    elif "diagnostic" in fields:  # ListResource events
+        response.diagnostic.add(  # type: ignore[attr-defined]
+            severity=tfplugin6_pb2.Diagnostic.ERROR, summary=summary, detail=detail
+        )
     elif "error" in fields:  # CallFunction
         response.error.text = f"{summary}: {detail}"  # type: ignore[attr-defined]
     elif "Error" in fields:  # StopProvider
@@ -59,7 +65,9 @@ def error_response(method: MethodDescriptor, summary: str, detail: str) -> Messa
     return response
 
 
-def _delegating_handler(method: MethodDescriptor) -> Callable[..., Message]:
+def _delegating_handler(method: MethodDescriptor) -> Callable[..., Any]:
+    if method.server_streaming:
+        return _delegating_stream_handler(method)
     attribute = snake_case(method.name)
 
     def handle(self: DelegatingProviderServicer, request: Message, context: grpc.ServicerContext) -> Message:
@@ -87,6 +95,36 @@ def _delegating_handler(method: MethodDescriptor) -> Callable[..., Message]:
     return handle
 
 
+def _delegating_stream_handler(method: MethodDescriptor) -> Callable[..., Iterator[Message]]:
+    attribute = snake_case(method.name)
+
+    def handle(
+        self: DelegatingProviderServicer, request: Message, context: grpc.ServicerContext
+    ) -> Iterator[Message]:
+        implementation = getattr(self.delegate, attribute, None)
+        if implementation is None:
+            yield error_response(
+                method,
+                "Unsupported Provider Operation",
+                f"This provider does not implement the {method.name} RPC. "
+                "Upgrade the provider, or avoid the feature that needs it.",
+            )
+            return
+        try:
+            yield from implementation(request)
+        except Exception as exc:
+            log.error("%s failed", method.name, exc_info=True)
+            yield error_response(
+                method,
+                "Internal Provider Error",
+                f"The provider failed while handling {method.name}: {exc!r}. "
+                "This is a bug in the provider; the provider log (TF_LOG_PROVIDER=debug) has the traceback.",
+            )
+
+    handle.__name__ = method.name
+    return handle
+
+
 class DelegatingProviderServicer:
     """tfplugin6.Provider; every RPC method is generated from the service descriptor below."""
 
@@ -105,14 +143,15 @@ class UnavailableProvider:
         self._summary = summary
         self._detail = detail
 
-    def __getattr__(self, name: str) -> Callable[[Message], Message]:
+    def __getattr__(self, name: str) -> Callable[[Message], Message | list[Message]]:
         for method in PROVIDER_SERVICE.methods:
             if snake_case(method.name) == name:
                 return functools.partial(self._answer, method)
         raise AttributeError(name)
 
-    def _answer(self, method: MethodDescriptor, _request: Message) -> Message:
-        return error_response(method, self._summary, self._detail)
+    def _answer(self, method: MethodDescriptor, _request: Message) -> Message | list[Message]:
+        answer = error_response(method, self._summary, self._detail)
+        return [answer] if method.server_streaming else answer
 
 
 class ControllerServicer(grpc_controller_pb2_grpc.GRPCControllerServicer):

@@ -446,6 +446,10 @@ class GpuClusterResource(Resource):
 
     # -- state ----------------------------------------------------------------------------------------
 
+    def state_from_api(self, ctx: Context, body: dict[str, Any]) -> State:
+        """The state of an API object as an import reads it (`terraform query` builds states with it)."""
+        return self._state(ctx, client_of(ctx), body, {})
+
     def _state(self, ctx: Context, client: GpuCloudClient, body: dict[str, Any], prior: State) -> State:
         return cluster_state(with_node_health(client, body), prior, self._reservation(client, body))
 

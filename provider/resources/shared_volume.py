@@ -223,6 +223,11 @@ class SharedVolumeResource(Resource):
             api_error(ctx, "Error Deleting Shared Volume", error, subject="shared volume")
 
     @staticmethod
+    def state_from_api(body: Any) -> State:
+        """The state of an API object (`terraform query` builds states of volumes it finds with it)."""
+        return SharedVolumeResource._state(body)
+
+    @staticmethod
     def _state(body: Any) -> State:
         if not isinstance(body, dict):
             raise DiagnosticError("Unexpected API Response", "The API answered without a volume object.")

@@ -189,6 +189,11 @@ class SshKeyResource(Resource):
         )
 
     @staticmethod
+    def state_from_api(body: Any, prior: State) -> State:
+        """The state of an API object (`terraform query` builds states of keys it finds with it)."""
+        return SshKeyResource._state(body, prior)
+
+    @staticmethod
     def _state(body: Any, prior: State) -> State:
         """State from the API object; the prior spelling of the key stays when it is the same key."""
         if not isinstance(body, dict):

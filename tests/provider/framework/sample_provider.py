@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from provider.cty import NUMBER
@@ -18,6 +19,8 @@ from provider.framework import (
     IdentitySchema,
     IdentityUpgrader,
     Int64Attribute,
+    ListResource,
+    ListResult,
     MoveSource,
     Parameter,
     Provider,
@@ -85,6 +88,27 @@ class ThingResource(Resource):
         if source.type_name != "sample_old_thing":
             return None
         return {"id": source.state["id"], "name": source.state["label"], "zone": "a"}
+
+
+class ThingLister(ListResource):
+    """Lists the things of a ThingResource whose name starts with `name_prefix`."""
+
+    type_name = "sample_thing"
+    schema = Schema(
+        attributes={"name_prefix": StringAttribute(optional=True, validators=[string_length(min=1)])}
+    )
+
+    def __init__(self, things: ThingResource) -> None:
+        self.things = things
+
+    def list(self, ctx: Context, config: dict[str, Any], *, include_state: bool) -> Iterator[ListResult]:
+        prefix = config.get("name_prefix") or ""
+        for thing in self.things.objects.values():
+            if thing["name"] == "broken":
+                ctx.error("Broken Thing", f"{thing['id']} cannot be listed.")
+                return
+            if thing["name"].startswith(prefix):
+                yield ListResult({"id": thing["id"]}, thing["name"], thing if include_state else None)
 
 
 class EchoDataSource(DataSource):
@@ -155,3 +179,6 @@ class SampleProvider(Provider):
 
     def functions(self) -> list[Function]:
         return [AddFunction()]
+
+    def list_resources(self) -> list[ListResource]:
+        return [ThingLister(self.thing)]

@@ -17,6 +17,7 @@ def test_docs_registry_layout_with_examples(tmp_path):
         "resources/thing.md",
         "data-sources/echo.md",
         "ephemeral-resources/token.md",
+        "list-resources/thing.md",
         "functions/add.md",
     }
     page = pages["resources/thing.md"]

@@ -29,6 +29,10 @@ def _request_for(method_name: str) -> object:
 
 
 def _error_texts(response: object) -> list[str]:
+    if not hasattr(response, "DESCRIPTOR"):  # a server-streaming RPC: the messages it sent
+        return [text for message in response for text in _error_texts(message)]  # type: ignore[attr-defined]
+    if hasattr(response, "diagnostic"):  # ListResource events
+        return [d.summary + ": " + d.detail for d in response.diagnostic]
     if hasattr(response, "diagnostics"):
         assert all(d.severity == tfplugin6_pb2.Diagnostic.ERROR for d in response.diagnostics)
         return [d.summary + ": " + d.detail for d in response.diagnostics]
@@ -78,6 +82,27 @@ def test_servicer_turns_exceptions_into_diagnostics() -> None:
 def test_servicer_answers_unimplemented_rpcs_with_a_diagnostic() -> None:
     response = DelegatingProviderServicer(object()).CallFunction(tfplugin6_pb2.CallFunction.Request(), None)
     assert "does not implement the CallFunction RPC" in response.error.text
+
+
+def test_servicer_streams_and_ends_a_failing_stream_with_a_diagnostic() -> None:
+    found = tfplugin6_pb2.ListResource.Event(display_name="first")
+
+    def list_resource(request: object) -> object:
+        yield found
+        raise KeyError("page token")
+
+    delegate = mock.Mock(spec=["list_resource"])
+    delegate.list_resource.side_effect = list_resource
+    servicer = DelegatingProviderServicer(delegate)
+    events = list(servicer.ListResource(tfplugin6_pb2.ListResource.Request(), None))
+    assert events[0] is found
+    (error,) = events[1].diagnostic
+    assert error.summary == "Internal Provider Error" and "KeyError" in error.detail
+
+
+def test_servicer_answers_unimplemented_streaming_rpcs_with_a_diagnostic() -> None:
+    (event,) = DelegatingProviderServicer(object()).ListResource(tfplugin6_pb2.ListResource.Request(), None)
+    assert "does not implement the ListResource RPC" in event.diagnostic[0].detail
 
 
 @pytest.mark.parametrize("method", ALL_METHODS, ids=lambda m: m.name)
