@@ -149,8 +149,11 @@ class ProviderServer:
     # -- provider ------------------------------------------------------------------------------------
 
     def _capabilities(self) -> pb.ServerCapabilities:
+        # MoveResourceState is advertised only when a resource can take moved state: otherwise
+        # Terraform itself explains that `moved {}` across types is unsupported, at plan time.
+        moves = any(type(r).move_state is not Resource.move_state for r in self._resources.values())
         return pb.ServerCapabilities(
-            plan_destroy=True, get_provider_schema_optional=True, move_resource_state=True
+            plan_destroy=True, get_provider_schema_optional=True, move_resource_state=moves
         )
 
     @_rpc(pb.GetMetadata.Response)

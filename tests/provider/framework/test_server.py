@@ -292,3 +292,20 @@ def test_server_has_a_method_for_every_rpc(server):
     for method in service.methods:
         snake = "".join("_" + c.lower() if c.isupper() else c for c in method.name).lstrip("_")
         assert callable(getattr(server, snake)), method.name
+
+
+def test_server_advertises_move_resource_state_only_when_a_resource_moves_state():
+    from provider.framework import Provider, Resource
+
+    class Plain(Resource):
+        type_name = "sample_plain"
+
+    class NoMoves(Provider):
+        def resources(self):
+            return [Plain()]
+
+    server = ProviderServer(NoMoves())
+    schema = server.get_provider_schema(pb.GetProviderSchema.Request())
+    assert not schema.server_capabilities.move_resource_state
+    assert not server.get_metadata(pb.GetMetadata.Request()).server_capabilities.move_resource_state
+    assert ProviderServer(SampleProvider())._capabilities().move_resource_state  # ThingResource moves
