@@ -1,6 +1,6 @@
 """Conformance on Terraform 1.11 (the smoke case also on 1.15): unknown values across resources, data
 source, ephemeral resource, provider function, moved {} across types, plan-time validation, internal
-errors, timeouts and Ctrl-C."""
+errors, timeouts and Ctrl-C, and provider logs with terraform-plugin-go's per-RPC fields."""
 
 from __future__ import annotations
 
@@ -185,3 +185,19 @@ def test_conformance_timeouts_and_ctrl_c_stop_provider(terraform: TerraformFacto
     assert "Operation Cancelled" in result.stderr
     assert "plugin crashed" not in result.stderr.lower()
     assert tf.state_list() == []
+
+
+def test_conformance_logs_carry_rpc_fields_and_honour_the_provider_level(terraform: TerraformFactory) -> None:
+    tf = terraform()
+    simple = 'resource "conformance_simple" "s" {\n  value = "x"\n}\n'
+    tf.write_main(header(tf.workdir / "remote.json") + simple)
+    tf.init()
+    traced = tf.run("plan", env={"TF_LOG": "trace"}).stderr.splitlines()
+    (planned,) = [line for line in traced if "Received request" in line and "=PlanResourceChange" in line]
+    assert "tf_resource_type=conformance_simple" in planned
+    assert "tf_provider_addr=registry.terraform.io/gpucloud/conformance" in planned
+    assert re.search(r"tf_req_id=[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", planned)
+
+    # TF_LOG_PROVIDER_<TYPE> quiets (or raises) this provider alone, as for Go providers.
+    quiet = tf.run("plan", env={"TF_LOG": "trace", "TF_LOG_PROVIDER_CONFORMANCE": "off"}).stderr
+    assert "tf_rpc=" not in quiet and "[TRACE] backend/local" in quiet

@@ -1,4 +1,5 @@
-"""Conformance: `import {}` with `-generate-config-out`, and state upgrades across schema versions."""
+"""Conformance: `import {}` (by id, and by identity on Terraform 1.15) with `-generate-config-out`, and
+state and identity upgrades across schema versions (identity on 1.15; Terraform 1.11 has none)."""
 
 from __future__ import annotations
 
@@ -34,12 +35,40 @@ def test_conformance_import_block_generates_config_that_plans_clean(terraform: T
     assert adopted["values"] == state["values"]
 
 
+def test_conformance_import_block_by_identity_generates_config(terraform: TerraformFactory) -> None:
+    tf = terraform("1.15")
+    store = tf.workdir / "remote.json"
+    tf.write_main(header(store) + everything("original", deprecated=False))
+    tf.init()
+    tf.apply()
+    (state,) = tf.show_json()["values"]["root_module"]["resources"]
+    object_id = state["values"]["id"]
+    assert state["identity"] == {"id": object_id}  # returned by create
+    assert state["identity_schema_version"] == 0
+
+    tf.run("state", "rm", "conformance_everything.original")
+    tf.write_main(
+        header(store)
+        + f'import {{\n  to = conformance_everything.adopted\n  identity = {{ id = "{object_id}" }}\n}}\n'
+    )
+    generated = tf.plan("-generate-config-out=generated.tf")
+    assert "Plan: 1 to import, 0 to add, 0 to change, 0 to destroy." in generated.stdout
+    assert 'resource "conformance_everything" "adopted"' in (tf.workdir / "generated.tf").read_text()
+    tf.apply()
+    tf.assert_plan_empty()
+    (adopted,) = tf.show_json()["values"]["root_module"]["resources"]
+    assert adopted["values"] == state["values"]
+    assert adopted["identity"] == {"id": object_id}
+
+
 VERSIONED_V0 = 'resource "conformance_versioned" "v" {\n  title = "kept"\n}\n'
 VERSIONED_V1 = 'resource "conformance_versioned" "v" {\n  name = "kept"\n}\n'
 
 
-def test_conformance_state_upgrade_from_older_schema_version(terraform: TerraformFactory) -> None:
-    tf = terraform()
+def test_conformance_state_upgrade_from_older_schema_version(
+    terraform: TerraformFactory, tf_version: str
+) -> None:
+    tf = terraform(tf_version)
     store = tf.workdir / "remote.json"
     tf.env["CONFORMANCE_VERSIONED_SCHEMA"] = "0"
     tf.write_main(header(store) + VERSIONED_V0)
@@ -56,4 +85,8 @@ def test_conformance_state_upgrade_from_older_schema_version(terraform: Terrafor
     (new,) = tf.show_json()["values"]["root_module"]["resources"]
     assert new["schema_version"] == 1
     assert new["values"] == {"id": old["values"]["id"], "name": "kept", "size": 1}
+    if tf_version != "1.11":  # identities (UpgradeResourceIdentity) exist from Terraform 1.12
+        assert (old["identity_schema_version"], old["identity"]) == (0, {"id": old["values"]["id"]})
+        assert new["identity_schema_version"] == 1
+        assert new["identity"] == {"id": old["values"]["id"], "kind": "versioned"}
     tf.assert_plan_empty()  # UpgradeResourceState at the current version fills, changes nothing

@@ -15,6 +15,7 @@ from acceptance.harness import TerraformFactory
 SMOKE_CASES = [
     "test_conformance_lifecycle.py::test_conformance_smoke_lifecycle",
     "test_conformance_features.py::test_conformance_smoke_unknowns_ephemeral_function_and_data_source",
+    "test_conformance_import.py::test_conformance_state_upgrade_from_older_schema_version",
 ]
 
 SECRET = "hunter2-do-not-print"

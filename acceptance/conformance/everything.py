@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 
 from acceptance.conformance.data import ConformanceData
 from provider.cty import NUMBER, STRING, is_unknown
@@ -11,10 +12,14 @@ from provider.framework import (
     Context,
     DynamicAttribute,
     Float64Attribute,
+    IdentityAttribute,
+    IdentitySchema,
     Int64Attribute,
     ListAttribute,
     ListNestedAttribute,
     ListNestedBlock,
+    ListResource,
+    ListResult,
     MapAttribute,
     MapNestedAttribute,
     NumberAttribute,
@@ -181,6 +186,7 @@ class EverythingResource(Resource):
     type_name = "conformance_everything"
     schema = SCHEMA
     import_id_attribute = "id"
+    identity_schema = IdentitySchema({"id": IdentityAttribute(description="Identifier in the store.")})
 
     def create(self, ctx: Context, plan: State) -> State:
         data: ConformanceData = ctx.provider_data
@@ -207,3 +213,27 @@ class EverythingResource(Resource):
     def validate_config(self, ctx: Context, config: State) -> None:
         if config.get("ratio") is not None and not is_unknown(config["ratio"]) and config["ratio"] < 0:
             ctx.error("Invalid Ratio", "ratio must not be negative.", root("ratio"))
+
+
+class EverythingLister(ListResource):
+    """`list "conformance_everything"`: the stored objects, filtered by name prefix and region."""
+
+    type_name = "conformance_everything"
+    schema = Schema(
+        description="Filters; every one left unset matches all.",
+        attributes={
+            "name_prefix": StringAttribute(optional=True, description="Only names starting with this."),
+            "region": StringAttribute(
+                optional=True,
+                description="Only this region.",
+                validators=[string_one_of("eu-1", "us-1", "ap-1")],
+            ),
+        },
+    )
+
+    def list(self, ctx: Context, config: State, *, include_state: bool) -> Iterator[ListResult]:
+        data: ConformanceData = ctx.provider_data
+        prefix, region = config.get("name_prefix") or "", config.get("region")
+        for found in data.store.all(KIND, SCHEMA.cty_type):
+            if found["name"].startswith(prefix) and region in (None, found["region"]):
+                yield ListResult({"id": found["id"]}, found["name"], found if include_state else None)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from acceptance.conformance.data import ConformanceData
-from acceptance.conformance.everything import EverythingResource
+from acceptance.conformance.everything import EverythingLister, EverythingResource
 from acceptance.conformance.extras import EchoDataSource, JoinFunction, TokenEphemeral
 from acceptance.conformance.resources import (
     FailingResource,
@@ -24,6 +24,7 @@ from provider.framework import (
     DataSource,
     EphemeralResource,
     Function,
+    ListResource,
     Provider,
     Resource,
     Schema,
@@ -71,3 +72,6 @@ class ConformanceProvider(Provider):
 
     def functions(self) -> Sequence[Function]:
         return [JoinFunction()]
+
+    def list_resources(self) -> Sequence[ListResource]:
+        return [EverythingLister()]

@@ -11,6 +11,10 @@ from typing import Any
 from provider.framework import (
     Context,
     DiagnosticError,
+    Identity,
+    IdentityAttribute,
+    IdentitySchema,
+    IdentityUpgrader,
     Int64Attribute,
     MoveSource,
     NumberAttribute,
@@ -76,11 +80,28 @@ V1 = Schema(
 )
 
 
+IDENTITY_V0 = IdentitySchema({"id": IdentityAttribute(description="Identifier.")})
+IDENTITY_V1 = IdentitySchema(
+    {
+        "id": IdentityAttribute(description="Identifier."),
+        "kind": IdentityAttribute(required_for_import=False, description="Always `versioned` (added in 1)."),
+    },
+    version=1,
+)
+
+
 class VersionedResource(Resource):
+    """State and identity versions switched together by CONFORMANCE_VERSIONED_SCHEMA (0 or 1)."""
+
     type_name = "conformance_versioned"
 
     def __init__(self) -> None:
-        self.schema = V0 if os.environ.get(VERSION_ENV, "1") == "0" else V1
+        old = os.environ.get(VERSION_ENV, "1") == "0"
+        self.schema = V0 if old else V1
+        self.identity_schema = IDENTITY_V0 if old else IDENTITY_V1
+
+    def identity(self, ctx: Context, state: State) -> Identity | None:
+        return super().identity(ctx, {**state, "kind": "versioned"})
 
     def create(self, ctx: Context, plan: State) -> State:
         return {**plan, "id": _new_id()}
@@ -98,6 +119,9 @@ class VersionedResource(Resource):
                 lambda ctx, old: {"id": old["id"], "name": old["title"], "size": 1}, prior_schema=V0
             )
         }
+
+    def identity_upgraders(self) -> dict[int, IdentityUpgrader]:
+        return {0: IdentityUpgrader(lambda old: {"id": old["id"], "kind": "versioned"})}
 
 
 class SlowResource(Resource):

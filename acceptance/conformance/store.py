@@ -36,6 +36,13 @@ class Store:
             raw = data.get(kind, {}).get(object_id)
         return None if raw is None else decode_json(raw, t)
 
+    def all(self, kind: str, t: CtyType) -> list[Any]:
+        """Every object of `kind`, in creation order (ids end in a counter)."""
+        with self._locked() as data:
+            raw = dict(data.get(kind, {}))
+        ordered = sorted(raw.items(), key=lambda item: int(item[0].rsplit("-", 1)[-1]))
+        return [decode_json(value, t) for _, value in ordered]
+
     def put(self, kind: str, object_id: str, value: Any, t: CtyType) -> None:
         with self._locked() as data:
             data.setdefault(kind, {})[object_id] = encode_json(value, t).decode()

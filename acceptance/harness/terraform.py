@@ -43,7 +43,7 @@ DEFAULT_TIMEOUT = 300.0
 # precede positional arguments (`import -no-color ADDR ID`).
 _NO_COLOR_COMMANDS = frozenset(
     {"init", "plan", "apply", "destroy", "import", "refresh", "show", "output", "validate", "test",
-     "providers", "console", "get"}
+     "providers", "console", "get", "query"}
 )
 _NO_INPUT_COMMANDS = frozenset({"init", "plan", "apply", "destroy", "import", "refresh"})
 # Inherited variables that would change what is tested (cache, reattach, extra args, data dir).

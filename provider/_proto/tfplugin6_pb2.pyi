@@ -4,7 +4,8 @@ isort:skip_file
 Terraform plugin protocol, major version 6 (tfplugin6), as spoken by this project.
 
 Message set of minor 6.9 (Terraform 1.12) with the resource-identity fields in
-their released shape (raw identities travel as RawState). Later minors only add
+their released shape (raw identities travel as RawState), plus the list resources
+of minor 6.10 (Terraform 1.13-1.15: `terraform query`). Later minors only add
 messages and fields, and protobuf ignores what it does not know, so one file serves
 Terraform 1.11 (6.8) through 1.16 (6.11).
 
@@ -791,6 +792,7 @@ class GetMetadata(_message.Message):
         RESOURCES_FIELD_NUMBER: _builtins.int
         FUNCTIONS_FIELD_NUMBER: _builtins.int
         EPHEMERAL_RESOURCES_FIELD_NUMBER: _builtins.int
+        LIST_RESOURCES_FIELD_NUMBER: _builtins.int
         @_builtins.property
         def server_capabilities(self) -> Global___ServerCapabilities: ...
         @_builtins.property
@@ -803,6 +805,8 @@ class GetMetadata(_message.Message):
         def functions(self) -> _containers.RepeatedCompositeFieldContainer[Global___GetMetadata.FunctionMetadata]: ...
         @_builtins.property
         def ephemeral_resources(self) -> _containers.RepeatedCompositeFieldContainer[Global___GetMetadata.EphemeralMetadata]: ...
+        @_builtins.property
+        def list_resources(self) -> _containers.RepeatedCompositeFieldContainer[Global___GetMetadata.ListResourceMetadata]: ...
         def __init__(
             self,
             *,
@@ -812,10 +816,11 @@ class GetMetadata(_message.Message):
             resources: _abc.Iterable[Global___GetMetadata.ResourceMetadata] | None = ...,
             functions: _abc.Iterable[Global___GetMetadata.FunctionMetadata] | None = ...,
             ephemeral_resources: _abc.Iterable[Global___GetMetadata.EphemeralMetadata] | None = ...,
+            list_resources: _abc.Iterable[Global___GetMetadata.ListResourceMetadata] | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["server_capabilities", b"server_capabilities"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["data_sources", b"data_sources", "diagnostics", b"diagnostics", "ephemeral_resources", b"ephemeral_resources", "functions", b"functions", "resources", b"resources", "server_capabilities", b"server_capabilities"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["data_sources", b"data_sources", "diagnostics", b"diagnostics", "ephemeral_resources", b"ephemeral_resources", "functions", b"functions", "list_resources", b"list_resources", "resources", b"resources", "server_capabilities", b"server_capabilities"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -872,6 +877,23 @@ class GetMetadata(_message.Message):
 
     @_typing.final
     class ResourceMetadata(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TYPE_NAME_FIELD_NUMBER: _builtins.int
+        type_name: _builtins.str
+        def __init__(
+            self,
+            *,
+            type_name: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["type_name", b"type_name"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class ListResourceMetadata(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
 
         TYPE_NAME_FIELD_NUMBER: _builtins.int
@@ -1003,6 +1025,27 @@ class GetProviderSchema(_message.Message):
             def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
             def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+        @_typing.final
+        class ListResourceSchemasEntry(_message.Message):
+            DESCRIPTOR: _descriptor.Descriptor
+
+            KEY_FIELD_NUMBER: _builtins.int
+            VALUE_FIELD_NUMBER: _builtins.int
+            key: _builtins.str
+            @_builtins.property
+            def value(self) -> Global___Schema: ...
+            def __init__(
+                self,
+                *,
+                key: _builtins.str = ...,
+                value: Global___Schema | None = ...,
+            ) -> None: ...
+            _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+            def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+            _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+            def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+            def WhichOneof(self, oneof_group: _Never) -> None: ...
+
         PROVIDER_FIELD_NUMBER: _builtins.int
         RESOURCE_SCHEMAS_FIELD_NUMBER: _builtins.int
         DATA_SOURCE_SCHEMAS_FIELD_NUMBER: _builtins.int
@@ -1011,6 +1054,7 @@ class GetProviderSchema(_message.Message):
         SERVER_CAPABILITIES_FIELD_NUMBER: _builtins.int
         FUNCTIONS_FIELD_NUMBER: _builtins.int
         EPHEMERAL_RESOURCE_SCHEMAS_FIELD_NUMBER: _builtins.int
+        LIST_RESOURCE_SCHEMAS_FIELD_NUMBER: _builtins.int
         @_builtins.property
         def provider(self) -> Global___Schema: ...
         @_builtins.property
@@ -1027,6 +1071,10 @@ class GetProviderSchema(_message.Message):
         def functions(self) -> _containers.MessageMap[_builtins.str, Global___Function]: ...
         @_builtins.property
         def ephemeral_resource_schemas(self) -> _containers.MessageMap[_builtins.str, Global___Schema]: ...
+        @_builtins.property
+        def list_resource_schemas(self) -> _containers.MessageMap[_builtins.str, Global___Schema]:
+            """Keyed by the managed resource type they list; each schema is the `config` block's."""
+
         def __init__(
             self,
             *,
@@ -1038,10 +1086,11 @@ class GetProviderSchema(_message.Message):
             server_capabilities: Global___ServerCapabilities | None = ...,
             functions: _abc.Mapping[_builtins.str, Global___Function] | None = ...,
             ephemeral_resource_schemas: _abc.Mapping[_builtins.str, Global___Schema] | None = ...,
+            list_resource_schemas: _abc.Mapping[_builtins.str, Global___Schema] | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["provider", b"provider", "provider_meta", b"provider_meta", "server_capabilities", b"server_capabilities"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["data_source_schemas", b"data_source_schemas", "diagnostics", b"diagnostics", "ephemeral_resource_schemas", b"ephemeral_resource_schemas", "functions", b"functions", "provider", b"provider", "provider_meta", b"provider_meta", "resource_schemas", b"resource_schemas", "server_capabilities", b"server_capabilities"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["data_source_schemas", b"data_source_schemas", "diagnostics", b"diagnostics", "ephemeral_resource_schemas", b"ephemeral_resource_schemas", "functions", b"functions", "list_resource_schemas", b"list_resource_schemas", "provider", b"provider", "provider_meta", b"provider_meta", "resource_schemas", b"resource_schemas", "server_capabilities", b"server_capabilities"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2395,3 +2444,147 @@ class CallFunction(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CallFunction: _TypeAlias = CallFunction  # noqa: Y015
+
+@_typing.final
+class ListResource(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Request(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TYPE_NAME_FIELD_NUMBER: _builtins.int
+        CONFIG_FIELD_NUMBER: _builtins.int
+        INCLUDE_RESOURCE_OBJECT_FIELD_NUMBER: _builtins.int
+        LIMIT_FIELD_NUMBER: _builtins.int
+        type_name: _builtins.str
+        include_resource_object: _builtins.bool
+        """send each object's full state too"""
+        limit: _builtins.int
+        """Terraform stops reading after this many events"""
+        @_builtins.property
+        def config(self) -> Global___DynamicValue:
+            """the `config` block of the list block"""
+
+        def __init__(
+            self,
+            *,
+            type_name: _builtins.str = ...,
+            config: Global___DynamicValue | None = ...,
+            include_resource_object: _builtins.bool = ...,
+            limit: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "include_resource_object", b"include_resource_object", "limit", b"limit", "type_name", b"type_name"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class Event(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        IDENTITY_FIELD_NUMBER: _builtins.int
+        DISPLAY_NAME_FIELD_NUMBER: _builtins.int
+        RESOURCE_OBJECT_FIELD_NUMBER: _builtins.int
+        DIAGNOSTIC_FIELD_NUMBER: _builtins.int
+        display_name: _builtins.str
+        """shown to humans"""
+        @_builtins.property
+        def identity(self) -> Global___ResourceIdentityData:
+            """required in every event without an error"""
+
+        @_builtins.property
+        def resource_object(self) -> Global___DynamicValue: ...
+        @_builtins.property
+        def diagnostic(self) -> _containers.RepeatedCompositeFieldContainer[Global___Diagnostic]:
+            """singular on the wire, as upstream"""
+
+        def __init__(
+            self,
+            *,
+            identity: Global___ResourceIdentityData | None = ...,
+            display_name: _builtins.str = ...,
+            resource_object: Global___DynamicValue | None = ...,
+            diagnostic: _abc.Iterable[Global___Diagnostic] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["_resource_object", b"_resource_object", "identity", b"identity", "resource_object", b"resource_object"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["_resource_object", b"_resource_object", "diagnostic", b"diagnostic", "display_name", b"display_name", "identity", b"identity", "resource_object", b"resource_object"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType__resource_object: _TypeAlias = _typing.Literal["resource_object"]  # noqa: Y015
+        _WhichOneofArgType__resource_object: _TypeAlias = _typing.Literal["_resource_object", b"_resource_object"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType__resource_object) -> _WhichOneofReturnType__resource_object | None: ...
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListResource: _TypeAlias = ListResource  # noqa: Y015
+
+@_typing.final
+class ValidateListResourceConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Request(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TYPE_NAME_FIELD_NUMBER: _builtins.int
+        CONFIG_FIELD_NUMBER: _builtins.int
+        INCLUDE_RESOURCE_OBJECT_FIELD_NUMBER: _builtins.int
+        LIMIT_FIELD_NUMBER: _builtins.int
+        type_name: _builtins.str
+        @_builtins.property
+        def config(self) -> Global___DynamicValue: ...
+        @_builtins.property
+        def include_resource_object(self) -> Global___DynamicValue: ...
+        @_builtins.property
+        def limit(self) -> Global___DynamicValue: ...
+        def __init__(
+            self,
+            *,
+            type_name: _builtins.str = ...,
+            config: Global___DynamicValue | None = ...,
+            include_resource_object: Global___DynamicValue | None = ...,
+            limit: Global___DynamicValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "include_resource_object", b"include_resource_object", "limit", b"limit"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "include_resource_object", b"include_resource_object", "limit", b"limit", "type_name", b"type_name"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class Response(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        DIAGNOSTICS_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def diagnostics(self) -> _containers.RepeatedCompositeFieldContainer[Global___Diagnostic]: ...
+        def __init__(
+            self,
+            *,
+            diagnostics: _abc.Iterable[Global___Diagnostic] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["diagnostics", b"diagnostics"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidateListResourceConfig: _TypeAlias = ValidateListResourceConfig  # noqa: Y015

@@ -130,6 +130,16 @@ class ProviderStub:
                 request_serializer=provider_dot___proto_dot_tfplugin6__pb2.CloseEphemeralResource.Request.SerializeToString,
                 response_deserializer=provider_dot___proto_dot_tfplugin6__pb2.CloseEphemeralResource.Response.FromString,
                 _registered_method=True)
+        self.ListResource = channel.unary_stream(
+                '/tfplugin6.Provider/ListResource',
+                request_serializer=provider_dot___proto_dot_tfplugin6__pb2.ListResource.Request.SerializeToString,
+                response_deserializer=provider_dot___proto_dot_tfplugin6__pb2.ListResource.Event.FromString,
+                _registered_method=True)
+        self.ValidateListResourceConfig = channel.unary_unary(
+                '/tfplugin6.Provider/ValidateListResourceConfig',
+                request_serializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Request.SerializeToString,
+                response_deserializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Response.FromString,
+                _registered_method=True)
         self.GetFunctions = channel.unary_unary(
                 '/tfplugin6.Provider/GetFunctions',
                 request_serializer=provider_dot___proto_dot_tfplugin6__pb2.GetFunctions.Request.SerializeToString,
@@ -269,6 +279,19 @@ class ProviderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListResource(self, request, context):
+        """List resources (Terraform >= 1.13, `terraform query`): a stream of found objects.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ValidateListResourceConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetFunctions(self, request, context):
         """Provider-defined functions.
         """
@@ -386,6 +409,16 @@ def add_ProviderServicer_to_server(servicer, server):
                     servicer.CloseEphemeralResource,
                     request_deserializer=provider_dot___proto_dot_tfplugin6__pb2.CloseEphemeralResource.Request.FromString,
                     response_serializer=provider_dot___proto_dot_tfplugin6__pb2.CloseEphemeralResource.Response.SerializeToString,
+            ),
+            'ListResource': grpc.unary_stream_rpc_method_handler(
+                    servicer.ListResource,
+                    request_deserializer=provider_dot___proto_dot_tfplugin6__pb2.ListResource.Request.FromString,
+                    response_serializer=provider_dot___proto_dot_tfplugin6__pb2.ListResource.Event.SerializeToString,
+            ),
+            'ValidateListResourceConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.ValidateListResourceConfig,
+                    request_deserializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Request.FromString,
+                    response_serializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Response.SerializeToString,
             ),
             'GetFunctions': grpc.unary_unary_rpc_method_handler(
                     servicer.GetFunctions,
@@ -917,6 +950,60 @@ class Provider:
             '/tfplugin6.Provider/CloseEphemeralResource',
             provider_dot___proto_dot_tfplugin6__pb2.CloseEphemeralResource.Request.SerializeToString,
             provider_dot___proto_dot_tfplugin6__pb2.CloseEphemeralResource.Response.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListResource(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tfplugin6.Provider/ListResource',
+            provider_dot___proto_dot_tfplugin6__pb2.ListResource.Request.SerializeToString,
+            provider_dot___proto_dot_tfplugin6__pb2.ListResource.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ValidateListResourceConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfplugin6.Provider/ValidateListResourceConfig',
+            provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Request.SerializeToString,
+            provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Response.FromString,
             options,
             channel_credentials,
             insecure,

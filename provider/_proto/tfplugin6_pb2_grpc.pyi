@@ -4,7 +4,8 @@ isort:skip_file
 Terraform plugin protocol, major version 6 (tfplugin6), as spoken by this project.
 
 Message set of minor 6.9 (Terraform 1.12) with the resource-identity fields in
-their released shape (raw identities travel as RawState). Later minors only add
+their released shape (raw identities travel as RawState), plus the list resources
+of minor 6.10 (Terraform 1.13-1.15: `terraform query`). Later minors only add
 messages and fields, and protobuf ignores what it does not know, so one file serves
 Terraform 1.11 (6.8) through 1.16 (6.11).
 
@@ -65,6 +66,9 @@ class ProviderStub:
     OpenEphemeralResource: _grpc.UnaryUnaryMultiCallable[_tfplugin6_pb2.OpenEphemeralResource.Request, _tfplugin6_pb2.OpenEphemeralResource.Response]
     RenewEphemeralResource: _grpc.UnaryUnaryMultiCallable[_tfplugin6_pb2.RenewEphemeralResource.Request, _tfplugin6_pb2.RenewEphemeralResource.Response]
     CloseEphemeralResource: _grpc.UnaryUnaryMultiCallable[_tfplugin6_pb2.CloseEphemeralResource.Request, _tfplugin6_pb2.CloseEphemeralResource.Response]
+    ListResource: _grpc.UnaryStreamMultiCallable[_tfplugin6_pb2.ListResource.Request, _tfplugin6_pb2.ListResource.Event]
+    """List resources (Terraform >= 1.13, `terraform query`): a stream of found objects."""
+    ValidateListResourceConfig: _grpc.UnaryUnaryMultiCallable[_tfplugin6_pb2.ValidateListResourceConfig.Request, _tfplugin6_pb2.ValidateListResourceConfig.Response]
     GetFunctions: _grpc.UnaryUnaryMultiCallable[_tfplugin6_pb2.GetFunctions.Request, _tfplugin6_pb2.GetFunctions.Response]
     """Provider-defined functions."""
     CallFunction: _grpc.UnaryUnaryMultiCallable[_tfplugin6_pb2.CallFunction.Request, _tfplugin6_pb2.CallFunction.Response]
@@ -99,6 +103,9 @@ class ProviderAsyncStub(ProviderStub):
     OpenEphemeralResource: _aio.UnaryUnaryMultiCallable[_tfplugin6_pb2.OpenEphemeralResource.Request, _tfplugin6_pb2.OpenEphemeralResource.Response]  # type: ignore[assignment]
     RenewEphemeralResource: _aio.UnaryUnaryMultiCallable[_tfplugin6_pb2.RenewEphemeralResource.Request, _tfplugin6_pb2.RenewEphemeralResource.Response]  # type: ignore[assignment]
     CloseEphemeralResource: _aio.UnaryUnaryMultiCallable[_tfplugin6_pb2.CloseEphemeralResource.Request, _tfplugin6_pb2.CloseEphemeralResource.Response]  # type: ignore[assignment]
+    ListResource: _aio.UnaryStreamMultiCallable[_tfplugin6_pb2.ListResource.Request, _tfplugin6_pb2.ListResource.Event]  # type: ignore[assignment]
+    """List resources (Terraform >= 1.13, `terraform query`): a stream of found objects."""
+    ValidateListResourceConfig: _aio.UnaryUnaryMultiCallable[_tfplugin6_pb2.ValidateListResourceConfig.Request, _tfplugin6_pb2.ValidateListResourceConfig.Response]  # type: ignore[assignment]
     GetFunctions: _aio.UnaryUnaryMultiCallable[_tfplugin6_pb2.GetFunctions.Request, _tfplugin6_pb2.GetFunctions.Response]  # type: ignore[assignment]
     """Provider-defined functions."""
     CallFunction: _aio.UnaryUnaryMultiCallable[_tfplugin6_pb2.CallFunction.Request, _tfplugin6_pb2.CallFunction.Response]  # type: ignore[assignment]
@@ -244,6 +251,21 @@ class ProviderServicer(metaclass=_abc_1.ABCMeta):
         request: _tfplugin6_pb2.CloseEphemeralResource.Request,
         context: _ServicerContext,
     ) -> _typing.Union[_tfplugin6_pb2.CloseEphemeralResource.Response, _abc.Awaitable[_tfplugin6_pb2.CloseEphemeralResource.Response]]: ...
+
+    @_abc_1.abstractmethod
+    def ListResource(
+        self,
+        request: _tfplugin6_pb2.ListResource.Request,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_tfplugin6_pb2.ListResource.Event], _abc.AsyncIterator[_tfplugin6_pb2.ListResource.Event]]:
+        """List resources (Terraform >= 1.13, `terraform query`): a stream of found objects."""
+
+    @_abc_1.abstractmethod
+    def ValidateListResourceConfig(
+        self,
+        request: _tfplugin6_pb2.ValidateListResourceConfig.Request,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tfplugin6_pb2.ValidateListResourceConfig.Response, _abc.Awaitable[_tfplugin6_pb2.ValidateListResourceConfig.Response]]: ...
 
     @_abc_1.abstractmethod
     def GetFunctions(

@@ -7,6 +7,7 @@ docs/framework.md.
 
 from provider.framework.context import Context
 from provider.framework.diagnostics import Cancelled, Diagnostic, DiagnosticError, Diagnostics
+from provider.framework.identity import Identity, IdentityAttribute, IdentitySchema, IdentityUpgrader
 from provider.framework.planmodifiers import (
     PlanModification,
     requires_replace,
@@ -20,6 +21,8 @@ from provider.framework.resource import (
     EphemeralResult,
     Function,
     FunctionError,
+    ListResource,
+    ListResult,
     MoveSource,
     Parameter,
     Provider,
@@ -68,10 +71,16 @@ __all__ = [
     "Float64Attribute",
     "Function",
     "FunctionError",
+    "Identity",
+    "IdentityAttribute",
+    "IdentitySchema",
+    "IdentityUpgrader",
     "Int64Attribute",
     "ListAttribute",
     "ListNestedAttribute",
     "ListNestedBlock",
+    "ListResource",
+    "ListResult",
     "MapAttribute",
     "MapNestedAttribute",
     "MoveSource",

@@ -3,11 +3,12 @@
     python -m provider.framework.docs --provider provider.resources.provider:GpuCloudProvider --out docs/
     python -m provider.framework.docs ... --check     # exit 1 when the files on disk are stale (CI)
 
-Writes `index.md`, `resources/<name>.md`, `data-sources/<name>.md`, `ephemeral-resources/<name>.md` and
-`functions/<name>.md` (<name> without the provider prefix), with examples taken from
-`<examples>/provider/provider.tf`, `<examples>/resources/<type>/resource.tf` (+ `import.sh`),
-`<examples>/data-sources/<type>/data-source.tf`,
-`<examples>/ephemeral-resources/<type>/ephemeral-resource.tf` when they exist.
+Writes `index.md`, `resources/<name>.md`, `data-sources/<name>.md`, `ephemeral-resources/<name>.md`,
+`list-resources/<name>.md` and `functions/<name>.md` (<name> without the provider prefix), with examples
+taken from `<examples>/provider/provider.tf`, `<examples>/resources/<type>/resource.tf` (+ `import.sh`,
+`import-by-identity.tf`), `<examples>/data-sources/<type>/data-source.tf`,
+`<examples>/ephemeral-resources/<type>/ephemeral-resource.tf` and
+`<examples>/list-resources/<type>/query.tfquery.hcl` when they exist.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from provider.framework.identity import IdentitySchema
 from provider.framework.resource import Function, Provider
 from provider.framework.schema import Attribute, Block, NestedAttribute, Schema
 from provider.framework.schema import _label as type_label
@@ -116,6 +118,30 @@ def _page(kind: str, type_name: str, provider: str, schema: Schema, examples: Pa
     return text
 
 
+def _identity_section(identity: IdentitySchema | None, examples: Path) -> str:
+    """The identity of a resource: how to import by it (Terraform 1.12+) and its attributes."""
+    if identity is None:
+        return ""
+    text = _example(
+        examples / "import-by-identity.tf",
+        "terraform",
+        "## Import by Identity",
+        "In Terraform 1.12 and later, an `import` block can name the object by its identity:\n\n",
+    )
+    if not text:
+        text = "## Import by Identity\n\n"
+    text += "### Identity Schema\n\n"
+    for title, required in (("Required", True), ("Optional", False)):
+        lines = [
+            f"- `{name}` ({type_label(attr.type)}) {attr.description}".rstrip()
+            for name, attr in sorted(identity.attributes.items())
+            if attr.required_for_import is required
+        ]
+        if lines:
+            text += f"#### {title}\n\n" + "\n".join(lines) + "\n\n"
+    return text
+
+
 def _function_page(fn: Function, provider: str, examples: Path) -> str:
     text = _front_matter(f"{fn.name} function - {provider}", fn.summary)
     text += f"# function: {fn.name}\n\n{fn.description or fn.summary}\n\n"
@@ -161,6 +187,7 @@ def generate(provider: Provider, examples: Path) -> dict[str, str]:
             "## Import",
             "Import is supported using the following syntax:\n\n",
         )
+        page += _identity_section(r.identity_schema, examples / "resources" / r.type_name)
         pages[f"resources/{short(r.type_name)}.md"] = page.rstrip() + "\n"
     for d in provider.data_sources():
         pages[f"data-sources/{short(d.type_name)}.md"] = _page(
@@ -179,6 +206,15 @@ def generate(provider: Provider, examples: Path) -> dict[str, str]:
             e.schema,
             examples / "ephemeral-resources" / e.type_name,
             "ephemeral-resource.tf",
+        )
+    for lister in provider.list_resources():
+        pages[f"list-resources/{short(lister.type_name)}.md"] = _page(
+            "List Resource",
+            lister.type_name,
+            name,
+            lister.schema,
+            examples / "list-resources" / lister.type_name,
+            "query.tfquery.hcl",
         )
     for f in provider.functions():
         pages[f"functions/{f.name}.md"] = _function_page(f, name, examples)

@@ -18,6 +18,7 @@ from provider.cty import (
     type_to_json,
 )
 from provider.framework.diagnostics import Diagnostic
+from provider.framework.identity import IdentitySchema
 from provider.framework.resource import Function, Parameter
 from provider.framework.schema import Attribute, Block, NestedAttribute, Schema
 
@@ -162,3 +163,19 @@ def function_to_pb(fn: Function) -> pb.Function:
         msg.variadic_parameter.CopyFrom(_parameter_to_pb(fn.variadic))
     getattr(msg, "return").type = type_to_json(fn.return_type)
     return msg
+
+
+def identity_schema_to_pb(schema: IdentitySchema) -> pb.ResourceIdentitySchema:
+    return pb.ResourceIdentitySchema(
+        version=schema.version,
+        identity_attributes=[
+            pb.ResourceIdentitySchema.IdentityAttribute(
+                name=name,
+                type=type_to_json(attr.type),
+                required_for_import=attr.required_for_import,
+                optional_for_import=not attr.required_for_import,
+                description=attr.description,
+            )
+            for name, attr in schema.attributes.items()
+        ],
+    )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from google.protobuf.message import Message
@@ -18,12 +18,14 @@ from google.protobuf.message import Message
 from provider._proto import tfplugin6_pb2 as pb
 from provider.framework.context import Context
 from provider.framework.diagnostics import DiagnosticError, diagnostic_from_exception
+from provider.framework.identity import Identity
 from provider.framework.plan import plan_resource, unknown_attribute_names
 from provider.framework.protocol import (
     decode_value,
     diagnostics_to_pb,
     encode_value,
     function_to_pb,
+    identity_schema_to_pb,
     path_to_pb,
     schema_to_pb,
     timestamp,
@@ -33,13 +35,22 @@ from provider.framework.resource import (
     EphemeralResource,
     Function,
     FunctionError,
+    ListResource,
+    ListResult,
     MoveSource,
     Provider,
     Resource,
     State,
 )
 from provider.framework.schema import Schema
-from provider.framework.state import decode_private, encode_private, fit_object, parse_raw_state
+from provider.framework.state import (
+    decode_private,
+    encode_private,
+    fit_object,
+    fit_plain_value,
+    parse_raw_state,
+    schema_object,
+)
 from provider.framework.validate import validate_config
 
 log = logging.getLogger("provider.framework")
@@ -76,6 +87,7 @@ class ProviderServer:
             e.type_name: e for e in provider.ephemeral_resources()
         }
         self._functions: dict[str, Function] = {f.name: f for f in provider.functions()}
+        self._listers: dict[str, ListResource] = {r.type_name: r for r in provider.list_resources()}
         self._stop = threading.Event()
         self._provider_data: Any = None
         self._terraform_version = ""
@@ -102,7 +114,7 @@ class ProviderServer:
 
     @staticmethod
     def _validate(
-        target: Provider | Resource | DataSource | EphemeralResource, config: Any, ctx: Context
+        target: Provider | Resource | DataSource | EphemeralResource | ListResource, config: Any, ctx: Context
     ) -> None:
         """Schema validators, then whole-configuration validators, then the author's hook."""
         validate_config(target.schema, config, ctx.diagnostics)
@@ -115,11 +127,33 @@ class ProviderServer:
     def _diags(ctx: Context) -> list[pb.Diagnostic]:
         return diagnostics_to_pb(ctx.diagnostics)
 
+    @staticmethod
+    def _identity_pb(resource: Resource, identity: Identity | None) -> pb.ResourceIdentityData | None:
+        if resource.identity_schema is None or identity is None:
+            return None
+        data = encode_value(identity, resource.identity_schema.cty_type)
+        return pb.ResourceIdentityData(identity_data=data)
+
+    def _identity_of(
+        self, resource: Resource, ctx: Context, state: State | None, fallback: pb.ResourceIdentityData
+    ) -> pb.ResourceIdentityData | None:
+        """The identity of `state` as sent to Terraform; `fallback` (the one Terraform holds) while the
+        state does not determine it yet."""
+        if resource.identity_schema is None:
+            return None
+        found = self._identity_pb(resource, resource.identity(ctx, state) if state is not None else None)
+        if found is None and fallback.identity_data.msgpack + fallback.identity_data.json:
+            return fallback
+        return found
+
     # -- provider ------------------------------------------------------------------------------------
 
     def _capabilities(self) -> pb.ServerCapabilities:
+        # MoveResourceState is advertised only when a resource can take moved state: otherwise
+        # Terraform itself explains that `moved {}` across types is unsupported, at plan time.
+        moves = any(type(r).move_state is not Resource.move_state for r in self._resources.values())
         return pb.ServerCapabilities(
-            plan_destroy=True, get_provider_schema_optional=True, move_resource_state=True
+            plan_destroy=True, get_provider_schema_optional=True, move_resource_state=moves
         )
 
     @_rpc(pb.GetMetadata.Response)
@@ -130,6 +164,7 @@ class ProviderServer:
             data_sources=[pb.GetMetadata.DataSourceMetadata(type_name=n) for n in self._data_sources],
             ephemeral_resources=[pb.GetMetadata.EphemeralMetadata(type_name=n) for n in self._ephemerals],
             functions=[pb.GetMetadata.FunctionMetadata(name=n) for n in self._functions],
+            list_resources=[pb.GetMetadata.ListResourceMetadata(type_name=n) for n in self._listers],
         )
 
     @_rpc(pb.GetProviderSchema.Response)
@@ -141,6 +176,7 @@ class ProviderServer:
                 data_source_schemas={n: schema_to_pb(d.schema) for n, d in self._data_sources.items()},
                 ephemeral_resource_schemas={n: schema_to_pb(e.schema) for n, e in self._ephemerals.items()},
                 functions={n: function_to_pb(f) for n, f in self._functions.items()},
+                list_resource_schemas={n: schema_to_pb(r.schema) for n, r in self._listers.items()},
                 provider_meta=schema_to_pb(Schema()),
                 server_capabilities=self._capabilities(),
             )
@@ -154,7 +190,13 @@ class ProviderServer:
     def get_resource_identity_schemas(
         self, request: pb.GetResourceIdentitySchemas.Request
     ) -> pb.GetResourceIdentitySchemas.Response:
-        return pb.GetResourceIdentitySchemas.Response()  # no resource identities (optional in protocol 6.9+)
+        return pb.GetResourceIdentitySchemas.Response(
+            identity_schemas={
+                n: identity_schema_to_pb(r.identity_schema)
+                for n, r in self._resources.items()
+                if r.identity_schema is not None
+            }
+        )
 
     @_rpc(pb.ValidateProviderConfig.Response)
     def validate_provider_config(
@@ -249,9 +291,13 @@ class ProviderServer:
         if ctx.diagnostics.has_errors:
             resp.new_state.CopyFrom(request.current_state)  # keep what Terraform has
             resp.private = request.private
+            new_state = state
         else:
             resp.new_state.CopyFrom(encode_value(new_state, t))
             resp.private = encode_private(ctx.private)
+        identity = self._identity_of(resource, ctx, new_state, request.current_identity)
+        if identity is not None and new_state is not None:
+            resp.new_identity.CopyFrom(identity)
         return resp
 
     @_rpc(pb.PlanResourceChange.Response)
@@ -278,6 +324,14 @@ class ProviderServer:
                 seen.add(path)
                 resp.requires_replace.append(path_to_pb(path))
         resp.planned_private = encode_private(ctx.private)
+        if planned is not None:
+            # Known identity values are planned; an update keeps the prior identity. On create and
+            # replace Terraform accepts none: apply returns it.
+            replacing = prior is None or bool(ctx.requires_replace)
+            fallback = pb.ResourceIdentityData() if replacing else request.prior_identity
+            identity = self._identity_of(resource, ctx, planned, fallback)
+            if identity is not None:
+                resp.planned_identity.CopyFrom(identity)
         return resp
 
     @_rpc(pb.ApplyResourceChange.Response)
@@ -297,6 +351,10 @@ class ProviderServer:
         resp = pb.ApplyResourceChange.Response(diagnostics=self._diags(ctx))
         resp.new_state.CopyFrom(encode_value(new_state, t))
         resp.private = encode_private(ctx.private) if new_state is not None else b""
+        if new_state is not None:
+            identity = self._identity_of(resource, ctx, new_state, request.planned_identity)
+            if identity is not None:
+                resp.new_identity.CopyFrom(identity)
         return resp
 
     def _apply(
@@ -345,22 +403,37 @@ class ProviderServer:
     ) -> pb.ImportResourceState.Response:
         resource: Resource = self._lookup(self._resources, request.type_name, "Resource")
         ctx = self._context(request.type_name)
-        state = resource.import_state(ctx, request.id)
+        given = request.identity
+        by_identity = bool(given.identity_data.msgpack or given.identity_data.json)
+        if by_identity:
+            if resource.identity_schema is None:
+                raise DiagnosticError(
+                    "Resource Identity Not Supported",
+                    f"{request.type_name} has no resource identity: import it by id instead.",
+                )
+            identity = decode_value(given.identity_data, resource.identity_schema.cty_type)
+            state = resource.import_identity(ctx, identity)
+            wanted = f"identity {_describe(identity)}"
+        else:
+            state = resource.import_state(ctx, request.id)
+            wanted = f'id "{request.id}"'
         resp = pb.ImportResourceState.Response(diagnostics=self._diags(ctx))
         if ctx.diagnostics.has_errors:
             return resp
         if state is None:
             raise DiagnosticError(
-                "Cannot Import Non-Existent Remote Object",
-                f'No {request.type_name} with id "{request.id}" exists.',
+                "Cannot Import Non-Existent Remote Object", f"No {request.type_name} with {wanted} exists."
             )
-        resp.imported_resources.append(
-            pb.ImportResourceState.ImportedResource(
-                type_name=request.type_name,
-                state=encode_value(fit_object(resource.schema, state), resource.schema.cty_type),
-                private=encode_private(ctx.private),
-            )
+        state = fit_object(resource.schema, state)
+        imported = pb.ImportResourceState.ImportedResource(
+            type_name=request.type_name,
+            state=encode_value(state, resource.schema.cty_type),
+            private=encode_private(ctx.private),
         )
+        identity_pb = self._identity_of(resource, ctx, state, given)
+        if identity_pb is not None:
+            imported.identity.CopyFrom(identity_pb)
+        resp.imported_resources.append(imported)
         return resp
 
     @_rpc(pb.MoveResourceState.Response)
@@ -384,8 +457,12 @@ class ProviderServer:
                 f"{request.target_type_name} cannot take state from {request.source_type_name} "
                 f"({request.source_provider_address}).",
             )
-        resp.target_state.CopyFrom(encode_value(fit_object(resource.schema, state), resource.schema.cty_type))
+        state = fit_object(resource.schema, state)
+        resp.target_state.CopyFrom(encode_value(state, resource.schema.cty_type))
         resp.target_private = encode_private(ctx.private)
+        identity = self._identity_of(resource, ctx, state, pb.ResourceIdentityData())
+        if identity is not None:
+            resp.target_identity.CopyFrom(identity)
         return resp
 
     # -- data sources --------------------------------------------------------------------------------
@@ -472,6 +549,73 @@ class ProviderServer:
         eph.close(ctx)
         return pb.CloseEphemeralResource.Response(diagnostics=self._diags(ctx))
 
+    # -- list resources (terraform query) ------------------------------------------------------------
+
+    @_rpc(pb.ValidateListResourceConfig.Response)
+    def validate_list_resource_config(
+        self, request: pb.ValidateListResourceConfig.Request
+    ) -> pb.ValidateListResourceConfig.Response:
+        lister: ListResource = self._lookup(self._listers, request.type_name, "List Resource")
+        config = decode_value(request.config, lister.schema.cty_type)
+        ctx = self._context(request.type_name)
+        self._validate(lister, config, ctx)
+        return pb.ValidateListResourceConfig.Response(diagnostics=self._diags(ctx))
+
+    def list_resource(
+        self, request: pb.ListResource.Request, _context: Any = None
+    ) -> Iterator[pb.ListResource.Event]:
+        """A stream of found objects; problems travel as diagnostics in events (an error ends it)."""
+        sent = 0
+        try:
+            lister: ListResource = self._lookup(self._listers, request.type_name, "List Resource")
+            resource: Resource = self._lookup(self._resources, request.type_name, "Resource")
+            if resource.identity_schema is None:
+                raise DiagnosticError(
+                    "List Resource Without Identity",
+                    f"{request.type_name} declares no identity_schema. This is a bug in the provider.",
+                )
+            config = decode_value(request.config, lister.schema.cty_type)
+            ctx = self._context(request.type_name)
+            wanted = request.include_resource_object
+            reported = 0
+            for result in lister.list(ctx, config or {}, include_state=wanted):
+                if ctx.diagnostics.has_errors:
+                    break
+                event = self._list_event(resource, ctx, result, wanted)
+                event.diagnostic.extend(diagnostics_to_pb(ctx.diagnostics[reported:]))
+                reported = len(ctx.diagnostics)
+                yield event
+                sent += 1
+                if 0 < request.limit <= sent:
+                    return
+            if len(ctx.diagnostics) > reported:
+                yield pb.ListResource.Event(diagnostic=diagnostics_to_pb(ctx.diagnostics[reported:]))
+        except Exception as exc:  # nothing may cross the RPC boundary
+            diagnostic = diagnostic_from_exception(exc, "ListResource")
+            yield pb.ListResource.Event(diagnostic=diagnostics_to_pb([diagnostic]))
+
+    @staticmethod
+    def _list_event(
+        resource: Resource, ctx: Context, result: ListResult, wanted: bool
+    ) -> pb.ListResource.Event:
+        schema = resource.identity_schema
+        assert schema is not None
+        identity = schema.of(result.identity)
+        if identity is None:
+            raise DiagnosticError(
+                "Incomplete Identity In List Result",
+                f"{resource.type_name} result {result.display_name!r} lacks identity values "
+                f"({', '.join(schema.attributes)}). This is a bug in the provider.",
+            )
+        event = pb.ListResource.Event(
+            identity=pb.ResourceIdentityData(identity_data=encode_value(identity, schema.cty_type)),
+            display_name=result.display_name,
+        )
+        if wanted and result.state is not None:
+            state = schema_object(resource.schema, result.state)  # a value, not stored JSON
+            event.resource_object.CopyFrom(encode_value(state, resource.schema.cty_type))
+        return event
+
     # -- functions -----------------------------------------------------------------------------------
 
     def call_function(
@@ -506,8 +650,36 @@ class ProviderServer:
     def upgrade_resource_identity(
         self, request: pb.UpgradeResourceIdentity.Request
     ) -> pb.UpgradeResourceIdentity.Response:
-        raise DiagnosticError(
-            "Resource Identity Not Supported", f"{request.type_name} has no resource identity schema."
+        resource: Resource = self._lookup(self._resources, request.type_name, "Resource")
+        schema = resource.identity_schema
+        if schema is None:
+            raise DiagnosticError(
+                "Resource Identity Not Supported", f"{request.type_name} has no resource identity schema."
+            )
+        raw = parse_raw_state(request.raw_identity.json)
+        if request.version > schema.version:
+            raise DiagnosticError(
+                "Unable to Upgrade Resource Identity",
+                f"The identity was written by a newer provider (identity version {request.version}; this "
+                f"provider knows up to {schema.version}). Upgrade the provider.",
+            )
+        if request.version < schema.version:
+            upgrader = resource.identity_upgraders().get(request.version)
+            if upgrader is None:
+                raise DiagnosticError(
+                    "Unable to Upgrade Resource Identity",
+                    f"This provider cannot upgrade {request.type_name} identity from version "
+                    f"{request.version} to {schema.version}.",
+                )
+            raw = upgrader.upgrade(raw)
+        if not isinstance(raw, dict):
+            raise DiagnosticError(
+                "Unable to Upgrade Resource Identity",
+                f"The stored {request.type_name} identity is not an object.",
+            )
+        identity = {name: fit_plain_value(raw.get(name)) for name in schema.attributes}
+        return pb.UpgradeResourceIdentity.Response(
+            upgraded_identity=pb.ResourceIdentityData(identity_data=encode_value(identity, schema.cty_type))
         )
 
     def __getattr__(self, name: str) -> Callable[..., Any]:
@@ -532,6 +704,12 @@ class ProviderServer:
             return resp
 
         return unsupported
+
+
+def _describe(identity: Any) -> str:
+    if not isinstance(identity, dict):
+        return "(none)"
+    return "{" + ", ".join(f'{k} = "{v}"' for k, v in identity.items() if v is not None) + "}"
 
 
 def _rpc_method(snake: str) -> Any:

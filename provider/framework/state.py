@@ -54,6 +54,11 @@ def _fit_nested(node: NestedAttribute | Block, nesting: str, v: Any) -> Any:
     return [fit_object(node, e) for e in v]
 
 
+def fit_plain_value(v: Any) -> Any:
+    """A parsed JSON value in the plain-Python cty shapes (integral numbers as int)."""
+    return _fit_plain(v)
+
+
 def _fit_plain(v: Any) -> Any:
     # JSON already gives the plain-Python cty shapes (str, bool, int/Decimal, list, dict).
     # Floats parsed as Decimal: normalise integral ones to int, as the msgpack decoder would.

@@ -34,7 +34,7 @@ def serve_debug(make_server: Callable[[], object], *, provider_address: str) -> 
     from provider.plugin.launch import MAX_WORKERS, build_provider
     from provider.plugin.log import configure_logging
 
-    configure_logging(os.environ)
+    configure_logging(os.environ, provider_address=provider_address)
     from provider.plugin.grpc_server import build_grpc_server
 
     directory = socket_directory()

@@ -80,7 +80,10 @@ def _serve_for_terraform(make_server: MakeServer, *, provider_address: str) -> N
     directory = socket_directory(environ)
     exit_code = 0
     try:
-        _serve_in(directory, make_server, environ=environ, protocol_version=protocol_version)
+        _serve_in(
+            directory, make_server, environ=environ, protocol_version=protocol_version,
+            provider_address=provider_address,
+        )
     except _Terminated:
         pass
     except BaseException:
@@ -115,7 +118,9 @@ def _terminate_during_startup(_signo: int, _frame: object) -> None:
     raise _Terminated
 
 
-def _serve_in(directory: str, make_server: MakeServer, *, environ: Any, protocol_version: int) -> None:
+def _serve_in(
+    directory: str, make_server: MakeServer, *, environ: Any, protocol_version: int, provider_address: str
+) -> None:
     public_path = os.path.join(directory, "plugin.sock")
     client_ca_pem = environ.get("PLUGIN_CLIENT_CERT") or None
     use_tls = client_ca_pem is not None or not environ.get("TF_DISABLE_PLUGIN_TLS")
@@ -142,11 +147,13 @@ def _serve_in(directory: str, make_server: MakeServer, *, environ: Any, protocol
         grpc_path = os.path.join(directory, "grpc.sock")
         terminator = TlsTerminator(listener, grpc_path, context, backend_listening=False)
         terminator.start()
-        runtime = _start_runtime(make_server, environ, grpc_path=grpc_path)
+        runtime = _start_runtime(make_server, environ, grpc_path=grpc_path, provider_address=provider_address)
         terminator.backend_ready()
     else:
         # TF_DISABLE_PLUGIN_TLS: grpcio serves the public socket itself, so it must exist first.
-        runtime = _start_runtime(make_server, environ, grpc_path=public_path)
+        runtime = _start_runtime(
+            make_server, environ, grpc_path=public_path, provider_address=provider_address
+        )
         _announce(public_path, protocol_version, "")
 
     runtime.wait_for_shutdown()
@@ -177,12 +184,14 @@ class _Runtime:
                 break
 
 
-def _start_runtime(make_server: MakeServer, environ: Any, *, grpc_path: str) -> _Runtime:
+def _start_runtime(
+    make_server: MakeServer, environ: Any, *, grpc_path: str, provider_address: str
+) -> _Runtime:
     import threading
 
     from provider.plugin.log import configure_logging
 
-    configure_logging(environ)
+    configure_logging(environ, provider_address=provider_address)
     from provider.plugin.grpc_server import build_grpc_server
 
     shutdown = threading.Event()

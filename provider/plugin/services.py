@@ -4,6 +4,9 @@
 `get_provider_schema(request)`, and so on for every RPC of the proto. A missing method or an exception
 (the framework promises none) becomes an error diagnostic in the RPC's own response type, never a
 gRPC error: Terraform shows diagnostics to the user but reports gRPC errors as a crashed plugin.
+Server-streaming RPCs (ListResource) delegate to a method returning an iterator of messages; a failure
+there ends the stream with one message carrying the error. Each RPC runs inside `request_fields`, so
+every log line it causes carries `tf_rpc`, `tf_req_id` and the type it is about, as in Go providers.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import functools
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,6 +37,7 @@ from provider._proto import (
     tfplugin6_pb2,
     tfplugin6_pb2_grpc,
 )
+from provider.plugin.log import TRACE, request_fields
 
 log = logging.getLogger("gpucloud.plugin")
 
@@ -52,6 +57,10 @@ def error_response(method: MethodDescriptor, summary: str, detail: str) -> Messa
         response.diagnostics.add(  # type: ignore[attr-defined]
             severity=tfplugin6_pb2.Diagnostic.ERROR, summary=summary, detail=detail
         )
+    elif "diagnostic" in fields:  # ListResource events
+        response.diagnostic.add(  # type: ignore[attr-defined]
+            severity=tfplugin6_pb2.Diagnostic.ERROR, summary=summary, detail=detail
+        )
     elif "error" in fields:  # CallFunction
         response.error.text = f"{summary}: {detail}"  # type: ignore[attr-defined]
     elif "Error" in fields:  # StopProvider
@@ -59,29 +68,86 @@ def error_response(method: MethodDescriptor, summary: str, detail: str) -> Messa
     return response
 
 
-def _delegating_handler(method: MethodDescriptor) -> Callable[..., Message]:
+def type_field(rpc_name: str, request: Message) -> dict[str, str]:
+    """The log field naming what an RPC is about, keyed as terraform-plugin-go keys it."""
+    type_name = getattr(request, "type_name", "") or getattr(request, "target_type_name", "")
+    if not type_name:
+        return {}
+    if "DataSource" in rpc_name or "DataResource" in rpc_name:
+        return {"tf_data_source_type": type_name}
+    if "Ephemeral" in rpc_name:
+        return {"tf_ephemeral_resource_type": type_name}
+    if "ListResource" in rpc_name:
+        return {"tf_list_resource_type": type_name}
+    return {"tf_resource_type": type_name}
+
+
+def _unsupported(method: MethodDescriptor) -> Message:
+    return error_response(
+        method,
+        "Unsupported Provider Operation",
+        f"This provider does not implement the {method.name} RPC. "
+        "Upgrade the provider, or avoid the feature that needs it.",
+    )
+
+
+def _failed(method: MethodDescriptor, exc: Exception) -> Message:
+    log.error("%s failed", method.name, exc_info=True)
+    return error_response(
+        method,
+        "Internal Provider Error",
+        f"The provider failed while handling {method.name}: {exc!r}. "
+        "This is a bug in the provider; the provider log (TF_LOG_PROVIDER=debug) has the traceback.",
+    )
+
+
+def _served(started: float) -> None:
+    elapsed_ms = int((time.monotonic() - started) * 1000)
+    log.log(TRACE, "Served request", extra={"tf_req_duration_ms": elapsed_ms})
+
+
+def _delegating_handler(method: MethodDescriptor) -> Callable[..., Any]:
+    if method.server_streaming:
+        return _delegating_stream_handler(method)
     attribute = snake_case(method.name)
 
     def handle(self: DelegatingProviderServicer, request: Message, context: grpc.ServicerContext) -> Message:
-        implementation = getattr(self.delegate, attribute, None)
-        if implementation is None:
-            return error_response(
-                method,
-                "Unsupported Provider Operation",
-                f"This provider does not implement the {method.name} RPC. "
-                "Upgrade the provider, or avoid the feature that needs it.",
-            )
-        try:
-            response: Message = implementation(request)
-        except Exception as exc:
-            log.error("%s failed", method.name, exc_info=True)
-            return error_response(
-                method,
-                "Internal Provider Error",
-                f"The provider failed while handling {method.name}: {exc!r}. "
-                "This is a bug in the provider; the provider log (TF_LOG_PROVIDER=debug) has the traceback.",
-            )
-        return response
+        with request_fields(method.name, **type_field(method.name, request)):
+            started = time.monotonic()
+            log.log(TRACE, "Received request")
+            implementation = getattr(self.delegate, attribute, None)
+            if implementation is None:
+                return _unsupported(method)
+            try:
+                response: Message = implementation(request)
+            except Exception as exc:
+                return _failed(method, exc)
+            _served(started)
+            return response
+
+    handle.__name__ = method.name
+    return handle
+
+
+def _delegating_stream_handler(method: MethodDescriptor) -> Callable[..., Iterator[Message]]:
+    attribute = snake_case(method.name)
+
+    def handle(
+        self: DelegatingProviderServicer, request: Message, context: grpc.ServicerContext
+    ) -> Iterator[Message]:
+        with request_fields(method.name, **type_field(method.name, request)):
+            started = time.monotonic()
+            log.log(TRACE, "Received request")
+            implementation = getattr(self.delegate, attribute, None)
+            if implementation is None:
+                yield _unsupported(method)
+                return
+            try:
+                yield from implementation(request)
+            except Exception as exc:
+                yield _failed(method, exc)
+                return
+            _served(started)
 
     handle.__name__ = method.name
     return handle
@@ -105,14 +171,15 @@ class UnavailableProvider:
         self._summary = summary
         self._detail = detail
 
-    def __getattr__(self, name: str) -> Callable[[Message], Message]:
+    def __getattr__(self, name: str) -> Callable[[Message], Message | list[Message]]:
         for method in PROVIDER_SERVICE.methods:
             if snake_case(method.name) == name:
                 return functools.partial(self._answer, method)
         raise AttributeError(name)
 
-    def _answer(self, method: MethodDescriptor, _request: Message) -> Message:
-        return error_response(method, self._summary, self._detail)
+    def _answer(self, method: MethodDescriptor, _request: Message) -> Message | list[Message]:
+        answer = error_response(method, self._summary, self._detail)
+        return [answer] if method.server_streaming else answer
 
 
 class ControllerServicer(grpc_controller_pb2_grpc.GRPCControllerServicer):

@@ -29,7 +29,7 @@ from provider.client import (
     new_idempotency_key,
 )
 from provider.cty import AttributePath, GetAttr, Index
-from provider.framework import Context, DiagnosticError, Schema, root
+from provider.framework import Context, DiagnosticError, IdentityAttribute, IdentitySchema, Schema, root
 from provider.framework.state import contains_unknown
 
 
@@ -65,6 +65,12 @@ def client_of(ctx: Context) -> GpuCloudClient:
             "apply) or was rejected. Fix the provider configuration, or apply its dependencies first.",
         )
     return config.client.cancellable(ctx.stop_event)
+
+
+def api_id_identity(subject: str, prefix: str) -> IdentitySchema:
+    """The identity of a gpucloud object: its API id alone (ids are unique across projects)."""
+    description = f"Identifier of the {subject} (`{prefix}_...`), as the API names it."
+    return IdentitySchema({"id": IdentityAttribute(description=description)})
 
 
 # ---- API errors -> diagnostics ------------------------------------------------------------------------

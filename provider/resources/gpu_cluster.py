@@ -21,6 +21,7 @@ from provider.framework import Cancelled, Context, Resource, State, root, timeou
 from provider.resources import cluster_checks as checks
 from provider.resources._common import (
     api_error,
+    api_id_identity,
     client_of,
     configured,
     create_done,
@@ -168,6 +169,7 @@ def _stopped_waiting(ctx: Context, cluster_id: str, stopped: Exception) -> None:
 class GpuClusterResource(Resource):
     type_name = "gpucloud_gpu_cluster"
     import_id_attribute = "id"
+    identity_schema = api_id_identity("GPU cluster", "cls")
     schema = CLUSTER_SCHEMA
 
     # -- plan -----------------------------------------------------------------------------------------
@@ -442,6 +444,10 @@ class GpuClusterResource(Resource):
             )
 
     # -- state ----------------------------------------------------------------------------------------
+
+    def state_from_api(self, ctx: Context, body: dict[str, Any]) -> State:
+        """The state of an API object as an import reads it (`terraform query` builds states with it)."""
+        return self._state(ctx, client_of(ctx), body, {})
 
     def _state(self, ctx: Context, client: GpuCloudClient, body: dict[str, Any], prior: State) -> State:
         return cluster_state(body, prior, self._reservation(client, body))

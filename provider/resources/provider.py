@@ -23,6 +23,7 @@ from provider.framework import (
     DataSource,
     EphemeralResource,
     Int64Attribute,
+    ListResource,
     Provider,
     Resource,
     Schema,
@@ -41,6 +42,11 @@ from provider.resources.data_sources import (
     SshKeyDataSource,
 )
 from provider.resources.gpu_cluster import GpuClusterResource
+from provider.resources.list_resources import (
+    GpuClusterListResource,
+    SharedVolumeListResource,
+    SshKeyListResource,
+)
 from provider.resources.shared_volume import SharedVolumeResource
 from provider.resources.ssh_key import SshKeyResource
 
@@ -63,6 +69,11 @@ DATA_SOURCES: tuple[type[DataSource], ...] = (
     GpuClusterDataSource,
 )
 EPHEMERAL_RESOURCES: tuple[type[EphemeralResource], ...] = (ClusterCredentialsEphemeralResource,)
+LIST_RESOURCES: tuple[type[ListResource], ...] = (
+    SshKeyListResource,
+    SharedVolumeListResource,
+    GpuClusterListResource,
+)
 
 DEFAULT_REQUEST_TIMEOUT = "30s"
 DEFAULT_MAX_RETRIES = 4
@@ -114,6 +125,7 @@ class GpuCloudProvider(Provider):
         self._resources = [r() for r in RESOURCES]
         self._data_sources = [d() for d in DATA_SOURCES]
         self._ephemerals = [e() for e in EPHEMERAL_RESOURCES]
+        self._listers = [r() for r in LIST_RESOURCES]
 
     def configure(self, ctx: Context, config: dict[str, Any]) -> GpuCloudConfig:
         if any(is_unknown(v) for v in config.values()):
@@ -204,3 +216,6 @@ class GpuCloudProvider(Provider):
 
     def ephemeral_resources(self) -> Sequence[EphemeralResource]:
         return self._ephemerals
+
+    def list_resources(self) -> Sequence[ListResource]:
+        return self._listers

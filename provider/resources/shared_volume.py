@@ -24,6 +24,7 @@ from provider.framework import (
 from provider.resources._common import (
     UNCONFIRMED_CREATE,
     api_error,
+    api_id_identity,
     client_of,
     configured,
     create_done,
@@ -61,6 +62,7 @@ def hourly_cost(storage_usd_per_tib_hour: Any, size_tib: int) -> int | Decimal:
 class SharedVolumeResource(Resource):
     type_name = "gpucloud_shared_volume"
     import_id_attribute = "id"
+    identity_schema = api_id_identity("shared volume", "vol")
     schema = Schema(
         description="A shared volume: network storage in one region that clusters in that region mount "
         "at `mount_path`. It can be renamed and grown in place; it never shrinks (that would lose data).",
@@ -219,6 +221,11 @@ class SharedVolumeResource(Resource):
                     "(or destroy the cluster) first, then destroy the volume.",
                 ) from None
             api_error(ctx, "Error Deleting Shared Volume", error, subject="shared volume")
+
+    @staticmethod
+    def state_from_api(body: Any) -> State:
+        """The state of an API object (`terraform query` builds states of volumes it finds with it)."""
+        return SharedVolumeResource._state(body)
 
     @staticmethod
     def _state(body: Any) -> State:

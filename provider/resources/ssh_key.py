@@ -20,6 +20,7 @@ from provider.framework import (
 from provider.resources._common import (
     UNCONFIRMED_CREATE,
     api_error,
+    api_id_identity,
     client_of,
     configured,
     conflict_existing_id,
@@ -70,6 +71,7 @@ def _path(ssh_key_id: str) -> str:
 class SshKeyResource(Resource):
     type_name = "gpucloud_ssh_key"
     import_id_attribute = "id"
+    identity_schema = api_id_identity("SSH key", "ssh")
     schema = Schema(
         description="An SSH public key registered with the project. Clusters install the keys listed in "
         "their `ssh_key_ids` for logins. The key material cannot change: a new key replaces the resource.",
@@ -185,6 +187,11 @@ class SshKeyResource(Resource):
             f"bring it under Terraform with: terraform import <address> {existing}",
             root("public_key"),
         )
+
+    @staticmethod
+    def state_from_api(body: Any, prior: State) -> State:
+        """The state of an API object (`terraform query` builds states of keys it finds with it)."""
+        return SshKeyResource._state(body, prior)
 
     @staticmethod
     def _state(body: Any, prior: State) -> State:

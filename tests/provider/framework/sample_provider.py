@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from provider.cty import NUMBER
@@ -14,7 +15,12 @@ from provider.framework import (
     EphemeralResult,
     Function,
     FunctionError,
+    IdentityAttribute,
+    IdentitySchema,
+    IdentityUpgrader,
     Int64Attribute,
+    ListResource,
+    ListResult,
     MoveSource,
     Parameter,
     Provider,
@@ -31,6 +37,7 @@ from provider.framework.validators import string_length
 class ThingResource(Resource):
     type_name = "sample_thing"
     import_id_attribute = "id"
+    identity_schema = IdentitySchema({"id": IdentityAttribute(description="The thing's id.")}, version=1)
     schema = Schema(
         version=1,
         attributes={
@@ -74,10 +81,34 @@ class ThingResource(Resource):
         )
         return {0: StateUpgrader(lambda ctx, old: {"id": old["id"], "name": old["title"]}, prior_schema=v0)}
 
+    def identity_upgraders(self) -> dict[int, IdentityUpgrader]:
+        return {0: IdentityUpgrader(lambda old: {"id": old["thing_id"]})}  # version 1 renamed thing_id
+
     def move_state(self, ctx: Context, source: MoveSource) -> dict[str, Any] | None:
         if source.type_name != "sample_old_thing":
             return None
         return {"id": source.state["id"], "name": source.state["label"], "zone": "a"}
+
+
+class ThingLister(ListResource):
+    """Lists the things of a ThingResource whose name starts with `name_prefix`."""
+
+    type_name = "sample_thing"
+    schema = Schema(
+        attributes={"name_prefix": StringAttribute(optional=True, validators=[string_length(min=1)])}
+    )
+
+    def __init__(self, things: ThingResource) -> None:
+        self.things = things
+
+    def list(self, ctx: Context, config: dict[str, Any], *, include_state: bool) -> Iterator[ListResult]:
+        prefix = config.get("name_prefix") or ""
+        for thing in self.things.objects.values():
+            if thing["name"] == "broken":
+                ctx.error("Broken Thing", f"{thing['id']} cannot be listed.")
+                return
+            if thing["name"].startswith(prefix):
+                yield ListResult({"id": thing["id"]}, thing["name"], thing if include_state else None)
 
 
 class EchoDataSource(DataSource):
@@ -148,3 +179,6 @@ class SampleProvider(Provider):
 
     def functions(self) -> list[Function]:
         return [AddFunction()]
+
+    def list_resources(self) -> list[ListResource]:
+        return [ThingLister(self.thing)]

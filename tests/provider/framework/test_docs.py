@@ -17,6 +17,7 @@ def test_docs_registry_layout_with_examples(tmp_path):
         "resources/thing.md",
         "data-sources/echo.md",
         "ephemeral-resources/token.md",
+        "list-resources/thing.md",
         "functions/add.md",
     }
     page = pages["resources/thing.md"]
@@ -28,6 +29,21 @@ def test_docs_registry_layout_with_examples(tmp_path):
     assert page.index("### Required") < page.index("### Optional") < page.index("### Read-Only")
     assert '- `zone` (String) Defaults to `"a"`.' in page
     assert "- `token` (String, Sensitive)" in pages["ephemeral-resources/token.md"]
+    # Without an import-by-identity.tf example the identity attributes are still listed.
+    assert page.endswith(
+        "## Import by Identity\n\n### Identity Schema\n\n#### Required\n\n- `id` (String) The thing's id.\n"
+    )
+
+
+def test_docs_identity_import_example(tmp_path):
+    folder = tmp_path / "resources" / "sample_thing"
+    folder.mkdir(parents=True)
+    example = 'import {\n  to = sample_thing.x\n  identity = { id = "t-1" }\n}\n'
+    (folder / "import-by-identity.tf").write_text(example)
+    page = generate(SampleProvider(), tmp_path)["resources/thing.md"]
+    assert "In Terraform 1.12 and later, an `import` block can name the object by its identity" in page
+    assert 'identity = { id = "t-1" }' in page
+    assert page.index("## Import by Identity") < page.index("### Identity Schema")
 
 
 def test_docs_nested_schemas_are_linked():

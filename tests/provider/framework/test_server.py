@@ -281,7 +281,7 @@ def test_server_stop_provider_cancels_in_flight_wait(server, provider):
 
 
 def test_server_unsupported_rpc_answers_diagnostic(server):
-    resp = server.upgrade_resource_identity(pb.UpgradeResourceIdentity.Request(type_name="sample_thing"))
+    resp = server.upgrade_resource_identity(pb.UpgradeResourceIdentity.Request(type_name="sample_echo"))
     assert errors(resp)
     with pytest.raises(AttributeError):
         server.not_an_rpc  # noqa: B018
@@ -292,3 +292,20 @@ def test_server_has_a_method_for_every_rpc(server):
     for method in service.methods:
         snake = "".join("_" + c.lower() if c.isupper() else c for c in method.name).lstrip("_")
         assert callable(getattr(server, snake)), method.name
+
+
+def test_server_advertises_move_resource_state_only_when_a_resource_moves_state():
+    from provider.framework import Provider, Resource
+
+    class Plain(Resource):
+        type_name = "sample_plain"
+
+    class NoMoves(Provider):
+        def resources(self):
+            return [Plain()]
+
+    server = ProviderServer(NoMoves())
+    schema = server.get_provider_schema(pb.GetProviderSchema.Request())
+    assert not schema.server_capabilities.move_resource_state
+    assert not server.get_metadata(pb.GetMetadata.Request()).server_capabilities.move_resource_state
+    assert ProviderServer(SampleProvider())._capabilities().move_resource_state  # ThingResource moves

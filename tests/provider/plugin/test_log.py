@@ -17,7 +17,11 @@ from provider.plugin.log import (
     configure_logging,
     hclog_level,
     level_from_environment,
+    provider_level_variable,
+    request_fields,
 )
+
+GPUCLOUD = "registry.terraform.io/gpucloud/gpucloud"
 
 
 @pytest.mark.parametrize(
@@ -33,6 +37,15 @@ from provider.plugin.log import (
 )
 def test_level_from_environment(environ: dict[str, str], level: int) -> None:
     assert level_from_environment(environ) == level
+
+
+def test_level_from_environment_provider_variable_wins() -> None:
+    environ = {"TF_LOG": "trace", "TF_LOG_PROVIDER": "debug", "TF_LOG_PROVIDER_GPUCLOUD": "warn"}
+    assert level_from_environment(environ, GPUCLOUD) == logging.WARNING
+    assert level_from_environment(environ) == logging.DEBUG  # no address: no provider variable
+    other = {**environ, "TF_LOG_PROVIDER_GPUCLOUD": ""}
+    assert level_from_environment(other, GPUCLOUD) == logging.DEBUG  # empty counts as unset
+    assert provider_level_variable("registry.terraform.io/acme/gpu-cloud") == "TF_LOG_PROVIDER_GPU_CLOUD"
 
 
 @pytest.mark.parametrize(
@@ -104,3 +117,23 @@ def test_configure_logging_keeps_one_line_per_request_out_of_info_and_debug() ->
     configure_logging({"TF_LOG_PROVIDER": "trace"}, stream=stream)
     logging.getLogger("httpx").info("HTTP Request: shown at trace")
     assert "shown at trace" in stream.getvalue()
+
+
+@pytest.mark.usefixtures("restore_root_logger")
+def test_configure_logging_adds_provider_address_and_request_fields() -> None:
+    stream = io.StringIO()
+    configure_logging({"TF_LOG": "trace"}, stream=stream, provider_address=GPUCLOUD)
+    logger = logging.getLogger("gpucloud.x")
+    with request_fields("ReadResource", tf_resource_type="gpucloud_ssh_key"):
+        logger.info("inside")
+        with request_fields("PlanResourceChange"):
+            logger.info("nested")
+        logger.info("inside again")
+    logger.info("outside")
+    inside, nested, again, outside = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert inside["tf_provider_addr"] == outside["tf_provider_addr"] == GPUCLOUD
+    assert (inside["tf_rpc"], inside["tf_resource_type"]) == ("ReadResource", "gpucloud_ssh_key")
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", inside["tf_req_id"])
+    assert nested["tf_rpc"] == "PlanResourceChange" and nested["tf_req_id"] != inside["tf_req_id"]
+    assert again["tf_req_id"] == inside["tf_req_id"]
+    assert not {"tf_rpc", "tf_req_id", "tf_resource_type"} & outside.keys()

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 import threading
+from collections.abc import Iterator
 from unittest import mock
 
 import grpc
 import pytest
 
 from provider._proto import grpc_controller_pb2, health_pb2, tfplugin6_pb2
+from provider.plugin.log import configure_logging
 from provider.plugin.services import (
     PROVIDER_SERVICE,
     ControllerServicer,
@@ -29,6 +34,10 @@ def _request_for(method_name: str) -> object:
 
 
 def _error_texts(response: object) -> list[str]:
+    if not hasattr(response, "DESCRIPTOR"):  # a server-streaming RPC: the messages it sent
+        return [text for message in response for text in _error_texts(message)]  # type: ignore[attr-defined]
+    if hasattr(response, "diagnostic"):  # ListResource events
+        return [d.summary + ": " + d.detail for d in response.diagnostic]
     if hasattr(response, "diagnostics"):
         assert all(d.severity == tfplugin6_pb2.Diagnostic.ERROR for d in response.diagnostics)
         return [d.summary + ": " + d.detail for d in response.diagnostics]
@@ -80,6 +89,27 @@ def test_servicer_answers_unimplemented_rpcs_with_a_diagnostic() -> None:
     assert "does not implement the CallFunction RPC" in response.error.text
 
 
+def test_servicer_streams_and_ends_a_failing_stream_with_a_diagnostic() -> None:
+    found = tfplugin6_pb2.ListResource.Event(display_name="first")
+
+    def list_resource(request: object) -> object:
+        yield found
+        raise KeyError("page token")
+
+    delegate = mock.Mock(spec=["list_resource"])
+    delegate.list_resource.side_effect = list_resource
+    servicer = DelegatingProviderServicer(delegate)
+    events = list(servicer.ListResource(tfplugin6_pb2.ListResource.Request(), None))
+    assert events[0] is found
+    (error,) = events[1].diagnostic
+    assert error.summary == "Internal Provider Error" and "KeyError" in error.detail
+
+
+def test_servicer_answers_unimplemented_streaming_rpcs_with_a_diagnostic() -> None:
+    (event,) = DelegatingProviderServicer(object()).ListResource(tfplugin6_pb2.ListResource.Request(), None)
+    assert "does not implement the ListResource RPC" in event.diagnostic[0].detail
+
+
 @pytest.mark.parametrize("method", ALL_METHODS, ids=lambda m: m.name)
 def test_unavailable_provider_explains_itself_on_every_rpc(method: object) -> None:
     servicer = DelegatingProviderServicer(
@@ -106,3 +136,56 @@ def test_health_check_knows_only_the_plugin_service() -> None:
     with pytest.raises(grpc.RpcError):
         servicer.Check(health_pb2.HealthCheckRequest(service="other"), context)
     assert context.abort.call_args.args[0] == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.fixture
+def log_lines() -> Iterator[io.StringIO]:
+    """Trace-level provider logs captured as hclog JSON lines."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    stream = io.StringIO()
+    configure_logging({"TF_LOG": "trace"}, stream=stream, provider_address="registry.terraform.io/x/gpucloud")
+    yield stream
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    logging.captureWarnings(False)
+
+
+class _LoggingDelegate:
+    def read_resource(self, request: object) -> tfplugin6_pb2.ReadResource.Response:
+        logging.getLogger("provider.resources").info("reading")
+        return tfplugin6_pb2.ReadResource.Response()
+
+    def read_data_source(self, request: object) -> tfplugin6_pb2.ReadDataSource.Response:
+        logging.getLogger("provider.resources").info("reading data")
+        return tfplugin6_pb2.ReadDataSource.Response()
+
+    def list_resource(self, request: object) -> Iterator[tfplugin6_pb2.ListResource.Event]:
+        logging.getLogger("provider.resources").info("listing")
+        yield tfplugin6_pb2.ListResource.Event()
+
+
+def test_servicer_logs_carry_terraform_plugin_go_fields(log_lines: io.StringIO) -> None:
+    servicer = DelegatingProviderServicer(_LoggingDelegate())
+    servicer.ReadResource(tfplugin6_pb2.ReadResource.Request(type_name="gpucloud_ssh_key"), None)
+    servicer.ReadResource(tfplugin6_pb2.ReadResource.Request(type_name="gpucloud_ssh_key"), None)
+    servicer.ReadDataSource(tfplugin6_pb2.ReadDataSource.Request(type_name="gpucloud_regions"), None)
+    list(servicer.ListResource(tfplugin6_pb2.ListResource.Request(type_name="gpucloud_gpu_cluster"), None))
+    entries = [json.loads(line) for line in log_lines.getvalue().splitlines()]
+    by_message: dict[str, list[dict[str, object]]] = {}
+    for entry in entries:
+        by_message.setdefault(str(entry["@message"]), []).append(entry)
+
+    first, second = by_message["reading"]
+    assert first["tf_rpc"] == "ReadResource" and first["tf_resource_type"] == "gpucloud_ssh_key"
+    assert first["tf_provider_addr"] == "registry.terraform.io/x/gpucloud"
+    assert first["tf_req_id"] != second["tf_req_id"]  # one id per request
+    (data,) = by_message["reading data"]
+    assert data["tf_rpc"] == "ReadDataSource" and data["tf_data_source_type"] == "gpucloud_regions"
+    (listing,) = by_message["listing"]
+    assert listing["tf_rpc"] == "ListResource" and listing["tf_list_resource_type"] == "gpucloud_gpu_cluster"
+    # Each request is bracketed at trace level, with its duration, under the same request id.
+    received = [e for e in by_message["Received request"] if e["tf_req_id"] == first["tf_req_id"]]
+    served = [e for e in by_message["Served request"] if e["tf_req_id"] == first["tf_req_id"]]
+    assert len(received) == len(served) == 1 and isinstance(served[0]["tf_req_duration_ms"], int)
+    assert len(by_message["Served request"]) == 4

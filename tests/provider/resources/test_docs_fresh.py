@@ -1,13 +1,19 @@
-"""The Registry docs (docs/index.md, resources/, data-sources/, ephemeral-resources/) are generated from
-the schemas of every registered type: this fails when any page is stale or missing (regenerate with
-`make generate`) and when any attribute or block lacks a description."""
+"""The Registry docs (docs/index.md, resources/, data-sources/, ephemeral-resources/, list-resources/)
+are generated from the schemas of every registered type: this fails when any page is stale or missing
+(regenerate with `make generate`) and when any attribute or block lacks a description."""
 
 from collections.abc import Iterator
 from pathlib import Path
 
 from provider.framework.docs import generate, stale
 from provider.framework.schema import Block, NestedAttribute, Schema
-from provider.resources.provider import DATA_SOURCES, EPHEMERAL_RESOURCES, RESOURCES, GpuCloudProvider
+from provider.resources.provider import (
+    DATA_SOURCES,
+    EPHEMERAL_RESOURCES,
+    LIST_RESOURCES,
+    RESOURCES,
+    GpuCloudProvider,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -19,7 +25,8 @@ def _pages() -> dict[str, str]:
 def test_docs_of_every_registered_type_are_fresh() -> None:
     pages = _pages()
     # One page for the provider and one per registered type.
-    assert len(pages) == 1 + len(RESOURCES) + len(DATA_SOURCES) + len(EPHEMERAL_RESOURCES)
+    kinds = (RESOURCES, DATA_SOURCES, EPHEMERAL_RESOURCES, LIST_RESOURCES)
+    assert len(pages) == 1 + sum(len(kind) for kind in kinds)
     outdated = stale(pages, ROOT / "docs")
     assert outdated == [], f"stale docs {outdated}: run make generate (scripts/generate.sh docs)"
 
@@ -30,6 +37,8 @@ def test_docs_show_the_examples() -> None:
     assert "terraform import gpucloud_gpu_cluster." in pages["resources/gpu_cluster.md"]
     assert 'data "gpucloud_instance_types"' in pages["data-sources/instance_types.md"]
     assert 'ephemeral "gpucloud_cluster_credentials"' in pages["ephemeral-resources/cluster_credentials.md"]
+    assert 'list "gpucloud_gpu_cluster"' in pages["list-resources/gpu_cluster.md"]
+    assert "identity = {" in pages["resources/shared_volume.md"]
 
 
 def _undescribed(node: Schema | Block | NestedAttribute, prefix: str = "") -> Iterator[str]:
@@ -46,7 +55,7 @@ def _undescribed(node: Schema | Block | NestedAttribute, prefix: str = "") -> It
 
 def test_every_attribute_and_block_is_described() -> None:
     schemas = {"provider": GpuCloudProvider.schema}
-    for kind in (*RESOURCES, *DATA_SOURCES, *EPHEMERAL_RESOURCES):
+    for kind in (*RESOURCES, *DATA_SOURCES, *EPHEMERAL_RESOURCES, *LIST_RESOURCES):
         schemas[kind.__name__] = kind.schema
     for owner, schema in schemas.items():
         assert schema.description, owner

@@ -131,3 +131,15 @@ def test_provider_lists_resources_and_data_sources():
         "gpucloud_ssh_key",
         "gpucloud_shared_volume",
     } <= set(resp.data_source_schemas)
+
+
+def test_provider_schema_offers_identity_and_list_resources_but_no_state_moves():
+    server = ProviderServer(GpuCloudProvider())
+    schema = server.get_provider_schema(pb.GetProviderSchema.Request())
+    assert not schema.server_capabilities.move_resource_state  # no gpucloud resource takes moved state
+    typed = {"gpucloud_gpu_cluster", "gpucloud_shared_volume", "gpucloud_ssh_key"}
+    assert set(schema.list_resource_schemas) == typed
+    request = pb.GetResourceIdentitySchemas.Request()
+    identities = server.get_resource_identity_schemas(request).identity_schemas
+    assert set(identities) == typed
+    assert all([a.name for a in s.identity_attributes] == ["id"] for s in identities.values())

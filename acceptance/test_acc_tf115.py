@@ -1,0 +1,122 @@
+"""What Terraform 1.12+ users expect of gpucloud, on Terraform 1.15 against the real backend: import
+blocks by resource identity with generated configuration, and `terraform query` (list resources with
+filters) whose `-generate-config-out` brings hand-made objects under Terraform. (Terraform 1.11 runs
+every other module with the same installed provider.)"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from acceptance.backend import Backend
+from acceptance.cluster_backend import fast_backend
+from acceptance.gpucloud_steps import GpuCloudTerraform, gpucloud_tf, new_public_key
+from acceptance.workflow_steps import eventually
+
+__all__ = ["gpucloud_tf"]  # fixture used by the tests below
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    with fast_backend(tmp_path_factory.mktemp("backend")) as server:
+        yield server
+
+
+def made_by_hand(backend: Backend, prefix: str) -> dict[str, str]:
+    """One object of each type made outside Terraform (the console, the CLI): type -> API id."""
+    key = backend.client.create_ssh_key(
+        name=f"{prefix}-key", public_key=new_public_key() + "\n", idempotency_key=f"{prefix}-key"
+    )
+    volume = backend.client.create_volume(
+        name=f"{prefix}-data", region="us-east-1", size_tib=2, idempotency_key=f"{prefix}-vol"
+    )
+    cluster = backend.client.create_cluster(
+        {"name": f"{prefix}-train", "region": "us-east-1", "instance_type": "8xH100", "node_count": 2,
+         "labels": {"team": "ml"}, "ssh_key_ids": [key["id"]], "volume_ids": [volume["id"]]},
+        idempotency_key=f"{prefix}-cls",
+    )
+    assert eventually(lambda: backend.client.get_cluster(cluster["id"])["status"] == "RUNNING")
+    return {"gpucloud_ssh_key": key["id"], "gpucloud_shared_volume": volume["id"],
+            "gpucloud_gpu_cluster": cluster["id"]}
+
+
+def test_acc_identity_import_blocks_generate_config_for_every_resource(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    ids = made_by_hand(backend, "adopt")
+    blocks = "".join(
+        f'import {{\n  to = {type_name}.adopted\n  identity = {{ id = "{object_id}" }}\n}}\n'
+        for type_name, object_id in ids.items()
+    )
+    tf = gpucloud_tf(blocks, version="1.15")
+    plan = tf.plan("-generate-config-out=generated.tf")
+    assert "Plan: 3 to import, 0 to add, 0 to change, 0 to destroy." in plan.stdout
+    generated = " ".join((tf.workdir / "generated.tf").read_text().split())
+    assert 'name = "adopt-key"' in generated and 'size_tib = 2' in generated
+    assert 'instance_type = "8xH100"' in generated
+
+    tf.apply()
+    tf.assert_plan_empty()
+    resources = {r["address"]: r for r in tf.show_json()["values"]["root_module"]["resources"]}
+    for type_name, object_id in ids.items():
+        adopted = resources[f"{type_name}.adopted"]
+        assert adopted["values"]["id"] == object_id
+        assert (adopted["identity"], adopted["identity_schema_version"]) == ({"id": object_id}, 0)
+
+
+QUERY = """
+list "gpucloud_gpu_cluster" "ml" {
+  provider = gpucloud
+  config {
+    region      = "us-east-1"
+    name_prefix = "found-"
+    labels      = { team = "ml" }
+    status      = "RUNNING"
+  }
+}
+
+list "gpucloud_shared_volume" "data" {
+  provider = gpucloud
+  config {
+    name_prefix = "found-"
+  }
+}
+
+list "gpucloud_ssh_key" "keys" {
+  provider = gpucloud
+  config {
+    name_prefix = "found-"
+  }
+}
+"""
+
+
+def test_acc_query_finds_hand_made_objects_and_generates_their_config(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    ids = made_by_hand(backend, "found")
+    other = backend.client.create_cluster(  # another team's: the labels filter leaves it out
+        {"name": "found-web", "region": "us-east-1", "instance_type": "8xH100", "node_count": 1,
+         "labels": {"team": "web"}},
+        idempotency_key="found-web",
+    )
+    tf = gpucloud_tf("", version="1.15")
+    tf.write("find.tfquery.hcl", QUERY)
+    listed = [line.split() for line in tf.run("query").stdout.splitlines() if line.startswith("list.")]
+    assert sorted(listed) == sorted([
+        ["list.gpucloud_gpu_cluster.ml", f"id={ids['gpucloud_gpu_cluster']}", "found-train"],
+        ["list.gpucloud_shared_volume.data", f"id={ids['gpucloud_shared_volume']}", "found-data"],
+        ["list.gpucloud_ssh_key.keys", f"id={ids['gpucloud_ssh_key']}", "found-key"],
+    ])
+    assert other["id"] not in str(listed)
+
+    tf.run("query", "-generate-config-out=found.tf")
+    generated = " ".join((tf.workdir / "found.tf").read_text().split())
+    assert generated.count("import {") == 3 and 'labels = { team = "ml" }' in generated
+    plan = tf.plan()
+    assert "Plan: 3 to import, 0 to add, 0 to change, 0 to destroy." in plan.stdout
+    tf.apply()
+    tf.assert_plan_empty()
+    adopted = {r["type"]: r["identity"] for r in tf.show_json()["values"]["root_module"]["resources"]}
+    assert adopted == {type_name: {"id": object_id} for type_name, object_id in ids.items()}
