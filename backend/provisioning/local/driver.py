@@ -53,6 +53,7 @@ from backend.provisioning.driver import (
 from backend.provisioning.local import observe, preflight
 from backend.provisioning.local.namespaces import LocalCluster, LocalHostError, LocalNode
 from backend.provisioning.local.node_setup import (
+    EXPORTS,
     KERNEL_LOG_COMMAND,
     LOCAL_SLURM_HOST,
     SSH_USER,
@@ -63,6 +64,7 @@ from backend.provisioning.local.node_setup import (
     node_shell,
     prepare_cluster,
     start_sshd,
+    volumes_dir,
 )
 from backend.provisioning.node_config import configure as node_config
 from backend.provisioning.node_config.shell import NodeCommandError, NodeShell
@@ -244,7 +246,7 @@ class LocalDriver:
         return LocalCluster(self.root, cluster_id, subnet)
 
     def volume_dir(self, volume_id: str) -> Path:
-        return self.root / "volumes" / volume_id
+        return volumes_dir(self.root) / volume_id
 
     def plan(self, session: Session, cluster_id: str) -> ClusterPlan:
         cluster = session.get(Cluster, cluster_id)
@@ -333,10 +335,10 @@ class LocalDriver:
             OpKind.CONTROL_PLANE_CREATE: lambda: self._create_control_plane(cluster, plan),
             OpKind.CONTROL_PLANE_RELEASE: lambda: tear_down(cluster),
             OpKind.NODE_BOOT: lambda: self._boot(cluster, plan, _need(local)),
-            OpKind.VOLUME_ATTACH: lambda: self._set_access(cluster, plan, _need(local)),
+            OpKind.VOLUME_ATTACH: lambda: self._sync_volumes(cluster, plan, _need(local)),
             OpKind.ORCHESTRATOR_JOIN: lambda: self._join(cluster, plan, _need(local)),
             OpKind.ACCEPTANCE: lambda: self._accept(cluster, plan, _need(local)),
-            OpKind.RECONFIGURE: lambda: self._set_access(cluster, plan, _need(local)),
+            OpKind.RECONFIGURE: lambda: self._reconfigure(cluster, plan, _need(local)),
             OpKind.NODE_RELEASE: lambda: self._release(cluster, plan, _need(local)),
             OpKind.NODE_POWER_OFF: lambda: _power_off(_need(local)),
             OpKind.NODE_POWER_ON: lambda: self._power_on(cluster, plan, _need(local)),
@@ -359,12 +361,12 @@ class LocalDriver:
         prepare_cluster(cluster)
 
     def _node_config(self, cluster: LocalCluster, plan: ClusterPlan) -> node_config.NodeConfig:
-        """What every node of the cluster is configured with: the cluster's host directories are the
-        shared file systems a node mounts (bind mounts: the node sees the host's files)."""
+        """What every node of the cluster is configured with: the host's storage, exported to each node
+        at boot, is what a node mounts its home and volumes from (bind mounts)."""
         return node_config.NodeConfig(
             user=SSH_USER, uid=cluster_uid(cluster), public_keys=plan.public_keys, hosts=plan.hosts,
-            home=node_config.Mount(str(cluster.dir / "home"), "/home"), volume_root=VOLUME_ROOT,
-            volumes=tuple(node_config.Mount(str(source), target)
+            home=node_config.Mount(f"{EXPORTS}/home", "/home"), volume_root=VOLUME_ROOT,
+            volumes=tuple(node_config.Mount(f"{EXPORTS}/volumes/{source.name}", target)
                           for target, source in sorted(plan.volumes.items())),
             munge_key=munge_key(cluster) if plan.orchestrator == "slurm" else None,
             slurm_files=plan.slurm_files)
@@ -372,6 +374,8 @@ class LocalDriver:
     def _boot(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         """Boot the node (namespaces, its sshd), then configure it over SSH."""
         self._lay_out(cluster, plan)
+        if not node.exists():  # made (again) from scratch: a connection to a sshd gone before is stale
+            shell_of(node).close()
         node.create(node_binds(node))
         start_sshd(node)
         _wait_for_port(node.address, 22)
@@ -430,7 +434,10 @@ class LocalDriver:
         raise LocalHostError(f"slurmd on {node.name} did not register within {REGISTRATION_SECONDS:.0f} s "
                              f"(state {state!r}); slurmd.log ends: {log or 'no slurmd log'}")
 
-    def _set_access(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+    def _reconfigure(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        self._sync_volumes(cluster, plan, node)
+
+    def _sync_volumes(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         """Keys and volumes in place, on this node and the jumphost (the login node of the cluster)."""
         self._lay_out(cluster, plan)
         config = self._node_config(cluster, plan)

@@ -32,6 +32,9 @@ LOCAL_SLURM_HOST = SlurmHost(gpu_device_dir="/var/lib/slurm/gpus", cgroups=False
 KERNEL_LOG = "/var/log/slurm/kernel-xid.log"
 KERNEL_LOG_COMMAND = f"cat {KERNEL_LOG}"
 BOOT_DIR = "/etc/ssh/gpucloud"  # what boot hands the node: sshd's config, host key, root's key
+# The host's storage a node mounts from (the cluster's home, the volumes), as a file server's exports:
+# bound at boot where the node's own /tmp cannot hide them (the data directory may be under /tmp).
+EXPORTS = "/etc/gpucloud/exports"
 _SSHD_CONFIG = """\
 # sshd of a gpucloud local node; written by the local driver at boot.
 Port 22
@@ -94,6 +97,11 @@ def prepare_cluster(cluster: LocalCluster) -> None:
     home.mkdir(mode=0o755, exist_ok=True)
 
 
+def volumes_dir(root: Path) -> Path:
+    """Where the shared volumes live on the host, one directory each."""
+    return root / "volumes"
+
+
 def host_key_alias(cluster: LocalCluster) -> str:
     return f"gpucloud-{cluster.key}"
 
@@ -115,7 +123,8 @@ def control_dir(cluster: LocalCluster) -> Path:
 
 def node_binds(node: LocalNode) -> list[Bind]:
     """A node's own disk: root's home, empty state directories for its daemons (their owners are set
-    when the node is configured), its stand-in GPUs and kernel log, and the boot files of its sshd."""
+    when the node is configured), its stand-in GPUs and kernel log, the boot files of its sshd, and the
+    storage it mounts from (configuration mounts the home and volumes from `EXPORTS`)."""
     node_dir = node.dir
     for sub in ("lib", "log", "run", "munge-run", "munge-lib", "munge-log"):
         (node_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -123,7 +132,13 @@ def node_binds(node: LocalNode) -> list[Bind]:
     (node_dir / "root").mkdir(mode=0o700, exist_ok=True)
     (node_dir / "xid.log").touch()
     _stand_in_gpus(node_dir / "lib" / "gpus")
+    volumes = volumes_dir(node.cluster.root)
+    volumes.mkdir(parents=True, exist_ok=True)
+    # Root's only, like a file server's mounts: made in the node's own /etc (the upper layer of its overlay).
+    (node_dir / "etc" / "gpucloud").mkdir(parents=True, mode=0o700, exist_ok=True)
     return [
+        Bind(node.cluster.dir / "home", f"{EXPORTS}/home"),
+        Bind(volumes, f"{EXPORTS}/volumes"),
         Bind(node.cluster.dir / "ssh", BOOT_DIR, read_only=True),
         Bind(node_dir / "lib", "/var/lib/slurm"),
         Bind(node_dir / "log", "/var/log/slurm"),

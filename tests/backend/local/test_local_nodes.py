@@ -19,6 +19,7 @@ from backend.fabric import slurm
 from backend.provisioning.local.driver import shell_of, tear_down
 from backend.provisioning.local.namespaces import NETNS_PREFIX, LocalCluster, LocalNode, run
 from backend.provisioning.local.node_setup import (
+    EXPORTS,
     LOCAL_SLURM_HOST,
     cluster_uid,
     control_dir,
@@ -88,7 +89,7 @@ def test_local_nodes_booted_then_configured_over_ssh_run_slurm_jobs_and_leave_no
         start_sshd(node)
     # Configuration (over SSH only, as root with the backend's key, the host key pinned).
     config = NodeConfig(user="ubuntu", uid=cluster_uid(cluster), public_keys=tuple(keys.values()),
-                        hosts=slurm.hosts_file(placed), home=Mount(str(cluster.dir / "home"), "/home"),
+                        hosts=slurm.hosts_file(placed), home=Mount(f"{EXPORTS}/home", "/home"),
                         volume_root="/mnt/shared", munge_key=munge_key(cluster), slurm_files=files)
     deadline = time.monotonic() + 30
     for node in (jumphost, *workers):
