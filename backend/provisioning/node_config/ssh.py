@@ -17,6 +17,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from backend.provisioning.node_config.shell import CommandResult, NodeShell
 CONTROL_PERSIST_SECONDS = 60
 CONNECT_TIMEOUT_SECONDS = 5
 SSH_UNREACHABLE = 255  # ssh's own exit status: no connection (a remote command's status is passed on)
+_IDENTITY_LOCK = threading.Lock()  # operations of several clusters may ask for the key at once
 
 
 @dataclass(frozen=True)
@@ -102,18 +104,25 @@ def ensure_identity(directory: Path, comment: str = "gpucloud provisioning") -> 
     """The backend's provisioning key pair in `directory` (made once; 0600 in a 0700 directory)."""
     _private_dir(directory)
     key = directory / "id_ed25519"
-    if not key.exists():
-        for stale in directory.glob("new.id_ed25519*"):
-            stale.unlink()
-        partial = directory / "new.id_ed25519"
-        argv = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(partial)]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
-        if done.returncode != 0:
-            raise RuntimeError(f"ssh-keygen failed: {done.stderr.strip()}")
-        partial.chmod(0o600)
-        partial.with_name("new.id_ed25519.pub").rename(directory / "id_ed25519.pub")
-        partial.rename(key)  # last: marks the pair done
+    with _IDENTITY_LOCK:
+        if not key.exists():
+            _make_identity(directory, key, comment)
     return key
+
+
+def _make_identity(directory: Path, key: Path, comment: str) -> None:
+    """A new pair, whole or not at all: the private key is renamed into place last."""
+    for stale in directory.glob("new.id_ed25519*"):
+        stale.unlink()
+    partial = directory / "new.id_ed25519"
+    argv = ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(partial)]
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30,
+                          check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"ssh-keygen failed: {done.stderr.strip()}")
+    partial.chmod(0o600)
+    partial.with_name("new.id_ed25519.pub").rename(directory / "id_ed25519.pub")
+    partial.rename(key)  # last: marks the pair done
 
 
 def _private_dir(path: Path) -> None:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,14 @@ def test_ssh_shell_refuses_an_unknown_host_key_and_names_what_it_could_not_reach
     unreachable = r"^node-4: `true` exited 255: ssh root@127.0.0.1 -p \d+: .*refused"
     with pytest.raises(NodeCommandError, match=unreachable):
         nobody_home.run(["true"])
+
+
+def test_provisioning_key_is_made_once_and_whole_when_asked_for_at_once(tmp_path: Path) -> None:
+    directory = tmp_path / "backend-ssh"
+    with ThreadPoolExecutor(max_workers=4) as pool:  # operations of four clusters starting together
+        keys = set(pool.map(lambda _: ensure_identity(directory), range(4)))
+    [key] = keys
+    public = subprocess.run(["ssh-keygen", "-y", "-f", str(key)], capture_output=True, text=True, check=True)
+    assert public.stdout.split()[:2] == (directory / "id_ed25519.pub").read_text().split()[:2]
+    assert sorted(p.name for p in directory.iterdir()) == ["id_ed25519", "id_ed25519.pub"]
+    assert key.stat().st_mode & 0o777 == 0o600 and directory.stat().st_mode & 0o777 == 0o700
