@@ -52,7 +52,11 @@ def backend() -> Iterator[Backend]:
 
 def remove_by_hand(local: Path) -> None:
     """What docs/local-driver.md tells an operator to do after a failure: remove every namespace, its
-    processes and bridge under the driver's directory (nothing is left after a passing test)."""
+    processes and bridge under the driver's directory, and the SSH connection masters to the nodes
+    (nothing is left after a passing test)."""
+    for socket in sorted((local / "ssh" / "ctl").glob("*/*")) if (local / "ssh" / "ctl").exists() else []:
+        subprocess.run(["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "node"], check=False,
+                       capture_output=True)
     ns_dir = local / "ns"
     for ns_file in sorted(ns_dir.glob("gpc-*.mnt")) if ns_dir.exists() else []:
         netns = ns_file.name.removesuffix(".mnt")
@@ -108,7 +112,8 @@ def ssh(key: Path, login: dict[str, object], command: str) -> subprocess.Complet
 
 
 def ours(cluster_id: str) -> dict[str, list[str]]:
-    """What of the cluster exists on the host: namespaces, processes in them, mounts, links."""
+    """What of the cluster exists on the host: namespaces, processes in them, mounts, links, and the
+    backend's SSH connection masters to its nodes (their title names their socket)."""
     namespaces = [ns for ns in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
                                               check=True).stdout.split() if cluster_id in ns]
     pids = [pid for ns in namespaces
@@ -117,8 +122,11 @@ def ours(cluster_id: str) -> dict[str, list[str]]:
     mounts = [line for line in Path("/proc/self/mountinfo").read_text().splitlines() if cluster_id in line]
     bridge = f"gpcb{hashlib.sha256(cluster_id.encode()).hexdigest()[:8]}"  # the driver's naming
     links = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True, check=True).stdout
+    control = f"/ssh/ctl/{hashlib.sha256(cluster_id.encode()).hexdigest()[:8]}/"  # the driver's naming
+    processes = subprocess.run(["ps", "-ewwo", "args"], capture_output=True, text=True, check=True).stdout
     return {"namespaces": namespaces, "pids": pids, "mounts": mounts,
-            "links": [line for line in links.splitlines() if bridge in line]}
+            "links": [line for line in links.splitlines() if bridge in line],
+            "ssh_masters": [line for line in processes.splitlines() if control in line and "[mux]" in line]}
 
 
 def node_status(backend: Backend, cluster_id: str, name: str) -> str:
@@ -198,12 +206,12 @@ def test_acc_local_driver_slurm_cluster_runs_jobs_over_ssh(
     train_0 = next(n for n in backend.client.get_cluster(cluster_id)["nodes"] if n["name"] == "train-0")
     assert "XID 79: GPU has fallen off the bus" in train_0["status_reason"]
 
-    assert any(ours(cluster_id).values())
+    assert ours(cluster_id)["ssh_masters"]  # the backend configures and watches the nodes over SSH
     tf.destroy()
     deadline = time.monotonic() + 10  # killed daemons are reaped by init, not by the backend
     while any(ours(cluster_id).values()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert ours(cluster_id) == {"namespaces": [], "pids": [], "mounts": [], "links": []}
+    assert ours(cluster_id) == {"namespaces": [], "pids": [], "mounts": [], "links": [], "ssh_masters": []}
     assert not (backend.data_dir / "local" / "clusters" / cluster_id).exists()
 
 
@@ -248,7 +256,7 @@ def test_acc_local_driver_backend_killed_mid_create_scale_and_delete_converges(
     deadline = time.monotonic() + 10
     while any(ours(cluster_id).values()) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert ours(cluster_id) == {"namespaces": [], "pids": [], "mounts": [], "links": []}
+    assert ours(cluster_id) == {"namespaces": [], "pids": [], "mounts": [], "links": [], "ssh_masters": []}
     assert not (backend.data_dir / "local" / "clusters" / cluster_id).exists()
 
 

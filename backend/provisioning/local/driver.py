@@ -16,6 +16,11 @@ request, never cached.
 
 Operations of one cluster run one at a time (they share its files and controller); clusters run in
 parallel. One engine worker process drives the local driver (the one `serve` embeds).
+
+Boot is the host's (namespaces, cabling, the node's sshd: `namespaces.py`, `node_setup.py`); everything
+after it goes over SSH to the node as root (`backend.provisioning.node_config`): users, keys, mounts, munge,
+Slurm files and daemons, `scontrol`, health checks and the node agent, as a driver for servers of
+one's own would do it with the same code.
 """
 
 from __future__ import annotations
@@ -24,8 +29,6 @@ import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
-import os
-import signal
 import socket
 import threading
 import time
@@ -37,7 +40,6 @@ from sqlalchemy.orm import Session
 
 from backend.domain.lifecycle import NodeStage
 from backend.fabric import slurm
-from backend.node_agent.xid import parse_xid_lines
 from backend.provisioning.driver import (
     Job,
     LogRequest,
@@ -49,14 +51,26 @@ from backend.provisioning.driver import (
     Partition,
     TelemetryTarget,
 )
-from backend.provisioning.local import observe, preflight, slurm_control
-from backend.provisioning.local.namespaces import Bind, LocalCluster, LocalHostError, LocalNode
+from backend.provisioning.local import observe, preflight
+from backend.provisioning.local.namespaces import LocalCluster, LocalHostError, LocalNode
 from backend.provisioning.local.node_setup import (
+    EXPORTS,
+    KERNEL_LOG_COMMAND,
     LOCAL_SLURM_HOST,
+    SSH_USER,
+    cluster_uid,
+    control_dir,
+    munge_key,
     node_binds,
-    start_services,
-    write_cluster_files,
+    node_shell,
+    prepare_cluster,
+    start_sshd,
+    volumes_dir,
 )
+from backend.provisioning.node_config import configure as node_config
+from backend.provisioning.node_config import slurm_control
+from backend.provisioning.node_config.shell import NodeCommandError, NodeShell
+from backend.provisioning.node_config.ssh import SshShell, close_all
 from backend.provisioning.state import live_nodes, utcnow
 from backend.provisioning.views import cluster_layout
 from backend.store.engine_models import EngineCluster, EngineNode
@@ -167,7 +181,9 @@ class LocalDriver:
                         ) -> list[NodeTelemetry]:
         """The node agent's reading of each node, run inside it (no GPU here: none reported, and why), with
         Slurm's state of the node (one `scontrol show node` per cluster)."""
-        readings = observe.read_telemetry([self._machine(session, t.instance_id) for t in targets], now)
+        machines = [self._machine(session, t.instance_id) for t in targets]
+        shells = [None if m is None or not m.exists() else shell_of(m) for m in machines]
+        readings = observe.read_telemetry(shells, now)
         states: dict[str, dict[str, str]] = {}
         answered = []
         for target, reading in zip(targets, readings, strict=True):
@@ -178,7 +194,7 @@ class LocalDriver:
                 continue
             if row.cluster_id not in states:
                 controller = self._controller(session, row.cluster_id)
-                states[row.cluster_id] = observe.read_node_states(controller) if (
+                states[row.cluster_id] = observe.read_node_states(shell_of(controller)) if (
                     controller is not None and controller.exists()) else {}
             state = states[row.cluster_id].get(row.name)
             answered.append(dataclasses.replace(reading, orchestrator_state=state))
@@ -188,22 +204,26 @@ class LocalDriver:
                      *, cluster_id: str) -> list[Job]:
         """Slurm's own job table: `squeue --json` on the controller plus its jobcomp file."""
         controller = self._controller(session, cluster_id)
-        return [] if controller is None or not controller.exists() else observe.read_jobs(controller)
+        if controller is None or not controller.exists():
+            return []
+        return observe.read_jobs(shell_of(controller))
 
     def cluster_partitions(self, session: Session, cluster_id: str, now: dt.datetime
                            ) -> list[Partition] | None:
         """Slurm's partitions (`scontrol show partition`), GPUs counted from its nodes' Gres and GresUsed."""
         controller = self._controller(session, cluster_id)
-        return None if controller is None or not controller.exists() else observe.read_partitions(controller)
+        if controller is None or not controller.exists():
+            return None
+        return observe.read_partitions(shell_of(controller))
 
     def cluster_logs(self, session: Session, request: LogRequest, now: dt.datetime) -> list[str]:
         """slurmctld's log file (controller), or the node's slurmd log with its kernel log's XID lines."""
         if request.node is None:
             controller = self._controller(session, request.cluster_id)
-            return [] if controller is None else observe.tail_lines(
-                controller.dir / "log" / "slurmctld.log", request.tail)
+            return [] if controller is None or not controller.exists() else observe.controller_log(
+                shell_of(controller), request.tail)
         node = self._machine(session, request.node.instance_id)
-        return [] if node is None else observe.node_log(node, request.tail)
+        return [] if node is None or not node.exists() else observe.node_log(shell_of(node), request.tail)
 
     def _machine(self, session: Session, node_id: str) -> LocalNode | None:
         """The namespace node behind an engine node (its current instance)."""
@@ -230,7 +250,7 @@ class LocalDriver:
         return LocalCluster(self.root, cluster_id, subnet)
 
     def volume_dir(self, volume_id: str) -> Path:
-        return self.root / "volumes" / volume_id
+        return volumes_dir(self.root) / volume_id
 
     def plan(self, session: Session, cluster_id: str) -> ClusterPlan:
         cluster = session.get(Cluster, cluster_id)
@@ -296,24 +316,28 @@ class LocalDriver:
         problem = None
         if not node.exists():
             problem = "the node's namespaces are gone (host rebooted or removed by hand)"
-        elif cluster.orchestrator == "slurm" and not node.running("slurmd"):
-            problem = "slurmd is not running (node crashed)"
-        xid_log = node.dir / "xid.log"  # the node's kernel log of XIDs (`fault xid` writes it)
-        events = parse_xid_lines(xid_log.read_text().splitlines()) if xid_log.exists() else []
-        if events:
-            problem = f"XID {events[-1].code}: {events[-1].meaning}"
+        else:  # read from the node over SSH, as from any server
+            try:
+                health = node_config.read_health(shell_of(node), KERNEL_LOG_COMMAND)
+            except NodeCommandError as exc:
+                problem = f"the node does not answer over ssh: {exc}"
+            else:
+                if cluster.orchestrator == "slurm" and not health.slurmd_running:
+                    problem = "slurmd is not running (node crashed)"
+                if health.xid_events:
+                    problem = f"XID {health.xid_events[-1].code}: {health.xid_events[-1].meaning}"
         if problem is None:
             return Operation(token, OpKind.HEALTH_WATCH, now, now + WATCH_INTERVAL, True)
         return Operation(token, OpKind.HEALTH_WATCH, now, now, False, problem)
 
-    # What each operation does on the host ---------------------------------------------------------
+    # What each operation does: boot on the host, the rest over SSH -------------------------------
 
     def _work(self, kind: OpKind, plan: ClusterPlan, node: NodePlan | None) -> Callable[[], None]:
         cluster = self.cluster(plan.cluster_id, plan.subnet)
         local = cluster.node(node.name, node.address, node.instance) if node is not None else None
         actions: dict[OpKind, Callable[[], None]] = {
             OpKind.CONTROL_PLANE_CREATE: lambda: self._create_control_plane(cluster, plan),
-            OpKind.CONTROL_PLANE_RELEASE: cluster.down,
+            OpKind.CONTROL_PLANE_RELEASE: lambda: tear_down(cluster),
             OpKind.NODE_BOOT: lambda: self._boot(cluster, plan, _need(local)),
             OpKind.VOLUME_ATTACH: lambda: self._sync_volumes(cluster, plan, _need(local)),
             OpKind.ORCHESTRATOR_JOIN: lambda: self._join(cluster, plan, _need(local)),
@@ -321,7 +345,7 @@ class LocalDriver:
             OpKind.RECONFIGURE: lambda: self._reconfigure(cluster, plan, _need(local)),
             OpKind.NODE_RELEASE: lambda: self._release(cluster, plan, _need(local),
                                                        node.reason if node is not None else None),
-            OpKind.NODE_POWER_OFF: lambda: _need(local).stop_processes(),
+            OpKind.NODE_POWER_OFF: lambda: _power_off(_need(local)),
             OpKind.NODE_POWER_ON: lambda: self._power_on(cluster, plan, _need(local)),
             OpKind.NODE_RESTART: lambda: self._restart(cluster, plan, _need(local)),
             OpKind.NODE_DRAIN: lambda: self._drain(cluster, plan, _need(local), slurm_control.ACTION_REASON),
@@ -332,6 +356,7 @@ class LocalDriver:
         return actions[kind]
 
     def _lay_out(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
+        """The host's share of a cluster: bridge, boot files and secrets, volume directories."""
         route = preflight.conflicting_route(plan.subnet, own_bridge=cluster.bridge)
         if route is not None:
             raise LocalHostError(f"cluster subnet {plan.subnet} overlaps the host route `{route}`: "
@@ -340,49 +365,60 @@ class LocalDriver:
         for directory in plan.volumes.values():
             directory.mkdir(parents=True, exist_ok=True)
             directory.chmod(0o1777)  # every cluster's ubuntu user has its own uid
-        write_cluster_files(cluster, slurm_files=plan.slurm_files, hosts=plan.hosts,
-                            authorized_keys=plan.public_keys)
+        prepare_cluster(cluster)
+
+    def _node_config(self, cluster: LocalCluster, plan: ClusterPlan) -> node_config.NodeConfig:
+        """What every node of the cluster is configured with: the host's storage, exported to each node
+        at boot, is what a node mounts its home and volumes from (bind mounts)."""
+        return node_config.NodeConfig(
+            user=SSH_USER, uid=cluster_uid(cluster), public_keys=plan.public_keys, hosts=plan.hosts,
+            home=node_config.Mount(f"{EXPORTS}/home", "/home"), volume_root=VOLUME_ROOT,
+            volumes=tuple(node_config.Mount(f"{EXPORTS}/volumes/{source.name}", target)
+                          for target, source in sorted(plan.volumes.items())),
+            munge_key=munge_key(cluster) if plan.orchestrator == "slurm" else None,
+            slurm_files=plan.slurm_files)
+
+    def _boot(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        """Boot the node (namespaces, its sshd), then configure it over SSH."""
+        self._lay_out(cluster, plan)
+        if not node.exists():  # made (again) from scratch: a connection to a sshd gone before is stale
+            shell_of(node).close()
+        node.create(node_binds(node))
+        start_sshd(node)
+        _wait_for_port(node.address, 22)
+        node_config.configure(shell_of(node), self._node_config(cluster, plan))
 
     def _create_control_plane(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
         if not plan.multi_node or plan.controller is None:
             return
-        self._lay_out(cluster, plan)
-        jumphost = cluster.node(plan.controller.name, plan.controller.address, plan.controller.instance)
-        jumphost.create(node_binds(jumphost, plan.volumes))
-        start_services(jumphost, controller=False, worker=False, login=True)
+        self._boot(cluster, plan, self._node(cluster, plan.controller))
         if plan.orchestrator == "slurm":
             self._stop_controllers_on_nodes(cluster, plan)
             self._sync_controller(cluster, plan)
-        _wait_for_port(jumphost.address, 22)
 
     def _stop_controllers_on_nodes(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
         """A single node grown into a cluster ran slurmctld itself: stop it there (its slurmd learns of
         the jumphost's controller from the `scontrol reconfigure` that follows)."""
         for member in plan.members:
-            node = cluster.node(member.name, member.address, member.instance)
+            node = self._node(cluster, member)
             if node.exists():
-                _terminate(node.running("slurmctld"))
-
-    def _boot(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
-        self._lay_out(cluster, plan)
-        node.create(node_binds(node, plan.volumes))
-        start_services(node, controller=False, worker=False, login=not plan.multi_node)
+                node_config.stop_daemon(shell_of(node), "slurmctld")
 
     def _join(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         if plan.orchestrator != "slurm":
             return
         self._lay_out(cluster, plan)
         self._sync_controller(cluster, plan)
-        start_services(node, controller=False, worker=True, login=False)
+        node_config.start_daemons(shell_of(node), ["munged", "slurmd"])
         controller = self._slurm_controller(cluster, plan)
         if controller is not None:  # a repair drained the name in Slurm: its new machine takes work
             slurm_control.resume_after_repair(controller, node.name)
 
-    def _slurm_controller(self, cluster: LocalCluster, plan: ClusterPlan) -> LocalNode | None:
+    def _slurm_controller(self, cluster: LocalCluster, plan: ClusterPlan) -> SshShell | None:
         if plan.orchestrator != "slurm" or plan.controller is None:
             return None
         controller = cluster.node(plan.controller.name, plan.controller.address, plan.controller.instance)
-        return controller if controller.exists() else None
+        return shell_of(controller) if controller.exists() else None
 
     def _drain(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode, reason: str) -> None:
         controller = self._slurm_controller(cluster, plan)
@@ -395,13 +431,13 @@ class LocalDriver:
             slurm_control.resume(controller, node.name)
 
     def _power_on(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
-        """Powered off, a node keeps its namespaces and files (its disk): start its daemons again."""
+        """Powered off, a node keeps its namespaces and files (its disk): boot it and start its daemons."""
         self._boot(cluster, plan, node)
         self._join(cluster, plan, node)
         self._accept(cluster, plan, node)
 
     def _restart(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
-        node.stop_processes()
+        _power_off(node)
         self._power_on(cluster, plan, node)
 
     def _accept(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
@@ -412,80 +448,78 @@ class LocalDriver:
             _wait_for_port(node.address, 22)
         if plan.orchestrator != "slurm" or plan.controller is None:
             return
-        controller = cluster.node(plan.controller.name, plan.controller.address, plan.controller.instance)
+        controller = shell_of(self._node(cluster, plan.controller))
         deadline = time.monotonic() + REGISTRATION_SECONDS
         state = ""
         while time.monotonic() < deadline:
-            done = controller.exec(["sinfo", "-h", "-N", "-n", node.name, "-o", "%T"], check=False)
-            state = done.stdout.strip() or done.stderr.strip()
+            state = node_config.slurm_node_state(controller, node.name)
             if state.rstrip("*") in ("idle", "mixed", "allocated", "completing"):
                 return
             time.sleep(0.3)
-        log = node.dir / "log" / "slurmd.log"
-        tail = log.read_text()[-400:] if log.exists() else "no slurmd log"
+        log = shell_of(node).run(["tail", "-c", "400", "/var/log/slurm/slurmd.log"], check=False).stdout
         raise LocalHostError(f"slurmd on {node.name} did not register within {REGISTRATION_SECONDS:.0f} s "
-                             f"(state {state!r}); slurmd.log ends: {tail}")
+                             f"(state {state!r}); slurmd.log ends: {log or 'no slurmd log'}")
 
     def _reconfigure(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
-        self._lay_out(cluster, plan)  # rewrites authorized_keys: every node reads the same file
         self._sync_volumes(cluster, plan, node)
 
     def _sync_volumes(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
-        """Mount the attached volumes and unmount the detached ones, on this node and the jumphost."""
-        for directory in plan.volumes.values():
-            directory.mkdir(parents=True, exist_ok=True)
-            directory.chmod(0o1777)
+        """Keys and volumes in place, on this node and the jumphost (the login node of the cluster)."""
+        self._lay_out(cluster, plan)
+        config = self._node_config(cluster, plan)
         targets = [node]
         if plan.multi_node and plan.controller is not None:
-            targets.append(cluster.node(plan.controller.name, plan.controller.address,
-                                        plan.controller.instance))
+            targets.append(self._node(cluster, plan.controller))
         for target in targets:
-            if not target.exists():
-                continue
-            mounted = set(target.exec(["findmnt", "-rn", "-o", "TARGET"]).stdout.split())
-            mounted = {path for path in mounted if path.startswith(f"{VOLUME_ROOT}/")}
-            for path in sorted(mounted - set(plan.volumes)):
-                target.unbind(path)
-            for path in sorted(set(plan.volumes) - mounted):
-                target.bind(Bind(plan.volumes[path], path))
+            if target.exists():
+                node_config.set_access(shell_of(target), config)
 
     def _release(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode,
                  why: str | None = None) -> None:
         if not plan.deleting and any(m.name == node.name for m in plan.members):
             # Replaced in place: drain the name in Slurm first (the new machine resumes it on joining).
             # Best effort: a controller that does not answer must not keep a broken machine alive.
-            with contextlib.suppress(LocalHostError):
+            with contextlib.suppress(LocalHostError, NodeCommandError):
                 self._drain(cluster, plan, node, f"{slurm_control.REPAIR_REASON}: {why or 'replaced'}")
+        shell_of(node).close()
         node.destroy()
         if plan.deleting:  # the whole cluster goes: no reconfiguration for the nodes that remain
             if not plan.multi_node and not cluster.node_names():
-                cluster.down()  # a single-node cluster has no control plane whose release would do it
+                tear_down(cluster)  # a single-node cluster has no control plane whose release would do it
             return
         if plan.orchestrator == "slurm" and plan.slurm_files and cluster.dir.exists():
-            write_cluster_files(cluster, slurm_files=plan.slurm_files, hosts=plan.hosts,
-                                authorized_keys=plan.public_keys)
             self._sync_controller(cluster, plan)
 
     def _sync_controller(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
-        """Bring slurmctld to the written configuration, keeping running jobs: when the node list
-        changed, restart slurmctld, then `scontrol reconfigure` (22.05 dies when reconfigured with
-        another node count); new slurmds start only after this."""
+        """Give every node the cluster's files (hosts, Slurm's), then bring slurmctld to them, keeping
+        running jobs: when the node list changed, restart slurmctld, then `scontrol reconfigure` (22.05
+        dies when reconfigured with another node count); new slurmds start only after this."""
         if plan.controller is None or not plan.slurm_files:
             return
-        controller = cluster.node(plan.controller.name, plan.controller.address, plan.controller.instance)
+        controller = self._node(cluster, plan.controller)
         if not controller.exists():
             return
+        nodes = {member.instance: self._node(cluster, member) for member in plan.members}
+        nodes[plan.controller.instance] = controller
+        config = self._node_config(cluster, plan)
+        for node in nodes.values():
+            if node.exists():
+                node_config.write_cluster_files(shell_of(node), config)
+        shell = shell_of(controller)
         wanted = hashlib.sha256(plan.slurm_files["slurm.conf"].encode()).hexdigest()
         recorded_file = cluster.dir / "slurmctld.conf.sha256"
         recorded = recorded_file.read_text() if recorded_file.exists() else ""
-        running = controller.running("slurmctld")
-        if running and recorded == wanted:
+        if recorded == wanted and node_config.running(shell, "slurmctld"):
             return
-        _terminate(running)
-        start_services(controller, controller=True, worker=False, login=False)
-        _wait_for_controller(controller)
-        controller.exec(["scontrol", "reconfigure"])
+        node_config.stop_daemon(shell, "slurmctld")
+        node_config.start_daemons(shell, ["munged", "slurmctld"])
+        _wait_for_controller(shell)
+        node_config.reconfigure_controller(shell)
         recorded_file.write_text(wanted)
+
+    @staticmethod
+    def _node(cluster: LocalCluster, plan: NodePlan) -> LocalNode:
+        return cluster.node(plan.name, plan.address, plan.instance)
 
 
 def local_root(data_dir: Path) -> Path:
@@ -531,32 +565,32 @@ def _operation(job: _Job, now: dt.datetime) -> Operation:
     return Operation(job.token, job.kind, job.submitted_at, now, job.succeeded, job.reason)
 
 
-def _terminate(pids: list[int], seconds: float = 15.0) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
-    deadline = time.monotonic() + seconds
-    while any(Path(f"/proc/{pid}").exists() for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in pids:
-        if Path(f"/proc/{pid}").exists():
-            os.kill(pid, signal.SIGKILL)
+def shell_of(node: LocalNode) -> SshShell:
+    """A root shell on a local node, over SSH."""
+    return node_shell(node.cluster, node.name, node.address)
 
 
-def _wait_for_controller(controller: LocalNode, seconds: float = 30.0) -> None:
+def _power_off(node: LocalNode) -> None:
+    shell_of(node).close()
+    node.stop_processes()
+
+
+def tear_down(cluster: LocalCluster) -> None:
+    """Everything of the cluster, its SSH connection masters first."""
+    close_all(control_dir(cluster))
+    cluster.down()
+
+
+def _wait_for_controller(shell: NodeShell, seconds: float = 30.0) -> None:
     deadline = time.monotonic() + seconds
     output = ""
     while time.monotonic() < deadline:
-        done = controller.exec(["scontrol", "ping"], check=False)
-        output = done.stdout + done.stderr
-        if "is UP" in output:
+        up, output = node_config.controller_answers(shell)
+        if up:
             return
         time.sleep(0.2)
-    log = controller.dir / "log" / "slurmctld.log"
-    tail = log.read_text()[-400:] if log.exists() else "no slurmctld log"
-    raise LocalHostError(f"slurmctld did not answer within {seconds:.0f} s ({output.strip()}); log: {tail}")
+    log = shell.run(["tail", "-c", "400", "/var/log/slurm/slurmctld.log"], check=False).stdout
+    raise LocalHostError(f"slurmctld did not answer within {seconds:.0f} s ({output}); log: {log or 'none'}")
 
 
 def _wait_for_port(address: str, port: int, seconds: float = 30.0) -> None:

@@ -3,9 +3,10 @@
 A node is a network namespace (`ip netns`, cabled by a veth to its cluster's bridge) plus a mount and
 a UTS namespace kept alive by bind-mounting them onto files, so they outlive every process (the backend
 included) and can be entered again after a restart. Its hostname is the node name; its mount namespace
-overlays what a machine of its own would have: a private /tmp, its own Slurm state, log and run
-directories, the cluster's /etc/passwd and /etc/group (the cluster's users exist only inside its
-nodes), the cluster's shared /home and configuration, and the volumes attached to it.
+gives it what a machine of its own would have on its disk: its own `/etc` (an overlay of the host's, whose
+changes land in the node's directory: the cluster's users exist only inside its nodes), a private /tmp,
+and whatever `create` is told to bind (state directories, boot files). The driver enters a node only to
+boot it (namespaces, sshd); it is configured over SSH like any server (`backend.provisioning.node_config`).
 
 Everything here is derived from names: the same cluster key and node name always give the same
 namespace, bridge and veth, so a crashed backend finds what it made (`exists`) and removes it whole.
@@ -62,6 +63,7 @@ class LocalCluster:
     and a state directory under `root`."""
 
     def __init__(self, root: Path, cluster_key: str, subnet: str) -> None:
+        self.root = root
         self.key = cluster_key
         self.subnet = ipaddress.IPv4Network(subnet)
         self.dir = root / "clusters" / cluster_key
@@ -141,9 +143,14 @@ class LocalNode:
             run(["ip", "-n", self.netns, *argv])
         self.mnt_file.touch()
         self.uts_file.touch()
-        # Binds first: a source under the host's /tmp must be mounted before the node's own /tmp hides it.
-        script = [f"hostname {self.name}", *(_bind_command(bind) for bind in binds),
-                  "mount -t tmpfs -o mode=1777 tmpfs /tmp"]
+        etc, work = self.dir / "etc", self.dir / "etc-work"
+        for directory in (etc, work):
+            directory.mkdir(parents=True, exist_ok=True)
+        # /etc first (binds may land in it), then the binds: a source under the host's /tmp must be
+        # mounted before the node's own /tmp hides it.
+        script = [f"hostname {self.name}",
+                  f"mount -t overlay overlay -o lowerdir=/etc,upperdir='{etc}',workdir='{work}' /etc",
+                  *(_bind_command(bind) for bind in binds), "mount -t tmpfs -o mode=1777 tmpfs /tmp"]
         run(["unshare", f"--mount={self.mnt_file}", f"--uts={self.uts_file}", "--propagation", "private",
              "sh", "-ec", "; ".join(script)])
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -159,14 +166,9 @@ class LocalNode:
 
     def exec(self, argv: Sequence[str], *, user: str | None = None, check: bool = True,
              timeout: float = _COMMAND_TIMEOUT_SECONDS) -> subprocess.CompletedProcess[str]:
+        """Run a command in the node from the host (tests, debugging). The driver configures and reads
+        nodes over SSH (`backend.provisioning.node_config`), never this way."""
         return run(self.enter_argv(argv, user=user), check=check, timeout=timeout)
-
-    def bind(self, bind: Bind) -> None:
-        """Mount a host path into the running node (a volume attached in place)."""
-        self.exec(["sh", "-ec", _bind_command(bind)])
-
-    def unbind(self, target: str) -> None:
-        self.exec(["umount", "-l", target], check=False)
 
     def start_daemon(self, argv: Sequence[str]) -> None:
         """Start a long-running process inside the node, detached from the backend (`setsid --fork`:

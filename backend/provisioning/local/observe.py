@@ -1,21 +1,20 @@
 """Day-2 reads of local nodes: the Slurm job table, the daemons' logs and the node agent's readings.
 
-Jobs: the queue and the jobs slurmctld still holds come from `squeue --json` (Slurm 22.05's openapi
-v0.0.38 shape) run on the controller; finished jobs from the `jobcomp/filetxt` file slurmctld appends
-to (`JobCompLoc`, the controller's log directory): there is no slurmdbd. Logs: the files the daemons
-write in each node's log directory. Readings: the node agent run by the node's own `python3` (its
-code as its argument), which reports what is there (no NVIDIA driver: no GPU numbers, and says so; host CPU
-and memory).
+Every read goes over the node's shell (SSH), as from any server. Jobs: the queue and the jobs slurmctld
+still holds come from `squeue --json` (Slurm 22.05's openapi v0.0.38 shape) run on the controller;
+finished jobs from the `jobcomp/filetxt` file slurmctld appends to (`JobCompLoc`, the controller's log
+directory): there is no slurmdbd. Logs: the files the daemons write in the node's log directory.
+Readings: the node agent run by the node's own `python3` (its code on standard input), which reports
+what is there (no NVIDIA driver: no GPU numbers, and says so; host CPU and memory).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import re
-import subprocess
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +22,13 @@ from backend import node_agent
 from backend.node_agent.host import HostReading
 from backend.node_agent.links import LinkReading
 from backend.node_agent.nvidia import GpuReading
-from backend.node_agent.xid import parse_xid_lines
 from backend.provisioning.driver import Job, NodeTelemetry, Partition
-from backend.provisioning.local.namespaces import LocalNode
+from backend.provisioning.local.node_setup import KERNEL_LOG, KERNEL_LOG_COMMAND
+from backend.provisioning.node_config.configure import read_health
+from backend.provisioning.node_config.shell import NodeCommandError, NodeShell
 
 AGENT_TIMEOUT_SECONDS = 20.0
+SLURM_LOGS = "/var/log/slurm"
 JOBCOMP_LINES = 5000  # finished jobs read back from the jobcomp file (it grows forever)
 _KEY_VALUE = re.compile(r"(\w+)=(.*?)(?= \w+=|\s*$)")
 _NOT_USABLE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING")  # node state flags: no GPU of it is offered
@@ -132,12 +133,11 @@ def merge_jobs(queue: Sequence[Job], finished: Sequence[Job]) -> list[Job]:
     return sorted(by_id.values(), key=lambda j: j.job_id, reverse=True)
 
 
-def read_jobs(controller: LocalNode) -> list[Job]:
+def read_jobs(controller: NodeShell) -> list[Job]:
     """The cluster's jobs from its controller: `squeue --json` and the jobcomp file."""
-    done = controller.exec(["squeue", "--json"], check=False)
+    done = controller.run(["squeue", "--json"], check=False)
     queue = parse_squeue_json(done.stdout) if done.returncode == 0 and done.stdout.strip() else []
-    jobcomp = controller.dir / "log" / "jobcomp.log"
-    finished = parse_jobcomp_lines(tail_lines(jobcomp, JOBCOMP_LINES))
+    finished = parse_jobcomp_lines(tail(controller, f"{SLURM_LOGS}/jobcomp.log", JOBCOMP_LINES))
     return merge_jobs(queue, finished)
 
 
@@ -193,41 +193,40 @@ def slurm_node_states(node_lines: Iterable[str]) -> dict[str, str]:
     return states
 
 
-def read_node_states(controller: LocalNode) -> dict[str, str]:
+def read_node_states(controller: NodeShell) -> dict[str, str]:
     """Slurm's view of every node of the cluster (empty: slurmctld does not answer)."""
-    done = controller.exec(["scontrol", "show", "node", "-o"], check=False)
+    done = controller.run(["scontrol", "show", "node", "-o"], check=False)
     return slurm_node_states(done.stdout.splitlines()) if done.returncode == 0 else {}
 
 
-def read_partitions(controller: LocalNode) -> list[Partition] | None:
+def read_partitions(controller: NodeShell) -> list[Partition] | None:
     """The cluster's partitions from its controller (None: slurmctld does not answer)."""
-    partitions = controller.exec(["scontrol", "show", "partition", "-o"], check=False)
-    nodes = controller.exec(["scontrol", "-d", "show", "node", "-o"], check=False)
+    partitions = controller.run(["scontrol", "show", "partition", "-o"], check=False)
+    nodes = controller.run(["scontrol", "-d", "show", "node", "-o"], check=False)
     if partitions.returncode != 0 or nodes.returncode != 0:
         return None
     return parse_partitions(partitions.stdout.splitlines(), nodes.stdout.splitlines())
 
 
-def tail_lines(path: Path, count: int, chunk: int = 64 * 1024) -> list[str]:
-    """The last `count` lines of a file, reading it from the end (daemon logs grow without bound)."""
-    if not path.exists():
-        return []
-    with path.open("rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        end = handle.tell()
-        data = b""
-        while end > 0 and data.count(b"\n") <= count:
-            start = max(0, end - chunk)
-            handle.seek(start)
-            data = handle.read(end - start) + data
-            end = start
-    return data.decode(errors="replace").splitlines()[-count:]
+def tail(shell: NodeShell, path: str, count: int) -> list[str]:
+    """The last `count` lines of a file on the node (none if it does not exist)."""
+    return shell.run(["tail", "-n", str(count), path], check=False).stdout.splitlines()
 
 
-def node_log(node: LocalNode, count: int) -> list[str]:
+def controller_log(controller: NodeShell, count: int) -> list[str]:
+    return tail(controller, f"{SLURM_LOGS}/slurmctld.log", count)
+
+
+def node_log(node: NodeShell, count: int) -> list[str]:
     """A node's slurmd log with its kernel log's XID lines in slurm's timestamp format, in time order."""
-    lines = tail_lines(node.dir / "log" / "slurmd.log", count)
-    for line in tail_lines(node.dir / "xid.log", count):
+    slurmd = tail(node, f"{SLURM_LOGS}/slurmd.log", count)
+    return merge_kernel_lines(slurmd, tail(node, KERNEL_LOG, count), count)
+
+
+def merge_kernel_lines(slurmd_lines: Sequence[str], kernel_lines: Sequence[str], count: int) -> list[str]:
+    """slurmd's lines and the kernel log's (`<ISO time> message`, rendered as slurm logs: local time)."""
+    lines = list(slurmd_lines)
+    for line in kernel_lines:
         stamp, _, message = line.partition(" ")
         at = _slurm_time(stamp)
         if at is not None:
@@ -254,49 +253,36 @@ main.main()
 
 
 def agent_script() -> str:
-    """The node agent as one script for the node's own `python3 -c`: a node sees none of this machine's
-    files under /tmp (it has its own), where a checkout or a venv may live, so the code travels along."""
+    """The node agent as one script for the node's own `python3`: a node has none of the backend's
+    files (a local node has its own /tmp, where a checkout or a venv may live), so the code travels along."""
     package = Path(node_agent.__file__).parent
     sources = {name: (package / f"{name}.py").read_text() for name in (*_AGENT_MODULES, "__main__")}
     return _AGENT_BOOTSTRAP.format(sources=json.dumps(sources), modules=_AGENT_MODULES)
 
 
-def read_telemetry(nodes: Sequence[LocalNode | None], now: dt.datetime) -> list[NodeTelemetry]:
-    """The node agent's reading of each node, run inside the nodes in parallel (None: node gone)."""
+def read_telemetry(nodes: Sequence[NodeShell | None], now: dt.datetime) -> list[NodeTelemetry]:
+    """The node agent's reading of each node, run on the nodes in parallel (None: the node is gone)."""
     script = agent_script()
-    started: list[subprocess.Popen[bytes] | None] = []
-    for node in nodes:
-        if node is None or not node.exists():
-            started.append(None)
-            continue
-        # ~15 KB as one argument (the kernel allows 128 KB): the nodes run in parallel, nothing to feed.
-        argv = node.enter_argv(["python3", "-c", script])
-        started.append(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
-    readings = []
-    for node, process in zip(nodes, started, strict=True):
-        readings.append(_reading(node, process, now))
-    return readings
+    with ThreadPoolExecutor(max_workers=max(1, min(8, len(nodes)))) as pool:
+        return list(pool.map(lambda node: _reading(node, script, now), nodes))
 
 
-def _reading(node: LocalNode | None, process: subprocess.Popen[bytes] | None, now: dt.datetime
-             ) -> NodeTelemetry:
+def _reading(node: NodeShell | None, script: str, now: dt.datetime) -> NodeTelemetry:
     read_at = now.astimezone(dt.UTC).isoformat(timespec="seconds")
-    if node is None or process is None:
+    if node is None:
         return NodeTelemetry(read_at=read_at, gpus=None, gpus_unavailable_reason="the node's machine is gone",
                              xid_events=[])
-    xid_log = node.dir / "xid.log"  # the node's kernel log of XIDs (the agent reads dmesg only with GPUs)
-    events = parse_xid_lines(xid_log.read_text().splitlines()) if xid_log.exists() else []
     try:
-        out, err = process.communicate(timeout=AGENT_TIMEOUT_SECONDS)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
+        # The kernel log's XIDs (the agent reads dmesg only where there are GPUs), then the agent itself.
+        events = read_health(node, KERNEL_LOG_COMMAND).xid_events
+        done = node.run(["python3", "-"], input=script, check=False, timeout=AGENT_TIMEOUT_SECONDS)
+    except NodeCommandError as exc:
+        return NodeTelemetry(read_at=read_at, gpus=None, xid_events=[],
+                             gpus_unavailable_reason=f"node agent did not answer: {exc}"[:300])
+    if done.returncode != 0:
         return NodeTelemetry(read_at=read_at, gpus=None, xid_events=events, gpus_unavailable_reason=(
-            f"node agent did not answer in {AGENT_TIMEOUT_SECONDS:.0f} s"))
-    if process.returncode != 0:
-        return NodeTelemetry(read_at=read_at, gpus=None, xid_events=events, gpus_unavailable_reason=(
-            f"node agent failed (exit {process.returncode}): {err.decode(errors='replace').strip()[-200:]}"))
-    agent = json.loads(out)
+            f"node agent failed (exit {done.returncode}): {done.stderr.strip()[-200:]}"))
+    agent = json.loads(done.stdout)
     gpus = agent["gpus"]
     devices = [GpuReading(**device) for device in gpus["devices"]]  # what nvidia-smi read, if anything
     return NodeTelemetry(read_at=agent["read_at"], gpus=devices or None,

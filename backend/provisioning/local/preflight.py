@@ -23,6 +23,8 @@ REQUIRED_PROGRAMS = {
     "runuser": "util-linux", "mountpoint": "util-linux", "findmnt": "util-linux",
     "slurmctld": "slurmctld", "slurmd": "slurmd", "scontrol": "slurm-client", "munged": "munge",
     "sshd": "openssh-server", "ssh-keygen": "openssh-client",
+    # Configuring a node over SSH: the client here, the tools the configuration scripts run on the node.
+    "ssh": "openssh-client", "useradd": "passwd", "pgrep": "procps",
 }
 PMIX_LIBRARY = "/usr/lib/*/pmix2/lib/libpmix.so*"
 _SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")

@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend import cli
 from backend.api import cluster_nodes, cluster_workload
-from backend.provisioning.local import slurm_control
 from backend.provisioning.local.driver import LocalDriver
 from backend.provisioning.local.namespaces import run
+from backend.provisioning.node_config import slurm_control
 from backend.provisioning.settings import EngineSettings, configured
 from backend.provisioning.worker import EngineWorker
 from backend.store.engine_models import NodeTransition

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.provisioning.engine import pause_cluster, resume_cluster
-from backend.provisioning.local.driver import LocalDriver
+from backend.provisioning.local.driver import LocalDriver, tear_down
 from backend.provisioning.local.namespaces import LocalCluster, run
 from backend.provisioning.settings import EngineSettings, configured
 from backend.provisioning.worker import EngineWorker
@@ -36,7 +36,7 @@ def driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalDriver]:
         configured.cache_clear()
         assert local.wait_idle(), "operations still running"
         for cluster_dir in (root / "clusters").glob("*") if (root / "clusters").exists() else []:
-            LocalCluster(root, cluster_dir.name, "10.0.0.0/22").down()
+            tear_down(LocalCluster(root, cluster_dir.name, "10.0.0.0/22"))
         subprocess.run(["umount", str(root / "ns")], check=False, capture_output=True)
         subprocess.run(["rm", "-rf", str(root)], check=False)
 

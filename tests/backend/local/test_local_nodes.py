@@ -1,4 +1,5 @@
-"""Real nodes on this machine: namespaces running munge, Slurm and sshd with the generated files.
+"""Real nodes on this machine: namespaces booted by the host, then configured over SSH like servers, running
+munge, Slurm and sshd with the generated files.
 
 Needs root, `ip netns` and Debian's slurmctld, slurmd, munge and openssh-server (.ci/run installs
 them); nothing here is mocked. Every address lives inside namespaces this test makes.
@@ -15,14 +16,19 @@ from pathlib import Path
 import pytest
 
 from backend.fabric import slurm
+from backend.provisioning.local.driver import shell_of, tear_down
 from backend.provisioning.local.namespaces import NETNS_PREFIX, LocalCluster, LocalNode, run
 from backend.provisioning.local.node_setup import (
+    EXPORTS,
     LOCAL_SLURM_HOST,
+    cluster_uid,
+    control_dir,
+    munge_key,
     node_binds,
-    set_authorized_keys,
-    start_services,
-    write_cluster_files,
+    prepare_cluster,
+    start_sshd,
 )
+from backend.provisioning.node_config.configure import Mount, NodeConfig, configure, set_access, start_daemons
 from tests.backend.engine.test_fabric import layout
 
 
@@ -33,7 +39,7 @@ def cluster() -> Iterator[LocalCluster]:
     try:
         yield local
     finally:
-        local.down()
+        tear_down(local)
         subprocess.run(["umount", str(local.ns_dir)], check=False, capture_output=True)
         subprocess.run(["rm", "-rf", str(root)], check=False)
 
@@ -48,14 +54,22 @@ def _wait_for(check: str, node: LocalNode, expected: str, seconds: float = 60) -
     deadline = time.monotonic() + seconds
     output = ""
     while time.monotonic() < deadline:
-        output = node.exec(["sh", "-c", check], check=False).stdout.strip()
+        output = shell_of(node).run(["sh", "-c", check], check=False).stdout.strip()
         if output == expected:
             return output
         time.sleep(0.5)
     raise AssertionError(f"{check!r} printed {output!r}, wanted {expected!r}")
 
 
-def test_local_nodes_run_slurm_jobs_over_ssh_and_leave_nothing(cluster: LocalCluster, tmp_path: Path) -> None:
+def _masters(cluster: LocalCluster) -> list[str]:
+    """SSH connection masters of the cluster still running (their title names their socket)."""
+    ps = run(["ps", "-ewwo", "args"]).stdout.splitlines()
+    return [line for line in ps if str(control_dir(cluster)) in line and "[mux]" in line]
+
+
+def test_local_nodes_booted_then_configured_over_ssh_run_slurm_jobs_and_leave_nothing(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
     placed = layout(2)
     files = {"slurm.conf": slurm.slurm_conf(placed, LOCAL_SLURM_HOST),
              "gres.conf": slurm.gres_conf(placed, LOCAL_SLURM_HOST),
@@ -64,17 +78,28 @@ def test_local_nodes_run_slurm_jobs_over_ssh_and_leave_nothing(cluster: LocalClu
     for name in ("alice", "bob"):
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / name)])
     keys = {name: (tmp_path / f"{name}.pub").read_text() for name in ("alice", "bob")}
+    # Boot (the host's part): bridge, namespaces, the node's disk and its sshd.
     cluster.up()
-    hosts = slurm.hosts_file(placed)
-    write_cluster_files(cluster, slurm_files=files, hosts=hosts, authorized_keys=keys.values())
+    prepare_cluster(cluster)
     assert placed.jumphost_ip is not None
     jumphost = cluster.node(placed.controller, placed.jumphost_ip)
     workers = [cluster.node(n.name, n.private_ip) for n in placed.nodes]
     for node in (jumphost, *workers):
         node.create(node_binds(node))
-    start_services(jumphost, controller=True, worker=False, login=True)
+        start_sshd(node)
+    # Configuration (over SSH only, as root with the backend's key, the host key pinned).
+    config = NodeConfig(user="ubuntu", uid=cluster_uid(cluster), public_keys=tuple(keys.values()),
+                        hosts=slurm.hosts_file(placed), home=Mount(f"{EXPORTS}/home", "/home"),
+                        volume_root="/mnt/shared", munge_key=munge_key(cluster), slurm_files=files)
+    deadline = time.monotonic() + 30
+    for node in (jumphost, *workers):
+        while run(["ip", "netns", "exec", node.netns, "ss", "-ltn"]).stdout.count(":22 ") == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        configure(shell_of(node), config)
+    start_daemons(shell_of(jumphost), ["munged", "slurmctld"])
     for worker in workers:
-        start_services(worker, controller=False, worker=True, login=False)
+        start_daemons(shell_of(worker), ["munged", "slurmd"])
 
     _wait_for('sinfo -h -o "%D %T"', jumphost, "2 idle")
     ran = _ssh(tmp_path / "alice", jumphost.address, "srun -N2 hostname")
@@ -84,20 +109,27 @@ def test_local_nodes_run_slurm_jobs_over_ssh_and_leave_nothing(cluster: LocalClu
     shared = _ssh(tmp_path / "alice", jumphost.address,
                   "srun -w train-0 sh -c 'hostname > ~/from-0' && srun -w train-1 cat ~/from-0")
     assert shared.stdout.strip() == "train-0", shared.stderr
+    # Root logs in with the backend's key only: a user's key is not root's.
+    as_root = run(["ssh", "-i", str(tmp_path / "alice"), "-o", "StrictHostKeyChecking=no", "-o",
+                   "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", f"root@{jumphost.address}", "true"],
+                  check=False)
+    assert as_root.returncode == 255 and "Permission denied" in as_root.stderr
 
-    set_authorized_keys(cluster, [keys["bob"]])
+    for node in (jumphost, *workers):
+        set_access(shell_of(node), NodeConfig(**{**vars(config), "public_keys": (keys["bob"],)}))
     assert _ssh(tmp_path / "alice", jumphost.address, "true").returncode != 0
     assert _ssh(tmp_path / "bob", jumphost.address, "hostname").stdout.strip() == "train-jumphost"
 
     pids = [pid for node in (jumphost, *workers) for pid in node.pids()]
-    assert pids
-    cluster.down()
+    assert pids and _masters(cluster)
+    tear_down(cluster)
     namespaces = run(["ip", "netns", "list"]).stdout.split()
     assert not [ns for ns in namespaces if ns.startswith(f"{NETNS_PREFIX}{cluster.key}")]
     deadline = time.monotonic() + 10  # killed processes are reaped by init, not by us
     while [pid for pid in pids if Path(f"/proc/{pid}").exists()] and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [pid for pid in pids if Path(f"/proc/{pid}").exists()]
+    assert _masters(cluster) == [] and not control_dir(cluster).exists()
     assert cluster.bridge not in run(["ip", "-br", "link"]).stdout
     assert str(cluster.dir) not in Path("/proc/self/mountinfo").read_text()
     assert not cluster.dir.exists()

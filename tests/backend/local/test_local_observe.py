@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from backend.provisioning.local.namespaces import LocalCluster
 from backend.provisioning.local.observe import (
     merge_jobs,
-    node_log,
+    merge_kernel_lines,
     parse_jobcomp_lines,
     parse_partitions,
     parse_squeue_json,
     slurm_node_states,
-    tail_lines,
+    tail,
 )
+from tests.backend.node_config.test_node_shell import LocalShell
 
 # `squeue --json` of Slurm 22.05.8 (openapi v0.0.38), the fields we read of one running job.
 SQUEUE = {"meta": {"plugin": {"type": "openapi/v0.0.38"}}, "errors": [], "jobs": [{
@@ -64,31 +64,29 @@ def test_jobcomp_line_gives_a_finished_job_and_merging_keeps_the_queues_gpus() -
     assert (failed[0].state, failed[0].reason) == ("FAILED", "NODE_FAIL (exit 0:9)")
 
 
-def test_tail_lines_reads_the_last_lines_of_a_long_log(tmp_path: Path) -> None:
+def test_tail_reads_the_last_lines_of_a_nodes_log_over_its_shell(tmp_path: Path) -> None:
     log = tmp_path / "slurmctld.log"
     log.write_text("".join(f"[2026-11-26T07:00:00.{i:03d}] line {i}\n" for i in range(1000)))
     last = [f"[2026-11-26T07:00:00.{i:03d}] line {i}" for i in (997, 998, 999)]
-    assert tail_lines(log, 3, chunk=64) == last
-    assert tail_lines(tmp_path / "missing.log", 3) == []
+    assert tail(LocalShell(), str(log), 3) == last
+    assert tail(LocalShell(), str(tmp_path / "missing.log"), 3) == []
 
 
 def test_node_log_merges_the_kernels_xid_lines_into_slurmds_in_time_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("TZ", "UTC")  # slurmd logs the host's local time; the kernel line is rendered in it
     time.tzset()
     try:
-        node = LocalCluster(tmp_path, "cls", "10.0.0.0/22").node("obs-0", "10.0.0.10", "obs-0.1")
-        (node.dir / "log").mkdir(parents=True)
-        (node.dir / "log" / "slurmd.log").write_text(
-            "[2026-11-26T07:08:11.100] slurmd started\n[2026-11-26T07:08:13.478] Launching batch job 7\n")
-        (node.dir / "xid.log").write_text("2026-11-26T07:08:12+00:00 NVRM: Xid (PCI:0000:00:06): 79, pid=0\n")
-        assert node_log(node, 10) == [
+        slurmd = ["[2026-11-26T07:08:11.100] slurmd started",
+                  "[2026-11-26T07:08:13.478] Launching batch job 7"]
+        kernel = ["2026-11-26T07:08:12+00:00 NVRM: Xid (PCI:0000:00:06): 79, pid=0"]
+        assert merge_kernel_lines(slurmd, kernel, 10) == [
             "[2026-11-26T07:08:11.100] slurmd started",
             "[2026-11-26T07:08:12.000] kernel: NVRM: Xid (PCI:0000:00:06): 79, pid=0",
             "[2026-11-26T07:08:13.478] Launching batch job 7",
         ]
-        assert node_log(node, 1) == ["[2026-11-26T07:08:13.478] Launching batch job 7"]
+        assert merge_kernel_lines(slurmd, kernel, 1) == ["[2026-11-26T07:08:13.478] Launching batch job 7"]
     finally:
         monkeypatch.undo()
         time.tzset()

@@ -1,0 +1,192 @@
+"""Node configuration over a `NodeShell`: what a freshly booted server needs to be a cluster node.
+
+The cluster's user with its shared home and authorized keys, `/etc/hosts`, the shared volumes, the munge
+key, the Slurm files, and the daemons (munged, slurmctld, slurmd), plus the reads the engine makes of a
+running node (health, Slurm's own view). Every step is one script per node (one round trip) and
+idempotent: a user that exists is kept, a daemon that runs is not started again, a mount that is there
+is not mounted again. Nothing here knows how the machine was made or where it runs: it needs a root
+shell on it and the values below, which is the seam a bring-your-own-hosts driver plugs into.
+
+Processes are found by name *and* network namespace (`own`): a node made of namespaces shares its process
+table with its host and the other nodes, and a server of its own has one namespace, so the same test
+holds for both.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from backend.node_agent.xid import XidEvent, parse_xid_lines
+from backend.provisioning.node_config.shell import NodeFile, NodeShell, files_script
+
+AUTHORIZED_KEYS_DIR = "/etc/ssh/authorized_keys"  # root-owned: a user cannot add keys behind the API's back
+SLURM_DIR = "/etc/slurm"
+MUNGE_KEY = "/etc/munge/munge.key"
+# Spool, log and run directories of the daemons (Debian's paths), owned by the daemon's user.
+STATE_DIRS = {"slurm": ("/var/lib/slurm", "/var/lib/slurm/slurmctld", "/var/lib/slurm/slurmd",
+                        "/var/log/slurm", "/run/slurm"),
+              "munge": ("/run/munge", "/var/lib/munge", "/var/log/munge")}
+DAEMONS = {  # program: how it is started, detached from the shell that starts it, logging to a file
+    "munged": ("runuser -u munge -- /usr/sbin/munged --foreground", "/var/log/munge/munged.out"),
+    "slurmctld": ("/usr/sbin/slurmctld -D", "/var/log/slurm/slurmctld.out"),
+    "slurmd": ("/usr/sbin/slurmd -D", "/var/log/slurm/slurmd.out"),
+}
+# `own NAME`: pids of program NAME in this machine's network namespace.
+_OWN = ('own() { n=$(readlink /proc/self/ns/net); for p in $(pgrep -x "$1"); do '
+        '[ "$(readlink /proc/"$p"/ns/net 2>/dev/null)" = "$n" ] && echo "$p"; done; true; }\n')
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A file system to mount at `target`: a path the node sees, bound (`fstype` None), or a device or
+    export of type `fstype` with `options` (an NFS export on a server of its own)."""
+
+    source: str
+    target: str
+    fstype: str | None = None
+    options: str = ""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """What one node of a cluster is configured with (the same for every node of the cluster)."""
+
+    user: str
+    uid: int
+    public_keys: tuple[str, ...]
+    hosts: str  # the cluster's lines of /etc/hosts
+    home: Mount | None  # the cluster's shared /home
+    volume_root: str  # volumes are mounted under it; other mounts there are ours to remove
+    volumes: tuple[Mount, ...] = ()
+    munge_key: bytes | None = None
+    slurm_files: Mapping[str, str] = field(default_factory=dict)
+
+
+def configure(shell: NodeShell, config: NodeConfig) -> None:
+    """Everything of a node but its Slurm daemons, in one script: user, home, keys, hosts, volumes, munge
+    key and daemon, Slurm files and directories."""
+    files = [_hosts_file(config.hosts), _keys_file(config.user, config.public_keys)]
+    files += _slurm_files(config.slurm_files)
+    if config.munge_key is not None:
+        files.append(NodeFile(MUNGE_KEY, config.munge_key, 0o400, "munge"))
+    user, uid = shlex.quote(config.user), config.uid
+    script = [
+        _OWN,
+        # No password, but not a locked account either (`*`, not `!`): sshd refuses locked accounts.
+        f"id -u {user} >/dev/null 2>&1 || useradd --no-create-home --uid {uid} --user-group --password '*' "
+        f"--home-dir /home/{user} --shell /bin/bash {user}",
+        _mount_script([config.home] if config.home is not None else []),
+        f"install -d -o {user} -g {user} -m 750 /home/{user}",
+        *(f"install -d -o {owner} -g {owner} {' '.join(dirs)}" for owner, dirs in STATE_DIRS.items()),
+        files_script(files),
+        _volumes_script(config),
+    ]
+    if config.munge_key is not None:
+        script.append(_start("munged"))
+    shell.run_script("\n".join(script), what="configure the node")
+
+
+def set_access(shell: NodeShell, config: NodeConfig) -> None:
+    """What changes in place on a running node: its authorized keys and the volumes mounted."""
+    script = [files_script([_keys_file(config.user, config.public_keys)]), _volumes_script(config)]
+    shell.run_script("\n".join(script), what="update keys and volumes")
+
+
+def write_cluster_files(shell: NodeShell, config: NodeConfig) -> None:
+    """The files that name the cluster's nodes (`/etc/hosts`, Slurm's), which change when it scales."""
+    shell.write_files([_hosts_file(config.hosts), *_slurm_files(config.slurm_files)])
+
+
+def start_daemons(shell: NodeShell, programs: Sequence[str]) -> None:
+    """Start each program unless it already runs on the node (munged first, if listed)."""
+    script = _OWN + "\n".join(_start(program) for program in programs)
+    shell.run_script(script, what=f"start {' '.join(programs)}")
+
+
+def stop_daemon(shell: NodeShell, program: str, seconds: int = 15) -> None:
+    """SIGTERM the program, SIGKILL it if still there after `seconds`."""
+    script = (f"{_OWN}pids=$(own {program}); [ -z \"$pids\" ] && exit 0; kill $pids 2>/dev/null || true\n"
+              f"for i in $(seq {seconds * 10}); do [ -z \"$(own {program})\" ] && exit 0; sleep 0.1; done\n"
+              f"kill -9 $(own {program}) 2>/dev/null || true\n")
+    shell.run_script(script, what=f"stop {program}")
+
+
+def running(shell: NodeShell, program: str) -> bool:
+    return bool(shell.run_script(f"{_OWN}own {program}", what=f"find {program}").stdout.split())
+
+
+@dataclass(frozen=True)
+class Health:
+    slurmd_running: bool
+    xid_events: list[XidEvent]
+
+
+def read_health(shell: NodeShell, kernel_log_command: str, timeout: float = 10.0) -> Health:
+    """Whether slurmd runs, and the XIDs the kernel logged (`kernel_log_command` prints the kernel log:
+    `dmesg` on a server, the stand-in file on a local node)."""
+    script = (f"{_OWN}[ -n \"$(own slurmd)\" ] && echo slurmd=running || echo slurmd=stopped\n"
+              f"{kernel_log_command} 2>/dev/null || true\n")
+    done = shell.run_script(script, what="health check", timeout=timeout)
+    lines = done.stdout.splitlines()
+    return Health(bool(lines) and lines[0] == "slurmd=running", parse_xid_lines(lines[1:]))
+
+
+def controller_answers(shell: NodeShell) -> tuple[bool, str]:
+    done = shell.run(["scontrol", "ping"], check=False)
+    output = done.stdout + done.stderr
+    return "is UP" in output, output.strip()
+
+
+def reconfigure_controller(shell: NodeShell) -> None:
+    shell.run(["scontrol", "reconfigure"])
+
+
+def slurm_node_state(shell: NodeShell, node_name: str) -> str:
+    """Slurm's state of one node as sinfo prints it (`idle`, `mixed`, `down*`...), or what went wrong."""
+    done = shell.run(["sinfo", "-h", "-N", "-n", node_name, "-o", "%T"], check=False)
+    return done.stdout.strip() or done.stderr.strip()
+
+
+def _hosts_file(hosts: str) -> NodeFile:
+    return NodeFile("/etc/hosts", f"127.0.0.1\tlocalhost\n{hosts}".encode())
+
+
+def _keys_file(user: str, public_keys: Iterable[str]) -> NodeFile:
+    content = "".join(f"{key.strip()}\n" for key in public_keys)
+    return NodeFile(f"{AUTHORIZED_KEYS_DIR}/{user}", content.encode(), 0o644)
+
+
+def _slurm_files(files: Mapping[str, str]) -> list[NodeFile]:
+    return [NodeFile(f"{SLURM_DIR}/{name}", content.encode()) for name, content in sorted(files.items())]
+
+
+def _start(program: str) -> str:
+    command, log = DAEMONS[program]
+    return f"[ -n \"$(own {program})\" ] || setsid -f {command} >> {log} 2>&1 < /dev/null"
+
+
+def _mount_script(mounts: Iterable[Mount]) -> str:
+    """Mount each one that is not mounted there yet (a bind: the target is the source's very directory)."""
+    lines = []
+    for mount in mounts:
+        source, target = shlex.quote(mount.source), shlex.quote(mount.target)
+        if mount.fstype is None:
+            mounted = f"[ \"$(stat -c %d:%i {target} 2>/dev/null)\" = \"$(stat -c %d:%i {source})\" ]"
+            command = f"mount --bind {source} {target}"
+        else:
+            mounted = f"findmnt -rn -M {target} -S {source} >/dev/null"
+            options = f" -o {shlex.quote(mount.options)}" if mount.options else ""
+            command = f"mount -t {shlex.quote(mount.fstype)}{options} {source} {target}"
+        lines.append(f"{mounted} || {{ mkdir -p {target} && {command}; }}")
+    return "\n".join(lines)
+
+
+def _volumes_script(config: NodeConfig) -> str:
+    """Unmount what is mounted under the volume root and not wanted, then mount what is wanted."""
+    root = shlex.quote(config.volume_root.rstrip("/") + "/")
+    wanted = " ".join(shlex.quote(mount.target) for mount in config.volumes)
+    unmount = (f"findmnt -rn -o TARGET | grep -F {root} | sort -u | while read -r t; do\n"
+               f"  case \" {wanted} \" in *\" $t \"*) ;; *) umount -l \"$t\" ;; esac\ndone")
+    return "\n".join([unmount, _mount_script(config.volumes)])
