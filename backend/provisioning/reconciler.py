@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
@@ -48,6 +49,10 @@ STAGE_OP = {
     S.RESTARTING: OpKind.NODE_RESTART,
 }
 # Stages of a node that is (or is becoming) powered up after bring-up: a pause powers them off.
+# Stages whose operation applies the cluster's config (keys, volumes, container) to a node; the config
+# submitted is kept under APPLYING in `applied_config` until the operation finishes.
+CONFIG_STAGES = (S.DRIVERS, S.RECONFIGURING, S.RECREATING_CONTAINER)
+APPLYING = "applying"
 POWERED_UP_STAGES = (S.READY, S.RECONFIGURING, S.RECREATING_CONTAINER, S.POWERING_ON)
 AFTER_POWER_OP = {S.POWERING_OFF: S.POWERED_OFF, S.POWERING_ON: S.READY, S.RESTARTING: S.READY}
 MAX_STEPS_PER_NODE_PASS = 20
@@ -238,11 +243,12 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
             _bring_up_failed(ctx, cluster, state, node, op.reason or "operation failed")
             return progressed
         if stage == S.DRIVERS:
-            config = desired_config(cluster)
+            config = _config_applied(cluster, node)
             node.applied_config = {**node.applied_config, "ssh_key_ids": config["ssh_key_ids"],
                                    "volume_ids": config["volume_ids"]}
         if stage in (S.RECONFIGURING, S.RECREATING_CONTAINER):
-            node.applied_config = {**node.applied_config, **desired_config(cluster)}
+            config = _config_applied(cluster, node)
+            node.applied_config = {**node.applied_config, **config}
             set_stage(ctx.session, cluster, node, S.READY, ctx.now)
             continue
         set_stage(ctx.session, cluster, node, _next_bring_up_stage(cluster, node, stage), ctx.now)
@@ -419,11 +425,22 @@ def _start_restart(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool
     return True
 
 
+def _config_applied(cluster: Cluster, node: EngineNode) -> dict[str, Any]:
+    """What a finished configuration operation carried out: the config as it was when the operation
+    was submitted (a change made while it ran is still to do, and the next pass sees it as such)."""
+    applied = {**node.applied_config}
+    config: dict[str, Any] = applied.pop(APPLYING, None) or desired_config(cluster)
+    node.applied_config = applied
+    return config
+
+
 def _node_op(ctx: PassContext, cluster: Cluster, node: EngineNode, stage: NodeStage) -> Operation:
     new = node.op_token is None
     if node.op_token is None:
         node.op_seq += 1
         node.op_token = f"{node.id}/{stage}/{node.op_seq}"
+        if stage in CONFIG_STAGES:
+            node.applied_config = {**node.applied_config, APPLYING: desired_config(cluster)}
     token: str = node.op_token
     volumes_changed = node.applied_config.get("volume_ids") != desired_config(cluster)["volume_ids"]
     attempt = node.attempt if stage in BRING_UP_ORDER else node.op_seq

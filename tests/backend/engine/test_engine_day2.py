@@ -103,6 +103,35 @@ def test_engine_volume_attach_detach_reconfigures_running_nodes(
         assert node.applied_config["volume_ids"] == []
 
 
+def test_engine_change_made_while_a_reconfigure_runs_is_applied_by_another(
+    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session]
+) -> None:
+    """A reconfigure records what it was submitted with: a volume attached while it ran is not marked
+    as applied by it, so the node is reconfigured again (the local driver's volume swap showed this)."""
+    cluster = create(admin, instance_type="1xH100", node_count=1)
+    worker = make_worker()
+    drain(worker)
+    first = admin.post("/v1/volumes", json={"name": "a", "region": "us-east-1", "size_tib": 1}).json()
+    second = admin.post("/v1/volumes", json={"name": "b", "region": "us-east-1", "size_tib": 1}).json()
+    assert admin.post(f"/v1/clusters/{cluster['id']}/volumes/{first['id']}").status_code in (200, 201)
+    worker = make_worker(simulation_speed=2000.0)  # operations take time now: one can be caught running
+    for _ in range(20):  # until the reconfigure for the first volume is submitted, not finished
+        worker.run_once()
+        with sessions() as session:
+            node = session.scalars(select(EngineNode).where(EngineNode.name == "train-0")).one()
+            if node.stage == "reconfiguring" and node.op_token is not None:
+                break
+    else:
+        raise AssertionError("the node never started reconfiguring")
+    assert admin.post(f"/v1/clusters/{cluster['id']}/volumes/{second['id']}").status_code in (200, 201)
+    drain(worker)
+    assert statuses_of(sessions, "train-0")[-4:] == ["CONFIGURING", "RUNNING", "CONFIGURING", "RUNNING"]
+    with sessions() as session:
+        node = session.scalars(select(EngineNode).where(EngineNode.name == "train-0")).one()
+        assert sorted(node.applied_config["volume_ids"]) == sorted([first["id"], second["id"]])
+        assert "applying" not in node.applied_config
+
+
 def test_engine_ssh_key_and_container_changes_apply_in_place(
     admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session]
 ) -> None:

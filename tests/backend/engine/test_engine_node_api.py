@@ -55,7 +55,7 @@ def test_nodes_telemetry_is_reproducible_from_the_seed(
 ) -> None:
     cluster = create(admin, node_count=2)
     drain(make_worker())
-    start = dt.datetime(2026, 11, 26, 6, 0, tzinfo=dt.UTC)
+    start = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)  # after the nodes' first slot (idle: no job yet)
     moments = [start + dt.timedelta(minutes=15 * i) for i in range(16)]
     with sessions() as session:
         row = session.get(Cluster, cluster["id"])
