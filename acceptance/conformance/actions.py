@@ -6,7 +6,15 @@ from collections.abc import Iterator
 
 from acceptance.conformance.data import ConformanceData
 from provider.cty import STRING
-from provider.framework import Action, Context, DiagnosticError, Int64Attribute, Schema, State, StringAttribute
+from provider.framework import (
+    Action,
+    Context,
+    DiagnosticError,
+    Int64Attribute,
+    Schema,
+    State,
+    StringAttribute,
+)
 from provider.framework.validators import int_between
 
 

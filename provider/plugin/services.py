@@ -4,9 +4,10 @@
 `get_provider_schema(request)`, and so on for every RPC of the proto. A missing method or an exception
 (the framework promises none) becomes an error diagnostic in the RPC's own response type, never a
 gRPC error: Terraform shows diagnostics to the user but reports gRPC errors as a crashed plugin.
-Server-streaming RPCs (ListResource, InvokeAction) delegate to a method returning an iterator of messages; a failure
-there ends the stream with one message carrying the error. Each RPC runs inside `request_fields`, so
-every log line it causes carries `tf_rpc`, `tf_req_id` and the type it is about, as in Go providers.
+Server-streaming RPCs (ListResource, InvokeAction) delegate to a method returning an iterator of
+messages; a failure there ends the stream with one message carrying the error. Each RPC runs inside
+`request_fields`, so every log line it causes carries `tf_rpc`, `tf_req_id` and the type it is about,
+as in Go providers.
 """
 
 from __future__ import annotations

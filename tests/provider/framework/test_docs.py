@@ -31,7 +31,8 @@ def test_docs_registry_layout_with_examples(tmp_path):
     assert '- `zone` (String) Defaults to `"a"`.' in page
     assert "- `token` (String, Sensitive)" in pages["ephemeral-resources/token.md"]
     action = pages["actions/poke.md"]
-    assert action.startswith('---\npage_title: "sample_poke Action - sample"') and "# sample_poke (Action)" in action
+    assert action.startswith('---\npage_title: "sample_poke Action - sample"')
+    assert "# sample_poke (Action)" in action
     assert "### Required\n\n- `thing_id` (String)" in action
     # Without an import-by-identity.tf example the identity attributes are still listed.
     assert page.endswith(

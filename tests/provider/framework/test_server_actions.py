@@ -64,7 +64,8 @@ def test_action_plan_checks_known_values_only(server):
     missing = server.plan_action(pb.PlanAction.Request(action_type="sample_poke", config=config("t-9")))
     assert [d.summary for d in missing.diagnostics] == ["Thing Not Found"]
     for thing_id in ("t-1", UNKNOWN):
-        planned = server.plan_action(pb.PlanAction.Request(action_type="sample_poke", config=config(thing_id)))
+        request = pb.PlanAction.Request(action_type="sample_poke", config=config(thing_id))
+        planned = server.plan_action(request)
         assert list(planned.diagnostics) == []
 
 

@@ -115,7 +115,8 @@ def test_servicer_answers_unimplemented_streaming_rpcs_with_a_diagnostic() -> No
 def test_servicer_ends_a_failing_action_with_a_completed_event() -> None:
     # Terraform panics on an InvokeAction event that is neither progress nor completed.
     def invoke_action(request: object) -> object:
-        yield tfplugin6_pb2.InvokeAction.Event(progress=tfplugin6_pb2.InvokeAction.Event.Progress(message="1"))
+        step = tfplugin6_pb2.InvokeAction.Event.Progress(message="1")
+        yield tfplugin6_pb2.InvokeAction.Event(progress=step)
         raise KeyError("node")
 
     delegate = mock.Mock(spec=["invoke_action"])
@@ -210,7 +211,8 @@ def test_servicer_logs_carry_terraform_plugin_go_fields(log_lines: io.StringIO) 
     (listing,) = by_message["listing"]
     assert listing["tf_rpc"] == "ListResource" and listing["tf_list_resource_type"] == "gpucloud_gpu_cluster"
     (invoking,) = by_message["invoking"]
-    assert invoking["tf_rpc"] == "InvokeAction" and invoking["tf_action_type"] == "gpucloud_cluster_node_action"
+    assert invoking["tf_rpc"] == "InvokeAction"
+    assert invoking["tf_action_type"] == "gpucloud_cluster_node_action"
     # Each request is bracketed at trace level, with its duration, under the same request id.
     received = [e for e in by_message["Received request"] if e["tf_req_id"] == first["tf_req_id"]]
     served = [e for e in by_message["Served request"] if e["tf_req_id"] == first["tf_req_id"]]
