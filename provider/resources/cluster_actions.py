@@ -97,9 +97,12 @@ class NodeWaiter:
         self.deadline = time.monotonic() + timeout.total_seconds()
         self.timeout = timeout
 
-    def until_running(self, names: Mapping[str, str | None]) -> Iterator[str]:
-        """`names`: node -> the machine it must leave (replace) or None (restart: the same machine)."""
-        shown: dict[str, str] = {}
+    def until_running(
+        self, names: Mapping[str, str | None], seen: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> Iterator[str]:
+        """`names`: node -> the machine it must leave (replace) or None (restart: the same machine);
+        `seen`: nodes as already reported (not repeated while unchanged)."""
+        shown = {name: _node_line(node) for name, node in (seen or {}).items()}
         pause = FIRST_POLL_SECONDS
         waiting = dict(names)
         while waiting:
@@ -201,7 +204,7 @@ class ClusterNodeAction(Action):
         yield f"{action} of {name} accepted; {_node_line(done['node'])}"
         if wait and action in WAITING_ACTIONS:
             waiter = NodeWaiter(ctx, client, cluster_id, timeout)
-            yield from waiter.until_running({name: old_machine})
+            yield from waiter.until_running({name: old_machine}, seen={name: done["node"]})
             yield f"{name} is RUNNING again"
 
 

@@ -67,7 +67,6 @@ def test_node_action_restart_reports_each_status_until_running() -> None:
     lines = invoke(ClusterNodeAction(), ctx, node="train-1", action="restart")
     assert lines == [
         "restart of train-1 accepted; train-1 is RUNNING, restart pending, machine i-1",
-        "train-1 is RUNNING, restart pending, machine i-1",
         "train-1 is CONFIGURING (restart requested), machine i-1",
         "train-1 is RUNNING, machine i-1",
         "train-1 is RUNNING again",
