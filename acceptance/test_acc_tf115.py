@@ -1,6 +1,7 @@
 """What Terraform 1.12+ users expect of gpucloud, on Terraform 1.15 against the real backend: import
-blocks by resource identity with generated configuration, and `terraform query` (list resources with
-filters) whose `-generate-config-out` brings hand-made objects under Terraform. (Terraform 1.11 runs
+blocks by resource identity with generated configuration, `terraform query` (list resources with
+filters) whose `-generate-config-out` brings hand-made objects under Terraform, and node actions
+invoked with `terraform apply -invoke`. (Terraform 1.11 runs
 every other module with the same installed provider.)"""
 
 from __future__ import annotations
@@ -120,3 +121,37 @@ def test_acc_query_finds_hand_made_objects_and_generates_their_config(
     tf.assert_plan_empty()
     adopted = {r["type"]: r["identity"] for r in tf.show_json()["values"]["root_module"]["resources"]}
     assert adopted == {type_name: {"id": object_id} for type_name, object_id in ids.items()}
+
+
+def test_acc_cluster_node_action_invoked_restarts_the_node(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    cluster = backend.client.create_cluster(
+        {"name": "act-train", "region": "us-east-1", "instance_type": "8xH100", "node_count": 1},
+        idempotency_key="act-train",
+    )
+    assert eventually(lambda: backend.client.get_cluster(cluster["id"])["status"] == "RUNNING")
+    (node,) = backend.client.list_cluster_nodes(cluster["id"])["items"]
+    tf = gpucloud_tf(f"""
+action "gpucloud_cluster_node_action" "reboot" {{
+  config {{
+    cluster_id = "{cluster['id']}"
+    node       = "{node['name']}"
+    action     = "restart"
+  }}
+}}
+""", version="1.15")
+    invoked = tf.apply("-invoke=action.gpucloud_cluster_node_action.reboot")
+    shown = [line.split(": ", 1)[1] for line in invoked.stdout.splitlines()
+             if line.startswith("Action action.gpucloud_cluster_node_action.reboot (triggered by CLI): ")]
+    assert shown[0].startswith(f"restart of {node['name']} accepted; {node['name']} is RUNNING, restart "
+                               "pending"), shown
+    assert shown[-2:] == [f"{node['name']} is RUNNING, machine {node['instance_id']}",
+                          f"{node['name']} is RUNNING again"], shown
+    assert "Actions: 1 invoked." in invoked.stdout
+    events = backend.client.request(
+        "GET", "/v1/audit-events", params={"action": "cluster.node_restart", "resource_id": cluster["id"]}
+    ).body["items"]
+    assert len(events) == 1, events
+    (after,) = backend.client.list_cluster_nodes(cluster["id"])["items"]
+    assert after["status"] == "RUNNING" and after["pending_action"] is None

@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     # The cache also remembers unknown keys; bounded so invented keys cannot grow memory without end.
     auth_cache_max_keys: int = Field(default=10_000, ge=1)
     idempotency_ttl_hours: int = 24
+    # How long a cluster's admin kubeconfig token stays valid after a read or renewal (/credentials).
+    credentials_ttl_seconds: int = Field(default=3600, ge=60)
     default_page_size: int = 50
     max_page_size: int = 200
     log_level: str = "info"

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from acceptance.conformance.actions import NoteAction
 from acceptance.conformance.data import ConformanceData
 from acceptance.conformance.everything import EverythingLister, EverythingResource
 from acceptance.conformance.extras import EchoDataSource, JoinFunction, TokenEphemeral
@@ -20,6 +21,7 @@ from acceptance.conformance.resources import (
 from acceptance.conformance.store import Store
 from provider.cty import is_unknown
 from provider.framework import (
+    Action,
     Context,
     DataSource,
     EphemeralResource,
@@ -75,3 +77,6 @@ class ConformanceProvider(Provider):
 
     def list_resources(self) -> Sequence[ListResource]:
         return [EverythingLister()]
+
+    def actions(self) -> Sequence[Action]:
+        return [NoteAction()]

@@ -1,11 +1,13 @@
-"""Generated cluster files (`/artifacts/{file}`) and the admin-only, audited `/credentials`."""
+"""Generated cluster files (`/artifacts/{file}`) and the admin-only, audited `/credentials` (a lease on
+the admin token: `expires_at`, extended by `POST .../credentials/renew`)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Literal
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 from backend.api.deps import Reader, Writer
@@ -13,7 +15,8 @@ from backend.api.problems import request_id_of
 from backend.api.schemas import READ_ERRORS, WRITE_ERRORS
 from backend.api.state import app_state
 from backend.domain.errors import NotFound
-from backend.provisioning import views
+from backend.provisioning import credentials, views
+from backend.provisioning.state import utcnow
 from backend.services import audit, clusters
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
@@ -25,6 +28,12 @@ ArtifactName = Literal[
 class CredentialsOut(BaseModel):
     kubeconfig: str
     api_endpoint: str
+    expires_at: dt.datetime = Field(description="When the kubeconfig's token lapses unless renewed "
+                                    "(POST .../credentials/renew); a read after that gets a new token")
+
+
+class CredentialsRenewed(BaseModel):
+    expires_at: dt.datetime = Field(description="The token's new expiry")
 
 
 # The media type is the file's: text/plain for the Slurm files and hosts, JSON for kubernetes-nodes.json.
@@ -53,17 +62,33 @@ def get_artifact(cluster_id: str, file: ArtifactName, request: Request, principa
 
 @router.get("/{cluster_id}/credentials", response_model=CredentialsOut, responses=WRITE_ERRORS)
 def get_credentials(cluster_id: str, request: Request, principal: Writer) -> Response:
-    """The admin kubeconfig of a Kubernetes cluster (admin keys only; every read is audited)."""
+    """The admin kubeconfig of a Kubernetes cluster (admin keys only; every read is audited). Its token
+    is a lease: valid until `expires_at`, a fresh one once that has passed."""
     state = app_state(request)
+    ttl = dt.timedelta(seconds=state.settings.credentials_ttl_seconds)
     with state.write_sessions.begin() as session:
         clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
-        found = views.cluster_credentials(session, cluster_id)
-        if found is None:
-            raise NotFound(f"cluster {cluster_id} has no credentials (not Kubernetes, or not placed)",
-                           field="cluster_id", code="credentials_not_available")
+        found = credentials.read_credentials(session, cluster_id, now=utcnow(), ttl=ttl)
         audit.record_event(session=session, project_id=principal.project_id, actor=principal.key_prefix,
                            action="cluster.credentials_read", resource_type="cluster",
                            resource_id=cluster_id, request_id=request_id_of(request))
-    body = CredentialsOut(kubeconfig=found["kubeconfig"], api_endpoint=found["api_endpoint"])
+    body = CredentialsOut.model_validate(found)
+    return Response(body.model_dump_json(), media_type="application/json",
+                    headers={"Cache-Control": "no-store"})
+
+
+@router.post("/{cluster_id}/credentials/renew", response_model=CredentialsRenewed, responses=WRITE_ERRORS)
+def renew_credentials(cluster_id: str, request: Request, principal: Writer) -> Response:
+    """Extend the admin token's lease (admin keys only; audited); 409 `credentials_expired` once it
+    has lapsed (read the credentials again)."""
+    state = app_state(request)
+    ttl = dt.timedelta(seconds=state.settings.credentials_ttl_seconds)
+    with state.write_sessions.begin() as session:
+        clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        expires_at = credentials.renew_credentials(session, cluster_id, now=utcnow(), ttl=ttl)
+        audit.record_event(session=session, project_id=principal.project_id, actor=principal.key_prefix,
+                           action="cluster.credentials_renewed", resource_type="cluster",
+                           resource_id=cluster_id, request_id=request_id_of(request))
+    body = CredentialsRenewed(expires_at=expires_at)
     return Response(body.model_dump_json(), media_type="application/json",
                     headers={"Cache-Control": "no-store"})

@@ -53,6 +53,8 @@ class EngineCluster(Base):
     kube_ca_cert_pem: Mapped[str | None] = mapped_column(Text)
     # Secret, served only by /credentials: sealed at rest (backend.store.secrets), loaded only when read.
     kube_admin_token: Mapped[str | None] = mapped_column(EncryptedString(128), deferred=True)
+    # When the token lapses unless renewed (NULL: never leased; the next read issues a fresh one).
+    kube_admin_token_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Batch of nodes that must all pass acceptance before any of them starts (all or nothing).
     current_batch: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     first_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

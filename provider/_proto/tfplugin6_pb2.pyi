@@ -5,7 +5,8 @@ Terraform plugin protocol, major version 6 (tfplugin6), as spoken by this projec
 
 Message set of minor 6.9 (Terraform 1.12) with the resource-identity fields in
 their released shape (raw identities travel as RawState), plus the list resources
-of minor 6.10 (Terraform 1.13-1.15: `terraform query`). Later minors only add
+and actions of minor 6.10 (Terraform 1.14-1.15: `terraform query`, `action` blocks
+and `terraform apply -invoke`). Later minors only add
 messages and fields, and protobuf ignores what it does not know, so one file serves
 Terraform 1.11 (6.8) through 1.16 (6.11).
 
@@ -358,6 +359,28 @@ class ResourceIdentityData(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ResourceIdentityData: _TypeAlias = ResourceIdentityData  # noqa: Y015
+
+@_typing.final
+class ActionSchema(_message.Message):
+    """An action's configuration schema (the body of an `action` block's `config`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEMA_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def schema(self) -> Global___Schema: ...
+    def __init__(
+        self,
+        *,
+        schema: Global___Schema | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["schema", b"schema"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ActionSchema: _TypeAlias = ActionSchema  # noqa: Y015
 
 @_typing.final
 class Schema(_message.Message):
@@ -793,6 +816,7 @@ class GetMetadata(_message.Message):
         FUNCTIONS_FIELD_NUMBER: _builtins.int
         EPHEMERAL_RESOURCES_FIELD_NUMBER: _builtins.int
         LIST_RESOURCES_FIELD_NUMBER: _builtins.int
+        ACTIONS_FIELD_NUMBER: _builtins.int
         @_builtins.property
         def server_capabilities(self) -> Global___ServerCapabilities: ...
         @_builtins.property
@@ -807,6 +831,10 @@ class GetMetadata(_message.Message):
         def ephemeral_resources(self) -> _containers.RepeatedCompositeFieldContainer[Global___GetMetadata.EphemeralMetadata]: ...
         @_builtins.property
         def list_resources(self) -> _containers.RepeatedCompositeFieldContainer[Global___GetMetadata.ListResourceMetadata]: ...
+        @_builtins.property
+        def actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___GetMetadata.ActionMetadata]:
+            """8 is upstream's state stores, which this provider does not offer."""
+
         def __init__(
             self,
             *,
@@ -817,10 +845,11 @@ class GetMetadata(_message.Message):
             functions: _abc.Iterable[Global___GetMetadata.FunctionMetadata] | None = ...,
             ephemeral_resources: _abc.Iterable[Global___GetMetadata.EphemeralMetadata] | None = ...,
             list_resources: _abc.Iterable[Global___GetMetadata.ListResourceMetadata] | None = ...,
+            actions: _abc.Iterable[Global___GetMetadata.ActionMetadata] | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["server_capabilities", b"server_capabilities"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["data_sources", b"data_sources", "diagnostics", b"diagnostics", "ephemeral_resources", b"ephemeral_resources", "functions", b"functions", "list_resources", b"list_resources", "resources", b"resources", "server_capabilities", b"server_capabilities"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "data_sources", b"data_sources", "diagnostics", b"diagnostics", "ephemeral_resources", b"ephemeral_resources", "functions", b"functions", "list_resources", b"list_resources", "resources", b"resources", "server_capabilities", b"server_capabilities"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -894,6 +923,23 @@ class GetMetadata(_message.Message):
 
     @_typing.final
     class ListResourceMetadata(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TYPE_NAME_FIELD_NUMBER: _builtins.int
+        type_name: _builtins.str
+        def __init__(
+            self,
+            *,
+            type_name: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["type_name", b"type_name"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class ActionMetadata(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
 
         TYPE_NAME_FIELD_NUMBER: _builtins.int
@@ -1046,6 +1092,27 @@ class GetProviderSchema(_message.Message):
             def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
             def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+        @_typing.final
+        class ActionSchemasEntry(_message.Message):
+            DESCRIPTOR: _descriptor.Descriptor
+
+            KEY_FIELD_NUMBER: _builtins.int
+            VALUE_FIELD_NUMBER: _builtins.int
+            key: _builtins.str
+            @_builtins.property
+            def value(self) -> Global___ActionSchema: ...
+            def __init__(
+                self,
+                *,
+                key: _builtins.str = ...,
+                value: Global___ActionSchema | None = ...,
+            ) -> None: ...
+            _HasFieldArgType: _TypeAlias = _typing.Literal["value", b"value"]  # noqa: Y015
+            def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+            _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+            def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+            def WhichOneof(self, oneof_group: _Never) -> None: ...
+
         PROVIDER_FIELD_NUMBER: _builtins.int
         RESOURCE_SCHEMAS_FIELD_NUMBER: _builtins.int
         DATA_SOURCE_SCHEMAS_FIELD_NUMBER: _builtins.int
@@ -1055,6 +1122,7 @@ class GetProviderSchema(_message.Message):
         FUNCTIONS_FIELD_NUMBER: _builtins.int
         EPHEMERAL_RESOURCE_SCHEMAS_FIELD_NUMBER: _builtins.int
         LIST_RESOURCE_SCHEMAS_FIELD_NUMBER: _builtins.int
+        ACTION_SCHEMAS_FIELD_NUMBER: _builtins.int
         @_builtins.property
         def provider(self) -> Global___Schema: ...
         @_builtins.property
@@ -1075,6 +1143,10 @@ class GetProviderSchema(_message.Message):
         def list_resource_schemas(self) -> _containers.MessageMap[_builtins.str, Global___Schema]:
             """Keyed by the managed resource type they list; each schema is the `config` block's."""
 
+        @_builtins.property
+        def action_schemas(self) -> _containers.MessageMap[_builtins.str, Global___ActionSchema]:
+            """10 is upstream's state stores, which this provider does not offer."""
+
         def __init__(
             self,
             *,
@@ -1087,10 +1159,11 @@ class GetProviderSchema(_message.Message):
             functions: _abc.Mapping[_builtins.str, Global___Function] | None = ...,
             ephemeral_resource_schemas: _abc.Mapping[_builtins.str, Global___Schema] | None = ...,
             list_resource_schemas: _abc.Mapping[_builtins.str, Global___Schema] | None = ...,
+            action_schemas: _abc.Mapping[_builtins.str, Global___ActionSchema] | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["provider", b"provider", "provider_meta", b"provider_meta", "server_capabilities", b"server_capabilities"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["data_source_schemas", b"data_source_schemas", "diagnostics", b"diagnostics", "ephemeral_resource_schemas", b"ephemeral_resource_schemas", "functions", b"functions", "list_resource_schemas", b"list_resource_schemas", "provider", b"provider", "provider_meta", b"provider_meta", "resource_schemas", b"resource_schemas", "server_capabilities", b"server_capabilities"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["action_schemas", b"action_schemas", "data_source_schemas", b"data_source_schemas", "diagnostics", b"diagnostics", "ephemeral_resource_schemas", b"ephemeral_resource_schemas", "functions", b"functions", "list_resource_schemas", b"list_resource_schemas", "provider", b"provider", "provider_meta", b"provider_meta", "resource_schemas", b"resource_schemas", "server_capabilities", b"server_capabilities"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -2588,3 +2661,227 @@ class ValidateListResourceConfig(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ValidateListResourceConfig: _TypeAlias = ValidateListResourceConfig  # noqa: Y015
+
+@_typing.final
+class PlanAction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Request(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        ACTION_TYPE_FIELD_NUMBER: _builtins.int
+        CONFIG_FIELD_NUMBER: _builtins.int
+        CLIENT_CAPABILITIES_FIELD_NUMBER: _builtins.int
+        action_type: _builtins.str
+        @_builtins.property
+        def config(self) -> Global___DynamicValue:
+            """may hold unknown values"""
+
+        @_builtins.property
+        def client_capabilities(self) -> Global___ClientCapabilities: ...
+        def __init__(
+            self,
+            *,
+            action_type: _builtins.str = ...,
+            config: Global___DynamicValue | None = ...,
+            client_capabilities: Global___ClientCapabilities | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["client_capabilities", b"client_capabilities", "config", b"config"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["action_type", b"action_type", "client_capabilities", b"client_capabilities", "config", b"config"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class Response(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        DIAGNOSTICS_FIELD_NUMBER: _builtins.int
+        DEFERRED_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def diagnostics(self) -> _containers.RepeatedCompositeFieldContainer[Global___Diagnostic]: ...
+        @_builtins.property
+        def deferred(self) -> Global___Deferred: ...
+        def __init__(
+            self,
+            *,
+            diagnostics: _abc.Iterable[Global___Diagnostic] | None = ...,
+            deferred: Global___Deferred | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["deferred", b"deferred"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["deferred", b"deferred", "diagnostics", b"diagnostics"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanAction: _TypeAlias = PlanAction  # noqa: Y015
+
+@_typing.final
+class InvokeAction(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Request(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        ACTION_TYPE_FIELD_NUMBER: _builtins.int
+        CONFIG_FIELD_NUMBER: _builtins.int
+        CLIENT_CAPABILITIES_FIELD_NUMBER: _builtins.int
+        action_type: _builtins.str
+        @_builtins.property
+        def config(self) -> Global___DynamicValue:
+            """wholly known"""
+
+        @_builtins.property
+        def client_capabilities(self) -> Global___ClientCapabilities: ...
+        def __init__(
+            self,
+            *,
+            action_type: _builtins.str = ...,
+            config: Global___DynamicValue | None = ...,
+            client_capabilities: Global___ClientCapabilities | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["client_capabilities", b"client_capabilities", "config", b"config"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["action_type", b"action_type", "client_capabilities", b"client_capabilities", "config", b"config"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class Event(_message.Message):
+        """Every event sets exactly one of `progress` or `completed` (Terraform rejects an empty one);
+        `completed` is the last event of the stream.
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        @_typing.final
+        class Progress(_message.Message):
+            DESCRIPTOR: _descriptor.Descriptor
+
+            MESSAGE_FIELD_NUMBER: _builtins.int
+            message: _builtins.str
+            """one line shown to the user"""
+            def __init__(
+                self,
+                *,
+                message: _builtins.str = ...,
+            ) -> None: ...
+            _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+            def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+            _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
+            def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+            def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+        @_typing.final
+        class Completed(_message.Message):
+            DESCRIPTOR: _descriptor.Descriptor
+
+            DIAGNOSTICS_FIELD_NUMBER: _builtins.int
+            @_builtins.property
+            def diagnostics(self) -> _containers.RepeatedCompositeFieldContainer[Global___Diagnostic]: ...
+            def __init__(
+                self,
+                *,
+                diagnostics: _abc.Iterable[Global___Diagnostic] | None = ...,
+            ) -> None: ...
+            _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+            def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+            _ClearFieldArgType: _TypeAlias = _typing.Literal["diagnostics", b"diagnostics"]  # noqa: Y015
+            def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+            def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+        PROGRESS_FIELD_NUMBER: _builtins.int
+        COMPLETED_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def progress(self) -> Global___InvokeAction.Event.Progress: ...
+        @_builtins.property
+        def completed(self) -> Global___InvokeAction.Event.Completed: ...
+        def __init__(
+            self,
+            *,
+            progress: Global___InvokeAction.Event.Progress | None = ...,
+            completed: Global___InvokeAction.Event.Completed | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "progress", b"progress", "type", b"type"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["completed", b"completed", "progress", b"progress", "type", b"type"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        _WhichOneofReturnType_type: _TypeAlias = _typing.Literal["progress", "completed"]  # noqa: Y015
+        _WhichOneofArgType_type: _TypeAlias = _typing.Literal["type", b"type"]  # noqa: Y015
+        def WhichOneof(self, oneof_group: _WhichOneofArgType_type) -> _WhichOneofReturnType_type | None: ...
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___InvokeAction: _TypeAlias = InvokeAction  # noqa: Y015
+
+@_typing.final
+class ValidateActionConfig(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class Request(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TYPE_NAME_FIELD_NUMBER: _builtins.int
+        CONFIG_FIELD_NUMBER: _builtins.int
+        type_name: _builtins.str
+        @_builtins.property
+        def config(self) -> Global___DynamicValue: ...
+        def __init__(
+            self,
+            *,
+            type_name: _builtins.str = ...,
+            config: Global___DynamicValue | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "type_name", b"type_name"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class Response(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        DIAGNOSTICS_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def diagnostics(self) -> _containers.RepeatedCompositeFieldContainer[Global___Diagnostic]: ...
+        def __init__(
+            self,
+            *,
+            diagnostics: _abc.Iterable[Global___Diagnostic] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["diagnostics", b"diagnostics"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ValidateActionConfig: _TypeAlias = ValidateActionConfig  # noqa: Y015

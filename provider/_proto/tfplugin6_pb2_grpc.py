@@ -140,6 +140,21 @@ class ProviderStub:
                 request_serializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Request.SerializeToString,
                 response_deserializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Response.FromString,
                 _registered_method=True)
+        self.PlanAction = channel.unary_unary(
+                '/tfplugin6.Provider/PlanAction',
+                request_serializer=provider_dot___proto_dot_tfplugin6__pb2.PlanAction.Request.SerializeToString,
+                response_deserializer=provider_dot___proto_dot_tfplugin6__pb2.PlanAction.Response.FromString,
+                _registered_method=True)
+        self.InvokeAction = channel.unary_stream(
+                '/tfplugin6.Provider/InvokeAction',
+                request_serializer=provider_dot___proto_dot_tfplugin6__pb2.InvokeAction.Request.SerializeToString,
+                response_deserializer=provider_dot___proto_dot_tfplugin6__pb2.InvokeAction.Event.FromString,
+                _registered_method=True)
+        self.ValidateActionConfig = channel.unary_unary(
+                '/tfplugin6.Provider/ValidateActionConfig',
+                request_serializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateActionConfig.Request.SerializeToString,
+                response_deserializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateActionConfig.Response.FromString,
+                _registered_method=True)
         self.GetFunctions = channel.unary_unary(
                 '/tfplugin6.Provider/GetFunctions',
                 request_serializer=provider_dot___proto_dot_tfplugin6__pb2.GetFunctions.Request.SerializeToString,
@@ -292,6 +307,26 @@ class ProviderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PlanAction(self, request, context):
+        """Actions (Terraform >= 1.14): checked at plan time, then invoked as a stream of progress
+        events ending with one completed event.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def InvokeAction(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ValidateActionConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetFunctions(self, request, context):
         """Provider-defined functions.
         """
@@ -419,6 +454,21 @@ def add_ProviderServicer_to_server(servicer, server):
                     servicer.ValidateListResourceConfig,
                     request_deserializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Request.FromString,
                     response_serializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Response.SerializeToString,
+            ),
+            'PlanAction': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanAction,
+                    request_deserializer=provider_dot___proto_dot_tfplugin6__pb2.PlanAction.Request.FromString,
+                    response_serializer=provider_dot___proto_dot_tfplugin6__pb2.PlanAction.Response.SerializeToString,
+            ),
+            'InvokeAction': grpc.unary_stream_rpc_method_handler(
+                    servicer.InvokeAction,
+                    request_deserializer=provider_dot___proto_dot_tfplugin6__pb2.InvokeAction.Request.FromString,
+                    response_serializer=provider_dot___proto_dot_tfplugin6__pb2.InvokeAction.Event.SerializeToString,
+            ),
+            'ValidateActionConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.ValidateActionConfig,
+                    request_deserializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateActionConfig.Request.FromString,
+                    response_serializer=provider_dot___proto_dot_tfplugin6__pb2.ValidateActionConfig.Response.SerializeToString,
             ),
             'GetFunctions': grpc.unary_unary_rpc_method_handler(
                     servicer.GetFunctions,
@@ -1004,6 +1054,87 @@ class Provider:
             '/tfplugin6.Provider/ValidateListResourceConfig',
             provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Request.SerializeToString,
             provider_dot___proto_dot_tfplugin6__pb2.ValidateListResourceConfig.Response.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanAction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfplugin6.Provider/PlanAction',
+            provider_dot___proto_dot_tfplugin6__pb2.PlanAction.Request.SerializeToString,
+            provider_dot___proto_dot_tfplugin6__pb2.PlanAction.Response.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def InvokeAction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/tfplugin6.Provider/InvokeAction',
+            provider_dot___proto_dot_tfplugin6__pb2.InvokeAction.Request.SerializeToString,
+            provider_dot___proto_dot_tfplugin6__pb2.InvokeAction.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ValidateActionConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/tfplugin6.Provider/ValidateActionConfig',
+            provider_dot___proto_dot_tfplugin6__pb2.ValidateActionConfig.Request.SerializeToString,
+            provider_dot___proto_dot_tfplugin6__pb2.ValidateActionConfig.Response.FromString,
             options,
             channel_credentials,
             insecure,

@@ -5,7 +5,8 @@ Terraform plugin protocol, major version 6 (tfplugin6), as spoken by this projec
 
 Message set of minor 6.9 (Terraform 1.12) with the resource-identity fields in
 their released shape (raw identities travel as RawState), plus the list resources
-of minor 6.10 (Terraform 1.13-1.15: `terraform query`). Later minors only add
+and actions of minor 6.10 (Terraform 1.14-1.15: `terraform query`, `action` blocks
+and `terraform apply -invoke`). Later minors only add
 messages and fields, and protobuf ignores what it does not know, so one file serves
 Terraform 1.11 (6.8) through 1.16 (6.11).
 
@@ -69,6 +70,12 @@ class ProviderStub:
     ListResource: _grpc.UnaryStreamMultiCallable[_tfplugin6_pb2.ListResource.Request, _tfplugin6_pb2.ListResource.Event]
     """List resources (Terraform >= 1.13, `terraform query`): a stream of found objects."""
     ValidateListResourceConfig: _grpc.UnaryUnaryMultiCallable[_tfplugin6_pb2.ValidateListResourceConfig.Request, _tfplugin6_pb2.ValidateListResourceConfig.Response]
+    PlanAction: _grpc.UnaryUnaryMultiCallable[_tfplugin6_pb2.PlanAction.Request, _tfplugin6_pb2.PlanAction.Response]
+    """Actions (Terraform >= 1.14): checked at plan time, then invoked as a stream of progress
+    events ending with one completed event.
+    """
+    InvokeAction: _grpc.UnaryStreamMultiCallable[_tfplugin6_pb2.InvokeAction.Request, _tfplugin6_pb2.InvokeAction.Event]
+    ValidateActionConfig: _grpc.UnaryUnaryMultiCallable[_tfplugin6_pb2.ValidateActionConfig.Request, _tfplugin6_pb2.ValidateActionConfig.Response]
     GetFunctions: _grpc.UnaryUnaryMultiCallable[_tfplugin6_pb2.GetFunctions.Request, _tfplugin6_pb2.GetFunctions.Response]
     """Provider-defined functions."""
     CallFunction: _grpc.UnaryUnaryMultiCallable[_tfplugin6_pb2.CallFunction.Request, _tfplugin6_pb2.CallFunction.Response]
@@ -106,6 +113,12 @@ class ProviderAsyncStub(ProviderStub):
     ListResource: _aio.UnaryStreamMultiCallable[_tfplugin6_pb2.ListResource.Request, _tfplugin6_pb2.ListResource.Event]  # type: ignore[assignment]
     """List resources (Terraform >= 1.13, `terraform query`): a stream of found objects."""
     ValidateListResourceConfig: _aio.UnaryUnaryMultiCallable[_tfplugin6_pb2.ValidateListResourceConfig.Request, _tfplugin6_pb2.ValidateListResourceConfig.Response]  # type: ignore[assignment]
+    PlanAction: _aio.UnaryUnaryMultiCallable[_tfplugin6_pb2.PlanAction.Request, _tfplugin6_pb2.PlanAction.Response]  # type: ignore[assignment]
+    """Actions (Terraform >= 1.14): checked at plan time, then invoked as a stream of progress
+    events ending with one completed event.
+    """
+    InvokeAction: _aio.UnaryStreamMultiCallable[_tfplugin6_pb2.InvokeAction.Request, _tfplugin6_pb2.InvokeAction.Event]  # type: ignore[assignment]
+    ValidateActionConfig: _aio.UnaryUnaryMultiCallable[_tfplugin6_pb2.ValidateActionConfig.Request, _tfplugin6_pb2.ValidateActionConfig.Response]  # type: ignore[assignment]
     GetFunctions: _aio.UnaryUnaryMultiCallable[_tfplugin6_pb2.GetFunctions.Request, _tfplugin6_pb2.GetFunctions.Response]  # type: ignore[assignment]
     """Provider-defined functions."""
     CallFunction: _aio.UnaryUnaryMultiCallable[_tfplugin6_pb2.CallFunction.Request, _tfplugin6_pb2.CallFunction.Response]  # type: ignore[assignment]
@@ -266,6 +279,30 @@ class ProviderServicer(metaclass=_abc_1.ABCMeta):
         request: _tfplugin6_pb2.ValidateListResourceConfig.Request,
         context: _ServicerContext,
     ) -> _typing.Union[_tfplugin6_pb2.ValidateListResourceConfig.Response, _abc.Awaitable[_tfplugin6_pb2.ValidateListResourceConfig.Response]]: ...
+
+    @_abc_1.abstractmethod
+    def PlanAction(
+        self,
+        request: _tfplugin6_pb2.PlanAction.Request,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tfplugin6_pb2.PlanAction.Response, _abc.Awaitable[_tfplugin6_pb2.PlanAction.Response]]:
+        """Actions (Terraform >= 1.14): checked at plan time, then invoked as a stream of progress
+        events ending with one completed event.
+        """
+
+    @_abc_1.abstractmethod
+    def InvokeAction(
+        self,
+        request: _tfplugin6_pb2.InvokeAction.Request,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_tfplugin6_pb2.InvokeAction.Event], _abc.AsyncIterator[_tfplugin6_pb2.InvokeAction.Event]]: ...
+
+    @_abc_1.abstractmethod
+    def ValidateActionConfig(
+        self,
+        request: _tfplugin6_pb2.ValidateActionConfig.Request,
+        context: _ServicerContext,
+    ) -> _typing.Union[_tfplugin6_pb2.ValidateActionConfig.Response, _abc.Awaitable[_tfplugin6_pb2.ValidateActionConfig.Response]]: ...
 
     @_abc_1.abstractmethod
     def GetFunctions(

@@ -169,8 +169,15 @@ class GpuCloudClient(HttpCore):
         return self.request_text("GET", f"/v1/clusters/{_seg(cluster_id)}/artifacts/{_seg(file)}")
 
     def get_cluster_credentials(self, cluster_id: str) -> Body:
-        """Login credentials (kubeconfig or SSH login); admin only, audited, never in get/list."""
+        """The admin kubeconfig, its API endpoint and `expires_at` (its token is a lease); admin only,
+        audited, never in get/list."""
         return self._body(self.request("GET", f"/v1/clusters/{_seg(cluster_id)}/credentials"))
+
+    def renew_cluster_credentials(self, cluster_id: str) -> Body:
+        """Extend the kubeconfig token's lease; answers the new `expires_at` (409 once it lapsed).
+        Retried like a read: renewing twice extends to the same horizon."""
+        path = f"/v1/clusters/{_seg(cluster_id)}/credentials/renew"
+        return self._body(self.request("POST", path, side_effect_free=True))
 
     # ---- catalog and pricing -----------------------------------------------------------------------
 

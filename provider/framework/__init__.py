@@ -16,6 +16,7 @@ from provider.framework.planmodifiers import (
     use_state_for_unknown_unless_changed,
 )
 from provider.framework.resource import (
+    Action,
     DataSource,
     EphemeralResource,
     EphemeralResult,
@@ -56,6 +57,7 @@ from provider.framework.schema import (
 from provider.framework.timeouts import parse_duration, timeout, timeouts_block
 
 __all__ = [
+    "Action",
     "Attribute",
     "Block",
     "BoolAttribute",

@@ -4,11 +4,13 @@
     python -m provider.framework.docs ... --check     # exit 1 when the files on disk are stale (CI)
 
 Writes `index.md`, `resources/<name>.md`, `data-sources/<name>.md`, `ephemeral-resources/<name>.md`,
-`list-resources/<name>.md` and `functions/<name>.md` (<name> without the provider prefix), with examples
+`list-resources/<name>.md`, `actions/<name>.md` and `functions/<name>.md` (<name> without the provider
+prefix), with examples
 taken from `<examples>/provider/provider.tf`, `<examples>/resources/<type>/resource.tf` (+ `import.sh`,
 `import-by-identity.tf`), `<examples>/data-sources/<type>/data-source.tf`,
 `<examples>/ephemeral-resources/<type>/ephemeral-resource.tf` and
-`<examples>/list-resources/<type>/query.tfquery.hcl` when they exist.
+`<examples>/list-resources/<type>/query.tfquery.hcl` and `<examples>/actions/<type>/action.tf` when they
+exist.
 """
 
 from __future__ import annotations
@@ -215,6 +217,15 @@ def generate(provider: Provider, examples: Path) -> dict[str, str]:
             lister.schema,
             examples / "list-resources" / lister.type_name,
             "query.tfquery.hcl",
+        )
+    for action in provider.actions():
+        pages[f"actions/{short(action.type_name)}.md"] = _page(
+            "Action",
+            action.type_name,
+            name,
+            action.schema,
+            examples / "actions" / action.type_name,
+            "action.tf",
         )
     for f in provider.functions():
         pages[f"functions/{f.name}.md"] = _function_page(f, name, examples)

@@ -1,4 +1,5 @@
-"""What provider authors subclass: Provider, Resource, DataSource, EphemeralResource, Function.
+"""What provider authors subclass: Provider, Resource, DataSource, EphemeralResource, ListResource,
+Action, Function.
 
 Values are plain Python (see provider.cty): objects are dicts holding every attribute, null is None,
 unknown is `provider.cty.UNKNOWN`. Methods get a `Context` first; they return values and report problems
@@ -202,6 +203,34 @@ class EphemeralResource:
         """Cross-attribute checks; values may be unknown."""
 
 
+class Action:
+    """An operation Terraform runs on request (Terraform 1.14+), not an object it keeps in state:
+
+        action "gpucloud_cluster_node_action" "reboot" {
+          config { cluster_id = "cls_..." node = "train-1" action = "restart" }
+        }
+
+    invoked by `terraform apply -invoke=action.gpucloud_cluster_node_action.reboot` or from a
+    resource's `lifecycle { action_trigger { ... } }`. `plan` checks the configuration before anything
+    runs (values may be unknown); `invoke` does the work, yielding one-line progress messages that
+    Terraform shows as they come, and reports failure through `ctx.error` or `DiagnosticError`.
+    Wait with `ctx.sleep` so that an interrupted Terraform (Ctrl-C) ends the wait."""
+
+    type_name: ClassVar[str] = ""
+    schema: Schema = Schema()
+    # Whole-configuration checks such as `exactly_one_of("id", "name")` (validators module).
+    config_validators: ClassVar[Sequence[ConfigValidator]] = ()
+
+    def validate_config(self, ctx: Context, config: State) -> None:
+        """Cross-attribute checks; values may be unknown (never reject those)."""
+
+    def plan(self, ctx: Context, config: State) -> None:
+        """Checks that need the provider configured (the remote object exists...); values may be unknown."""
+
+    def invoke(self, ctx: Context, config: State) -> Iterable[str]:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class Parameter:
     name: str
@@ -262,6 +291,9 @@ class Provider:
         return ()
 
     def list_resources(self) -> Sequence[ListResource]:
+        return ()
+
+    def actions(self) -> Sequence[Action]:
         return ()
 
     def functions(self) -> Sequence[Function]:

@@ -31,6 +31,7 @@ from provider.framework.protocol import (
     timestamp,
 )
 from provider.framework.resource import (
+    Action,
     DataSource,
     EphemeralResource,
     Function,
@@ -88,6 +89,7 @@ class ProviderServer:
         }
         self._functions: dict[str, Function] = {f.name: f for f in provider.functions()}
         self._listers: dict[str, ListResource] = {r.type_name: r for r in provider.list_resources()}
+        self._actions: dict[str, Action] = {a.type_name: a for a in provider.actions()}
         self._stop = threading.Event()
         self._provider_data: Any = None
         self._terraform_version = ""
@@ -114,7 +116,9 @@ class ProviderServer:
 
     @staticmethod
     def _validate(
-        target: Provider | Resource | DataSource | EphemeralResource | ListResource, config: Any, ctx: Context
+        target: Provider | Resource | DataSource | EphemeralResource | ListResource | Action,
+        config: Any,
+        ctx: Context,
     ) -> None:
         """Schema validators, then whole-configuration validators, then the author's hook."""
         validate_config(target.schema, config, ctx.diagnostics)
@@ -165,6 +169,7 @@ class ProviderServer:
             ephemeral_resources=[pb.GetMetadata.EphemeralMetadata(type_name=n) for n in self._ephemerals],
             functions=[pb.GetMetadata.FunctionMetadata(name=n) for n in self._functions],
             list_resources=[pb.GetMetadata.ListResourceMetadata(type_name=n) for n in self._listers],
+            actions=[pb.GetMetadata.ActionMetadata(type_name=n) for n in self._actions],
         )
 
     @_rpc(pb.GetProviderSchema.Response)
@@ -177,6 +182,9 @@ class ProviderServer:
                 ephemeral_resource_schemas={n: schema_to_pb(e.schema) for n, e in self._ephemerals.items()},
                 functions={n: function_to_pb(f) for n, f in self._functions.items()},
                 list_resource_schemas={n: schema_to_pb(r.schema) for n, r in self._listers.items()},
+                action_schemas={
+                    n: pb.ActionSchema(schema=schema_to_pb(a.schema)) for n, a in self._actions.items()
+                },
                 provider_meta=schema_to_pb(Schema()),
                 server_capabilities=self._capabilities(),
             )
@@ -615,6 +623,44 @@ class ProviderServer:
             state = schema_object(resource.schema, result.state)  # a value, not stored JSON
             event.resource_object.CopyFrom(encode_value(state, resource.schema.cty_type))
         return event
+
+    # -- actions (terraform apply -invoke, action_trigger) --------------------------------------------
+
+    @_rpc(pb.ValidateActionConfig.Response)
+    def validate_action_config(
+        self, request: pb.ValidateActionConfig.Request
+    ) -> pb.ValidateActionConfig.Response:
+        action: Action = self._lookup(self._actions, request.type_name, "Action")
+        config = decode_value(request.config, action.schema.cty_type)
+        ctx = self._context(request.type_name)
+        self._validate(action, config, ctx)
+        return pb.ValidateActionConfig.Response(diagnostics=self._diags(ctx))
+
+    @_rpc(pb.PlanAction.Response)
+    def plan_action(self, request: pb.PlanAction.Request) -> pb.PlanAction.Response:
+        action: Action = self._lookup(self._actions, request.action_type, "Action")
+        config = decode_value(request.config, action.schema.cty_type)
+        ctx = self._context(request.action_type)
+        action.plan(ctx, config if config is not None else {})
+        return pb.PlanAction.Response(diagnostics=self._diags(ctx))
+
+    def invoke_action(
+        self, request: pb.InvokeAction.Request, _context: Any = None
+    ) -> Iterator[pb.InvokeAction.Event]:
+        """Progress events as the action yields messages, then exactly one completed event carrying
+        every diagnostic (an exception included): Terraform reads the stream until it ends."""
+        ctx = self._context(request.action_type)
+        try:
+            action: Action = self._lookup(self._actions, request.action_type, "Action")
+            config = decode_value(request.config, action.schema.cty_type)
+            for message in action.invoke(ctx, config if config is not None else {}):
+                yield pb.InvokeAction.Event(progress=pb.InvokeAction.Event.Progress(message=message))
+                if ctx.diagnostics.has_errors:
+                    break
+        except Exception as exc:  # nothing may cross the RPC boundary
+            ctx.diagnostics.append(diagnostic_from_exception(exc, "InvokeAction"))
+        completed = pb.InvokeAction.Event.Completed(diagnostics=self._diags(ctx))
+        yield pb.InvokeAction.Event(completed=completed)
 
     # -- functions -----------------------------------------------------------------------------------
 

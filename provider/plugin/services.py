@@ -4,9 +4,10 @@
 `get_provider_schema(request)`, and so on for every RPC of the proto. A missing method or an exception
 (the framework promises none) becomes an error diagnostic in the RPC's own response type, never a
 gRPC error: Terraform shows diagnostics to the user but reports gRPC errors as a crashed plugin.
-Server-streaming RPCs (ListResource) delegate to a method returning an iterator of messages; a failure
-there ends the stream with one message carrying the error. Each RPC runs inside `request_fields`, so
-every log line it causes carries `tf_rpc`, `tf_req_id` and the type it is about, as in Go providers.
+Server-streaming RPCs (ListResource, InvokeAction) delegate to a method returning an iterator of
+messages; a failure there ends the stream with one message carrying the error. Each RPC runs inside
+`request_fields`, so every log line it causes carries `tf_rpc`, `tf_req_id` and the type it is about,
+as in Go providers.
 """
 
 from __future__ import annotations
@@ -61,6 +62,10 @@ def error_response(method: MethodDescriptor, summary: str, detail: str) -> Messa
         response.diagnostic.add(  # type: ignore[attr-defined]
             severity=tfplugin6_pb2.Diagnostic.ERROR, summary=summary, detail=detail
         )
+    elif "completed" in fields:  # InvokeAction events: an error ends the action
+        response.completed.diagnostics.add(  # type: ignore[attr-defined]
+            severity=tfplugin6_pb2.Diagnostic.ERROR, summary=summary, detail=detail
+        )
     elif "error" in fields:  # CallFunction
         response.error.text = f"{summary}: {detail}"  # type: ignore[attr-defined]
     elif "Error" in fields:  # StopProvider
@@ -70,9 +75,15 @@ def error_response(method: MethodDescriptor, summary: str, detail: str) -> Messa
 
 def type_field(rpc_name: str, request: Message) -> dict[str, str]:
     """The log field naming what an RPC is about, keyed as terraform-plugin-go keys it."""
-    type_name = getattr(request, "type_name", "") or getattr(request, "target_type_name", "")
+    type_name = (
+        getattr(request, "type_name", "")
+        or getattr(request, "target_type_name", "")
+        or getattr(request, "action_type", "")
+    )
     if not type_name:
         return {}
+    if "Action" in rpc_name:
+        return {"tf_action_type": type_name}
     if "DataSource" in rpc_name or "DataResource" in rpc_name:
         return {"tf_data_source_type": type_name}
     if "Ephemeral" in rpc_name:

@@ -3,10 +3,15 @@
 Kubernetes clusters give an admin kubeconfig (from the audited, admin-only credentials endpoint); Slurm
 and bare clusters give the SSH login (host, port, user, command). Feed it to a `kubernetes` provider block
 or a local-exec, not to resource arguments that would land in state.
+
+The kubeconfig's token is a lease (`expires_at`, an hour by default): the result asks Terraform to renew
+it halfway to its expiry (RenewEphemeralResource), so a long apply using the kubernetes provider keeps a
+valid token for as long as it runs.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from provider.client import ApiError, NotFound
@@ -49,6 +54,10 @@ class ClusterCredentialsEphemeralResource(EphemeralResource):
             "port": Int64Attribute(computed=True, description="SSH port."),
             "user": _computed("SSH user."),
             "ssh_command": _computed("A ready-to-run SSH command line."),
+            "expires_at": _computed(
+                "When the kubeconfig's token lapses unless renewed (RFC 3339; Kubernetes clusters only). "
+                "Terraform renews it while it runs; a later run opens fresh credentials."
+            ),
         },
     )
 
@@ -66,6 +75,7 @@ class ClusterCredentialsEphemeralResource(EphemeralResource):
                     kind="kubeconfig",
                     kubeconfig=credentials.get("kubeconfig"),
                     api_endpoint=credentials.get("api_endpoint"),
+                    expires_at=credentials.get("expires_at"),
                 )
             else:
                 result["kind"] = "ssh"
@@ -86,4 +96,23 @@ class ClusterCredentialsEphemeralResource(EphemeralResource):
                 "with wait_for_running = true first.",
                 root("cluster_id"),
             )
-        return EphemeralResult(result)
+        if result.get("expires_at") is None:
+            return EphemeralResult(result)
+        ctx.private["cluster_id"] = cluster_id
+        return EphemeralResult(result, renew_at=_renew_at(result["expires_at"]))
+
+    def renew(self, ctx: Context) -> dt.datetime | None:
+        """Extend the token's lease while Terraform still uses it; when next to renew."""
+        cluster_id = ctx.private["cluster_id"]
+        try:
+            renewed = client_of(ctx).renew_cluster_credentials(cluster_id)
+        except ApiError as error:
+            api_error(ctx, "Error Renewing Cluster Credentials", error, subject="GPU cluster")
+            return None
+        return _renew_at(renewed["expires_at"])
+
+
+def _renew_at(expires_at: str) -> dt.datetime:
+    """Halfway to the expiry: room for a late renewal, or a retry, before the token lapses."""
+    now = dt.datetime.now(dt.UTC)
+    return now + (dt.datetime.fromisoformat(expires_at) - now) / 2

@@ -19,6 +19,7 @@ from provider.client import (
 )
 from provider.cty import is_unknown
 from provider.framework import (
+    Action,
     Context,
     DataSource,
     EphemeralResource,
@@ -33,6 +34,7 @@ from provider.framework import (
 )
 from provider.framework.validators import custom, int_between, string_matches
 from provider.resources._common import GpuCloudConfig
+from provider.resources.cluster_actions import ClusterNodeAction, ClusterRestartWorkers
 from provider.resources.cluster_credentials import ClusterCredentialsEphemeralResource
 from provider.resources.cluster_data_source import GpuClusterDataSource
 from provider.resources.data_sources import (
@@ -74,6 +76,7 @@ LIST_RESOURCES: tuple[type[ListResource], ...] = (
     SharedVolumeListResource,
     GpuClusterListResource,
 )
+ACTIONS: tuple[type[Action], ...] = (ClusterNodeAction, ClusterRestartWorkers)
 
 DEFAULT_REQUEST_TIMEOUT = "30s"
 DEFAULT_MAX_RETRIES = 4
@@ -126,6 +129,7 @@ class GpuCloudProvider(Provider):
         self._data_sources = [d() for d in DATA_SOURCES]
         self._ephemerals = [e() for e in EPHEMERAL_RESOURCES]
         self._listers = [r() for r in LIST_RESOURCES]
+        self._actions = [a() for a in ACTIONS]
 
     def configure(self, ctx: Context, config: dict[str, Any]) -> GpuCloudConfig:
         if any(is_unknown(v) for v in config.values()):
@@ -219,3 +223,6 @@ class GpuCloudProvider(Provider):
 
     def list_resources(self) -> Sequence[ListResource]:
         return self._listers
+
+    def actions(self) -> Sequence[Action]:
+        return self._actions

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 from kubernetes import client as kube_client
 from kubernetes import config as kube_config
@@ -83,6 +85,38 @@ def test_kubernetes_credentials_are_admin_only_audited_and_load(
     assert nodes[0]["metadata"]["labels"]["gpucloud.io/fabric"] == "ib-east-a"
     slurm_cluster = create(admin, name="other")
     assert admin.get(f"/v1/clusters/{slurm_cluster['id']}/credentials").status_code == 404
+
+
+def test_kubernetes_credentials_are_a_lease_renewed_until_they_lapse(
+    admin: TestClient, member: TestClient, make_worker: Callable[..., EngineWorker],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from backend.api import cluster_artifacts
+
+    cluster = create(admin, orchestrator="kubernetes")
+    drain(make_worker())
+    now = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    monkeypatch.setattr(cluster_artifacts, "utcnow", lambda: now)
+    credentials = f"/v1/clusters/{cluster['id']}/credentials"
+    first = admin.get(credentials).json()
+    assert first["expires_at"] == "2030-01-01T01:00:00Z"  # the default lease, one hour
+    assert member.post(credentials + "/renew").status_code == 403
+
+    now += dt.timedelta(minutes=50)
+    renewed = admin.post(credentials + "/renew")
+    assert renewed.status_code == 200 and renewed.json() == {"expires_at": "2030-01-01T01:50:00Z"}
+    again = admin.get(credentials).json()  # still valid: the same token, no new lease
+    assert again["kubeconfig"] == first["kubeconfig"] and again["expires_at"] == "2030-01-01T01:50:00Z"
+
+    now += dt.timedelta(hours=2)
+    lapsed = admin.post(credentials + "/renew")
+    assert lapsed.status_code == 409 and lapsed.json()["code"] == "credentials_expired"
+    fresh = admin.get(credentials).json()
+    assert fresh["kubeconfig"] != first["kubeconfig"] and fresh["expires_at"] == "2030-01-01T03:50:00Z"
+    events = admin.get("/v1/audit-events", params={"action": "cluster.credentials_renewed"}).json()["items"]
+    assert [e["resource_id"] for e in events] == [cluster["id"]]
+    slurm_cluster = create(admin, name="other")
+    assert admin.post(f"/v1/clusters/{slurm_cluster['id']}/credentials/renew").status_code == 404
 
 
 def test_other_projects_cannot_read_artifacts(

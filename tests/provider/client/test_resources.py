@@ -73,6 +73,7 @@ def test_cluster_operations_use_the_documented_paths() -> None:
         httpx.Response(202, json={"id": "clu_1", "status": "DESTROYING"}),
         httpx.Response(200, text="NodeName=node-0\n", headers={"content-type": "text/plain"}),
         httpx.Response(200, json={"user": "ubuntu"}),
+        httpx.Response(200, json={"expires_at": "2030-01-01T01:00:00Z"}),
         httpx.Response(204),
         httpx.Response(204),
     )
@@ -82,6 +83,7 @@ def test_cluster_operations_use_the_documented_paths() -> None:
     assert client.delete_cluster("clu_1") == {"id": "clu_1", "status": "DESTROYING"}
     assert client.get_cluster_artifact("clu_1", "slurm.conf") == "NodeName=node-0\n"
     assert client.get_cluster_credentials("clu_1") == {"user": "ubuntu"}
+    assert client.renew_cluster_credentials("clu_1") == {"expires_at": "2030-01-01T01:00:00Z"}
     client.delete_volume("vol_1")
     client.delete_ssh_key("ssh_1")
     assert [(r.method, r.url.path) for r in api.requests] == [
@@ -90,6 +92,7 @@ def test_cluster_operations_use_the_documented_paths() -> None:
         ("DELETE", "/v1/clusters/clu_1"),
         ("GET", "/v1/clusters/clu_1/artifacts/slurm.conf"),
         ("GET", "/v1/clusters/clu_1/credentials"),
+        ("POST", "/v1/clusters/clu_1/credentials/renew"),
         ("DELETE", "/v1/volumes/vol_1"),
         ("DELETE", "/v1/ssh-keys/ssh_1"),
     ]

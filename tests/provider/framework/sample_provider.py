@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from provider.cty import NUMBER
 from provider.framework import (
+    Action,
     Context,
     DataSource,
     EphemeralResource,
@@ -155,6 +156,40 @@ class AddFunction(Function):
         return args[0] + args[1]
 
 
+class PokeAction(Action):
+    """Pokes a thing `times` times, one progress message each; `wait` seconds between pokes (stoppable)."""
+
+    type_name = "sample_poke"
+    schema = Schema(
+        attributes={
+            "thing_id": StringAttribute(required=True, validators=[string_length(min=1)]),
+            "times": Int64Attribute(optional=True),
+            "wait": Int64Attribute(optional=True),
+        }
+    )
+
+    def __init__(self, things: ThingResource) -> None:
+        self.things = things
+        self.poked: list[str] = []
+
+    def plan(self, ctx: Context, config: dict[str, Any]) -> None:
+        thing_id = config["thing_id"]
+        if isinstance(thing_id, str) and thing_id not in self.things.objects:
+            ctx.error("Thing Not Found", f"No thing {thing_id}.")
+
+    def invoke(self, ctx: Context, config: dict[str, Any]) -> Iterable[str]:
+        times = config["times"] or 1
+        for n in range(1, times + 1):
+            if config["thing_id"] == "boom" and n == 2:
+                raise RuntimeError("the poker broke")
+            if config["thing_id"] == "tired" and n == 2:
+                ctx.error("Too Tired", "Poke 2 refused.")
+            self.poked.append(config["thing_id"])
+            yield f"poke {n}/{times}"
+            if config["wait"]:
+                ctx.sleep(config["wait"])
+
+
 class SampleProvider(Provider):
     type_name = "sample"
     schema = Schema(attributes={"endpoint": StringAttribute(optional=True)})
@@ -162,6 +197,7 @@ class SampleProvider(Provider):
     def __init__(self) -> None:
         self.thing = ThingResource()
         self.token = TokenEphemeral()
+        self.poke = PokeAction(self.thing)
         self.configured_with: Any = None
 
     def configure(self, ctx: Context, config: dict[str, Any]) -> Any:
@@ -182,3 +218,6 @@ class SampleProvider(Provider):
 
     def list_resources(self) -> list[ListResource]:
         return [ThingLister(self.thing)]
+
+    def actions(self) -> list[Action]:
+        return [self.poke]

@@ -18,6 +18,7 @@ def test_docs_registry_layout_with_examples(tmp_path):
         "data-sources/echo.md",
         "ephemeral-resources/token.md",
         "list-resources/thing.md",
+        "actions/poke.md",
         "functions/add.md",
     }
     page = pages["resources/thing.md"]
@@ -29,6 +30,10 @@ def test_docs_registry_layout_with_examples(tmp_path):
     assert page.index("### Required") < page.index("### Optional") < page.index("### Read-Only")
     assert '- `zone` (String) Defaults to `"a"`.' in page
     assert "- `token` (String, Sensitive)" in pages["ephemeral-resources/token.md"]
+    action = pages["actions/poke.md"]
+    assert action.startswith('---\npage_title: "sample_poke Action - sample"')
+    assert "# sample_poke (Action)" in action
+    assert "### Required\n\n- `thing_id` (String)" in action
     # Without an import-by-identity.tf example the identity attributes are still listed.
     assert page.endswith(
         "## Import by Identity\n\n### Identity Schema\n\n#### Required\n\n- `id` (String) The thing's id.\n"

@@ -38,6 +38,8 @@ def _error_texts(response: object) -> list[str]:
         return [text for message in response for text in _error_texts(message)]  # type: ignore[attr-defined]
     if hasattr(response, "diagnostic"):  # ListResource events
         return [d.summary + ": " + d.detail for d in response.diagnostic]
+    if hasattr(response, "completed"):  # InvokeAction events
+        return [d.summary + ": " + d.detail for d in response.completed.diagnostics]
     if hasattr(response, "diagnostics"):
         assert all(d.severity == tfplugin6_pb2.Diagnostic.ERROR for d in response.diagnostics)
         return [d.summary + ": " + d.detail for d in response.diagnostics]
@@ -110,6 +112,24 @@ def test_servicer_answers_unimplemented_streaming_rpcs_with_a_diagnostic() -> No
     assert "does not implement the ListResource RPC" in event.diagnostic[0].detail
 
 
+def test_servicer_ends_a_failing_action_with_a_completed_event() -> None:
+    # Terraform panics on an InvokeAction event that is neither progress nor completed.
+    def invoke_action(request: object) -> object:
+        step = tfplugin6_pb2.InvokeAction.Event.Progress(message="1")
+        yield tfplugin6_pb2.InvokeAction.Event(progress=step)
+        raise KeyError("node")
+
+    delegate = mock.Mock(spec=["invoke_action"])
+    delegate.invoke_action.side_effect = invoke_action
+    request = tfplugin6_pb2.InvokeAction.Request(action_type="gpucloud_cluster_node_action")
+    events = list(DelegatingProviderServicer(delegate).InvokeAction(request, None))
+    assert [e.WhichOneof("type") for e in events] == ["progress", "completed"]
+    (error,) = events[1].completed.diagnostics
+    assert error.summary == "Internal Provider Error" and "KeyError" in error.detail
+    (missing,) = DelegatingProviderServicer(object()).InvokeAction(request, None)
+    assert "does not implement the InvokeAction RPC" in missing.completed.diagnostics[0].detail
+
+
 @pytest.mark.parametrize("method", ALL_METHODS, ids=lambda m: m.name)
 def test_unavailable_provider_explains_itself_on_every_rpc(method: object) -> None:
     servicer = DelegatingProviderServicer(
@@ -164,6 +184,10 @@ class _LoggingDelegate:
         logging.getLogger("provider.resources").info("listing")
         yield tfplugin6_pb2.ListResource.Event()
 
+    def invoke_action(self, request: object) -> Iterator[tfplugin6_pb2.InvokeAction.Event]:
+        logging.getLogger("provider.resources").info("invoking")
+        yield tfplugin6_pb2.InvokeAction.Event(completed=tfplugin6_pb2.InvokeAction.Event.Completed())
+
 
 def test_servicer_logs_carry_terraform_plugin_go_fields(log_lines: io.StringIO) -> None:
     servicer = DelegatingProviderServicer(_LoggingDelegate())
@@ -171,6 +195,8 @@ def test_servicer_logs_carry_terraform_plugin_go_fields(log_lines: io.StringIO) 
     servicer.ReadResource(tfplugin6_pb2.ReadResource.Request(type_name="gpucloud_ssh_key"), None)
     servicer.ReadDataSource(tfplugin6_pb2.ReadDataSource.Request(type_name="gpucloud_regions"), None)
     list(servicer.ListResource(tfplugin6_pb2.ListResource.Request(type_name="gpucloud_gpu_cluster"), None))
+    invoke = tfplugin6_pb2.InvokeAction.Request(action_type="gpucloud_cluster_node_action")
+    list(servicer.InvokeAction(invoke, None))
     entries = [json.loads(line) for line in log_lines.getvalue().splitlines()]
     by_message: dict[str, list[dict[str, object]]] = {}
     for entry in entries:
@@ -184,8 +210,11 @@ def test_servicer_logs_carry_terraform_plugin_go_fields(log_lines: io.StringIO) 
     assert data["tf_rpc"] == "ReadDataSource" and data["tf_data_source_type"] == "gpucloud_regions"
     (listing,) = by_message["listing"]
     assert listing["tf_rpc"] == "ListResource" and listing["tf_list_resource_type"] == "gpucloud_gpu_cluster"
+    (invoking,) = by_message["invoking"]
+    assert invoking["tf_rpc"] == "InvokeAction"
+    assert invoking["tf_action_type"] == "gpucloud_cluster_node_action"
     # Each request is bracketed at trace level, with its duration, under the same request id.
     received = [e for e in by_message["Received request"] if e["tf_req_id"] == first["tf_req_id"]]
     served = [e for e in by_message["Served request"] if e["tf_req_id"] == first["tf_req_id"]]
     assert len(received) == len(served) == 1 and isinstance(served[0]["tf_req_duration_ms"], int)
-    assert len(by_message["Served request"]) == 4
+    assert len(by_message["Served request"]) == 5

@@ -80,6 +80,10 @@ class FakeClusterApi:
     on_get: Callable[[], None] | None = None
     reject_create: list[dict[str, str]] | None = None  # field errors of a 422 for the next create
     unreachable_posts: int = 0  # the next N cluster POSTs fail as if the backend were down
+    credentials_expire_at: str = "2099-01-01T00:00:00Z"  # the kubeconfig token's lease
+    credentials_lapsed: bool = False  # renewals answer 409 credentials_expired
+    credential_reads: int = 0
+    credential_renewals: int = 0
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _clock: itertools.count[int] = field(default_factory=lambda: itertools.count(0))
 
@@ -129,7 +133,16 @@ class FakeClusterApi:
                 for n in cluster["nodes"]
             ]})
         if len(parts) == 3 and parts[2] == "credentials":
-            return httpx.Response(200, json={"kubeconfig": "apiVersion: v1\n", "api_endpoint": "https://k"})
+            self.credential_reads += 1
+            return httpx.Response(200, json={"kubeconfig": "apiVersion: v1\n", "api_endpoint": "https://k",
+                                             "expires_at": self.credentials_expire_at})
+        if parts[2:] == ["credentials", "renew"] and method == "POST":
+            if self.credentials_lapsed:
+                body = {"title": "Conflict", "status": 409, "code": "credentials_expired",
+                        "detail": f"the credentials of cluster {parts[1]} lapsed; read them again"}
+                return httpx.Response(409, json=body, headers={"content-type": "application/problem+json"})
+            self.credential_renewals += 1
+            return httpx.Response(200, json={"expires_at": self.credentials_expire_at})
         if method == "GET":
             if self.on_get is not None:
                 self.on_get()

@@ -3,6 +3,7 @@ credentials ephemeral resource."""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from decimal import Decimal
 from typing import Any
@@ -294,6 +295,32 @@ def test_gpu_cluster_credentials_kubeconfig_or_ssh(api):
     ctx = ctx_for(api)
     eph.open(ctx, {"cluster_id": "cls_404"})
     assert [d.summary for d in ctx.diagnostics] == ["Cluster Not Found"]
+
+
+def test_gpu_cluster_credentials_renewed_halfway_to_their_expiry(api):
+    created(api, orchestrator="kubernetes")
+    created(api, name="slurmy")
+    eph = ClusterCredentialsEphemeralResource()
+    soon = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    api.credentials_expire_at = soon.isoformat().replace("+00:00", "Z")
+    ctx = ctx_for(api)
+    opened = eph.open(ctx, {"cluster_id": "cls_1"})
+    assert opened.result["expires_at"] == api.credentials_expire_at
+    assert opened.renew_at is not None
+    assert dt.timedelta(minutes=29) < opened.renew_at - dt.datetime.now(dt.UTC) <= dt.timedelta(minutes=30)
+
+    renewal = ctx_for(api, private=dict(ctx.private))  # Terraform hands the private data back
+    api.credentials_expire_at = (soon + dt.timedelta(hours=1)).isoformat().replace("+00:00", "Z")
+    next_renewal = eph.renew(renewal)
+    assert api.credential_renewals == 1 and api.credential_reads == 1  # the same token, extended
+    assert next_renewal is not None and next_renewal - opened.renew_at > dt.timedelta(minutes=29)
+
+    api.credentials_lapsed = True
+    lapsed = ctx_for(api, private=dict(ctx.private))
+    assert eph.renew(lapsed) is None
+    (error,) = lapsed.diagnostics
+    assert error.summary == "Error Renewing Cluster Credentials" and "lapsed" in error.detail
+    assert eph.open(ctx_for(api), {"cluster_id": "cls_2"}).renew_at is None  # SSH logins do not lapse
 
 
 def test_gpu_cluster_reservation_estimated_until_billed_then_as_billed(api):
