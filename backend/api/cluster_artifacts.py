@@ -43,7 +43,9 @@ def get_artifact(cluster_id: str, file: ArtifactName, request: Request, principa
     """A file generated from the cluster's current placement (regenerated on every membership change)."""
     state = app_state(request)
     with state.read_sessions() as session:
-        clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        clusters.get_cluster(
+            session=session, project_id=principal.project_id, scope=principal.scope, cluster_id=cluster_id
+        )
         content = views.artifact(session, cluster_id, file)
     if content is None:
         raise NotFound(f"cluster {cluster_id} has no {file} (wrong orchestrator, or not placed)",
@@ -56,7 +58,9 @@ def get_credentials(cluster_id: str, request: Request, principal: Writer) -> Res
     """The admin kubeconfig of a Kubernetes cluster (admin keys only; every read is audited)."""
     state = app_state(request)
     with state.write_sessions.begin() as session:
-        clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        clusters.get_cluster(
+            session=session, project_id=principal.project_id, scope=principal.scope, cluster_id=cluster_id
+        )
         found = views.cluster_credentials(session, cluster_id)
         if found is None:
             raise NotFound(f"cluster {cluster_id} has no credentials (not Kubernetes, or not placed)",
