@@ -101,6 +101,7 @@ def check_cluster_fields(principal: Principal, fields: Iterable[str]) -> None:
         )
 
 
-Reader = Annotated[Principal, Depends(_require(Permission.READ))]
-Operator = Annotated[Principal, Depends(_require(Permission.OPERATE))]
-Writer = Annotated[Principal, Depends(_require(Permission.MANAGE))]
+# What a route's `principal` parameter is typed as names the permission it needs (backend/domain/access.py).
+Reader = Annotated[Principal, Depends(_require(Permission.READ))]  # every role
+Operator = Annotated[Principal, Depends(_require(Permission.OPERATE))]  # day-2 changes: operator, admin
+Writer = Annotated[Principal, Depends(_require(Permission.MANAGE))]  # create, delete, the rest: admin
