@@ -24,9 +24,10 @@ from backend.domain.errors import Conflict, FieldError, Forbidden, NotFound, val
 from backend.domain.ids import is_id_of, new_id
 from backend.provisioning.engine import request_reconcile
 from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, scope_filter, touch
+from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
 from backend.store.db import execute_core
 from backend.store.models import Cluster, ClusterSshKey, ClusterVolume, SshKey, Volume
+from backend.store.scoping import scope_filter
 
 # Fields a PATCH may not change (a different value needs a new cluster).
 IMMUTABLE_FIELDS = ("region", "instance_type", "orchestrator", "interconnect")

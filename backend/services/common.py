@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import ColumnElement, Select, true
+from sqlalchemy import Select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.orm.interfaces import ORMOption
 
@@ -53,14 +53,6 @@ def get_owned(
 def in_scope(scope: Scope | None, labels: Any) -> bool:
     """Whether a resource with `labels` is visible to a key of `scope` (None: unscoped, sees all)."""
     return scope is None or scope.matches(labels)
-
-
-def scope_filter(labels: Any, scope: Scope | None) -> ColumnElement[bool]:
-    """A WHERE clause keeping the rows of a labels JSON column within `scope` (SQLite and PostgreSQL)."""
-    if scope is None:
-        return true()
-    clause: ColumnElement[bool] = labels[scope.key].as_string() == scope.value
-    return clause
 
 
 def check_if_match(if_match: str | None, row: OwnedRow) -> None:

@@ -12,8 +12,9 @@ from backend.domain.errors import Conflict, validation_failed
 from backend.domain.ids import new_id
 from backend.domain.ssh_keys import ParsedSshKey, parse_public_key
 from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, scope_filter, touch
+from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
 from backend.store.models import Cluster, ClusterSshKey, SshKey
+from backend.store.scoping import scope_filter
 
 
 def create_ssh_key(

@@ -15,8 +15,9 @@ from backend.domain.catalog import Catalog
 from backend.domain.errors import Conflict, FieldError, Unprocessable, validation_failed
 from backend.domain.ids import new_id
 from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, keyset_page, scope_filter, touch
+from backend.services.common import check_if_match, get_owned, keyset_page, touch
 from backend.store.models import Cluster, ClusterVolume, Volume
+from backend.store.scoping import scope_filter
 
 
 def check_region(catalog: Catalog, region: str, *, path: str = "region") -> None:

@@ -1,17 +1,23 @@
 """Team scopes: a key made with `--scope team=nlp` sees, changes and references only its team's clusters,
 volumes and SSH keys (others answer 404 as another project's do), lists and pages hold only them, and
-what it creates carries the label; unscoped keys see everything. SQLite and PostgreSQL."""
+what it creates carries the label; unscoped keys see everything. Billing usage lines follow the same
+rule. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from backend.settings import Settings
+from backend.store.billing_models import UsageRecord
+from backend.store.db import make_engine, make_session_factory
 from tests.backend.access_keys import client_for, make_key
+from tests.backend.conftest import Tenant
 from tests.backend.keys import ed25519_key
 
 CLUSTER = {"region": "us-east-1", "instance_type": "1xH100", "node_count": 1}
@@ -171,3 +177,48 @@ def test_scope_idempotency_key_of_another_team_is_not_replayed(admin: TestClient
     other = vision.post("/v1/volumes", json=body, headers={"Idempotency-Key": "vol-1"})
     assert other.status_code == 422 and other.json()["code"] == "idempotency_key_reused"
     assert "Idempotent-Replayed" not in other.headers
+
+
+def test_scope_usage_lines_are_the_teams_clusters_and_volumes(
+    teams: tuple[Team, Team], admin: TestClient, settings: Settings, tenant: Tenant
+) -> None:
+    nlp, vision = teams
+    lines = {  # resource id -> (resource type, cluster id)
+        "nod_nlp": ("node", nlp.cluster),
+        "nod_vision": ("node", vision.cluster),
+        nlp.volume: ("volume", None),
+        vision.volume: ("volume", None),
+    }
+    engine = make_engine(settings)
+    hour = datetime(2026, 3, 2, 9, tzinfo=UTC)
+    with make_session_factory(engine, write=True).begin() as session:
+        for resource_id, (resource_type, cluster_id) in lines.items():
+            session.add(
+                UsageRecord(
+                    idempotency_key=f"test:{resource_id}",
+                    project_id=tenant.project_id,
+                    kind="storage",
+                    resource_type=resource_type,
+                    resource_id=resource_id,
+                    cluster_id=cluster_id,
+                    region="us-east-1",
+                    period_start=hour,
+                    period_end=hour + timedelta(hours=1),
+                    seconds=3600,
+                    units=Decimal(1),
+                    unit_price_usd=Decimal(1),
+                    amount_micros=1_000_000,
+                    recorded_at=hour + timedelta(hours=1),
+                )
+            )
+    engine.dispose()
+
+    def usage(client: TestClient, **params: str) -> set[str]:
+        response = client.get("/v1/billing/usage", params=params)
+        assert response.status_code == 200, response.text
+        return {item["resource_id"] for item in response.json()["items"]}
+
+    assert usage(nlp.client) == {"nod_nlp", nlp.volume}
+    assert usage(vision.client) == {"nod_vision", vision.volume}
+    assert usage(nlp.client, cluster_id=vision.cluster) == set()
+    assert usage(admin) == set(lines)
