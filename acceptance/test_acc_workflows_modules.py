@@ -1,7 +1,7 @@
 """Sharing the gpu-training-cluster module across teams, against the real backend: the module's own
 `terraform test` (a smoke test, on Terraform 1.11 and 1.15), and with Terraform 1.11 the NLP and vision
-team roots applied into one project without touching each other, and one module's outputs feeding
-another."""
+team roots applied into one project with a scoped key each, neither seeing the other, and one
+module's outputs feeding another."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from acceptance.backend import Backend
 from acceptance.cluster_backend import fast_backend
 from acceptance.gpucloud_steps import PROVIDER_BLOCK
 from acceptance.harness import Terraform
-from acceptance.workflow_steps import cluster_named, copy_examples, gone, state_values
+from acceptance.workflow_steps import cluster_named, copy_examples, gone, new_api_key, state_values
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +23,11 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
         yield server
 
 
-def runner(mirror: Path, backend: Backend, directory: Path) -> Terraform:
-    """A Terraform 1.11 runner (provider from the mirror, reaching the backend) working in `directory`."""
-    return Terraform(directory, version="1.11", mirror=mirror, env=backend.provider_env)
+def runner(mirror: Path, backend: Backend, directory: Path, api_key: str | None = None) -> Terraform:
+    """A Terraform 1.11 runner (provider from the mirror, reaching the backend) working in `directory`,
+    with `api_key` instead of the backend's unscoped admin key when given."""
+    env = {**backend.provider_env, **({"GPUCLOUD_API_KEY": api_key} if api_key else {})}
+    return Terraform(directory, version="1.11", mirror=mirror, env=env)
 
 
 def test_acc_workflows_module_terraform_test(
@@ -46,13 +48,26 @@ def test_acc_workflows_team_roots_share_one_project(
     provider_mirror: Path, backend: Backend, tmp_path: Path
 ) -> None:
     teams = copy_examples(tmp_path) / "teams"
-    nlp, vision = (runner(provider_mirror, backend, teams / team) for team in ("nlp", "vision"))
+    # Each root runs with its team's scoped key, as docs/guides/modules.md sets them up.
+    keys = {team: new_api_key(backend, "admin", "--scope", f"team={team}") for team in ("nlp", "vision")}
+    nlp, vision = (runner(provider_mirror, backend, teams / team, keys[team]) for team in ("nlp", "vision"))
     for tf in (nlp, vision):
         tf.init()
         tf.apply()
     # Each root's plan is still empty once the other team applied: nothing of one shows in the other.
     for tf in (nlp, vision):
         tf.assert_plan_empty()
+    # The NLP key cannot see the vision team's cluster: a data source naming it fails at plan time.
+    nlp.write("other_team.tf", """
+        data "gpucloud_gpu_cluster" "other" {
+          name = "vision-detector"
+        }
+    """)
+    lookup = nlp.run("plan", check=False)
+    text = " ".join(lookup.output.split())
+    assert lookup.returncode == 1 and "Cluster Not Found" in text, lookup.output
+    assert 'No GPU cluster named "vision-detector"' in text, lookup.output
+    nlp.remove("other_team.tf")
 
     names = {c["name"]: c for c in backend.client.list_clusters()}
     assert {"nlp-pretrain", "nlp-eval", "vision-detector", "vision-labeling"} <= set(names)

@@ -63,8 +63,14 @@ def run_ci(mode: str, *, root: Path, version: str, backend: Backend, mirror: Pat
 
 def member_api_key(backend: Backend) -> str:
     """A new read-only (member) API key of the backend's project, made with the backend's own CLI."""
+    return new_api_key(backend, "member")
+
+
+def new_api_key(backend: Backend, role: str, *extra: str) -> str:
+    """A new API key of the backend's project with `role` (and e.g. `--scope team=nlp`), made with the
+    backend's own CLI."""
     env = {**os.environ, "GPUCLOUD_DATA_DIR": str(backend.data_dir)}
-    done = subprocess.run([str(BACKEND), "create-api-key", "--project", "acceptance", "--role", "member"],
+    done = subprocess.run([str(BACKEND), "create-api-key", "--project", "acceptance", "--role", role, *extra],
                           env=env, capture_output=True, text=True, timeout=120, check=True)
     return done.stdout.strip()
 

@@ -196,13 +196,21 @@ def cmd_create_project(args: argparse.Namespace) -> int:
 
 def cmd_create_api_key(args: argparse.Namespace) -> int:
     """Create an API key and print it alone on stdout (shown once; only its digest is stored)."""
+    from backend.domain.access import Scope
     from backend.services import audit, auth
 
+    try:
+        scope = Scope.parse(args.scope) if args.scope is not None else None
+    except ValueError as error:
+        print(f"error: --scope: {error}", file=sys.stderr)
+        return 2
     settings = _settings(args)
     engine, sessions = _with_write_session(settings)
     try:
         with sessions.begin() as session:
-            row, plaintext = auth.create_api_key(session=session, project_name=args.project, role=args.role)
+            row, plaintext = auth.create_api_key(
+                session=session, project_name=args.project, role=args.role, scope=scope
+            )
             session.flush()
             audit.record_event(
                 session=session,
@@ -212,7 +220,7 @@ def cmd_create_api_key(args: argparse.Namespace) -> int:
                 resource_type="api_key",
                 resource_id=row.id,
                 request_id=None,
-                details={"prefix": row.prefix, "role": row.role},
+                details={"prefix": row.prefix, "role": row.role, "scope": str(scope) if scope else None},
             )
     finally:
         engine.dispose()
@@ -296,7 +304,12 @@ def build_parser() -> argparse.ArgumentParser:
     project.set_defaults(func=cmd_create_project)
     key = commands.add_parser("create-api-key", help="create an API key, print it")
     key.add_argument("--project", required=True, help="project name")
-    key.add_argument("--role", required=True, choices=["admin", "member"])
+    key.add_argument("--role", required=True, choices=["viewer", "member", "operator", "admin"],
+                     help="viewer (read), operator (viewer + scale, attach/detach, node actions, labels), "
+                     "admin (everything); member is an alias of viewer")
+    key.add_argument("--scope", default=None, metavar="LABEL=VALUE",
+                     help="limit the key to resources carrying this label, e.g. team=nlp (default: the "
+                     "whole project)")
     key.set_defaults(func=cmd_create_api_key)
     revoke = commands.add_parser("revoke-api-key", help="revoke an API key by its prefix")
     revoke.add_argument("prefix", help="the key's first 12 characters, e.g. gpc_AbCdEfGh")

@@ -55,7 +55,12 @@ step_cli() {
   "$PY" -m provider.cli.docs "${1:-docs/cli.md}"
 }
 
-ALL_STEPS="stubs openapi rules docs cli"
+# The role matrix in docs/api.md (between its markers) from the routes' permissions.
+step_roles() {
+  "$PY" -m backend.api.role_matrix "${1:-docs/api.md}"
+}
+
+ALL_STEPS="stubs openapi rules docs cli roles"
 
 if [ $# -gt 0 ]; then
   step=$1

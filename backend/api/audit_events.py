@@ -13,6 +13,7 @@ from backend.api.deps import Writer
 from backend.api.listing import page_args, page_body
 from backend.api.schemas import WRITE_ERRORS, Page, PageSize, PageToken
 from backend.api.state import app_state
+from backend.domain.api_keys import DISPLAY_PREFIX_LEN
 from backend.services import audit
 from backend.store.models import AuditEvent
 
@@ -55,8 +56,18 @@ def list_audit_events(
     page_token: PageToken = None,
     resource_id: Annotated[str | None, Query(max_length=64, pattern=r"^[a-z]{3}_[0-9a-z]+$")] = None,
     action: Annotated[str | None, Query(max_length=64, pattern=r"^[a-z_]+\.[a-z_]+$")] = None,
+    api_key: Annotated[
+        str | None,
+        Query(
+            min_length=DISPLAY_PREFIX_LEN,
+            max_length=DISPLAY_PREFIX_LEN,
+            pattern=r"^gpc_[0-9A-Za-z]+$",
+            description="Only the writes made with this API key: its first 12 characters (`gpc_AbCdEfGh`)",
+        ),
+    ] = None,
 ) -> Response:
-    """Every write in the project, oldest first (admin keys only)."""
+    """Every write in the project, oldest first (admin keys only; a team-scoped admin key sees the
+    writes of its team's keys)."""
     state = app_state(request)
     after_id, limit = page_args(state.settings, kind=KIND, page_size=page_size, page_token=page_token)
     with state.read_sessions() as session:
@@ -67,6 +78,8 @@ def list_audit_events(
             limit=limit + 1,
             resource_id=resource_id,
             action=action,
+            actor=api_key,
+            scope=principal.scope,
         )
         page = Page[AuditEventOut].model_validate(page_body(KIND, rows[:limit], len(rows) > limit, to_out))
     return Response(page.model_dump_json(), media_type="application/json")

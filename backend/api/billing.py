@@ -201,7 +201,8 @@ def list_usage(
     start: Annotated[DateTimeText | None, Query(description="Only lines ending after this time")] = None,
     end: Annotated[DateTimeText | None, Query(description="Only lines starting before this time")] = None,
 ) -> dict[str, Any]:
-    """Usage line items (hour slices per node and volume, reserved terms), oldest first."""
+    """Usage line items (hour slices per node and volume, reserved terms), oldest first; a team-scoped
+    key gets its team's clusters' and volumes' lines."""
     state = app_state(request)
     after_id = None
     if page_token:
@@ -209,7 +210,12 @@ def list_usage(
         after_id = int(raw) if raw.isdigit() else None
     limit = min(page_size or state.settings.default_page_size, state.settings.max_page_size)
     filters = reports.UsageFilter(
-        kind=kind, cluster_id=cluster_id, resource_id=resource_id, start=_aware(start), end=_aware(end)
+        kind=kind,
+        cluster_id=cluster_id,
+        resource_id=resource_id,
+        start=_aware(start),
+        end=_aware(end),
+        scope=principal.scope,
     )
     with state.read_sessions() as session:
         rows, more = reports.list_usage(

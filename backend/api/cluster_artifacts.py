@@ -52,7 +52,9 @@ def get_artifact(cluster_id: str, file: ArtifactName, request: Request, principa
     """A file generated from the cluster's current placement (regenerated on every membership change)."""
     state = app_state(request)
     with state.read_sessions() as session:
-        clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        clusters.get_cluster(
+            session=session, project_id=principal.project_id, scope=principal.scope, cluster_id=cluster_id
+        )
         content = views.artifact(session, cluster_id, file)
     if content is None:
         raise NotFound(f"cluster {cluster_id} has no {file} (wrong orchestrator, or not placed)",
@@ -67,7 +69,9 @@ def get_credentials(cluster_id: str, request: Request, principal: Writer) -> Res
     state = app_state(request)
     ttl = dt.timedelta(seconds=state.settings.credentials_ttl_seconds)
     with state.write_sessions.begin() as session:
-        clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        clusters.get_cluster(
+            session=session, project_id=principal.project_id, scope=principal.scope, cluster_id=cluster_id
+        )
         found = credentials.read_credentials(session, cluster_id, now=utcnow(), ttl=ttl)
         audit.record_event(session=session, project_id=principal.project_id, actor=principal.key_prefix,
                            action="cluster.credentials_read", resource_type="cluster",
@@ -84,7 +88,9 @@ def renew_credentials(cluster_id: str, request: Request, principal: Writer) -> R
     state = app_state(request)
     ttl = dt.timedelta(seconds=state.settings.credentials_ttl_seconds)
     with state.write_sessions.begin() as session:
-        clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        clusters.get_cluster(
+            session=session, project_id=principal.project_id, scope=principal.scope, cluster_id=cluster_id
+        )
         expires_at = credentials.renew_credentials(session, cluster_id, now=utcnow(), ttl=ttl)
         audit.record_event(session=session, project_id=principal.project_id, actor=principal.key_prefix,
                            action="cluster.credentials_renewed", resource_type="cluster",

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
-from backend.api.deps import Reader, Writer
+from backend.api.deps import Operator, Reader
 from backend.api.schemas import READ_ERRORS, WRITE_ERRORS, StrictModel
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
@@ -131,6 +131,7 @@ def list_nodes(cluster_id: str, request: Request, principal: Reader, health: Hea
     state = app_state(request)
     with state.read_sessions() as session:
         cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
+                                       scope=principal.scope,
                                        cluster_id=cluster_id)
         every = _views(session, cluster)
     counts = {name: 0 for name in node_views.HEALTH_STATES}
@@ -148,14 +149,16 @@ def get_metrics(cluster_id: str, request: Request, principal: Reader, window: Me
     no sample was taken: a node not yet up, or down)."""
     state = app_state(request)
     with state.read_sessions() as session:
-        clusters.get_cluster(session=session, project_id=principal.project_id, cluster_id=cluster_id)
+        clusters.get_cluster(
+            session=session, project_id=principal.project_id, scope=principal.scope, cluster_id=cluster_id
+        )
         body = node_metrics.series(session, cluster_id, window, utcnow(), node)
     return Response(MetricsOut.model_validate(body).model_dump_json(), media_type="application/json")
 
 
 @router.post("/{cluster_id}/nodes/{name}/actions", status_code=202, response_model=NodeActionOut,
              responses=WRITE_ERRORS)
-def node_action(cluster_id: str, name: NodeName, body: NodeActionIn, request: Request, principal: Writer,
+def node_action(cluster_id: str, name: NodeName, body: NodeActionIn, request: Request, principal: Operator,
                 ) -> Response:
     """restart (reboot in place), replace (new machine, same hostname and address), drain (no new work),
     resume (undo drain). 409 `node_state_conflict` when the node's state forbids it."""
@@ -163,6 +166,7 @@ def node_action(cluster_id: str, name: NodeName, body: NodeActionIn, request: Re
 
     def operation(session: Session) -> WriteOutcome:
         cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
+                                       scope=principal.scope,
                                        cluster_id=cluster_id, for_update=True)
         node_actions.request_node_action(session, catalog, cluster, name, body.action)
         session.flush()
@@ -175,12 +179,13 @@ def node_action(cluster_id: str, name: NodeName, body: NodeActionIn, request: Re
 
 @router.post("/{cluster_id}/actions", status_code=202, response_model=ClusterActionOut,
              responses=WRITE_ERRORS)
-def cluster_action(cluster_id: str, body: ClusterActionIn, request: Request, principal: Writer) -> Response:
+def cluster_action(cluster_id: str, body: ClusterActionIn, request: Request, principal: Operator) -> Response:
     """restart_workers: restart every worker that reports XID errors (failed by one, or with a hardware
     XID in the last hour); the answer names them (empty when none does)."""
 
     def operation(session: Session) -> WriteOutcome:
         cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
+                                       scope=principal.scope,
                                        cluster_id=cluster_id, for_update=True)
         xid = {v["name"] for v in _views(session, cluster) if node_views.matches(v, "xid")}
         names = node_actions.restart_workers(session, cluster, xid)

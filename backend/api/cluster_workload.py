@@ -25,6 +25,7 @@ from backend.provisioning import node_views
 from backend.provisioning.driver import Job, LogRequest, logs_of, partitions_of, workload_of
 from backend.provisioning.state import utcnow
 from backend.services import clusters
+from backend.services.auth import Principal
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
 JOB_STATES = ("running", "pending", "completed", "failed", "unknown")
@@ -98,6 +99,7 @@ def list_jobs(cluster_id: str, request: Request, principal: Reader, state: State
     now = utcnow()
     with app.read_sessions() as session:
         cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
+                                       scope=principal.scope,
                                        cluster_id=cluster_id)
         source = workload_of(driver())
         runs = node_views.node_runs(session, cluster_id)
@@ -129,7 +131,7 @@ def get_logs(cluster_id: str, request: Request, principal: Reader, source: LogSo
 
     def read() -> list[str]:
         with app.read_sessions() as session:
-            return _read_logs(session, principal.project_id, cluster_id, source, tail)
+            return _read_logs(session, principal, cluster_id, source, tail)
 
     lines = read()  # 404s before any streaming starts
     if not follow:
@@ -138,8 +140,10 @@ def get_logs(cluster_id: str, request: Request, principal: Reader, source: LogSo
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-def _read_logs(session: Session, project_id: str, cluster_id: str, source: str, tail: int) -> list[str]:
-    cluster = clusters.get_cluster(session=session, project_id=project_id, cluster_id=cluster_id)
+def _read_logs(session: Session, principal: Principal, cluster_id: str, source: str, tail: int) -> list[str]:
+    cluster = clusters.get_cluster(
+        session=session, project_id=principal.project_id, cluster_id=cluster_id, scope=principal.scope
+    )
     logs = logs_of(driver())
     members = {n.name: n for n in node_views.members(session, cluster_id)}
     if source == "controller" and cluster.orchestrator != "slurm":

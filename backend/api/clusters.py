@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from starlette.responses import Response
 
 from backend.api.cluster_schemas import NULLABLE_FIELDS, ClusterCreate, ClusterOut, ClusterUpdate
-from backend.api.deps import Reader, Writer
+from backend.api.deps import Operator, Reader, Writer, check_cluster_fields
 from backend.api.listing import page_args, page_body
 from backend.api.schemas import (
     READ_ERRORS,
@@ -92,7 +92,11 @@ def create_cluster(
 
     def operation(session: Session) -> WriteOutcome:
         row = clusters.create_cluster(
-            session=session, catalog=catalog, project_id=principal.project_id, spec=spec
+            session=session,
+            catalog=catalog,
+            project_id=principal.project_id,
+            scope=principal.scope,
+            spec=spec,
         )
         return _outcome(session, row, catalog, 201, f"/v1/clusters/{row.id}")
 
@@ -112,7 +116,12 @@ def list_clusters(
     after_id, limit = page_args(state.settings, kind=KIND, page_size=page_size, page_token=page_token)
     with state.read_sessions() as session:
         rows, more = clusters.list_clusters(
-            session=session, project_id=principal.project_id, after_id=after_id, limit=limit, name=name
+            session=session,
+            project_id=principal.project_id,
+            scope=principal.scope,
+            after_id=after_id,
+            limit=limit,
+            name=name,
         )
         page = Page[ClusterOut].model_validate(
             page_body(KIND, rows, more, lambda row: to_out(session, row, state.catalog))
@@ -128,7 +137,7 @@ async def get_cluster(cluster_id: str, request: Request, principal: Reader) -> R
     def read() -> Response:
         with state.read_sessions() as session:
             row, spec = clusters.read_cluster(
-                session=session, project_id=principal.project_id, cluster_id=cluster_id
+                session=session, project_id=principal.project_id, scope=principal.scope, cluster_id=cluster_id
             )
             body = to_out(session, row, state.catalog, spec)
         return Response(
@@ -141,9 +150,11 @@ async def get_cluster(cluster_id: str, request: Request, principal: Reader) -> R
 
 @router.patch("/{cluster_id}", response_model=ClusterOut, responses=CLUSTER_WRITE_ERRORS)
 def update_cluster(
-    cluster_id: str, body: ClusterUpdate, request: Request, principal: Writer, if_match: IfMatch = None
+    cluster_id: str, body: ClusterUpdate, request: Request, principal: Operator, if_match: IfMatch = None
 ) -> Response:
-    """Partial update: scale, rename, labels, keys, volumes, container, protection, cost ceiling."""
+    """Partial update: scale, rename, labels, keys, volumes, container, protection, cost ceiling
+    (operator keys: node_count, remove_node_names, labels and volume_ids only)."""
+    check_cluster_fields(principal, body.model_fields_set)
     catalog = app_state(request).catalog
     changes = {
         field: getattr(body, field)
@@ -158,6 +169,7 @@ def update_cluster(
             session=session,
             catalog=catalog,
             project_id=principal.project_id,
+            scope=principal.scope,
             cluster_id=cluster_id,
             changes=changes,
             if_match=if_match,
@@ -177,7 +189,11 @@ def delete_cluster(
 
     def operation(session: Session) -> WriteOutcome:
         row = clusters.delete_cluster(
-            session=session, project_id=principal.project_id, cluster_id=cluster_id, if_match=if_match
+            session=session,
+            project_id=principal.project_id,
+            scope=principal.scope,
+            cluster_id=cluster_id,
+            if_match=if_match,
         )
         return _outcome(session, row, catalog, 202)
 
@@ -189,7 +205,7 @@ def attach_volume(
     cluster_id: str,
     volume_id: str,
     request: Request,
-    principal: Writer,
+    principal: Operator,
     if_match: IfMatch = None,
     idempotency_key: IdempotencyKey = None,
 ) -> Response:
@@ -201,6 +217,7 @@ def attach_volume(
             session=session,
             catalog=catalog,
             project_id=principal.project_id,
+            scope=principal.scope,
             cluster_id=cluster_id,
             volume_id=volume_id,
             if_match=if_match,
@@ -212,7 +229,7 @@ def attach_volume(
 
 @router.delete("/{cluster_id}/volumes/{volume_id}", response_model=ClusterOut, responses=CLUSTER_WRITE_ERRORS)
 def detach_volume(
-    cluster_id: str, volume_id: str, request: Request, principal: Writer, if_match: IfMatch = None
+    cluster_id: str, volume_id: str, request: Request, principal: Operator, if_match: IfMatch = None
 ) -> Response:
     """Detach a volume (404 when it is not attached)."""
     catalog = app_state(request).catalog
@@ -222,6 +239,7 @@ def detach_volume(
             session=session,
             catalog=catalog,
             project_id=principal.project_id,
+            scope=principal.scope,
             cluster_id=cluster_id,
             volume_id=volume_id,
             if_match=if_match,

@@ -1,14 +1,23 @@
-"""Request dependencies: the authenticated principal (rate limited) and role checks."""
+"""Request dependencies: the authenticated principal (rate limited) and the permission each route needs."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Iterable
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
+from fastapi.dependencies.models import Dependant
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from backend.api.state import app_state
+from backend.domain.access import (
+    OPERATOR_CLUSTER_FIELDS,
+    Permission,
+    allows,
+    fields_needing_manage,
+    roles_with,
+)
 from backend.domain.errors import Forbidden, Unauthorized
 from backend.services.auth import Principal
 
@@ -42,16 +51,57 @@ async def current_principal(
     return principal
 
 
-async def admin_principal(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
-    """The caller, who must hold the admin role (members are read-only)."""
-    if not principal.is_admin:
+def _require(permission: Permission) -> Any:
+    """A dependency: the caller, whose role must hold `permission` (403 `forbidden_role` otherwise).
+
+    The dependency carries `permission` so the role matrix (docs/api.md) is read off the routes.
+    """
+
+    async def check(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+        if not allows(principal.role, permission):
+            raise Forbidden(refusal(principal.role, permission), field="Authorization", code="forbidden_role")
+        return principal
+
+    check.permission = permission  # type: ignore[attr-defined]
+    return check
+
+
+def refusal(role: str, permission: Permission) -> str:
+    """Why `role` may not do what needs `permission`, and which key to use instead."""
+    if allows(role, Permission.OPERATE):
+        can = "which may scale, attach and detach volumes, run node actions and change labels, but not "
+        can += "create, delete or reconfigure resources"
+    else:
+        can = "which is read-only"
+    holders = [r for r in roles_with(permission) if r != "member"]
+    return f"this API key has the {role} role, {can}; use an {' or '.join(holders)} key"
+
+
+def route_permission(dependant: Dependant) -> Permission | None:
+    """The permission a route's dependencies demand (None: a route needing no key)."""
+    for dependency in dependant.dependencies:
+        permission = getattr(dependency.call, "permission", None)
+        if isinstance(permission, Permission):
+            return permission
+    return None
+
+
+def check_cluster_fields(principal: Principal, fields: Iterable[str]) -> None:
+    """An operator may PATCH only the day-2 fields of a cluster; 403 naming the first other one."""
+    if allows(principal.role, Permission.MANAGE):
+        return
+    denied = fields_needing_manage(fields)
+    if denied:
+        allowed = ", ".join(sorted(OPERATOR_CLUSTER_FIELDS))
         raise Forbidden(
-            "this API key has the member role, which is read-only; use an admin key",
-            field="Authorization",
+            f"this API key has the {principal.role} role, which may change only {allowed}; "
+            f"changing {', '.join(denied)} needs an admin key",
+            field=denied[0],
             code="forbidden_role",
         )
-    return principal
 
 
-Reader = Annotated[Principal, Depends(current_principal)]
-Writer = Annotated[Principal, Depends(admin_principal)]
+# What a route's `principal` parameter is typed as names the permission it needs (backend/domain/access.py).
+Reader = Annotated[Principal, Depends(_require(Permission.READ))]  # every role
+Operator = Annotated[Principal, Depends(_require(Permission.OPERATE))]  # day-2 changes: operator, admin
+Writer = Annotated[Principal, Depends(_require(Permission.MANAGE))]  # create, delete, the rest: admin

@@ -87,7 +87,11 @@ def create_ssh_key(
 
     def operation(session: Session) -> WriteOutcome:
         row = ssh_keys.create_ssh_key(
-            session=session, project_id=principal.project_id, name=body.name, public_key=body.public_key
+            session=session,
+            project_id=principal.project_id,
+            scope=principal.scope,
+            name=body.name,
+            public_key=body.public_key,
         )
         return WriteOutcome(
             KIND, row.id, to_out(row), 201, etag_for(row.generation), f"/v1/ssh-keys/{row.id}"
@@ -109,7 +113,12 @@ def list_ssh_keys(
     after_id, limit = page_args(state.settings, kind=KIND, page_size=page_size, page_token=page_token)
     with state.read_sessions() as session:
         rows, more = ssh_keys.list_ssh_keys(
-            session=session, project_id=principal.project_id, after_id=after_id, limit=limit, name=name
+            session=session,
+            project_id=principal.project_id,
+            scope=principal.scope,
+            after_id=after_id,
+            limit=limit,
+            name=name,
         )
         page = Page[SshKeyOut].model_validate(page_body(KIND, rows, more, to_out))
     return Response(page.model_dump_json(), media_type="application/json")
@@ -119,7 +128,9 @@ def list_ssh_keys(
 def get_ssh_key(ssh_key_id: str, request: Request, principal: Reader) -> Response:
     """One key."""
     with app_state(request).read_sessions() as session:
-        row = ssh_keys.get_ssh_key(session=session, project_id=principal.project_id, ssh_key_id=ssh_key_id)
+        row = ssh_keys.get_ssh_key(
+            session=session, project_id=principal.project_id, scope=principal.scope, ssh_key_id=ssh_key_id
+        )
         return _json(row)
 
 
@@ -133,6 +144,7 @@ def update_ssh_key(
         row = ssh_keys.rename_ssh_key(
             session=session,
             project_id=principal.project_id,
+            scope=principal.scope,
             ssh_key_id=ssh_key_id,
             name=body.name,
             if_match=if_match,
@@ -150,7 +162,11 @@ def delete_ssh_key(
 
     def operation(session: Session) -> WriteOutcome:
         ssh_keys.delete_ssh_key(
-            session=session, project_id=principal.project_id, ssh_key_id=ssh_key_id, if_match=if_match
+            session=session,
+            project_id=principal.project_id,
+            scope=principal.scope,
+            ssh_key_id=ssh_key_id,
+            if_match=if_match,
         )
         return WriteOutcome(KIND, ssh_key_id, None, 204)
 

@@ -99,6 +99,7 @@ def create_volume(
             session=session,
             catalog=catalog,
             project_id=principal.project_id,
+            scope=principal.scope,
             name=body.name,
             region=body.region,
             size_tib=body.size_tib,
@@ -123,7 +124,12 @@ def list_volumes(
     after_id, limit = page_args(state.settings, kind=KIND, page_size=page_size, page_token=page_token)
     with state.read_sessions() as session:
         rows, more = volumes.list_volumes(
-            session=session, project_id=principal.project_id, after_id=after_id, limit=limit, name=name
+            session=session,
+            project_id=principal.project_id,
+            scope=principal.scope,
+            after_id=after_id,
+            limit=limit,
+            name=name,
         )
         attached = volumes.attached_cluster_ids(session=session, volume_ids=[r.id for r in rows])
         page = Page[VolumeOut].model_validate(
@@ -137,7 +143,9 @@ def get_volume(volume_id: str, request: Request, principal: Reader) -> Response:
     """One volume."""
     state = app_state(request)
     with state.read_sessions() as session:
-        row = volumes.get_volume(session=session, project_id=principal.project_id, volume_id=volume_id)
+        row = volumes.get_volume(
+            session=session, project_id=principal.project_id, scope=principal.scope, volume_id=volume_id
+        )
         body = _out(session, row, state.catalog)
     return Response(
         body.model_dump_json(), media_type="application/json", headers={"ETag": etag_for(row.generation)}
@@ -155,6 +163,7 @@ def update_volume(
         row = volumes.update_volume(
             session=session,
             project_id=principal.project_id,
+            scope=principal.scope,
             volume_id=volume_id,
             name=body.name,
             size_tib=body.size_tib,
@@ -171,7 +180,11 @@ def delete_volume(volume_id: str, request: Request, principal: Writer, if_match:
 
     def operation(session: Session) -> WriteOutcome:
         volumes.delete_volume(
-            session=session, project_id=principal.project_id, volume_id=volume_id, if_match=if_match
+            session=session,
+            project_id=principal.project_id,
+            scope=principal.scope,
+            volume_id=volume_id,
+            if_match=if_match,
         )
         return WriteOutcome(KIND, volume_id, None, 204)
 

@@ -97,8 +97,12 @@ def run_write(
     state = app_state(request)
     key = _idempotency_key(request)
     payload = body.model_dump(mode="json", exclude_unset=True) if body is not None else None
+    fingerprinted = json.dumps(payload, sort_keys=True)
+    if principal.scope is not None:
+        # Idempotency keys are per project: another team's request under the same key is not replayed.
+        fingerprinted += f"\nscope={principal.scope}"
     fingerprint = idempotency.request_fingerprint(
-        method=request.method, path=request.url.path, body=json.dumps(payload, sort_keys=True).encode()
+        method=request.method, path=request.url.path, body=fingerprinted.encode()
     )
     for attempt in (1, 2):
         try:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from backend.billing.account import credit_standing
@@ -21,9 +21,12 @@ from backend.billing.meter import to_second
 from backend.billing.money import micros_to_usd
 from backend.billing.pricing import PricingError
 from backend.billing.settings import BillingSettings
+from backend.domain.access import Scope
 from backend.store.billing_models import Invoice, Reservation, UsageRecord
 from backend.store.db import execute_core
 from backend.store.engine_models import EngineCluster
+from backend.store.models import Cluster, Volume
+from backend.store.scoping import scope_filter
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class UsageFilter:
     resource_id: str | None = None
     start: datetime | None = None  # period_end > start
     end: datetime | None = None  # period_start < end
+    scope: Scope | None = None  # a team-scoped key: the lines of its team's clusters and volumes only
 
 
 def list_usage(
@@ -50,6 +54,18 @@ def list_usage(
         query = query.where(UsageRecord.period_end > filters.start)
     if filters.end is not None:
         query = query.where(UsageRecord.period_start < filters.end)
+    if filters.scope is not None:
+        # Clusters stay in the store after deletion; a deleted volume does not, so its lines show to
+        # unscoped keys only.
+        team_clusters = select(Cluster.id).where(
+            Cluster.project_id == project_id, scope_filter(Cluster.labels, filters.scope)
+        )
+        team_volumes = select(Volume.id).where(
+            Volume.project_id == project_id, scope_filter(Volume.labels, filters.scope)
+        )
+        query = query.where(
+            or_(UsageRecord.cluster_id.in_(team_clusters), UsageRecord.resource_id.in_(team_volumes))
+        )
     if after_id is not None:
         query = query.where(UsageRecord.id > after_id)
     rows = session.scalars(query.order_by(UsageRecord.id).limit(limit + 1)).all()

@@ -12,7 +12,6 @@ import secrets
 import zlib
 
 KEY_PREFIX = "gpc_"
-ROLES = ("admin", "member")
 _BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _RANDOM_LEN = 32
 _CHECKSUM_LEN = 6

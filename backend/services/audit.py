@@ -8,9 +8,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from backend.domain.access import Scope
 from backend.domain.ids import new_id
 from backend.services.clock import utcnow
-from backend.store.models import AuditEvent
+from backend.store.models import ApiKey, AuditEvent
 
 
 def record_event(
@@ -48,9 +49,19 @@ def list_events(
     limit: int,
     resource_id: str | None = None,
     action: str | None = None,
+    actor: str | None = None,
+    scope: Scope | None = None,
 ) -> Sequence[AuditEvent]:
-    """A page of a project's audit events, oldest first, after `after_id`."""
+    """A page of a project's audit events, oldest first, after `after_id`; `actor`: one key's (its
+    prefix); `scope`: only the events of keys with that team scope (what a scoped admin sees)."""
     query = select(AuditEvent).where(AuditEvent.project_id == project_id)
+    if actor is not None:
+        query = query.where(AuditEvent.actor == actor)
+    if scope is not None:
+        team_keys = select(ApiKey.prefix).where(
+            ApiKey.project_id == project_id, ApiKey.scope_key == scope.key, ApiKey.scope_value == scope.value
+        )
+        query = query.where(AuditEvent.actor.in_(team_keys))
     if after_id is not None:
         query = query.where(AuditEvent.id > after_id)
     if resource_id is not None:

@@ -10,6 +10,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain import api_keys
+from backend.domain.access import ROLES, Scope
 from backend.domain.errors import Conflict, NotFound, Unauthorized, Unprocessable
 from backend.domain.ids import new_id
 from backend.services.clock import utcnow
@@ -18,16 +19,13 @@ from backend.store.models import ApiKey, Project
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: an API key of a project with a role."""
+    """Who is calling: an API key of a project with a role, and maybe a team scope."""
 
     api_key_id: str
     key_prefix: str
     project_id: str
     role: str
-
-    @property
-    def is_admin(self) -> bool:
-        return self.role == "admin"
+    scope: Scope | None = None
 
 
 def create_project(*, session: Session, name: str) -> Project:
@@ -41,10 +39,13 @@ def create_project(*, session: Session, name: str) -> Project:
     return project
 
 
-def create_api_key(*, session: Session, project_name: str, role: str) -> tuple[ApiKey, str]:
-    """Create a key for a project; returns the row and the plaintext key (shown once, never stored)."""
-    if role not in api_keys.ROLES:
-        raise Unprocessable(f"role must be one of {', '.join(api_keys.ROLES)}", field="role")
+def create_api_key(
+    *, session: Session, project_name: str, role: str, scope: Scope | None = None
+) -> tuple[ApiKey, str]:
+    """Create a key for a project, optionally limited to a team scope; returns the row and the
+    plaintext key (shown once, never stored)."""
+    if role not in ROLES:
+        raise Unprocessable(f"role must be one of {', '.join(ROLES)}", field="role")
     project = session.scalar(select(Project).where(Project.name == project_name))
     if project is None:
         raise NotFound(f"no project named {project_name!r}", field="project")
@@ -55,6 +56,8 @@ def create_api_key(*, session: Session, project_name: str, role: str) -> tuple[A
         prefix=api_keys.display_prefix(plaintext),
         digest=api_keys.digest(plaintext),
         role=role,
+        scope_key=scope.key if scope else None,
+        scope_value=scope.value if scope else None,
         created_at=utcnow(),
     )
     session.add(row)
@@ -128,8 +131,9 @@ class Authenticator:
             row = session.scalar(select(ApiKey).where(ApiKey.prefix == prefix))
         if row is None or row.revoked_at is not None:
             return "", None
+        scope = Scope(row.scope_key, row.scope_value) if row.scope_key and row.scope_value else None
         return row.digest, Principal(
-            api_key_id=row.id, key_prefix=row.prefix, project_id=row.project_id, role=row.role
+            api_key_id=row.id, key_prefix=row.prefix, project_id=row.project_id, role=row.role, scope=scope
         )
 
 

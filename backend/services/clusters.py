@@ -17,15 +17,17 @@ from backend.billing.account import check_admission_allowed, check_attach_allowe
 from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.pricing import PricingError
 from backend.billing.reports import reserved_node_count
+from backend.domain.access import Scope
 from backend.domain.catalog import Catalog
 from backend.domain.cluster_rules import apply_cluster_defaults, validate_cluster_spec
-from backend.domain.errors import Conflict, FieldError, NotFound, validation_failed
+from backend.domain.errors import Conflict, FieldError, Forbidden, NotFound, validation_failed
 from backend.domain.ids import is_id_of, new_id
 from backend.provisioning.engine import request_reconcile
 from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, keyset_page, touch
+from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
 from backend.store.db import execute_core
 from backend.store.models import Cluster, ClusterSshKey, ClusterVolume, SshKey, Volume
+from backend.store.scoping import scope_filter
 
 # Fields a PATCH may not change (a different value needs a new cluster).
 IMMUTABLE_FIELDS = ("region", "instance_type", "orchestrator", "interconnect")
@@ -42,6 +44,21 @@ _CLUSTER_LINKS = union_all(
     select(literal("volume").label("kind"), ClusterVolume.volume_id.label("ref"), ClusterVolume.position)
     .where(ClusterVolume.cluster_id == bindparam("cluster_id")),
 )
+
+
+def scoped_labels(labels: Mapping[str, str], scope: Scope | None) -> dict[str, str]:
+    """The labels a scoped caller's cluster gets: its scope label added when absent; another value for
+    that label is refused (403 naming it), so a team key cannot hand a cluster to another team."""
+    if scope is None or labels.get(scope.key) == scope.value:
+        return dict(labels)
+    if scope.key not in labels:
+        return {**labels, scope.key: scope.value}
+    raise Forbidden(
+        f"this API key is scoped to {scope}: labels.{scope.key} must be {scope.value!r} (or left out, "
+        "and it is set to that)",
+        field=f"labels.{scope.key}",
+        code="out_of_scope",
+    )
 
 
 def cluster_spec(row: Cluster) -> dict[str, Any]:
@@ -90,14 +107,17 @@ def _check_spec(
     attached: Sequence[str] = (),
     reserved_nodes: int | None = None,
     current: Mapping[str, Any] | None = None,
+    scope: Scope | None = None,
 ) -> dict[str, Any]:
     """The spec with defaults applied; 422 naming every offending field, 402 when billing refuses to
     attach more storage to a project out of credits (`attached`: volumes already attached;
     `reserved_nodes`: the size of the cluster's started reserved term, priced as such; `current`: the
-    spec an update changes, whose cost the ceiling compares against)."""
+    spec an update changes, whose cost the ceiling compares against; `scope`: the caller's team scope,
+    outside which new references are not found)."""
     full = apply_cluster_defaults(spec, catalog)
     errors = [FieldError(e.path, e.code, e.message) for e in validate_cluster_spec(full, catalog)]
-    errors += _check_references(session, project_id, full)
+    kept = {*(current or {}).get("ssh_key_ids", []), *(current or {}).get("volume_ids", [])}
+    errors += _check_references(session, project_id, full, scope, kept)
     if not errors:
         errors += _check_cost(full, catalog, reserved_nodes, current)
     if errors:
@@ -111,19 +131,32 @@ Referenced = TypeVar("Referenced", SshKey, Volume)
 
 
 def _owned(
-    session: Session, model: type[Referenced], ids: list[str], project_id: str
+    session: Session, model: type[Referenced], ids: list[str], project_id: str, scope: Scope | None,
+    kept: set[str],
 ) -> Sequence[Referenced]:
+    """The rows of `ids` the caller may reference: in its project and scope, or already referenced
+    (`kept`: a scoped key may keep what an unscoped one attached)."""
     if not ids:
         return []
-    return session.scalars(select(model).where(model.id.in_(ids), model.project_id == project_id)).all()
+    rows = session.scalars(select(model).where(model.id.in_(ids), model.project_id == project_id)).all()
+    return [r for r in rows if r.id in kept or in_scope(scope, r.labels)]
 
 
-def _check_references(session: Session, project_id: str, spec: Mapping[str, Any]) -> list[FieldError]:
+def _check_references(
+    session: Session, project_id: str, spec: Mapping[str, Any], scope: Scope | None, kept: set[str]
+) -> list[FieldError]:
     key_ids, volume_ids = list(spec.get("ssh_key_ids") or []), list(spec.get("volume_ids") or [])
-    keys = {r.id for r in _owned(session, SshKey, [i for i in key_ids if is_id_of("ssh_key", i)], project_id)}
+    keys = {
+        r.id
+        for r in _owned(
+            session, SshKey, [i for i in key_ids if is_id_of("ssh_key", i)], project_id, scope, kept
+        )
+    }
     volumes = {
         r.id: r.region
-        for r in _owned(session, Volume, [i for i in volume_ids if is_id_of("volume", i)], project_id)
+        for r in _owned(
+            session, Volume, [i for i in volume_ids if is_id_of("volume", i)], project_id, scope, kept
+        )
     }
     errors = _check_list("ssh_key_ids", "SSH key", key_ids, keys)
     errors += _check_list("volume_ids", "volume", volume_ids, set(volumes))
@@ -201,11 +234,17 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
 
 
 def create_cluster(
-    *, session: Session, catalog: Catalog, project_id: str, spec: Mapping[str, Any]
+    *,
+    session: Session,
+    catalog: Catalog,
+    project_id: str,
+    spec: Mapping[str, Any],
+    scope: Scope | None = None,
 ) -> Cluster:
     """Accept a cluster spec (validated in full); the engine provisions it from PENDING. 402 when the
-    project is out of prepaid credits."""
-    full = _check_spec(session, catalog, project_id, spec)
+    project is out of prepaid credits. A scoped caller's cluster carries its scope label."""
+    spec = {**spec, "labels": scoped_labels(spec.get("labels") or {}, scope)}
+    full = _check_spec(session, catalog, project_id, spec, scope=scope)
     check_admission_allowed(session, project_id=project_id, what="creating a cluster")
     now = utcnow()
     row = Cluster(
@@ -223,8 +262,16 @@ def create_cluster(
     return row
 
 
-def get_cluster(*, session: Session, project_id: str, cluster_id: str, for_update: bool = False) -> Cluster:
-    """One of the project's clusters that is not yet destroyed after deletion; 404 otherwise."""
+def get_cluster(
+    *,
+    session: Session,
+    project_id: str,
+    cluster_id: str,
+    for_update: bool = False,
+    scope: Scope | None = None,
+) -> Cluster:
+    """One of the project's clusters (within the caller's scope) that is not yet destroyed after
+    deletion; 404 otherwise."""
     row = get_owned(
         session,
         Cluster,
@@ -235,20 +282,23 @@ def get_cluster(*, session: Session, project_id: str, cluster_id: str, for_updat
         for_update=for_update,
         # One round trip for a read; FOR UPDATE cannot lock the nullable side of the outer joins.
         options=() if for_update else _LINKS_JOINED,
+        scope=scope,
     )
     if row.deletion_requested_at is not None and row.status == DESTROYED:
         raise NotFound(f"cluster {cluster_id} was deleted", field="cluster_id")
     return row
 
 
-def read_cluster(*, session: Session, project_id: str, cluster_id: str) -> tuple[Any, dict[str, Any]]:
+def read_cluster(
+    *, session: Session, project_id: str, cluster_id: str, scope: Scope | None = None
+) -> tuple[Any, dict[str, Any]]:
     """`get_cluster` for a read-only caller: the cluster as a Core row (columns as attributes) and its
     declared spec; the same 404s."""
     if not is_id_of("cluster", cluster_id):
         raise NotFound(f"no cluster with id {cluster_id[:64]!r}", field="cluster_id")
     params = {"cluster_id": cluster_id}
     row = execute_core(session, _CLUSTER_ROW, params).one_or_none()
-    if row is None or row.project_id != project_id:
+    if row is None or row.project_id != project_id or not in_scope(scope, row.labels):
         raise NotFound(f"no cluster with id {cluster_id!r}", field="cluster_id")
     if row.deletion_requested_at is not None and row.status == DESTROYED:
         raise NotFound(f"cluster {cluster_id} was deleted", field="cluster_id")
@@ -259,11 +309,19 @@ def read_cluster(*, session: Session, project_id: str, cluster_id: str) -> tuple
 
 
 def list_clusters(
-    *, session: Session, project_id: str, after_id: str | None, limit: int, name: str | None = None
+    *,
+    session: Session,
+    project_id: str,
+    after_id: str | None,
+    limit: int,
+    name: str | None = None,
+    scope: Scope | None = None,
 ) -> tuple[Sequence[Cluster], bool]:
-    """A page of the project's clusters (deleted and destroyed ones left out), oldest first."""
+    """A page of the project's clusters within the scope (deleted and destroyed ones left out), oldest
+    first."""
     query = select(Cluster).where(
         Cluster.project_id == project_id,
+        scope_filter(Cluster.labels, scope),
         or_(Cluster.deletion_requested_at.is_(None), Cluster.status != DESTROYED),
     )
     if name is not None:
@@ -271,8 +329,12 @@ def list_clusters(
     return keyset_page(session, query, Cluster.id, after_id=after_id, limit=limit)
 
 
-def _writable(session: Session, project_id: str, cluster_id: str, if_match: str | None) -> Cluster:
-    row = get_cluster(session=session, project_id=project_id, cluster_id=cluster_id, for_update=True)
+def _writable(
+    session: Session, project_id: str, cluster_id: str, if_match: str | None, scope: Scope | None
+) -> Cluster:
+    row = get_cluster(
+        session=session, project_id=project_id, cluster_id=cluster_id, for_update=True, scope=scope
+    )
     check_if_match(if_match, row)
     if row.deletion_requested_at is not None:
         raise Conflict("the cluster is being deleted", field="cluster_id", code="cluster_deleting")
@@ -288,13 +350,16 @@ def update_cluster(
     changes: Mapping[str, Any],
     if_match: str | None,
     remove_node_names: Sequence[str] = (),
+    scope: Scope | None = None,
 ) -> Cluster:
     """Apply a partial update (absent fields keep their value); immutable fields may only repeat theirs;
     a scale-up of a project out of prepaid credits is refused (402).
 
     `remove_node_names` picks the nodes a scale-down releases (default: the highest indexes first).
     """
-    row = _writable(session, project_id, cluster_id, if_match)
+    row = _writable(session, project_id, cluster_id, if_match, scope)
+    if "labels" in changes:
+        changes = {**changes, "labels": scoped_labels(changes["labels"] or {}, scope)}
     current = cluster_spec(row)
     errors = [
         FieldError(field, "immutable_field", f"{field} cannot change in place (create a new cluster)")
@@ -316,7 +381,7 @@ def update_cluster(
     reserved = reserved_node_count(session, row.id) if merged["billing"]["type"] == "reserved" else None
     full = _check_spec(
         session, catalog, project_id, merged, attached=current["volume_ids"], reserved_nodes=reserved,
-        current=current,
+        current=current, scope=scope,
     )
     if full["node_count"] > current["node_count"]:
         check_admission_allowed(session, project_id=project_id, what="scaling up", field="node_count")
@@ -328,9 +393,13 @@ def update_cluster(
     return row
 
 
-def delete_cluster(*, session: Session, project_id: str, cluster_id: str, if_match: str | None) -> Cluster:
+def delete_cluster(
+    *, session: Session, project_id: str, cluster_id: str, if_match: str | None, scope: Scope | None = None
+) -> Cluster:
     """Request deletion (409 under deletion_protection); the engine tears the cluster down."""
-    row = get_cluster(session=session, project_id=project_id, cluster_id=cluster_id, for_update=True)
+    row = get_cluster(
+        session=session, project_id=project_id, cluster_id=cluster_id, for_update=True, scope=scope
+    )
     check_if_match(if_match, row)
     if row.deletion_requested_at is not None:
         return row
@@ -354,11 +423,13 @@ def attach_volume(
     cluster_id: str,
     volume_id: str,
     if_match: str | None,
+    scope: Scope | None = None,
 ) -> Cluster:
     """Attach a volume of the cluster's region (no-op when already attached)."""
-    row = _writable(session, project_id, cluster_id, if_match)
+    row = _writable(session, project_id, cluster_id, if_match, scope)
     volume = get_owned(
-        session, Volume, kind="volume", project_id=project_id, row_id=volume_id, field="volume_id"
+        session, Volume, kind="volume", project_id=project_id, row_id=volume_id, field="volume_id",
+        scope=scope,
     )
     current = cluster_spec(row)
     if volume.id in current["volume_ids"]:
@@ -370,6 +441,7 @@ def attach_volume(
         cluster_id=cluster_id,
         changes={"volume_ids": [*current["volume_ids"], volume.id]},
         if_match=None,
+        scope=scope,
     )
 
 
@@ -381,12 +453,16 @@ def detach_volume(
     cluster_id: str,
     volume_id: str,
     if_match: str | None,
+    scope: Scope | None = None,
 ) -> Cluster:
     """Detach a volume (404 naming volume_id when it is not attached)."""
-    row = _writable(session, project_id, cluster_id, if_match)
+    row = _writable(session, project_id, cluster_id, if_match, scope)
     current = cluster_spec(row)
     if volume_id not in current["volume_ids"]:
-        get_owned(session, Volume, kind="volume", project_id=project_id, row_id=volume_id, field="volume_id")
+        get_owned(
+            session, Volume, kind="volume", project_id=project_id, row_id=volume_id, field="volume_id",
+            scope=scope,
+        )
         raise NotFound(
             f"volume {volume_id} is not attached to this cluster",
             field="volume_id",
@@ -399,4 +475,5 @@ def detach_volume(
         cluster_id=cluster_id,
         changes={"volume_ids": [v for v in current["volume_ids"] if v != volume_id]},
         if_match=None,
+        scope=scope,
     )

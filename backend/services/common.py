@@ -9,6 +9,7 @@ from sqlalchemy import Select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.orm.interfaces import ORMOption
 
+from backend.domain.access import Scope
 from backend.domain.errors import NotFound, PreconditionFailed
 from backend.domain.etags import etag_for, if_match_satisfied
 from backend.domain.ids import is_id_of
@@ -18,6 +19,7 @@ from backend.services.clock import utcnow
 class OwnedRow(Protocol):
     id: Any
     project_id: Any
+    labels: Any
     generation: Any
     updated_at: Any
 
@@ -35,15 +37,22 @@ def get_owned(
     field: str,
     for_update: bool = False,
     options: Sequence[ORMOption] = (),
+    scope: Scope | None = None,
 ) -> Row:
-    """The row with `row_id` in the caller's project; 404 naming `field` otherwise (other projects too)."""
+    """The row with `row_id` in the caller's project (and team scope); 404 naming `field` otherwise
+    (other projects and other teams too)."""
     label = kind.replace("_", " ")
     if not is_id_of(kind, row_id):
         raise NotFound(f"no {label} with id {row_id[:64]!r}", field=field)
     row = session.get(model, row_id, with_for_update=for_update, options=options)
-    if row is None or row.project_id != project_id:
+    if row is None or row.project_id != project_id or not in_scope(scope, row.labels):
         raise NotFound(f"no {label} with id {row_id!r}", field=field)
     return row
+
+
+def in_scope(scope: Scope | None, labels: Any) -> bool:
+    """Whether a resource with `labels` is visible to a key of `scope` (None: unscoped, sees all)."""
+    return scope is None or scope.matches(labels)
 
 
 def check_if_match(if_match: str | None, row: OwnedRow) -> None:

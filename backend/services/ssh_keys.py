@@ -7,22 +7,34 @@ from collections.abc import Sequence
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from backend.domain.access import Scope
 from backend.domain.errors import Conflict, validation_failed
 from backend.domain.ids import new_id
 from backend.domain.ssh_keys import ParsedSshKey, parse_public_key
 from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, keyset_page, touch
+from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
 from backend.store.models import Cluster, ClusterSshKey, SshKey
+from backend.store.scoping import scope_filter
 
 
-def create_ssh_key(*, session: Session, project_id: str, name: str, public_key: str) -> SshKey:
-    """Register a public key, stored exactly as given; 409 if the project already has this key."""
+def create_ssh_key(
+    *, session: Session, project_id: str, name: str, public_key: str, scope: Scope | None = None
+) -> SshKey:
+    """Register a public key, stored exactly as given, labelled with the caller's team scope; 409 if the
+    project already has this key (the existing id only when the caller may see it)."""
     parsed = parse_public_key(public_key)
     if not isinstance(parsed, ParsedSshKey):
         raise validation_failed([parsed])
     existing = session.scalar(
         select(SshKey).where(SshKey.project_id == project_id, SshKey.fingerprint == parsed.fingerprint)
     )
+    if existing is not None and not in_scope(scope, existing.labels):
+        # Fingerprints are unique per project; another team's key is not named to this caller.
+        raise Conflict(
+            "this key is already registered in the project by another team",
+            field="public_key",
+            code="duplicate_ssh_key",
+        )
     if existing is not None:
         raise Conflict(
             f"this key is already registered as {existing.id} ({existing.name!r})",
@@ -38,6 +50,7 @@ def create_ssh_key(*, session: Session, project_id: str, name: str, public_key: 
         public_key=public_key,
         fingerprint=parsed.fingerprint,
         key_type=parsed.key_type,
+        labels=scope.as_labels() if scope else {},
         generation=1,
         created_at=now,
         updated_at=now,
@@ -47,8 +60,15 @@ def create_ssh_key(*, session: Session, project_id: str, name: str, public_key: 
     return row
 
 
-def get_ssh_key(*, session: Session, project_id: str, ssh_key_id: str, for_update: bool = False) -> SshKey:
-    """One of the project's keys; 404 otherwise."""
+def get_ssh_key(
+    *,
+    session: Session,
+    project_id: str,
+    ssh_key_id: str,
+    for_update: bool = False,
+    scope: Scope | None = None,
+) -> SshKey:
+    """One of the project's keys within the caller's scope; 404 otherwise."""
     return get_owned(
         session,
         SshKey,
@@ -57,24 +77,39 @@ def get_ssh_key(*, session: Session, project_id: str, ssh_key_id: str, for_updat
         row_id=ssh_key_id,
         field="ssh_key_id",
         for_update=for_update,
+        scope=scope,
     )
 
 
 def list_ssh_keys(
-    *, session: Session, project_id: str, after_id: str | None, limit: int, name: str | None = None
+    *,
+    session: Session,
+    project_id: str,
+    after_id: str | None,
+    limit: int,
+    name: str | None = None,
+    scope: Scope | None = None,
 ) -> tuple[Sequence[SshKey], bool]:
-    """A page of the project's keys in creation order, optionally only those named `name`."""
-    query = select(SshKey).where(SshKey.project_id == project_id)
+    """A page of the project's keys within the scope, in creation order, optionally those named `name`."""
+    query = select(SshKey).where(SshKey.project_id == project_id, scope_filter(SshKey.labels, scope))
     if name is not None:
         query = query.where(SshKey.name == name)
     return keyset_page(session, query, SshKey.id, after_id=after_id, limit=limit)
 
 
 def rename_ssh_key(
-    *, session: Session, project_id: str, ssh_key_id: str, name: str | None, if_match: str | None
+    *,
+    session: Session,
+    project_id: str,
+    ssh_key_id: str,
+    name: str | None,
+    if_match: str | None,
+    scope: Scope | None = None,
 ) -> SshKey:
     """Rename a key (the key material never changes)."""
-    row = get_ssh_key(session=session, project_id=project_id, ssh_key_id=ssh_key_id, for_update=True)
+    row = get_ssh_key(
+        session=session, project_id=project_id, ssh_key_id=ssh_key_id, for_update=True, scope=scope
+    )
     check_if_match(if_match, row)
     if name is not None and name != row.name:
         row.name = name
@@ -82,9 +117,13 @@ def rename_ssh_key(
     return row
 
 
-def delete_ssh_key(*, session: Session, project_id: str, ssh_key_id: str, if_match: str | None) -> None:
+def delete_ssh_key(
+    *, session: Session, project_id: str, ssh_key_id: str, if_match: str | None, scope: Scope | None = None
+) -> None:
     """Delete a key no live cluster uses (409 naming the clusters otherwise)."""
-    row = get_ssh_key(session=session, project_id=project_id, ssh_key_id=ssh_key_id, for_update=True)
+    row = get_ssh_key(
+        session=session, project_id=project_id, ssh_key_id=ssh_key_id, for_update=True, scope=scope
+    )
     check_if_match(if_match, row)
     users = session.scalars(
         select(Cluster.id)

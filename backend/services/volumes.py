@@ -10,12 +10,14 @@ from sqlalchemy.orm import Session
 
 from backend.billing.account import check_admission_allowed
 from backend.billing.volume_history import CREATED, DELETED, RESIZED, record_volume_event
+from backend.domain.access import Scope
 from backend.domain.catalog import Catalog
 from backend.domain.errors import Conflict, FieldError, Unprocessable, validation_failed
 from backend.domain.ids import new_id
 from backend.services.clock import utcnow
 from backend.services.common import check_if_match, get_owned, keyset_page, touch
 from backend.store.models import Cluster, ClusterVolume, Volume
+from backend.store.scoping import scope_filter
 
 
 def check_region(catalog: Catalog, region: str, *, path: str = "region") -> None:
@@ -28,9 +30,17 @@ def check_region(catalog: Catalog, region: str, *, path: str = "region") -> None
 
 
 def create_volume(
-    *, session: Session, catalog: Catalog, project_id: str, name: str, region: str, size_tib: int
+    *,
+    session: Session,
+    catalog: Catalog,
+    project_id: str,
+    name: str,
+    region: str,
+    size_tib: int,
+    scope: Scope | None = None,
 ) -> Volume:
-    """Create a volume in a known region (402 when the project is out of prepaid credits)."""
+    """Create a volume in a known region, labelled with the caller's team scope (402 when the project
+    is out of prepaid credits)."""
     check_region(catalog, region)
     check_admission_allowed(session, project_id=project_id, what="creating a volume")
     now = utcnow()
@@ -41,6 +51,7 @@ def create_volume(
         region=region,
         size_tib=size_tib,
         status="available",
+        labels=scope.as_labels() if scope else {},
         generation=1,
         created_at=now,
         updated_at=now,
@@ -52,9 +63,15 @@ def create_volume(
 
 
 def get_volume(
-    *, session: Session, project_id: str, volume_id: str, for_update: bool = False, field: str = "volume_id"
+    *,
+    session: Session,
+    project_id: str,
+    volume_id: str,
+    for_update: bool = False,
+    field: str = "volume_id",
+    scope: Scope | None = None,
 ) -> Volume:
-    """One of the project's volumes; 404 otherwise."""
+    """One of the project's volumes within the caller's scope; 404 otherwise."""
     return get_owned(
         session,
         Volume,
@@ -63,14 +80,21 @@ def get_volume(
         row_id=volume_id,
         field=field,
         for_update=for_update,
+        scope=scope,
     )
 
 
 def list_volumes(
-    *, session: Session, project_id: str, after_id: str | None, limit: int, name: str | None = None
+    *,
+    session: Session,
+    project_id: str,
+    after_id: str | None,
+    limit: int,
+    name: str | None = None,
+    scope: Scope | None = None,
 ) -> tuple[Sequence[Volume], bool]:
-    """A page of the project's volumes in creation order."""
-    query = select(Volume).where(Volume.project_id == project_id)
+    """A page of the project's volumes (within the scope) in creation order."""
+    query = select(Volume).where(Volume.project_id == project_id, scope_filter(Volume.labels, scope))
     if name is not None:
         query = query.where(Volume.name == name)
     return keyset_page(session, query, Volume.id, after_id=after_id, limit=limit)
@@ -101,10 +125,13 @@ def update_volume(
     name: str | None,
     size_tib: int | None,
     if_match: str | None,
+    scope: Scope | None = None,
 ) -> Volume:
     """Rename and/or grow a volume; shrinking is refused (422) because it would lose data, growing a
     volume of a project out of prepaid credits too (402)."""
-    row = get_volume(session=session, project_id=project_id, volume_id=volume_id, for_update=True)
+    row = get_volume(
+        session=session, project_id=project_id, volume_id=volume_id, for_update=True, scope=scope
+    )
     check_if_match(if_match, row)
     if size_tib is not None and size_tib < row.size_tib:
         raise Unprocessable(
@@ -128,9 +155,13 @@ def update_volume(
     return row
 
 
-def delete_volume(*, session: Session, project_id: str, volume_id: str, if_match: str | None) -> None:
+def delete_volume(
+    *, session: Session, project_id: str, volume_id: str, if_match: str | None, scope: Scope | None = None
+) -> None:
     """Delete a volume attached to no live cluster (409 naming them otherwise)."""
-    row = get_volume(session=session, project_id=project_id, volume_id=volume_id, for_update=True)
+    row = get_volume(
+        session=session, project_id=project_id, volume_id=volume_id, for_update=True, scope=scope
+    )
     check_if_match(if_match, row)
     users = attached_cluster_ids(session=session, volume_ids=[row.id])[row.id]
     if users:

@@ -65,6 +65,10 @@ class ApiKey(Base):
     prefix: Mapped[str] = mapped_column(String(16), nullable=False, unique=True)
     digest: Mapped[str] = mapped_column(String(64), nullable=False)
     role: Mapped[str] = mapped_column(String(16), nullable=False)
+    # A team scope (`team=nlp`): the key sees only resources carrying that label (NULL: the whole
+    # project). Migration 0010_key_scopes.
+    scope_key: Mapped[str | None] = mapped_column(String(63))
+    scope_value: Mapped[str | None] = mapped_column(String(63))
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
     revoked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
@@ -79,6 +83,9 @@ class SshKey(Versioned, Base):
     public_key: Mapped[str] = mapped_column(Text, nullable=False)
     fingerprint: Mapped[str] = mapped_column(String(80), nullable=False)
     key_type: Mapped[str] = mapped_column(String(40), nullable=False)
+    # The creating key's scope label (`{"team": "nlp"}`), or {} when an unscoped key made it: what team
+    # scopes filter on. Set by the server, not part of the API's input (migration 0010_key_scopes).
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict, server_default="{}")
 
 
 class Volume(Versioned, Base):
@@ -91,6 +98,8 @@ class Volume(Versioned, Base):
     size_tib: Mapped[int] = mapped_column(Integer, nullable=False)
     # Not needed by the API until billing's credit rules revoke access; kept for them.
     status: Mapped[str] = mapped_column(String(32), nullable=False, default="available")
+    # As SshKey.labels: the creating key's scope label, what team scopes filter on.
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict, server_default="{}")
 
 
 class Cluster(Versioned, Base):

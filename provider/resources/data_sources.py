@@ -246,7 +246,8 @@ class _LookupDataSource(DataSource):
         except NotFound:
             raise DiagnosticError(
                 f"{self.noun.title().replace('Ssh', 'SSH')} Not Found",
-                f'No {self.noun} with id "{config["id"]}" exists in this project.',
+                f'No {self.noun} with id "{config["id"]}" exists in this project that this API key can see '
+                "(a team-scoped key sees its team's only).",
                 root("id"),
             ) from None
         except ApiError as error:
@@ -259,7 +260,10 @@ class _LookupDataSource(DataSource):
         title = self.noun.title().replace("Ssh", "SSH")
         if not found:
             raise DiagnosticError(
-                f"{title} Not Found", f'No {self.noun} named "{name}" exists in this project.', root("name")
+                f"{title} Not Found",
+                f'No {self.noun} named "{name}" exists in this project that this API key can see '
+                "(a team-scoped key sees its team's only).",
+                root("name"),
             )
         if len(found) > 1:
             ids = ", ".join(str(b["id"]) for b in found)

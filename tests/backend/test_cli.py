@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import create_engine, text
 
 from backend.domain import api_keys
 
@@ -47,6 +48,26 @@ def test_cli_create_project_key_and_revoke(cli_env: dict[str, str]) -> None:
     bad_role = _run(cli_env, "create-api-key", "--project", "acme", "--role", "root")
     assert bad_role.returncode == 2
 
+
+
+def test_cli_create_api_key_with_a_role_and_a_team_scope(cli_env: dict[str, str], database_url: str) -> None:
+    assert _run(cli_env, "create-project", "acme").returncode == 0
+    for role in ("viewer", "member", "operator"):
+        assert _run(cli_env, "create-api-key", "--project", "acme", "--role", role).returncode == 0
+    scoped = _run(cli_env, "create-api-key", "--project", "acme", "--role", "admin", "--scope", "team=nlp")
+    assert scoped.returncode == 0, scoped.stderr
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            row = connection.execute(
+                text("SELECT role, scope_key, scope_value FROM api_keys WHERE prefix = :p"),
+                {"p": api_keys.display_prefix(scoped.stdout.strip())},
+            ).one()
+    finally:
+        engine.dispose()
+    assert tuple(row) == ("admin", "team", "nlp")
+    bad = _run(cli_env, "create-api-key", "--project", "acme", "--role", "admin", "--scope", "team")
+    assert bad.returncode == 2 and "--scope" in bad.stderr and "team=nlp" in bad.stderr
 
 def _free_port() -> int:
     with socket.socket() as sock:

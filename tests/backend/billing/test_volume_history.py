@@ -14,7 +14,7 @@ from alembic import command
 from sqlalchemy import column, create_engine, func, select, table, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
-from sqlalchemy.types import DateTime, Numeric, String
+from sqlalchemy.types import DateTime, Integer, Numeric, String
 
 from backend.billing.clock import ManualClock
 from backend.billing.money import prorate_micros
@@ -28,7 +28,7 @@ from backend.settings import Settings
 from backend.store.billing_models import UsageRecord
 from backend.store.db import make_engine, make_session_factory
 from backend.store.migrate import alembic_config
-from backend.store.models import AuditEvent, Project, Volume
+from backend.store.models import AuditEvent, Project
 from tests.backend.billing.conftest import BillingWorld, at
 from tests.backend.conftest import _postgres_admin_url
 
@@ -137,6 +137,14 @@ def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
     admin.dispose()
 
 
+OLD_VOLUMES = table(
+    "volumes",
+    *(column(name, String) for name in ("id", "project_id", "name", "region", "status")),
+    column("size_tib", Integer),
+    column("generation", Integer),
+    column("created_at", DateTime(timezone=True)),
+    column("updated_at", DateTime(timezone=True)),
+)
 OLD_SEGMENTS = table(
     "billing_volume_segments",
     column("volume_id", String),
@@ -168,8 +176,11 @@ def test_volume_history_migration_keeps_existing_volumes_billed_with_their_keys(
     ids = {name: new_id("volume") for name in "ABCDE"}
 
     def volume(session: Session, name: str, size: int, created: datetime, updated: datetime) -> None:
-        session.add(Volume(id=ids[name], project_id=project, name=name, region="us-east-1", size_tib=size,
-                           status="available", generation=1, created_at=created, updated_at=updated))
+        # The 0003 columns only (later revisions add some; the ORM model would insert them too).
+        session.execute(OLD_VOLUMES.insert().values(
+            id=ids[name], project_id=project, name=name, region="us-east-1", size_tib=size,
+            status="available", generation=1, created_at=created, updated_at=updated,
+        ))
 
     def segment(name: str, size: int, start: datetime, end: datetime | None = None) -> dict[str, object]:
         return {"volume_id": ids[name], "project_id": project, "region": "us-east-1", "size_tib": size,

@@ -2,6 +2,11 @@
 # Every cluster comes from the shared gpu-training-cluster module; the map below is the team's
 # inventory, so adding a cluster is adding an entry. Provider settings come from the environment
 # (GPUCLOUD_ENDPOINT, GPUCLOUD_API_KEY), so CI and laptops use the same code.
+#
+# GPUCLOUD_API_KEY is the NLP team's scoped key, made once by a project admin:
+#   gpucloud-backend create-api-key --project ml --role admin --scope team=nlp
+# With it this root sees and changes only resources labelled team = "nlp" (the module sets the label):
+# the vision team's clusters, volumes and SSH keys answer "not found" here.
 
 terraform {
   required_version = ">= 1.11"

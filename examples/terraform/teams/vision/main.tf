@@ -1,6 +1,11 @@
 # The vision team's clusters: its own root module and state, in the same gpucloud project as the
 # NLP team. Names are prefixed with the team by the shared module, so the two never collide.
 # Provider settings come from the environment (GPUCLOUD_ENDPOINT, GPUCLOUD_API_KEY).
+#
+# GPUCLOUD_API_KEY is the vision team's scoped key, made once by a project admin:
+#   gpucloud-backend create-api-key --project ml --role admin --scope team=vision
+# With it this root sees and changes only resources labelled team = "vision" (the module sets the
+# label): the NLP team's clusters, volumes and SSH keys answer "not found" here.
 
 terraform {
   required_version = ">= 1.11"
