@@ -37,9 +37,10 @@ def migrate(settings: Settings, revision: str, *, down: bool = False) -> None:
 def readdress_as_old_plan(session: Session, cluster_id: str, private_ips: list[str]) -> None:
     """Give a cluster the addresses the old plan handed out: the first /22 and first public IP of the
     one block every region shared, with pools named by region (`private_ips`: jumphost first)."""
-    state = session.get(EngineCluster, cluster_id)
+    # Only the columns revision 0003 has (later revisions add cluster and node columns).
+    state = session.get(EngineCluster, cluster_id, options=[load_only(
+        EngineCluster.cluster_id, EngineCluster.jumphost_ip, EngineCluster.subnet, EngineCluster.public_ip)])
     assert state is not None
-    # Only the columns revision 0003 has (later revisions add node columns).
     columns = load_only(EngineNode.id, EngineNode.index, EngineNode.private_ip, EngineNode.public_ip)
     query = select(EngineNode).options(columns).where(EngineNode.cluster_id == cluster_id)
     nodes = sorted(session.scalars(query), key=lambda n: n.index)
