@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session
 
 from backend.billing.account import credit_standing
@@ -39,6 +39,15 @@ def list_usage(
     session: Session, *, project_id: str, filters: UsageFilter, after_id: int | None, limit: int
 ) -> tuple[Sequence[UsageRecord], bool]:
     """A page of the project's usage records, oldest first; True when more follow."""
+    query = usage_query(project_id, filters)
+    if after_id is not None:
+        query = query.where(UsageRecord.id > after_id)
+    rows = session.scalars(query.order_by(UsageRecord.id).limit(limit + 1)).all()
+    return rows[:limit], len(rows) > limit
+
+
+def usage_query(project_id: str, filters: UsageFilter) -> Select[tuple[UsageRecord]]:
+    """The project's usage records matching `filters` (unordered)."""
     query = select(UsageRecord).where(UsageRecord.project_id == project_id)
     if filters.kind is not None:
         query = query.where(UsageRecord.kind == filters.kind)
@@ -50,10 +59,7 @@ def list_usage(
         query = query.where(UsageRecord.period_end > filters.start)
     if filters.end is not None:
         query = query.where(UsageRecord.period_start < filters.end)
-    if after_id is not None:
-        query = query.where(UsageRecord.id > after_id)
-    rows = session.scalars(query.order_by(UsageRecord.id).limit(limit + 1)).all()
-    return rows[:limit], len(rows) > limit
+    return query
 
 
 def usage_item(row: UsageRecord) -> dict[str, Any]:
