@@ -131,8 +131,19 @@ def groups_csv(result: UsageGroups) -> str:
 
 
 USAGE_CSV_COLUMNS = (
-    "id", "kind", "resource_type", "resource_id", "cluster_id", "region", "instance_type", "period_start",
-    "period_end", "seconds", "units", "unit_price_usd", "amount_usd",
+    "id",
+    "kind",
+    "resource_type",
+    "resource_id",
+    "cluster_id",
+    "region",
+    "instance_type",
+    "period_start",
+    "period_end",
+    "seconds",
+    "units",
+    "unit_price_usd",
+    "amount_usd",
 )
 
 

@@ -46,7 +46,7 @@ def list_usage(
     return rows[:limit], len(rows) > limit
 
 
-def usage_query(project_id: str, filters: UsageFilter) -> Select[tuple[UsageRecord]]:
+def usage_query(project_id: str, filters: UsageFilter) -> Select[UsageRecord]:
     """The project's usage records matching `filters` (unordered)."""
     query = select(UsageRecord).where(UsageRecord.project_id == project_id)
     if filters.kind is not None:
