@@ -15,6 +15,7 @@ from sqlalchemy import bindparam, literal, or_, select, union_all
 from sqlalchemy.orm import Session, joinedload
 
 from backend.billing.account import check_admission_allowed, check_attach_allowed
+from backend.billing.budgets import check_budget_admission
 from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.pricing import PricingError
 from backend.billing.reports import reserved_node_count
@@ -256,11 +257,12 @@ def create_cluster(
     *, session: Session, catalog: Catalog, project_id: str, spec: Mapping[str, Any]
 ) -> Cluster:
     """Accept a cluster spec (validated in full); the engine provisions it from PENDING. 402 when the
-    project is out of prepaid credits."""
+    project is out of prepaid credits or a block_new budget it falls under is spent."""
     now = utcnow()
     spec = {**spec, **lifetime_changes(spec, current=None, created_at=now, now=now)}
     full = _check_spec(session, catalog, project_id, spec)
     check_admission_allowed(session, project_id=project_id, what="creating a cluster")
+    check_budget_admission(session, project_id=project_id, labels=full.get("labels") or {}, now=now)
     row = Cluster(
         id=new_id("cluster"),
         project_id=project_id,

@@ -1,5 +1,6 @@
 """Migration 0011_ttl_budgets on a database of the previous head holding data: existing clusters keep
-everything and have no expiry; downgrading restores the previous schema with the data."""
+everything and have no expiry, the budget tables exist (empty); downgrading restores the previous schema
+with the data."""
 
 from __future__ import annotations
 
@@ -49,6 +50,8 @@ def test_migration_0011_keeps_existing_clusters_without_an_expiry(empty_url: str
                 },
             )
         upgrade_to_head(engine)
+        tables = set(sa.inspect(engine).get_table_names())
+        assert {"billing_budgets", "billing_budget_alerts"} <= tables
         with make_session_factory(engine)() as session:
             cluster = session.get(Cluster, "cls_1")
             assert cluster is not None
@@ -60,6 +63,7 @@ def test_migration_0011_keeps_existing_clusters_without_an_expiry(empty_url: str
             command.downgrade(config, previous)
             columns = {c["name"] for c in sa.inspect(connection).get_columns("clusters")}
             assert "expires_at" not in columns and "ttl" not in columns
+            assert "billing_budgets" not in sa.inspect(connection).get_table_names()
             assert connection.execute(sa.text("SELECT node_count FROM clusters")).scalar_one() == 3
     finally:
         engine.dispose()
