@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 
 from backend.store.models import Cluster
 from tests.backend.billing.conftest import BillingWorld, at
+from tests.backend.billing.test_worked_example import GUIDE
 from tests.backend.conftest import Tenant
 
 
@@ -146,3 +147,9 @@ def test_budget_crud_etag_and_other_projects(admin: TestClient, member: TestClie
     assert admin.delete(path).status_code == 204
     assert admin.get(path).status_code == 404
     assert admin.get("/v1/budgets/bud_0000000000000000000000000a").status_code == 404
+
+
+def test_budget_example_numbers_are_in_the_guide() -> None:
+    guide = GUIDE.read_text().split("## Budgets", 1)[1]
+    for text in ("**63.84**", "**100** USD", "50 % at 63.84", "80 % and 100 % at 127.68", "191.52"):
+        assert text in guide, text
