@@ -37,6 +37,9 @@ from provider.resources.api_rules import field_validators
 
 SUBJECT = "budget"
 DEFAULT_THRESHOLDS = [50, 80, 100]
+LABEL_KEY_RULE = (
+    "must be 1-63 lowercase letters, digits, '.', '_', '/' or '-', starting and ending with a letter or digit"
+)
 NAME_RULE = "must be 1-128 printable characters without leading or trailing spaces"
 SPEC = ("name", "amount_usd", "label_filter", "thresholds", "action")
 
@@ -74,11 +77,19 @@ class BudgetResource(Resource):
             "label_filter": SingleNestedAttribute(
                 optional=True,
                 attributes={
-                    "key": StringAttribute(required=True, description="Cluster label key, e.g. `team`."),
-                    "value": StringAttribute(required=True, description="Its value, e.g. `nlp`."),
+                    "key": StringAttribute(
+                        required=True,
+                        description="Cluster label key, e.g. `team`.",
+                        validators=_rules("label_filter.key", pattern=LABEL_KEY_RULE),
+                    ),
+                    "value": StringAttribute(
+                        required=True,
+                        description="Its value, e.g. `nlp`.",
+                        validators=_rules("label_filter.value", pattern="must have no control characters"),
+                    ),
                 },
-                description="Count only the clusters with this label (e.g. `{ key = \"team\", value = "
-                "\"nlp\" }`); without it, all of the project's usage, storage included.",
+                description='Count only the clusters with this label (e.g. `{ key = "team", value = '
+                '"nlp" }`); without it, all of the project\'s usage, storage included.',
             ),
             "thresholds": SetAttribute(
                 element_type=NUMBER,
@@ -86,6 +97,7 @@ class BudgetResource(Resource):
                 computed=True,
                 default=list(DEFAULT_THRESHOLDS),
                 description="Percentages of the amount at which to alert (1 to 1000). Default: 50, 80, 100.",
+                validators=_rules("thresholds"),
             ),
             "action": StringAttribute(
                 optional=True,

@@ -34,7 +34,7 @@ def _moment(value: Any) -> dt.datetime | None:
 
 def plan_expiry(ctx: Context, plan: State, state: State | None, config: State | None) -> None:
     """Set the planned `expires_at`: created_at + ttl once the cluster exists (known after apply at
-    create), the configured time, or null without either."""
+    create), the configured time, or null without either; idle teardown needs a Slurm cluster."""
     config = config or {}
     ttl, configured = config.get("ttl"), config.get("expires_at")
     if ttl is not None and configured is not None:
@@ -54,6 +54,18 @@ def plan_expiry(ctx: Context, plan: State, state: State | None, config: State | 
             plan["expires_at"] = moment.astimezone(dt.UTC).replace(tzinfo=None).isoformat() + "Z"
     elif configured is None:
         plan["expires_at"] = None
+    orchestrator = plan.get("orchestrator")
+    if (
+        plan.get("idle_teardown_minutes") is not None
+        and isinstance(orchestrator, str)
+        and orchestrator != "slurm"
+    ):
+        ctx.error(
+            "Idle Teardown Needs Slurm",
+            f"idle_teardown_minutes reads the Slurm job queue, and this cluster's orchestrator is "
+            f'{orchestrator}. Set orchestrator = "slurm", or use ttl or expires_at instead.',
+            root("idle_teardown_minutes"),
+        )
     _warn_if_kept_past_expiry(ctx, state)
 
 

@@ -219,7 +219,6 @@ class GpuClusterResource(Resource):
             )
         _unknown_while_converging(plan, state)
         _term_may_start(plan)
-        plan_expiry(ctx, plan, state, config)
         nodes = plan.get("node_count")
         if is_unknown(plan.get("orchestrator")) and known(nodes):
             plan["orchestrator"] = "slurm" if int(nodes) > 1 else "none"
@@ -230,6 +229,7 @@ class GpuClusterResource(Resource):
                 "orchestrator = \"slurm\" or \"kubernetes\" (this replaces the cluster) or keep one node.",
                 root("node_count"),
             )
+        plan_expiry(ctx, plan, state, config)
         if not configured(ctx):
             return plan
         try:

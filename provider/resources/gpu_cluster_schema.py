@@ -388,6 +388,7 @@ CLUSTER_SCHEMA = Schema(
             computed=True,
             description="When the cluster is deleted (RFC 3339, e.g. `\"2026-12-01T18:00:00Z\"`): set it "
             "instead of `ttl`, or read it (computed from `ttl`, null without either). Changes in place.",
+            validators=api("expires_at"),
         ),
         "idle_teardown_minutes": Int64Attribute(
             optional=True,
