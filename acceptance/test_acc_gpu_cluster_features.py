@@ -4,7 +4,9 @@ time naming the attribute (capacity included)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +22,7 @@ from acceptance.gpucloud_steps import (
     values,
 )
 from acceptance.harness import TerraformFactory
+from provider.client import NotFound
 
 __all__ = ["gpucloud_tf"]
 
@@ -219,3 +222,49 @@ def test_acc_gpu_cluster_on_terraform_115_refresh_finds_nothing_new(
     # is the one the refresh reads, so there is nothing to report.
     assert plan_text(tf, "-refresh-only")[0] == 0
     tf.destroy()
+
+
+LIFETIME = """
+resource "gpucloud_gpu_cluster" "short" {
+  name          = "short"
+  region        = "us-east-1"
+  instance_type = "1xH100"
+  %s
+}
+"""
+
+
+def test_acc_gpu_cluster_ttl_plan_shows_expires_at_and_expiry_plans_a_create(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    tf = gpucloud_tf(LIFETIME % 'ttl = "8h"')
+    code, output = plan_text(tf)
+    assert code == 2 and "+ expires_at = (known after apply)" in output, output
+    apply_and_check(tf)
+    state = values(tf, "gpucloud_gpu_cluster.short")
+    created = dt.datetime.fromisoformat(state["created_at"].replace("Z", "+00:00"))
+    expires_at = (created + dt.timedelta(hours=8)).replace(microsecond=0)
+    assert state["expires_at"] == expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    # A fixed time soon: the plan shows the change, the engine deletes the cluster then, and the next
+    # plan creates it again, as for any cluster deleted outside Terraform.
+    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    tf.write_main(LIFETIME % f'expires_at = "{soon}"')
+    code, output = plan_text(tf)
+    assert code == 2 and f'~ expires_at = "{state["expires_at"]}" -> "{soon}"' in output, output
+    assert '- ttl = "8h" -> null' in output, output
+    apply_and_check(tf)
+    deadline = time.monotonic() + 60
+    while _still_there(backend, state["id"]):
+        assert time.monotonic() < deadline, "the cluster was not deleted at its expiry"
+        time.sleep(1)
+    code, output = plan_text(tf)
+    assert code == 2 and "1 to add, 0 to change, 0 to destroy" in output, output
+    assert f'+ expires_at = "{soon}"' in output, output
+
+
+def _still_there(backend: Backend, cluster_id: str) -> bool:
+    try:
+        return backend.client.get_cluster(cluster_id).get("deletion_requested_at") is None
+    except NotFound:
+        return False

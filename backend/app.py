@@ -9,7 +9,17 @@ from anyio import CapacityLimiter
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from backend.api import audit_events, billing, clusters, console, engine_routes, health, ssh_keys, volumes
+from backend.api import (
+    audit_events,
+    billing,
+    budgets,
+    clusters,
+    console,
+    engine_routes,
+    health,
+    ssh_keys,
+    volumes,
+)
 from backend.api.metrics import Metrics
 from backend.api.middleware import RequestMiddleware
 from backend.api.openapi import install_openapi
@@ -110,6 +120,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(audit_events.router)
     app.include_router(engine_routes.router)
     app.include_router(billing.router)
+    app.include_router(budgets.router)
     app.include_router(console.router)
     install_openapi(app)
     app.add_middleware(

@@ -27,7 +27,7 @@ from backend.api.schemas import (
 )
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
-from backend.billing import reports
+from backend.billing import chargeback, reports
 from backend.billing.clock import SystemClock, ensure_utc
 from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.ledger import balance_micros, grant_credits
@@ -189,7 +189,38 @@ def get_balance(request: Request, principal: Reader) -> BalanceOut:
     return BalanceOut(**view)
 
 
-@router.get("/v1/billing/usage", response_model=Page[UsageItemOut], responses=_READ)
+class UsageGroupOut(BaseModel):
+    key: str | None = Field(description="The label value, cluster id or UTC date; null: lines without one")
+    name: str | None = Field(description="The cluster's name (group_by=cluster)")
+    amount_usd: str
+    line_count: int
+
+
+class UsageGroupsOut(BaseModel):
+    """Usage summed per group (group_by given): the groups always add up to `total_usd`."""
+
+    group_by: str
+    groups: list[UsageGroupOut] = Field(description="Largest amount first")
+    total_usd: str = Field(description="All lines matching the filters")
+    line_count: int
+
+
+GroupBy = Annotated[
+    str | None, Query(max_length=80, description=f"Sum the lines per group: {chargeback.GROUP_BY_DOC}")
+]
+ExportFormat = Annotated[
+    Literal["json", "csv"],
+    Query(alias="format", description="csv: every matching line (or group) as text/csv, unpaginated"),
+]
+_USAGE_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **_READ,
+    200: {"content": {"text/csv": {"schema": {"type": "string"}}}},
+}
+
+
+@router.get(
+    "/v1/billing/usage", response_model=Page[UsageItemOut] | UsageGroupsOut, responses=_USAGE_RESPONSES
+)
 def list_usage(
     request: Request,
     principal: Reader,
@@ -200,30 +231,61 @@ def list_usage(
     resource_id: RefFilter = None,
     start: Annotated[DateTimeText | None, Query(description="Only lines ending after this time")] = None,
     end: Annotated[DateTimeText | None, Query(description="Only lines starting before this time")] = None,
-) -> dict[str, Any]:
-    """Usage line items (hour slices per node and volume, reserved terms), oldest first; a team-scoped
-    key gets its team's clusters' and volumes' lines."""
+    group_by: GroupBy = None,
+    export: ExportFormat = "json",
+) -> Any:
+    """Usage line items (hour slices per node and volume, reserved terms), oldest first; with `group_by`
+    the chargeback view (totals per team label, cluster or day); `format=csv` exports either. A
+    team-scoped key gets its team's clusters' and volumes' lines."""
     state = app_state(request)
+    if group_by is not None and not chargeback.valid_group_by(group_by):
+        raise validation_failed([FieldError(
+            "group_by", "invalid_group_by", f"group_by must be {chargeback.GROUP_BY_DOC}, not {group_by!r}"
+        )])
+    filters = reports.UsageFilter(
+        kind=kind, cluster_id=cluster_id, resource_id=resource_id, start=_aware(start), end=_aware(end),
+        scope=principal.scope,
+    )
+    if group_by is not None:
+        with state.read_sessions() as session:
+            grouped = chargeback.group_usage(
+                session, project_id=principal.project_id, filters=filters, group_by=group_by
+            )
+        if export == "csv":
+            return _csv_response(chargeback.groups_csv(grouped), f"usage-by-{group_by.replace(':', '-')}")
+        return chargeback.groups_view(grouped)
     after_id = None
     if page_token:
         raw = decode_page_token(page_token, kind=USAGE_KIND)
         after_id = int(raw) if raw.isdigit() else None
     limit = min(page_size or state.settings.default_page_size, state.settings.max_page_size)
-    filters = reports.UsageFilter(
-        kind=kind,
-        cluster_id=cluster_id,
-        resource_id=resource_id,
-        start=_aware(start),
-        end=_aware(end),
-        scope=principal.scope,
-    )
+    if export == "csv":
+        after_id, limit = None, CSV_MAX_LINES
     with state.read_sessions() as session:
         rows, more = reports.list_usage(
             session, project_id=principal.project_id, filters=filters, after_id=after_id, limit=limit
         )
         items = [reports.usage_item(row) for row in rows]
+    if export == "csv":
+        if more:
+            raise validation_failed([FieldError(
+                "start", "too_many_lines",
+                f"more than {CSV_MAX_LINES} lines match; narrow start and end, or export with group_by",
+            )])
+        return _csv_response(chargeback.lines_csv(items), "usage")
     token = encode_page_token(kind=USAGE_KIND, after_id=str(rows[-1].id)) if more and rows else None
     return {"items": items, "next_page_token": token}
+
+
+CSV_MAX_LINES = 500_000
+
+
+def _csv_response(text: str, name: str) -> Response:
+    return Response(
+        text,
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}.csv"'},
+    )
 
 
 @router.get("/v1/billing/invoices", response_model=InvoiceList, responses=_READ)

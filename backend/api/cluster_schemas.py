@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StringConstraints
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints
 
 from backend.api.schemas import StrictModel
+from backend.domain.lifetime import IDLE_MAX_MINUTES, IDLE_MIN_MINUTES, TTL_DOC, TTL_PATTERN
 
 Orchestrator = Literal["slurm", "kubernetes", "none"]
 Interconnect = Literal["infiniband", "efa", "ethernet"]
@@ -42,6 +44,27 @@ Money = Annotated[
 ]
 
 
+Ttl = Annotated[str, StringConstraints(max_length=32, pattern=TTL_PATTERN), Field(description=TTL_DOC)]
+EXPIRES_AT_DOC = (
+    "When the engine deletes the cluster (RFC 3339, in the future); with ttl it is created_at + ttl. "
+    "deletion_protection keeps an expired cluster running with a warning instead"
+)
+IDLE_DOC = (
+    "Slurm clusters: delete the cluster once it has had no running or pending job for this many minutes"
+)
+
+
+def _rfc3339_text(value: object) -> object:
+    if not isinstance(value, str) or not re.match(r"^\d{4}-\d{2}-\d{2}T", value):
+        raise ValueError("expected an RFC 3339 date-time string such as 2026-12-01T18:00:00Z")
+    return value
+
+
+# Strict(False): request bodies are strict, but a date-time arrives as a JSON string.
+ExpiresAt = Annotated[datetime, Strict(False), BeforeValidator(_rfc3339_text)]
+IdleMinutes = Annotated[int, Field(ge=IDLE_MIN_MINUTES, le=IDLE_MAX_MINUTES, description=IDLE_DOC)]
+
+
 class Billing(StrictModel):
     type: Literal["on_demand", "reserved"] = Field(default="on_demand", description="on_demand or reserved")
     duration_days: int | None = Field(default=None, ge=1, le=90, description="Reserved term (reserved only)")
@@ -67,6 +90,9 @@ class ClusterCreate(StrictModel):
     deletion_protection: bool = False
     max_hourly_cost_usd: Money | None = Field(default=None, description="Refuse specs that would cost more")
     node_repair: NodeRepair = Field(default="auto", description=NODE_REPAIR_DOC)
+    ttl: Ttl | None = None
+    expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC)
+    idle_teardown_minutes: IdleMinutes | None = None
 
 
 class ClusterUpdate(StrictModel):
@@ -87,6 +113,9 @@ class ClusterUpdate(StrictModel):
     deletion_protection: bool | None = None
     max_hourly_cost_usd: Money | None = None
     node_repair: NodeRepair | None = Field(default=None, description=NODE_REPAIR_DOC)
+    ttl: Ttl | None = Field(default=None, description=TTL_DOC + "; null clears the expiry")
+    expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC + "; null clears it")
+    idle_teardown_minutes: IdleMinutes | None = None
     remove_node_names: (
         list[Annotated[str, StringConstraints(max_length=80, pattern=r"^[a-z0-9-]+$")]] | None
     ) = Field(
@@ -97,7 +126,7 @@ class ClusterUpdate(StrictModel):
 
 
 # Fields whose null in a PATCH means "clear it"; for the others null means "leave unchanged".
-NULLABLE_FIELDS = ("container", "max_hourly_cost_usd")
+NULLABLE_FIELDS = ("container", "max_hourly_cost_usd", "ttl", "expires_at", "idle_teardown_minutes")
 
 
 class BillingOut(BaseModel):
@@ -126,6 +155,13 @@ class ClusterOut(BaseModel):
     deletion_protection: bool
     max_hourly_cost_usd: float | None
     node_repair: str
+    ttl: str | None
+    expires_at: datetime | None
+    idle_teardown_minutes: int | None
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Conditions to act on, such as an expiry that deletion_protection blocked",
+    )
     status: str = Field(
         description="PENDING, PROVISIONING, CONFIGURING, CONTAINER_CREATING, RUNNING, PAUSED (out of "
         "credits: nodes powered off), DESTROYING, DESTROYED or FAILED"

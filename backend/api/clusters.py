@@ -27,6 +27,7 @@ from backend.api.writes import WriteOutcome, run_write
 from backend.billing.reports import cluster_billing
 from backend.domain.catalog import Catalog
 from backend.domain.etags import etag_for
+from backend.provisioning.lifetime import lifetime_warnings
 from backend.provisioning.views import cluster_runtime
 from backend.services import clusters
 from backend.store.models import Cluster
@@ -71,6 +72,7 @@ def to_out(
     }
     body.update(cluster_runtime(session, row.id, row))
     body.update(cluster_billing(session, row.id, spec=spec, catalog=catalog))
+    body["warnings"] = lifetime_warnings(row)
     return ClusterOut.model_validate(body)
 
 

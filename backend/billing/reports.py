@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import bindparam, or_, select
+from sqlalchemy import Select, bindparam, or_, select
 from sqlalchemy.orm import Session
 
 from backend.billing.account import credit_standing
@@ -43,6 +43,15 @@ def list_usage(
     session: Session, *, project_id: str, filters: UsageFilter, after_id: int | None, limit: int
 ) -> tuple[Sequence[UsageRecord], bool]:
     """A page of the project's usage records, oldest first; True when more follow."""
+    query = usage_query(project_id, filters)
+    if after_id is not None:
+        query = query.where(UsageRecord.id > after_id)
+    rows = session.scalars(query.order_by(UsageRecord.id).limit(limit + 1)).all()
+    return rows[:limit], len(rows) > limit
+
+
+def usage_query(project_id: str, filters: UsageFilter) -> Select[UsageRecord]:
+    """The project's usage records matching `filters` (unordered)."""
     query = select(UsageRecord).where(UsageRecord.project_id == project_id)
     if filters.kind is not None:
         query = query.where(UsageRecord.kind == filters.kind)
@@ -66,10 +75,7 @@ def list_usage(
         query = query.where(
             or_(UsageRecord.cluster_id.in_(team_clusters), UsageRecord.resource_id.in_(team_volumes))
         )
-    if after_id is not None:
-        query = query.where(UsageRecord.id > after_id)
-    rows = session.scalars(query.order_by(UsageRecord.id).limit(limit + 1)).all()
-    return rows[:limit], len(rows) > limit
+    return query
 
 
 def usage_item(row: UsageRecord) -> dict[str, Any]:

@@ -7,7 +7,8 @@ One pass (`run_metering`) walks every project, each in its own transaction:
 3. reserved terms past their end: `on_expiry` carried out (decommission | convert_to_on_demand);
 4. credits: a prepaid project with nothing left has its on-demand clusters paused, then decommissioned
    after the grace period; a top-up releases the holds;
-5. months that are over get their invoice.
+5. budgets: thresholds crossed this month alerted once each (backend.billing.budgets);
+6. months that are over get their invoice.
 Every charge is keyed (see backend.billing.meter), so a crash anywhere rolls back the project's pass
 and the next pass redoes it; a pass never charges a key twice and never skips one.
 """
@@ -23,6 +24,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.billing import actions
+from backend.billing.budgets import check_budgets
 from backend.billing.clock import Clock, ensure_utc
 from backend.billing.compute_meter import (
     CONVERT_TO_ON_DEMAND,
@@ -60,6 +62,7 @@ class MeteringResult:
     clusters_decommissioned: int = 0
     clusters_resumed: int = 0
     invoices_issued: int = 0
+    budget_alerts: int = 0
 
 
 def run_metering(
@@ -172,6 +175,7 @@ def meter_project(
         result=result,
         unbilled_micros=accrued,
     )
+    result.budget_alerts += check_budgets(session, project_id=project_id, now=now)
     result.invoices_issued += issue_invoices(session, project_id=project_id, cutoff=cutoff, now=now)
 
 

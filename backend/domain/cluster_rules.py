@@ -73,6 +73,12 @@ def validate_cluster_spec(spec: Mapping[str, Any], catalog: Catalog) -> list[Fie
     errors += _check_orchestrator(full.get("orchestrator"))
     errors += _check_container(full.get("container"))
     errors += _check_billing(full.get("billing") or {})
+    if full.get("idle_teardown_minutes") is not None and full.get("orchestrator") != "slurm":
+        errors.append(FieldError(
+            "idle_teardown_minutes", "requires_slurm",
+            "idle_teardown_minutes reads the Slurm job queue: it needs orchestrator = slurm "
+            f"(this cluster has {full.get('orchestrator')}); use ttl or expires_at instead",
+        ))
     # Name (a hostname prefix), orchestrator and container against node_count, the reserved term.
     errors += broken_rules("ClusterCreate", full)
     return errors

@@ -14,6 +14,7 @@ PREFIXES = {
     "cluster": "cls",
     "api_key": "key",
     "audit_event": "aud",
+    "budget": "bud",
 }
 _BODY_LEN = 26
 ID_PATTERN = re.compile(r"^[a-z]{3}_[0-9a-hjkmnp-tv-z]{26}$")

@@ -21,7 +21,7 @@ from backend.domain.lifecycle import (
     derive_bring_up_phase,
     derive_cluster_status,
 )
-from backend.provisioning import allocator
+from backend.provisioning import allocator, lifetime
 from backend.provisioning.driver import Operation, OperationRequest, OpKind, ProvisioningDriver
 from backend.provisioning.engine import add_repair, add_replacement
 from backend.provisioning.node_health import in_repair
@@ -94,6 +94,8 @@ def _reconcile(ctx: PassContext, cluster_id: str) -> dt.datetime | None:
     if cluster is None or state is None or state.finished:
         return None
     nodes = live_nodes(ctx.session, cluster_id)
+    lifetime.expire_if_due(session=ctx.session, driver=ctx.driver, cluster=cluster, now=ctx.now,
+                           idle_check=dt.timedelta(seconds=ctx.settings.idle_check_seconds), due=ctx.due)
     if cluster.deletion_requested_at is not None or state.rollback_reason is not None:
         _teardown(ctx, cluster, state, nodes)
         return ctx.next_due()

@@ -49,6 +49,8 @@ class EngineSettings(BaseSettings):
     # A worker whose heartbeat is older than this is dead: live workers delete its `engine_workers` row
     # (its leases expired long before; until then `/metrics` shows its heartbeat age for alerting).
     engine_worker_prune_seconds: float = Field(default=300.0, gt=0)
+    # Clusters with idle_teardown_minutes: how often a busy one's job queue is read again.
+    idle_check_seconds: float = Field(default=60.0, gt=0)
 
 
     @field_validator("local_address_range")

@@ -7,6 +7,7 @@ stored; every accepted write asks the engine to reconcile in the same transactio
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
@@ -14,6 +15,7 @@ from sqlalchemy import bindparam, literal, or_, select, union_all
 from sqlalchemy.orm import Session, joinedload
 
 from backend.billing.account import check_admission_allowed, check_attach_allowed
+from backend.billing.budgets import check_budget_admission
 from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.pricing import PricingError
 from backend.billing.reports import reserved_node_count
@@ -22,6 +24,7 @@ from backend.domain.catalog import Catalog
 from backend.domain.cluster_rules import apply_cluster_defaults, validate_cluster_spec
 from backend.domain.errors import Conflict, FieldError, Forbidden, NotFound, validation_failed
 from backend.domain.ids import is_id_of, new_id
+from backend.domain.lifetime import parse_ttl
 from backend.provisioning.engine import request_reconcile
 from backend.services.clock import utcnow
 from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
@@ -91,6 +94,9 @@ def spec_of(row: Any, ssh_key_ids: list[str], volume_ids: list[str]) -> dict[str
             Decimal(row.max_hourly_cost_micros) / MICROS if row.max_hourly_cost_micros is not None else None
         ),
         "node_repair": row.node_repair,
+        "ttl": row.ttl,
+        "expires_at": row.expires_at,
+        "idle_teardown_minutes": row.idle_teardown_minutes,
     }
 
 
@@ -209,6 +215,49 @@ def _check_cost(
     ]
 
 
+def lifetime_changes(
+    changes: Mapping[str, Any], *, current: Mapping[str, Any] | None, created_at: datetime, now: datetime
+) -> dict[str, Any]:
+    """`ttl` and `expires_at` as stored after a create (`current` None) or a partial update: a ttl sets
+    expires_at to created_at + ttl, an expires_at clears the ttl, null clears both (422 naming the field
+    when both are given, the time is past or has no time zone, or the cluster is already older)."""
+    ttl, expires_at = changes.get("ttl"), changes.get("expires_at")
+    if ttl is not None and expires_at is not None:
+        raise validation_failed([FieldError(
+            "ttl", "conflicting_fields", "set ttl or expires_at, not both (ttl sets expires_at)"
+        )])
+    if ttl is not None:
+        try:
+            lifetime = parse_ttl(str(ttl))
+        except ValueError as error:
+            raise validation_failed([FieldError("ttl", "invalid_ttl", str(error))]) from None
+        if current is not None and current.get("ttl") == ttl:
+            return {}
+        if created_at + lifetime <= now:
+            raise validation_failed([FieldError(
+                "ttl", "already_elapsed",
+                f"the cluster was created at {created_at:%Y-%m-%dT%H:%M:%SZ} and is already older than "
+                f"{ttl}; choose a longer ttl, or delete the cluster",
+            )])
+        # Whole seconds: the provider plans the same value from created_at + ttl.
+        return {"ttl": ttl, "expires_at": (created_at + lifetime).replace(microsecond=0)}
+    if expires_at is not None:
+        if not isinstance(expires_at, datetime) or expires_at.tzinfo is None:
+            raise validation_failed([FieldError(
+                "expires_at", "invalid_datetime", "expires_at needs a time zone, e.g. 2026-12-01T18:00:00Z"
+            )])
+        unchanged = current is not None and current.get("expires_at") == expires_at
+        if expires_at <= now and not unchanged:
+            raise validation_failed([FieldError(
+                "expires_at", "in_the_past",
+                f"expires_at {expires_at.isoformat()} has passed; use a later time",
+            )])
+        return {"ttl": None, "expires_at": expires_at}
+    if "ttl" in changes or "expires_at" in changes:
+        return {"ttl": None, "expires_at": None}
+    return {}
+
+
 def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
     billing = spec["billing"]
     row.name, row.region, row.instance_type = spec["name"], spec["region"], spec["instance_type"]
@@ -225,6 +274,10 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
     ceiling = spec.get("max_hourly_cost_usd")
     row.max_hourly_cost_micros = int(Decimal(ceiling) * MICROS) if ceiling is not None else None
     row.node_repair = spec.get("node_repair") or "auto"
+    if (row.ttl, row.expires_at) != (spec.get("ttl"), spec.get("expires_at")):
+        row.expiry_blocked_at = None  # a new expiry: a later block is reported again
+    row.ttl, row.expires_at = spec.get("ttl"), spec.get("expires_at")
+    row.idle_teardown_minutes = spec.get("idle_teardown_minutes")
     row.ssh_key_links = [
         ClusterSshKey(ssh_key_id=ref, position=i) for i, ref in enumerate(spec.get("ssh_key_ids") or [])
     ]
@@ -242,11 +295,14 @@ def create_cluster(
     scope: Scope | None = None,
 ) -> Cluster:
     """Accept a cluster spec (validated in full); the engine provisions it from PENDING. 402 when the
-    project is out of prepaid credits. A scoped caller's cluster carries its scope label."""
+    project is out of prepaid credits or a block_new budget it falls under is spent. A scoped caller's
+    cluster carries its scope label."""
+    now = utcnow()
     spec = {**spec, "labels": scoped_labels(spec.get("labels") or {}, scope)}
+    spec = {**spec, **lifetime_changes(spec, current=None, created_at=now, now=now)}
     full = _check_spec(session, catalog, project_id, spec, scope=scope)
     check_admission_allowed(session, project_id=project_id, what="creating a cluster")
-    now = utcnow()
+    check_budget_admission(session, project_id=project_id, labels=full.get("labels") or {}, now=now)
     row = Cluster(
         id=new_id("cluster"),
         project_id=project_id,
@@ -367,6 +423,7 @@ def update_cluster(
         if field in changes and changes[field] != current[field]
     ]
     merged = {**current, **{k: v for k, v in changes.items() if k != "billing"}}
+    merged.update(lifetime_changes(changes, current=current, created_at=row.created_at, now=utcnow()))
     if "billing" in changes:
         billing = {**current["billing"], **(changes["billing"] or {})}
         errors += [

@@ -12,7 +12,19 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Index, Integer, Numeric, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    Numeric,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from backend.store.base import Base
@@ -172,3 +184,44 @@ class SettledCluster(Base):
     cluster_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
     settled_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class Budget(Base):
+    """A monthly spending budget of a project, optionally for the clusters with one label (migration
+    0011): alerts at the thresholds (percent), and at 100 % `notify` or `block_new` (creates refused)."""
+
+    __tablename__ = "billing_budgets"
+
+    id: Mapped[str] = mapped_column(String(30), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    amount_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    label_key: Mapped[str | None] = mapped_column(String(63))
+    label_value: Mapped[str | None] = mapped_column(String(256))
+    thresholds: Mapped[list[int]] = mapped_column(JSON, nullable=False)
+    action: Mapped[str] = mapped_column(String(16), nullable=False)
+    generation: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+Index("ix_billing_budgets_project_id_id", Budget.project_id, Budget.id)
+
+
+class BudgetAlert(Base):
+    """A threshold a budget's spend crossed in one month: at most one row per (budget, month, threshold),
+    so each crossing is alerted once however often the job runs."""
+
+    __tablename__ = "billing_budget_alerts"
+    __table_args__ = (
+        UniqueConstraint("budget_id", "period", "threshold", name="uq_billing_budget_alerts_crossing"),
+    )
+
+    id: Mapped[int] = mapped_column(SERIAL, primary_key=True, autoincrement=True)
+    budget_id: Mapped[str] = mapped_column(
+        ForeignKey("billing_budgets.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    period: Mapped[str] = mapped_column(String(7), nullable=False)  # YYYY-MM
+    threshold: Mapped[int] = mapped_column(Integer, nullable=False)  # percent
+    spent_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    raised_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)

@@ -124,6 +124,13 @@ class Cluster(Versioned, Base):
     # Day 2: "auto" replaces a failed node in place (same hostname and fabric position), "manual" leaves
     # it failed until a node action (migration 0007_node_repair).
     node_repair: Mapped[str] = mapped_column(String(8), nullable=False, default="auto", server_default="auto")
+    # Time to live (migration 0011): `ttl` as written ("8h"), the moment the engine deletes the cluster,
+    # and the idle time (no Slurm jobs) after which it does. `expiry_blocked_at`: when deletion_protection
+    # kept an expired cluster (one audit event and a warning on the cluster; cleared by a new expiry).
+    ttl: Mapped[str | None] = mapped_column(String(32))
+    expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    idle_teardown_minutes: Mapped[int | None] = mapped_column(Integer)
+    expiry_blocked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # Written by the engine (backend.provisioning); core only sets the initial values.
     status: Mapped[str] = mapped_column(String(32), nullable=False, default="PENDING")
     phase: Mapped[str | None] = mapped_column(String(64))

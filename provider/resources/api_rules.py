@@ -42,7 +42,7 @@ from provider.framework.validators import (
 
 TABLE = Path(__file__).with_name("api_rules.json")
 # The request schemas whose rules resources check at plan time.
-SCHEMAS = ("ClusterCreate", "NodeActionIn", "SshKeyCreate", "VolumeCreate")
+SCHEMAS = ("ClusterCreate", "NodeActionIn", "SshKeyCreate", "VolumeCreate", "BudgetCreate")
 FIELD_CHECKS = ("pattern", "forbidden_pattern", "ssh_key_type", "ssh_key_data", "ssh_rsa_bits")
 BETWEEN_FIELDS_CHECKS = ("not_allowed_when", "required_when")
 
@@ -125,6 +125,9 @@ def field_validators(schema: str, field: str, *, text: Mapping[str, str] | None 
     return [first_failure(*found)] if len(found) > 1 else found
 
 
+RFC3339 = r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})"
+
+
 def schema_validators(
     c: Mapping[str, Any], text: Mapping[str, str], where: str = "pattern"
 ) -> list[Validator]:
@@ -137,6 +140,9 @@ def schema_validators(
         out.append(string_length(min=c.get("minLength"), max=c.get("maxLength")))
     if "pattern" in c:
         out.append(string_matches(c["pattern"], text.get(where, "")))
+    if c.get("format") == "date-time":
+        out.append(string_matches(RFC3339, "must be an RFC 3339 date-time with a time zone, such as "
+                                           "2026-12-01T18:00:00Z"))
     if kind == "integer" and ("minimum" in c or "maximum" in c):
         out.append(int_between(_whole(c.get("minimum")), _whole(c.get("maximum"))))
     if kind == "number":

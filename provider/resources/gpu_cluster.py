@@ -32,6 +32,7 @@ from provider.resources._common import (
     remember_etag,
 )
 from provider.resources.cluster_checks import known
+from provider.resources.cluster_lifetime import plan_expiry
 from provider.resources.cluster_reservation import warn_if_term_forfeited
 from provider.resources.cluster_wait import (
     ClusterStillConverging,
@@ -64,6 +65,7 @@ PATCHABLE = {
     "deletion_protection": "deletion_protection",
     "node_repair": "node_repair",
     "max_hourly_cost_usd": "max_hourly_cost_usd",
+    "idle_teardown_minutes": "idle_teardown_minutes",
 }
 # Changes the engine has to carry out on the nodes (the update then waits for convergence).
 ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids")
@@ -229,6 +231,7 @@ class GpuClusterResource(Resource):
                 "orchestrator = \"slurm\" or \"kubernetes\" (this replaces the cluster) or keep one node.",
                 root("node_count"),
             )
+        plan_expiry(ctx, plan, state, config)
         if not configured(ctx):
             return plan
         try:
@@ -379,6 +382,10 @@ class GpuClusterResource(Resource):
             changes["ssh_key_ids"] = sorted(changes["ssh_key_ids"] or [])
         if "labels" in changes:
             changes["labels"] = changes["labels"] or {}
+        if _differs("ttl", plan, state) or _differs("expires_at", plan, state):
+            # A ttl sets expires_at (from created_at); null in both clears the expiry.
+            changes.update({"ttl": plan["ttl"]} if plan.get("ttl") is not None
+                           else {"expires_at": plan.get("expires_at")})
         if (plan.get("billing") or {}).get("on_expiry") != (state.get("billing") or {}).get("on_expiry"):
             changes["billing"] = {"on_expiry": plan["billing"]["on_expiry"]}
         body: dict[str, Any] | None = None

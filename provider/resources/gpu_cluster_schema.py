@@ -5,10 +5,11 @@ Shared by the resource and the `gpucloud_gpu_cluster` data source (which reuses 
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from provider.cty import STRING
+from provider.cty import STRING, is_unknown
 from provider.framework import (
     BoolAttribute,
     Int64Attribute,
@@ -373,6 +374,28 @@ CLUSTER_SCHEMA = Schema(
             "it (labels, a scale-down, destroy) go through.",
             validators=api("max_hourly_cost_usd"),
         ),
+        "ttl": StringAttribute(
+            optional=True,
+            description="How long the cluster lives from its creation: a duration such as `\"8h\"`, "
+            "`\"90m\"` or `\"1d12h\"` (1 minute to 365 days). The cluster is deleted at `created_at` + "
+            "`ttl` (shown in the plan as `expires_at`); after that the next plan creates it again, like any "
+            "deleted cluster. With `deletion_protection = true` an expired cluster keeps running (and "
+            "billing) with a warning instead. Changes in place; conflicts with `expires_at`.",
+            validators=api("ttl"),
+        ),
+        "expires_at": StringAttribute(
+            optional=True,
+            computed=True,
+            description="When the cluster is deleted (RFC 3339, e.g. `\"2026-12-01T18:00:00Z\"`): set it "
+            "instead of `ttl`, or read it (computed from `ttl`, null without either). Changes in place.",
+            validators=api("expires_at"),
+        ),
+        "idle_teardown_minutes": Int64Attribute(
+            optional=True,
+            description="Slurm clusters: deleted once they have had no running or pending job for this "
+            "many minutes (1 to 43200). Changes in place.",
+            validators=api("idle_teardown_minutes"),
+        ),
         "wait_for_running": BoolAttribute(
             optional=True,
             computed=True,
@@ -402,6 +425,9 @@ SPEC_FIELDS = {
     "deletion_protection": "deletion_protection",
     "node_repair": "node_repair",
     "max_hourly_cost_usd": "max_hourly_cost_usd",
+    "ttl": "ttl",
+    "expires_at": "expires_at",
+    "idle_teardown_minutes": "idle_teardown_minutes",
 }
 
 
@@ -414,6 +440,8 @@ def spec_from_plan(plan: dict[str, Any]) -> dict[str, Any]:
             continue
         if tf_name == "billing":
             value = {k: v for k, v in value.items() if v is not None}
+        if tf_name == "expires_at" and (plan.get("ttl") is not None or is_unknown(value)):
+            continue  # computed from ttl by the API
         spec[api_name] = sorted(value) if tf_name in ("ssh_key_ids", "shared_volume_ids") else value
     return spec
 
@@ -431,6 +459,23 @@ def _same_number(prior: Any, value: int | Decimal | None) -> Any:
     if isinstance(prior, int | Decimal) and value is not None and Decimal(prior) == Decimal(value):
         return prior
     return value
+
+
+def _same_instant(prior: Any, value: Any) -> Any:
+    """An API time in state: the user's spelling when it is the same instant, else RFC 3339 UTC."""
+    if value is None:
+        return None
+    if isinstance(prior, str) and _instant(prior) == _instant(value):
+        return prior
+    return timestamp(value)
+
+
+def _instant(text: str) -> datetime | None:
+    try:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
 
 
 def _empty_as(prior: Any, value: Any) -> Any:
@@ -552,6 +597,9 @@ def cluster_state(
         "max_hourly_cost_usd": _same_number(
             prior.get("max_hourly_cost_usd"), _number(body.get("max_hourly_cost_usd"))
         ),
+        "ttl": body.get("ttl"),
+        "expires_at": _same_instant(prior.get("expires_at"), body.get("expires_at")),
+        "idle_teardown_minutes": body.get("idle_teardown_minutes"),
         "wait_for_running": prior.get("wait_for_running") if prior.get("wait_for_running") is not None
         else True,
         "timeouts": prior.get("timeouts"),

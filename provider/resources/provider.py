@@ -34,6 +34,7 @@ from provider.framework import (
 )
 from provider.framework.validators import custom, int_between, string_matches
 from provider.resources._common import GpuCloudConfig
+from provider.resources.budget import BudgetResource
 from provider.resources.cluster_actions import ClusterNodeAction, ClusterRestartWorkers
 from provider.resources.cluster_credentials import ClusterCredentialsEphemeralResource
 from provider.resources.cluster_data_source import GpuClusterDataSource
@@ -62,6 +63,7 @@ RESOURCES: tuple[type[Resource], ...] = (
     SshKeyResource,
     SharedVolumeResource,
     GpuClusterResource,
+    BudgetResource,
 )
 DATA_SOURCES: tuple[type[DataSource], ...] = (
     RegionsDataSource,

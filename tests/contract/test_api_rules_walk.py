@@ -60,6 +60,7 @@ RESOURCES: dict[str, tuple[str, str, dict[str, str], dict[str, Any]]] = {
     "VolumeCreate": (
         "/v1/volumes", "gpucloud_shared_volume", {}, {"name": "data", "region": "us-east-1", "size_tib": 1}
     ),
+    "BudgetCreate": ("/v1/budgets", "gpucloud_budget", {}, {"name": "nlp", "amount_usd": 100}),
 }
 
 # One body fragment breaking each x-gpucloud-rule, by (schema, code).
@@ -130,7 +131,12 @@ def _violations(c: dict[str, Any]) -> Iterator[tuple[str, Any]]:
         elif keyword == "x-max-digits":
             yield keyword, float("9" * (bound - 3) + ".999")
         elif keyword == "maxItems":
-            yield keyword, [f"abc_{i}" for i in range(bound + 1)]
+            numbers = c.get("items", {}).get("type") == "integer"
+            yield keyword, [i + 1 if numbers else f"abc_{i}" for i in range(bound + 1)]
+        elif keyword == "minItems":
+            yield keyword, []
+        elif keyword == "format":
+            yield keyword, "tomorrow"
         elif keyword == "items":
             yield from ((f"items.{k}", [v]) for k, v in _violations(bound))
         elif keyword == "maxProperties":
@@ -176,8 +182,8 @@ def _config(schema: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     config = schema_object(resource.schema, {})
     for name, value in body.items():
         attr = renames.get(name, name)
-        if isinstance(value, dict) and attr == "billing":
-            value = {**dict.fromkeys(resource.schema.attributes["billing"].attributes), **value}
+        if isinstance(value, dict) and attr in ("billing", "label_filter"):
+            value = {**dict.fromkeys(resource.schema.attributes[attr].attributes), **value}
         if isinstance(value, float):
             value = Decimal(str(value))
         config[attr] = value
@@ -238,6 +244,8 @@ PLAN_BREAKERS: dict[tuple[str, str, str], dict[str, Any]] = {
     ("ClusterCreate", "ssh_key_ids", "not_found"): {"ssh_key_ids": ["ssh_0missing"]},
     ("ClusterCreate", "volume_ids", "region_mismatch"): {"volume_ids": ["<west volume>"]},
     ("VolumeCreate", "region", "unknown_region"): {"region": "mars-1"},
+    ("ClusterCreate", "ttl", "conflicting_fields"): {"ttl": "8h", "expires_at": "2030-01-01T00:00:00Z"},
+    ("ClusterCreate", "idle_teardown_minutes", "requires_slurm"): {"idle_teardown_minutes": 30},
 }
 # Rules about other objects are plan-time warnings (the API still refuses them at apply): Terraform
 # plans a never-created resource as a create before a destroy too, and an error there blocks destroy.
@@ -252,6 +260,12 @@ NOT_PLAN_TIME = {
     "no_price": "a catalog without a price: the operator's error, not the user's",
     "inconsistent_with_removed_nodes": "remove_node_names is no provider attribute",
     "unknown_node": "remove_node_names is no provider attribute",
+    "invalid_ttl": "the ttl's range (1 minute to 365 days) is checked at apply; its form at plan time",
+    "already_elapsed": "updates only: whether the cluster has outlived a new ttl depends on its age then",
+    "in_the_past": "depends on the moment of the apply: a plan made earlier would pass it",
+    "invalid_datetime": "a date-time without a time zone: the plan-time date-time format requires one",
+    "invalid_group_by": "a query parameter of GET /v1/billing/usage, no provider attribute",
+    "too_many_lines": "a limit of the usage CSV export, no provider attribute",
     "unsupported_by_driver": "local driver only (this walk's API runs the simulated one); the provider "
     "reads the orchestrators the driver runs from the catalog rules (see test_local_driver.py)",
 }

@@ -14,6 +14,8 @@ BILLING_TABLES = {
     "volume_events",
     "billing_credit_holds",
     "billing_settled_clusters",
+    "billing_budgets",
+    "billing_budget_alerts",
 }
 
 

@@ -8,6 +8,7 @@ up. `on_get` runs before each GET of a cluster (e.g. to send StopProvider in the
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import json
 from collections.abc import Callable
@@ -153,6 +154,8 @@ class FakeClusterApi:
         if method == "PATCH":
             billing = body.pop("billing", None)
             cluster.update(body)
+            if "ttl" in body or "expires_at" in body:
+                cluster.update(_lifetime(body, cluster["created_at"]))
             if billing:
                 cluster["billing"].update(billing)
             return self._changed(cluster)
@@ -195,6 +198,8 @@ class FakeClusterApi:
             "deletion_requested_at": None, "created_at": "2026-11-26T01:00:00Z", "updated_at": self._now(),
             "nodes": [], "login": None, "slurm": None, "kubernetes": None, "nccl_env": {},
             "phase_history": [], "_fail": self.fail_next_create, "_degrade": self.degrade_next_create,
+            "idle_teardown_minutes": spec.get("idle_teardown_minutes"), "warnings": [],
+            **_lifetime(spec, "2026-11-26T01:00:00Z"),
         }
         self.fail_next_create = self.degrade_next_create = False
         self.clusters[cluster_id] = cluster
@@ -259,6 +264,20 @@ class FakeClusterApi:
     def _problem(status: int, code: str, detail: str) -> httpx.Response:
         return httpx.Response(status, json={"status": status, "code": code, "detail": detail},
                               headers={"content-type": "application/problem+json"})
+
+
+def _lifetime(spec: dict[str, Any], created_at: str) -> dict[str, Any]:
+    """ttl and expires_at as the API stores them: a ttl counts from created_at (whole hours here)."""
+    ttl = spec.get("ttl")
+    if ttl is not None:
+        created = dt.datetime.fromisoformat(created_at.replace("Z", "+00:00"))
+        moment = created + dt.timedelta(hours=int(ttl.removesuffix("h")))
+        return {"ttl": ttl, "expires_at": moment.isoformat().replace("+00:00", "Z")}
+    expires_at = spec.get("expires_at")
+    if expires_at is not None:  # the API answers in UTC
+        moment = dt.datetime.fromisoformat(expires_at.replace("Z", "+00:00")).astimezone(dt.UTC)
+        return {"ttl": None, "expires_at": moment.isoformat().replace("+00:00", "Z")}
+    return {"ttl": None, "expires_at": None}
 
 
 def _health(node: dict[str, Any]) -> str:

@@ -1,0 +1,84 @@
+"""The time to live of a `gpucloud_gpu_cluster` at plan time: `expires_at` planned from `ttl` (the API
+deletes the cluster at created_at + ttl, in whole seconds), and a warning when a protected cluster is
+past its expiry and kept only by `deletion_protection`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Any
+
+from provider.cty import UNKNOWN, is_unknown
+from provider.framework import Context, State, root
+
+_UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+_PART = re.compile(r"([0-9]+)([dhms])")
+
+
+def ttl_seconds(text: str) -> int | None:
+    """Seconds of a ttl such as "1d12h" (None when it is not one; the API's pattern checks it)."""
+    if not re.fullmatch(r"([0-9]+[dhms])+", text):
+        return None
+    return sum(int(number) * _UNITS[unit] for number, unit in _PART.findall(text))
+
+
+def _moment(value: Any) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
+
+
+def plan_expiry(ctx: Context, plan: State, state: State | None, config: State | None) -> None:
+    """Set the planned `expires_at`: created_at + ttl once the cluster exists (known after apply at
+    create), the configured time, or null without either; idle teardown needs a Slurm cluster."""
+    config = config or {}
+    ttl, configured = config.get("ttl"), config.get("expires_at")
+    if ttl is not None and configured is not None:
+        ctx.error(
+            "Conflicting Cluster Expiry",
+            "Set ttl (the cluster's lifetime from its creation) or expires_at (a fixed time), not both.",
+            root("ttl"),
+        )
+        return
+    if ttl is not None:
+        seconds = ttl_seconds(ttl) if isinstance(ttl, str) else None
+        created = _moment((state or {}).get("created_at"))
+        if is_unknown(ttl) or seconds is None or created is None:
+            plan["expires_at"] = UNKNOWN
+        else:
+            moment = (created + dt.timedelta(seconds=seconds)).replace(microsecond=0)
+            plan["expires_at"] = moment.astimezone(dt.UTC).replace(tzinfo=None).isoformat() + "Z"
+    elif configured is None:
+        plan["expires_at"] = None
+    orchestrator = plan.get("orchestrator")
+    if (
+        plan.get("idle_teardown_minutes") is not None
+        and isinstance(orchestrator, str)
+        and orchestrator != "slurm"
+    ):
+        ctx.error(
+            "Idle Teardown Needs Slurm",
+            f"idle_teardown_minutes reads the Slurm job queue, and this cluster's orchestrator is "
+            f'{orchestrator}. Set orchestrator = "slurm", or use ttl or expires_at instead.',
+            root("idle_teardown_minutes"),
+        )
+    _warn_if_kept_past_expiry(ctx, state)
+
+
+def _warn_if_kept_past_expiry(ctx: Context, state: State | None) -> None:
+    if state is None or state.get("deletion_protection") is not True:
+        return
+    expires_at = _moment(state.get("expires_at"))
+    if expires_at is None or expires_at > dt.datetime.now(dt.UTC):
+        return
+    ctx.warning(
+        "Cluster Past Its Expiry",
+        f"Cluster {state.get('id')} expired at {state.get('expires_at')} but deletion_protection = true "
+        "keeps it running (and billing). Extend ttl or expires_at to keep it, or set deletion_protection "
+        "= false and apply to let it be deleted at once.",
+        root("expires_at"),
+    )
