@@ -17,9 +17,10 @@ from backend.services.clock import utcnow
 
 
 class OwnedRow(Protocol):
+    """A project-owned row; team-owned ones (clusters, volumes, SSH keys) also have `labels`."""
+
     id: Any
     project_id: Any
-    labels: Any
     generation: Any
     updated_at: Any
 
@@ -45,7 +46,7 @@ def get_owned(
     if not is_id_of(kind, row_id):
         raise NotFound(f"no {label} with id {row_id[:64]!r}", field=field)
     row = session.get(model, row_id, with_for_update=for_update, options=options)
-    if row is None or row.project_id != project_id or not in_scope(scope, row.labels):
+    if row is None or row.project_id != project_id or not in_scope(scope, getattr(row, "labels", None)):
         raise NotFound(f"no {label} with id {row_id!r}", field=field)
     return row
 
