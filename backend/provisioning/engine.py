@@ -115,13 +115,11 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
     fabric, slots = placed
     partition_key = None
     if fabric.kind == "infiniband":
-        allocator.lock(session, f"pkeys:{fabric.region}/{fabric.name}")
-        pkey_pool = f"{fabric.region}/{fabric.name}"
-        partition_key = addressing.next_partition_key(allocator.values_in(session, allocator.PARTITION_KEY,
-                                                                          pkey_pool))
-        if partition_key is None:
+        found = allocator.next_partition_key(session, fabric)
+        if found is None:
             raise InsufficientCapacity(f"fabric {fabric.name} has no free InfiniBand partition key",
                                        field="region")
+        pkey_pool, partition_key = found
         allocator.add(session, kind=allocator.PARTITION_KEY, pool=pkey_pool, value=partition_key,
                       cluster_id=cluster.id, node_id=None, now=now)
     addresses = allocator.next_addresses(session, catalog, region.name, fabric.name,
