@@ -10,23 +10,27 @@ import itertools
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select, update
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain import catalog as catalog_module
 from backend.domain.catalog import Catalog, catalog_from_dict, catalog_to_dict
-from backend.provisioning import capacity
+from backend.provisioning import allocator, capacity
 from backend.provisioning.engine import InsufficientCapacity, request_reconcile
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
 from backend.settings import Settings
+from backend.store.db import make_engine, make_session_factory
 from backend.store.engine_models import Allocation, AllocationCursor, EngineCluster, SlotPool, SlotUnit
+from backend.store.migrate import upgrade_to_head
 from backend.store.models import Cluster, Project
 from tests.backend.engine.conftest import FAST, create, drain, install_catalog
 from tests.backend.engine.test_engine_address_migration import migrate
+from tests.backend.fresh_databases import empty_postgres_database
 
 POOL = "us-east-1/ib-east-a/8xH100"
 _ids = itertools.count()
@@ -72,7 +76,8 @@ def delete(sessions: sessionmaker[Session], cluster_id: str, catalog: Catalog) -
 
 
 def worker_for(sessions: sessionmaker[Session], catalog: Catalog) -> EngineWorker:
-    return EngineWorker(sessions, EngineSettings(**FAST), catalog=catalog)
+    fast: dict[str, Any] = dict(FAST)
+    return EngineWorker(sessions, EngineSettings(**fast), catalog=catalog)
 
 
 def counters_agree(sessions: sessionmaker[Session], free: int | None = None) -> None:
@@ -237,3 +242,24 @@ def test_allocation_counters_upgrade_from_0007_keeps_live_clusters(
     counters_agree(sessions, free=40 - 6)
     assert admin.get(f"/v1/clusters/{new['id']}").json()["status"] == "RUNNING"
 
+
+
+def test_allocation_plans_each_probe_for_its_values_on_postgresql() -> None:
+    """PostgreSQL's generic plan for "which of these values does the pool hold", used after five runs of
+    a prepared statement, scanned the whole pool; allocating transactions plan per call, and only they."""
+    with empty_postgres_database() as url:
+        engine = make_engine(Settings(database_url=url))
+        upgrade_to_head(engine)
+        sessions = make_session_factory(engine, write=True)
+        try:
+            catalog = small_catalog(40)
+            for _ in range(7):  # past the five custom plans
+                admit(sessions, catalog, nodes=1)
+            with sessions.begin() as session:
+                allocator.lock(session, "pool:" + POOL)
+                assert session.scalar(text("SHOW plan_cache_mode")) == "force_custom_plan"
+            with sessions.begin() as session:  # SET LOCAL ended with the transaction
+                assert session.scalar(text("SHOW plan_cache_mode")) == "auto"
+            counters_agree(sessions, free=33)
+        finally:
+            engine.dispose()

@@ -1,6 +1,8 @@
 """Admission that does not slow as the fleet grows: free-slot counters per pool and scalable unit
 (`engine_slot_pools`, `engine_slot_units`), next-free pointers for partition keys, subnets and public
-IPs (`engine_allocation_cursors`), and an index on allocations by (kind, value).
+IPs (`engine_allocation_cursors`), and an index on allocations by (kind, value). The index on (kind,
+pool) goes: the unique index on (kind, pool, value) serves those lookups, and PostgreSQL's generic plan
+for "which of these values does the pool hold" took the shorter index and read every row of the pool.
 
 The new tables start empty: a pool's counters are counted from its allocation rows on its first
 placement (the catalog, which says a pool's capacity and SU size, is not known here), and a missing
@@ -45,9 +47,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("name", name=op.f("pk_engine_allocation_cursors")),
     )
     op.create_index("ix_engine_allocations_kind_value", "engine_allocations", ["kind", "value"])
+    op.drop_index("ix_engine_allocations_kind_pool", table_name="engine_allocations")
 
 
 def downgrade() -> None:
+    op.create_index("ix_engine_allocations_kind_pool", "engine_allocations", ["kind", "pool"])
     op.drop_index("ix_engine_allocations_kind_value", table_name="engine_allocations")
     op.drop_table("engine_allocation_cursors")
     op.drop_index("ix_engine_slot_units_pool_free", table_name="engine_slot_units")
