@@ -51,8 +51,8 @@ REGION, FABRIC, ITYPE = "us-east-1", "ib-east-a", "8xH100"
 PROJECT = "prj_bench"
 
 
-def bench_catalog(fleet: int) -> Catalog:
-    """The built-in us-east-1 with room for the fleet and every admission on top: the 8xH100 pool sized
+def bench_catalog(fleet: int, extra: int = ADMISSIONS * ROUNDS) -> Catalog:
+    """The built-in us-east-1 with room for the fleet and `extra` clusters on top: the 8xH100 pool sized
     to them (so the installed fleet grows with the live one, as in a real cloud) and ib-east-a given a
     /9 (8,192 cluster subnets; the built-in /13 holds 512)."""
     doc = catalog_to_dict(_builtin_catalog())
@@ -62,7 +62,7 @@ def bench_catalog(fleet: int) -> Catalog:
     for fabric, block in zip(doc["fabrics"], ("10.0.0.0/9", "10.128.0.0/13", "10.136.0.0/13"), strict=True):
         fabric["private_cidr"] = block
     ib = next(f for f in doc["fabrics"] if f["name"] == FABRIC)
-    ib["pools"] = {ITYPE: (fleet + ADMISSIONS * ROUNDS) * NODES + 64}
+    ib["pools"] = {ITYPE: (fleet + extra) * NODES + 64}
     return catalog_from_dict(doc)
 
 
