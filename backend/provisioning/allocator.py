@@ -22,7 +22,7 @@ import datetime as dt
 import ipaddress
 from collections.abc import Callable, Iterable
 
-from sqlalchemy import ColumnElement, delete, select, text, update
+from sqlalchemy import ColumnElement, delete, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -41,22 +41,8 @@ def pool_name(region: str, fabric: str, instance_type: str) -> str:
     return f"{region}/{fabric}/{instance_type}"
 
 
-def _plan_probes_per_call(session: Session) -> None:
-    """PostgreSQL: plan this transaction's statements for their actual values. After five runs of a
-    prepared "which of these values does this pool hold", PostgreSQL's generic plan expects a pool to
-    hold two rows (most pools are a subnet's few IPs) and scans the whole pool, filtering the values:
-    time that grows with the fleet. SET LOCAL ends with the transaction."""
-    if session.get_bind().dialect.name != "postgresql":
-        return
-    transaction = session.get_transaction()
-    if session.info.get("custom_plans") is not transaction:
-        session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-        session.info["custom_plans"] = transaction
-
-
 def lock(session: Session, name: str) -> None:
     """Hold the named lock row until the transaction ends (created on first use)."""
-    _plan_probes_per_call(session)
     bump = update(EngineLock).where(EngineLock.name == name).values(version=EngineLock.version + 1)
     if session.execute(bump).rowcount:  # type: ignore[attr-defined]
         return
@@ -141,10 +127,7 @@ def next_free(session: Session, *, cursor: str, kind: str, pool: str | None, fir
             batch[value_of(number)] = number
             seen += 1
             number = number + 1 if number < last else first
-        query = select(Allocation.value).where(Allocation.kind == kind, Allocation.value.in_(list(batch)))
-        if pool is not None:
-            query = query.where(Allocation.pool == pool)
-        held = set(session.scalars(query))
+        held = capacity.held_values(session, kind, list(batch), pool)
         for value, found in batch.items():
             if value not in held:
                 position = found + 1 if found < last else first

@@ -25,11 +25,18 @@ class StaleCounters(Exception):
     """A counter disagrees with the allocation rows (recount and choose again)."""
 
 
+def held_values(session: Session, kind: str, values: list[str], pool: str | None = None) -> set[str]:
+    """Which of `values` of `kind` are held (in `pool` if given; slots, partition keys, subnets, IPs).
+    Looked up by (kind, value) and filtered by pool here: with the pool in the query, PostgreSQL's
+    generic plan (used after five runs of a prepared statement) expects a pool to hold two rows, as
+    most pools (a subnet's IPs) do, and reads every row of the pool: time that grows with the fleet."""
+    rows = session.execute(select(Allocation.value, Allocation.pool)
+                           .where(Allocation.kind == kind, Allocation.value.in_(values)))
+    return {value for value, in_pool in rows if pool is None or in_pool == pool}
+
+
 def _held_in(session: Session, pool: str, slots: range) -> set[int]:
-    values = [str(s) for s in slots]
-    rows = session.scalars(select(Allocation.value).where(
-        Allocation.kind == SLOT, Allocation.pool == pool, Allocation.value.in_(values)))
-    return {int(v) for v in rows}
+    return {int(v) for v in held_values(session, SLOT, [str(s) for s in slots], pool)}
 
 
 def recount(session: Session, pool: str, capacity: int, nodes_per_su: int) -> SlotPool:

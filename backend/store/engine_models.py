@@ -164,10 +164,10 @@ class Allocation(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
-# "Is this subnet / public IP held in any pool?" without reading every row of the kind (0008). Lookups
-# by (kind, pool) use the unique index: 0008 dropped the (kind, pool) one, which PostgreSQL's generic
-# plan for "these values of this pool" preferred, reading every row of the pool.
-Index("ix_engine_allocations_kind_value", Allocation.kind, Allocation.value)
+# "Which of these values are held, and in which pool?" without reading every row of the kind or pool
+# (0008; see `capacity.held_values`). Lookups by (kind, pool) use the unique index (0008 dropped the
+# (kind, pool) one).
+Index("ix_engine_allocations_kind_value", Allocation.kind, Allocation.value, Allocation.pool)
 
 
 class SlotPool(Base):

@@ -1,8 +1,8 @@
 """Admission that does not slow as the fleet grows: free-slot counters per pool and scalable unit
 (`engine_slot_pools`, `engine_slot_units`), next-free pointers for partition keys, subnets and public
-IPs (`engine_allocation_cursors`), and an index on allocations by (kind, value). The index on (kind,
-pool) goes: the unique index on (kind, pool, value) serves those lookups, and PostgreSQL's generic plan
-for "which of these values does the pool hold" took the shorter index and read every row of the pool.
+IPs (`engine_allocation_cursors`), and an index on allocations by (kind, value, pool) for "which of
+these values are held". The index on (kind, pool) goes: the unique index on (kind, pool, value) serves
+those lookups.
 
 The new tables start empty: a pool's counters are counted from its allocation rows on its first
 placement (the catalog, which says a pool's capacity and SU size, is not known here), and a missing
@@ -46,7 +46,7 @@ def upgrade() -> None:
         sa.Column("position", sa.Integer(), nullable=False),
         sa.PrimaryKeyConstraint("name", name=op.f("pk_engine_allocation_cursors")),
     )
-    op.create_index("ix_engine_allocations_kind_value", "engine_allocations", ["kind", "value"])
+    op.create_index("ix_engine_allocations_kind_value", "engine_allocations", ["kind", "value", "pool"])
     op.drop_index("ix_engine_allocations_kind_pool", table_name="engine_allocations")
 
 
