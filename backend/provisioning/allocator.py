@@ -59,12 +59,22 @@ def values_in(session: Session, kind: str, pool: str) -> list[str]:
 
 def add(session: Session, *, kind: str, pool: str, value: str, cluster_id: str, node_id: str | None,
         now: dt.datetime) -> None:
-    """Insert an allocation row (a slot under its pool's lock, which `place` took)."""
+    """Insert an allocation row (slots: `add_slots`)."""
+    if kind == SLOT:
+        raise ValueError("node slots are counted as they are added: use add_slots")
     session.add(Allocation(kind=kind, pool=pool, value=value, cluster_id=cluster_id, node_id=node_id,
                            created_at=now))
     session.flush()  # the unique constraint speaks now, not at commit
-    if kind == SLOT:
-        capacity.taken(session, pool, int(value))
+
+
+def add_slots(session: Session, *, pool: str, slots: list[tuple[int, str]], cluster_id: str,
+              now: dt.datetime) -> None:
+    """Insert the slot rows of new nodes ((slot, node id) pairs; under the pool's lock, which `place`
+    took) and take them off the free-slot counters."""
+    session.add_all([Allocation(kind=SLOT, pool=pool, value=str(slot), cluster_id=cluster_id, node_id=node_id,
+                                created_at=now) for slot, node_id in slots])
+    session.flush()  # the unique constraint speaks now, not at commit
+    capacity.taken(session, pool, [slot for slot, _ in slots])
 
 
 def free_by_fabric(session: Session, catalog: Catalog, region: str, instance_type: str,
@@ -216,8 +226,12 @@ def _release(session: Session, condition: ColumnElement[bool]) -> None:
         lock(session, "pool:" + pool)
     rows = session.execute(delete(Allocation).where(condition)
                            .returning(Allocation.kind, Allocation.pool, Allocation.value)).all()
-    for pool, slot in sorted((pool, int(value)) for kind, pool, value in rows if kind == SLOT):
-        capacity.released(session, pool, slot)
+    by_pool: dict[str, list[int]] = {}
+    for kind, pool, value in rows:
+        if kind == SLOT:
+            by_pool.setdefault(pool, []).append(int(value))
+    for pool, slots in sorted(by_pool.items()):
+        capacity.released(session, pool, slots)
 
 
 def release_node(session: Session, node_id: str) -> None:

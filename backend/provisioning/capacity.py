@@ -12,6 +12,8 @@ another catalog geometry (capacity, SU size), is recounted from the rows.
 
 from __future__ import annotations
 
+from collections import Counter
+
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
@@ -110,24 +112,29 @@ def choose(session: Session, row: SlotPool, count: int, preferred_units: list[in
     raise StaleCounters(f"{row.pool}: counted {row.free} free, found {len(chosen)} of {count}")
 
 
-def _change(session: Session, pool: str, slot: int, delta: int) -> None:
+def _change(session: Session, pool: str, slots: list[int], sign: int) -> None:
     row = session.get(SlotPool, pool)  # only its geometry is read: the loaded row is good enough
-    if row is None or not 0 <= slot < row.capacity:
-        return  # not counted yet (recounted on first use) or outside the counted geometry
-    session.execute(update(SlotUnit).where(SlotUnit.pool == pool, SlotUnit.unit == slot // row.nodes_per_su)
-                    .values(free=SlotUnit.free + delta).execution_options(synchronize_session=False))
-    session.execute(update(SlotPool).where(SlotPool.pool == pool).values(free=SlotPool.free + delta)
-                    .execution_options(synchronize_session=False))
+    if row is None:
+        return  # not counted yet: counted from the rows on first use
+    per_unit = Counter(s // row.nodes_per_su for s in slots if 0 <= s < row.capacity)  # in the geometry
+    unsynchronised = {"synchronize_session": False}
+    for unit, count in sorted(per_unit.items()):
+        session.execute(update(SlotUnit).where(SlotUnit.pool == pool, SlotUnit.unit == unit)
+                        .values(free=SlotUnit.free + sign * count).execution_options(**unsynchronised))
+    if per_unit:
+        total = sum(per_unit.values())
+        session.execute(update(SlotPool).where(SlotPool.pool == pool)
+                        .values(free=SlotPool.free + sign * total).execution_options(**unsynchronised))
 
 
-def taken(session: Session, pool: str, slot: int) -> None:
-    """Count a slot allocation just inserted. Caller holds the pool's lock."""
-    _change(session, pool, slot, -1)
+def taken(session: Session, pool: str, slots: list[int]) -> None:
+    """Count slot allocations just inserted: one update per SU. Caller holds the pool's lock."""
+    _change(session, pool, slots, -1)
 
 
-def released(session: Session, pool: str, slot: int) -> None:
-    """Count a slot allocation just deleted. Caller holds the pool's lock."""
-    _change(session, pool, slot, +1)
+def released(session: Session, pool: str, slots: list[int]) -> None:
+    """Count slot allocations just deleted: one update per SU. Caller holds the pool's lock."""
+    _change(session, pool, slots, +1)
 
 
 def free_nodes(session: Session, fabric: Fabric, instance_type: str, pool: str) -> int:
