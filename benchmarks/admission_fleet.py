@@ -9,8 +9,8 @@ fleets' admissions alternate in rounds, so the machine's load falls on both alik
 figure is the median over rounds of each round's mean per cluster, and the ratio large / small is
 the goal (< 1.5x: admission must not grow with the fleet).
 
-Knobs: `GPUCLOUD_BENCH_FLEETS` (default `200,5000`), `GPUCLOUD_BENCH_ADMISSIONS` per round (default 40),
-`GPUCLOUD_BENCH_ROUNDS` (default 5). SQLite always; PostgreSQL too when GPUCLOUD_TEST_POSTGRES_URL is set
+Knobs: `GPUCLOUD_BENCH_FLEETS` (default `200,5000`), `GPUCLOUD_BENCH_ADMISSIONS` per round (default 20),
+`GPUCLOUD_BENCH_ROUNDS` (default 9). SQLite always; PostgreSQL too when GPUCLOUD_TEST_POSTGRES_URL is set
 (`make bench` sets it).
 """
 
@@ -44,8 +44,8 @@ from backend.store.models import Cluster, Project
 from .stats import table
 
 FLEETS = [int(n) for n in os.environ.get("GPUCLOUD_BENCH_FLEETS", "200,5000").split(",")]
-ADMISSIONS = int(os.environ.get("GPUCLOUD_BENCH_ADMISSIONS", "40"))
-ROUNDS = int(os.environ.get("GPUCLOUD_BENCH_ROUNDS", "5"))
+ADMISSIONS = int(os.environ.get("GPUCLOUD_BENCH_ADMISSIONS", "20"))
+ROUNDS = int(os.environ.get("GPUCLOUD_BENCH_ROUNDS", "9"))
 NODES = 2
 REGION, FABRIC, ITYPE = "us-east-1", "ib-east-a", "8xH100"
 PROJECT = "prj_bench"
