@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import random
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -16,11 +17,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import delete as delete_rows
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain import catalog as catalog_module
 from backend.domain.catalog import Catalog, catalog_from_dict, catalog_to_dict
+from backend.fabric.topology import choose_slots
 from backend.provisioning import capacity
 from backend.provisioning.engine import InsufficientCapacity, request_reconcile
 from backend.provisioning.settings import EngineSettings
@@ -291,3 +294,27 @@ def test_allocation_admission_reads_do_not_grow_with_the_fleet(store: str, tmp_p
     small = _rows_read_by_one_admission(store, tmp_path / "small", 50)
     large = _rows_read_by_one_admission(store, tmp_path / "large", 1500)
     assert large <= small * 1.2 + 10, (small, large)
+
+
+def test_allocation_counters_choose_as_the_topology_rule_does(sessions: sessionmaker[Session]) -> None:
+    """`capacity.choose` (on counters) picks the same slots as `topology.choose_slots` (the rule over
+    every slot) for random pools, holdings, counts and preferred SUs."""
+    catalog = small_catalog(100)  # SUs of 32, 32, 32 and 4
+    fabric = catalog.fabric("us-east-1", "ib-east-a")
+    assert fabric is not None
+    cluster_id = admit(sessions, catalog, nodes=1)
+    rng = random.Random(18)
+    for case in range(25):
+        taken = set(rng.sample(range(100), rng.randint(0, 95)))
+        count = rng.randint(1, 12)
+        preferred = rng.sample(range(-1, 5), rng.randint(0, 2))
+        with sessions() as session:
+            session.execute(delete_rows(Allocation).where(Allocation.kind == "slot"))
+            session.add_all([Allocation(kind="slot", pool=POOL, value=str(s), cluster_id=cluster_id,
+                                        node_id=None, created_at=dt.datetime.now(dt.UTC)) for s in taken])
+            session.flush()
+            counted = capacity.recount(session, POOL, 100, 32)
+            chosen = capacity.choose(session, counted, count, preferred)
+            session.rollback()
+        expected = choose_slots(fabric, "8xH100", taken, count, preferred)
+        assert chosen == expected, (case, sorted(taken), count, preferred)
