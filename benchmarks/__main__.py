@@ -19,6 +19,7 @@ BENCHMARKS = [
     "backend_load",  # HTTP API throughput and latency on SQLite and PostgreSQL vs a bare ASGI app
     "engine_throughput",  # provisioning engine: clusters reconciled per second, 1 and 2 workers
     "day2_reads",  # GET nodes, metrics?window=1d and the cluster of a 64-node cluster, both stores
+    "admission_fleet",  # per-cluster admission on top of 200 and 5,000 live clusters, and their ratio
 ]
 
 

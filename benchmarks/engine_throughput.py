@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
-from backend.domain.catalog import _builtin_catalog, catalog_to_dict
+from backend.domain.catalog import catalog_to_dict
 from backend.logging import configure_logging
 from backend.provisioning.engine import request_reconcile
 from backend.settings import Settings
@@ -31,6 +31,8 @@ from backend.store.db import make_engine, make_session_factory
 from backend.store.engine_models import Step
 from backend.store.migrate import upgrade_to_head
 from backend.store.models import Cluster, Project
+
+from .admission_fleet import bench_catalog
 
 CLUSTERS = int(os.environ.get("GPUCLOUD_BENCH_CLUSTERS", "500"))
 NODES = 2
@@ -44,10 +46,8 @@ ENGINE_ENV = {
 
 
 def _catalog_file(directory: Path) -> Path:
-    doc = catalog_to_dict(_builtin_catalog())
-    for fabric in doc["fabrics"]:
-        if fabric["name"] == "ib-east-a":
-            fabric["pools"] = {"8xH100": CLUSTERS * NODES + 64}
+    # us-east-1 with CLUSTERS * NODES + 64 nodes of 8xH100 and room for more than 512 cluster subnets.
+    doc = catalog_to_dict(bench_catalog(CLUSTERS, extra=0))
     path = directory / "catalog.json"
     path.write_text(json.dumps(doc))
     return path

@@ -45,7 +45,8 @@ def choose_slots(fabric: Fabric, instance_type: str, taken: Iterable[int], count
     """`count` free slots of the pool on the fewest SUs, or None when the pool has too few free.
 
     `preferred_units` (pool-local SU indexes, e.g. where a cluster already runs) are filled first, so a
-    replacement or scale-up stays next to its cluster.
+    replacement or scale-up stays next to its cluster. The rule over every slot of the pool; admission
+    applies it on free-slot counters (`backend.provisioning.capacity.choose`, tested against this).
     """
     capacity = int(fabric.pools.get(instance_type, 0))
     used = set(taken)

@@ -9,22 +9,28 @@ unique everywhere, not per region: subnets and public IPs sit in the one pool `A
 blocks are disjoint, so the lock per region suffices), private IPs in the pool of their subnet. Values
 are chosen against every pool of their kind, so rows a store kept from before the address plan (0004)
 are never handed out again either.
+
+Nothing here reads every held value (admission must not slow as the fleet grows): slots are chosen on
+free-slot counters per pool and SU (`capacity`), partition keys, subnets and public IPs by probing the
+allocation rows from a next-free pointer per block (`AllocationCursor`), which then moves past the value
+handed out. A released value is handed out again when the pointer comes round to it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+import ipaddress
+from collections.abc import Callable, Iterable
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import ColumnElement, delete, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog, Fabric
 from backend.fabric import addressing
-from backend.fabric.topology import choose_slots
-from backend.store.engine_models import Allocation, EngineLock
+from backend.provisioning import capacity
+from backend.store.engine_models import Allocation, AllocationCursor, EngineLock
 
 SLOT, PARTITION_KEY, SUBNET = "slot", "partition_key", "subnet"
 PUBLIC_IP, PRIVATE_IP = "public_ip", "private_ip"
@@ -51,22 +57,31 @@ def values_in(session: Session, kind: str, pool: str) -> list[str]:
                                                                Allocation.pool == pool)))
 
 
-def taken_slots(session: Session, fabric: Fabric, instance_type: str) -> set[int]:
-    return {int(v) for v in values_in(session, SLOT, pool_name(fabric.region, fabric.name, instance_type))}
-
-
 def add(session: Session, *, kind: str, pool: str, value: str, cluster_id: str, node_id: str | None,
         now: dt.datetime) -> None:
+    """Insert an allocation row (slots: `add_slots`)."""
+    if kind == SLOT:
+        raise ValueError("node slots are counted as they are added: use add_slots")
     session.add(Allocation(kind=kind, pool=pool, value=value, cluster_id=cluster_id, node_id=node_id,
                            created_at=now))
     session.flush()  # the unique constraint speaks now, not at commit
+
+
+def add_slots(session: Session, *, pool: str, slots: list[tuple[int, str]], cluster_id: str,
+              now: dt.datetime) -> None:
+    """Insert the slot rows of new nodes ((slot, node id) pairs; under the pool's lock, which `place`
+    took) and take them off the free-slot counters."""
+    session.add_all([Allocation(kind=SLOT, pool=pool, value=str(slot), cluster_id=cluster_id, node_id=node_id,
+                                created_at=now) for slot, node_id in slots])
+    session.flush()  # the unique constraint speaks now, not at commit
+    capacity.taken(session, pool, [slot for slot, _ in slots])
 
 
 def free_by_fabric(session: Session, catalog: Catalog, region: str, instance_type: str,
                    interconnect: str) -> dict[str, int]:
     """Free nodes of `instance_type` per fabric of the region with this interconnect."""
     return {
-        f.name: int(f.pools.get(instance_type, 0)) - len(taken_slots(session, f, instance_type))
+        f.name: capacity.free_nodes(session, f, instance_type, pool_name(region, f.name, instance_type))
         for f in catalog.pools_for(region, instance_type, interconnect)
     }
 
@@ -81,36 +96,109 @@ def place(session: Session, catalog: Catalog, *, region: str, instance_type: str
         candidates = [f for f in candidates if f.name == fabric_name]
     best: tuple[int, int, Fabric, list[int]] | None = None
     for fabric in candidates:
-        lock(session, "pool:" + pool_name(region, fabric.name, instance_type))
-        taken = taken_slots(session, fabric, instance_type)
-        slots = choose_slots(fabric, instance_type, taken, count, preferred_units)
+        pool = pool_name(region, fabric.name, instance_type)
+        lock(session, "pool:" + pool)
+        geometry = (int(fabric.pools[instance_type]), fabric.nodes_per_su)
+        counters = capacity.counters(session, pool, *geometry)
+        try:
+            slots = capacity.choose(session, counters, count, list(preferred_units))
+        except capacity.StaleCounters:
+            counters = capacity.recount(session, pool, *geometry)
+            slots = capacity.choose(session, counters, count, list(preferred_units))
         if slots is None:
             continue
         units = len({s // fabric.nodes_per_su for s in slots})
-        free = int(fabric.pools[instance_type]) - len(taken)
-        if best is None or (units, -free) < (best[0], best[1]):
-            best = (units, -free, fabric, slots)
+        if best is None or (units, -counters.free) < (best[0], best[1]):
+            best = (units, -counters.free, fabric, slots)
     return None if best is None else (best[2], best[3])
 
 
-def values_of_kind(session: Session, kind: str) -> list[str]:
-    """Every held value of `kind`, whatever its pool."""
-    return list(session.scalars(select(Allocation.value).where(Allocation.kind == kind)))
+PROBE_BATCH = 64  # candidates checked against the allocation rows per query
+
+
+def next_free(session: Session, *, cursor: str, kind: str, pool: str | None, first: int, last: int,
+              value_of: Callable[[int], str], skip: Callable[[int], int] = lambda n: n) -> str | None:
+    """The first value of `kind` held in no pool (in `pool` if given) at or after the cursor's position
+    in the numbered range `first..last`, wrapping round once; moves the cursor past it. `skip(n)` says
+    where a number in a range not to hand out ends (n itself when it is allowed). None when every
+    number is held. Caller holds the lock that serialises the range."""
+    mark = session.get(AllocationCursor, cursor)
+    start = mark.position if mark is not None and first <= mark.position <= last else first
+    number, seen = start, 0
+    size = last - first + 1
+    while seen < size:
+        batch: dict[str, int] = {}
+        while seen < size and len(batch) < PROBE_BATCH:
+            allowed = skip(number)
+            if allowed != number:  # jump over the excluded range (wrapping if it runs to the end)
+                seen += allowed - number
+                number = allowed if allowed <= last else first
+                continue
+            batch[value_of(number)] = number
+            seen += 1
+            number = number + 1 if number < last else first
+        held = capacity.held_values(session, kind, list(batch), pool)
+        for value, found in batch.items():
+            if value not in held:
+                position = found + 1 if found < last else first
+                if mark is None:
+                    session.add(AllocationCursor(name=cursor, position=position))
+                else:
+                    mark.position = position
+                return value
+    return None
+
+
+def next_partition_key(session: Session, fabric: Fabric) -> tuple[str, str] | None:
+    """Lock the fabric's partition keys and choose the next free one: (pool, key), or None."""
+    pool = f"{fabric.region}/{fabric.name}"
+    lock(session, f"pkeys:{pool}")
+    key = next_free(session, cursor=f"{PARTITION_KEY}:{pool}", kind=PARTITION_KEY, pool=pool,
+                    first=addressing.PKEY_MIN, last=addressing.PKEY_MAX, value_of=addressing.format_pkey)
+    return None if key is None else (pool, key)
+
+
+def _next_subnet(session: Session, block: str, skip: Iterable[str]) -> str | None:
+    network = ipaddress.ip_network(block)
+    size = 2 ** (addressing.SUBNET_PREFIX - network.prefixlen)
+    step = 2 ** (32 - addressing.SUBNET_PREFIX)
+    base = int(network.network_address)
+    excluded = []  # (first, end) subnet numbers of each skipped block that overlaps this one
+    for other in (ipaddress.ip_network(s) for s in skip):
+        lo = max(int(other.network_address), base)
+        hi = min(int(other.broadcast_address), int(network.broadcast_address))
+        if lo <= hi:
+            excluded.append(((lo - base) // step, (hi - base) // step + 1))
+
+    def skip_to(number: int) -> int:
+        return next((end for first, end in excluded if first <= number < end), number)
+
+    return next_free(session, cursor=f"{SUBNET}:{block}", kind=SUBNET, pool=None, first=0, last=size - 1,
+                     value_of=lambda n: f"{ipaddress.ip_address(base + n * step)}/{addressing.SUBNET_PREFIX}",
+                     skip=skip_to)
+
+
+def _next_public_ip(session: Session, block: str) -> str | None:
+    network = ipaddress.ip_network(block)
+    base, size = int(network.network_address), network.num_addresses
+    first, last = (1, size - 2) if size > 2 else (0, size - 1)  # as `hosts()`: /31 and /32 have no broadcast
+    return next_free(session, cursor=f"{PUBLIC_IP}:{block}", kind=PUBLIC_IP, pool=None, first=first,
+                     last=last, value_of=lambda n: str(ipaddress.ip_address(base + n)))
 
 
 def next_addresses(session: Session, catalog: Catalog, region: str, fabric: str, *,
                    override: str | None = None) -> tuple[str, str] | None:
-    """Lock the region's addresses and choose (subnet, public IP) for a cluster on `fabric`: the first
-    free /22 of the fabric's block (or of `override`, a block every region shares) and the first free
+    """Lock the region's addresses and choose (subnet, public IP) for a cluster on `fabric`: the next
+    free /22 of the fabric's block (or of `override`, a block every region shares) and the next free
     address of the region's public block, held by no cluster anywhere; None when either has run out."""
     lock(session, f"addresses:{region}")
     if override is not None:
         lock(session, "addresses:shared-override")  # regions draw from one block: serialise them
     block, skip = (override, ()) if override is not None else catalog.subnet_block(region, fabric)
-    subnet = addressing.next_subnet(block, values_of_kind(session, SUBNET), skip)
     home = catalog.region(region)
     assert home is not None
-    public_ip = addressing.next_public_address(home.public_cidr, values_of_kind(session, PUBLIC_IP))
+    subnet = _next_subnet(session, block, skip)
+    public_ip = _next_public_ip(session, home.public_cidr)
     return None if subnet is None or public_ip is None else (subnet, public_ip)
 
 
@@ -130,9 +218,25 @@ def hand_over(session: Session, kind: str, *, from_node: str, to_node: str) -> N
                     .values(node_id=to_node).execution_options(synchronize_session=False))
 
 
+def _release(session: Session, condition: ColumnElement[bool]) -> None:
+    """Delete allocation rows and give their slots back to the free-slot counters (under the pools'
+    locks, taken before the rows are touched, in the order admission takes them)."""
+    pools = session.scalars(select(Allocation.pool).where(condition, Allocation.kind == SLOT).distinct())
+    for pool in sorted(pools):
+        lock(session, "pool:" + pool)
+    rows = session.execute(delete(Allocation).where(condition)
+                           .returning(Allocation.kind, Allocation.pool, Allocation.value)).all()
+    by_pool: dict[str, list[int]] = {}
+    for kind, pool, value in rows:
+        if kind == SLOT:
+            by_pool.setdefault(pool, []).append(int(value))
+    for pool, slots in sorted(by_pool.items()):
+        capacity.released(session, pool, slots)
+
+
 def release_node(session: Session, node_id: str) -> None:
-    session.execute(delete(Allocation).where(Allocation.node_id == node_id))
+    _release(session, Allocation.node_id == node_id)
 
 
 def release_cluster(session: Session, cluster_id: str) -> None:
-    session.execute(delete(Allocation).where(Allocation.cluster_id == cluster_id))
+    _release(session, Allocation.cluster_id == cluster_id)

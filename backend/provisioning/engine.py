@@ -115,13 +115,11 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
     fabric, slots = placed
     partition_key = None
     if fabric.kind == "infiniband":
-        allocator.lock(session, f"pkeys:{fabric.region}/{fabric.name}")
-        pkey_pool = f"{fabric.region}/{fabric.name}"
-        partition_key = addressing.next_partition_key(allocator.values_in(session, allocator.PARTITION_KEY,
-                                                                          pkey_pool))
-        if partition_key is None:
+        found = allocator.next_partition_key(session, fabric)
+        if found is None:
             raise InsufficientCapacity(f"fabric {fabric.name} has no free InfiniBand partition key",
                                        field="region")
+        pkey_pool, partition_key = found
         allocator.add(session, kind=allocator.PARTITION_KEY, pool=pkey_pool, value=partition_key,
                       cluster_id=cluster.id, node_id=None, now=now)
     addresses = allocator.next_addresses(session, catalog, region.name, fabric.name,
@@ -145,9 +143,10 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
         state.kube_ca_cert_pem, state.kube_admin_token = new_control_plane_credentials(cluster.name, now)
     session.add(state)
     session.flush()
-    for index, slot in enumerate(slots):
-        _add_node(session, catalog, cluster, state, index=index, slot=slot, batch=1, attempt=1,
-                  public_ip=None if multi_node else public_ip, now=now)
+    nodes = [_add_node(session, catalog, cluster, state, index=index, slot=slot, batch=1, attempt=1,
+                       public_ip=None if multi_node else public_ip, now=now)
+             for index, slot in enumerate(slots)]
+    _hold_slots(session, cluster, state, nodes, now)
     set_cluster_status(cluster, str(NodeStatus.PENDING), None)
     set_phase(session, cluster, str(ClusterPhase.ADMITTED), now,
               f"{cluster.node_count} x {itype.name} held on {fabric.name}")
@@ -163,8 +162,9 @@ def _add_jumphost_ip(session: Session, cluster: Cluster, subnet: str, now: dt.da
 def _add_node(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster, *, index: int,
               slot: int, batch: int, attempt: int, public_ip: str | None, now: dt.datetime,
               takes_over: EngineNode | None = None) -> EngineNode:
-    """A new node on `slot`; `takes_over`: a failed node whose private IP it inherits (an in-place
-    repair keeps hostname and address, so the orchestrator and /etc/hosts need no change)."""
+    """A new node on `slot` (the caller holds the slot: `_hold_slots`); `takes_over`: a failed node whose
+    private IP it inherits (an in-place repair keeps hostname and address, so the orchestrator and
+    /etc/hosts need no change)."""
     fabric = catalog.fabric(cluster.region, state.fabric)
     itype = catalog.instance_type(cluster.instance_type)
     assert fabric is not None and itype is not None
@@ -176,9 +176,6 @@ def _add_node(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
                     gpu_count=itype.gpu_count, private_ip=private_ip, public_ip=public_ip, attempt=attempt,
                     now=now)
     session.flush()
-    allocator.add(session, kind=allocator.SLOT, pool=allocator.pool_name(cluster.region, fabric.name,
-                                                                          itype.name),
-                  value=str(slot), cluster_id=cluster.id, node_id=node.id, now=now)
     if takes_over is not None:
         node.repair_of = takes_over.id
         allocator.hand_over(session, allocator.PRIVATE_IP, from_node=takes_over.id, to_node=node.id)
@@ -186,6 +183,14 @@ def _add_node(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
         allocator.add(session, kind=allocator.PRIVATE_IP, pool=state.subnet, value=private_ip,
                       cluster_id=cluster.id, node_id=node.id, now=now)
     return node
+
+
+def _hold_slots(session: Session, cluster: Cluster, state: EngineCluster, nodes: list[EngineNode],
+                now: dt.datetime) -> None:
+    """The slot allocation rows of new nodes, counted at once (one counter update per SU, not per node)."""
+    pool = allocator.pool_name(cluster.region, state.fabric, cluster.instance_type)
+    allocator.add_slots(session, pool=pool, slots=[(node.slot, node.id) for node in nodes],
+                        cluster_id=cluster.id, now=now)
 
 
 def add_replacement(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster,
@@ -200,8 +205,10 @@ def add_replacement(session: Session, catalog: Catalog, cluster: Cluster, state:
                              preferred_units=[u - first for u in units])
     if placed is None:
         return None
-    return _add_node(session, catalog, cluster, state, index=failed.index, slot=placed[1][0],
+    node = _add_node(session, catalog, cluster, state, index=failed.index, slot=placed[1][0],
                      batch=failed.batch, attempt=failed.attempt + 1, public_ip=failed.public_ip, now=now)
+    _hold_slots(session, cluster, state, [node], now)
+    return node
 
 
 def add_repair(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster,
@@ -223,9 +230,11 @@ def add_repair(session: Session, catalog: Catalog, cluster: Cluster, state: Engi
         placed = place([n.scalable_unit for n in live_nodes(session, cluster.id) if n.active_name])
     if placed is None:
         return None
-    return _add_node(session, catalog, cluster, state, index=failed.index, slot=placed[1][0],
+    node = _add_node(session, catalog, cluster, state, index=failed.index, slot=placed[1][0],
                      batch=failed.batch, attempt=failed.attempt + 1, public_ip=failed.public_ip, now=now,
                      takes_over=failed)
+    _hold_slots(session, cluster, state, [node], now)
+    return node
 
 
 def _scale_up(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster,
@@ -243,9 +252,10 @@ def _scale_up(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
     state.current_batch += 1
     used = {n.index for n in live_nodes(session, cluster.id)}
     free_indexes = (i for i in range(10**6) if i not in used)
-    for slot in placed[1]:
-        _add_node(session, catalog, cluster, state, index=next(free_indexes), slot=slot,
-                  batch=state.current_batch, attempt=1, public_ip=None, now=now)
+    nodes = [_add_node(session, catalog, cluster, state, index=next(free_indexes), slot=slot,
+                       batch=state.current_batch, attempt=1, public_ip=None, now=now)
+             for slot in placed[1]]
+    _hold_slots(session, cluster, state, nodes, now)
 
 
 def _remove_named(members: list[EngineNode], names: list[str], node_count: int, now: dt.datetime) -> None:

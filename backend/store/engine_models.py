@@ -169,7 +169,49 @@ class Allocation(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
-Index("ix_engine_allocations_kind_pool", Allocation.kind, Allocation.pool)
+# "Which of these values are held, and in which pool?" without reading every row of the kind or pool
+# (0008; see `capacity.held_values`). Lookups by (kind, pool) use the unique index (0008 dropped the
+# (kind, pool) one).
+Index("ix_engine_allocations_kind_value", Allocation.kind, Allocation.value, Allocation.pool)
+
+
+class SlotPool(Base):
+    """Free node slots of one pool (region/fabric/instance type), kept in step with its slot allocations
+    under the pool's lock, so placement reads counters instead of every held slot (migration
+    0012_allocation_counters). `capacity` and `nodes_per_su` are the catalog geometry they count;
+    when the catalog says otherwise they are recounted from the allocation rows."""
+
+    __tablename__ = "engine_slot_pools"
+
+    pool: Mapped[str] = mapped_column(String(160), primary_key=True)
+    capacity: Mapped[int] = mapped_column(Integer, nullable=False)
+    nodes_per_su: Mapped[int] = mapped_column(Integer, nullable=False)
+    free: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class SlotUnit(Base):
+    """Free node slots of one scalable unit of a pool (pool-local SU index `unit`)."""
+
+    __tablename__ = "engine_slot_units"
+
+    pool: Mapped[str] = mapped_column(ForeignKey("engine_slot_pools.pool", ondelete="CASCADE"),
+                                      primary_key=True)
+    unit: Mapped[int] = mapped_column(Integer, primary_key=True)
+    free: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+# Best fit ("the fullest SU that still holds n") and "most free first" are index range scans.
+Index("ix_engine_slot_units_pool_free", SlotUnit.pool, SlotUnit.free, SlotUnit.unit)
+
+
+class AllocationCursor(Base):
+    """Where the search for the next free partition key, subnet or public IP of a block starts: just
+    past the value handed out last (a next-free pointer; the allocation rows stay the truth)."""
+
+    __tablename__ = "engine_allocation_cursors"
+
+    name: Mapped[str] = mapped_column(String(160), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
 
 
 class EngineLock(Base):

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 from sqlalchemy import func, select
 
+from backend.provisioning import capacity
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
 from backend.store.engine_models import Allocation, EngineCluster, EngineNode, SimulatedOperation, Step
@@ -93,6 +94,8 @@ def _invariants(database_url: str) -> dict[str, Any]:
         slots = session.scalars(select(Allocation).where(Allocation.kind == "slot")).all()
         # Every held slot belongs to a live node, every live node holds exactly one slot.
         assert sorted(a.node_id or "" for a in slots) == sorted(n.id for n in live)
+        # The free-slot counters agree with the rows: a killed transaction took its counts with it.
+        assert capacity.mismatches(session) == []
         finished = set(session.scalars(select(EngineCluster.cluster_id).where(EngineCluster.finished)))
         leaked = session.scalars(select(Allocation).where(Allocation.cluster_id.in_(finished))).all()
         assert leaked == []
