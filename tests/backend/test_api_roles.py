@@ -34,6 +34,8 @@ def _bodies() -> dict[tuple[str, str], Any]:
         ("PATCH", "/v1/ssh-keys/{ssh_key_id}"): {"name": "renamed"},
         ("POST", "/v1/billing/credits"): {"amount_usd": "5"},
         ("POST", "/v1/pricing/estimate"): CLUSTER,
+        ("POST", "/v1/budgets"): {"name": "made", "amount_usd": "100"},
+        ("PATCH", "/v1/budgets/{budget_id}"): {"amount_usd": "200"},
     }
 
 
@@ -41,7 +43,9 @@ def _world(admin: TestClient) -> dict[str, str]:
     key = admin.post("/v1/ssh-keys", json={"name": "k", "public_key": ed25519_key()}).json()["id"]
     volume = admin.post("/v1/volumes", json={"name": "v", "region": "us-east-1", "size_tib": 1}).json()["id"]
     cluster = admin.post("/v1/clusters", json={**CLUSTER, "ssh_key_ids": [key]}).json()["id"]
-    return {"cluster_id": cluster, "volume_id": volume, "ssh_key_id": key, "file": "hosts", "name": "train-0"}
+    budget = admin.post("/v1/budgets", json={"name": "b", "amount_usd": "1000"}).json()["id"]
+    return {"cluster_id": cluster, "volume_id": volume, "ssh_key_id": key, "budget_id": budget,
+            "file": "hosts", "name": "train-0"}
 
 
 def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:
@@ -50,6 +54,7 @@ def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:
         f"/v1/clusters/{ids['cluster_id']}",
         f"/v1/volumes/{ids['volume_id']}",
         f"/v1/ssh-keys/{ids['ssh_key_id']}",
+        f"/v1/budgets/{ids['budget_id']}",
     )
     return [admin.get(path).headers["ETag"] for path in paths]
 

@@ -2,7 +2,8 @@
 that on top of a small one, counted in rows read (PostgreSQL) and VM steps (SQLite); the free-slot
 counters always agree
 with the allocation rows (creates, scale changes, deletes, a wrong count, a catalog change, concurrent
-creates beside releases, an upgrade from the previous head with live clusters), and partition keys, subnets and
+creates beside releases, an upgrade from the previous head with live clusters), and partition keys,
+subnets and
 public IPs come from next-free pointers that wrap round to released values (SQLite and PostgreSQL)."""
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # Plain ALTER TABLE DROP COLUMN (SQLite >= 3.35): a batch copy would drop `volumes` / `ssh_keys`,
+    # and with foreign keys on that deletes the cluster links that reference them.
     for table in ("ssh_keys", "volumes"):
-        with op.batch_alter_table(table) as batch:
-            batch.drop_column("labels")
-    with op.batch_alter_table("api_keys") as batch:
-        batch.drop_column("scope_value")
-        batch.drop_column("scope_key")
+        op.drop_column(table, "labels")
+    op.drop_column("api_keys", "scope_value")
+    op.drop_column("api_keys", "scope_key")

@@ -63,8 +63,7 @@ def downgrade() -> None:
     op.drop_table("billing_budget_alerts")
     op.drop_index("ix_billing_budgets_project_id_id", "billing_budgets")
     op.drop_table("billing_budgets")
-    with op.batch_alter_table("clusters") as batch:
-        batch.drop_column("expiry_blocked_at")
-        batch.drop_column("idle_teardown_minutes")
-        batch.drop_column("expires_at")
-        batch.drop_column("ttl")
+    # Plain ALTER TABLE DROP COLUMN (SQLite >= 3.35): a batch copy of `clusters` would drop the table,
+    # and with foreign keys on that deletes every row that references a cluster.
+    for column in ("expiry_blocked_at", "idle_teardown_minutes", "expires_at", "ttl"):
+        op.drop_column("clusters", column)
