@@ -1,10 +1,9 @@
-"""Admission that does not read the whole fleet (migration 0008): its work on top of a large fleet is
+"""Admission that does not read the whole fleet (migration 0012): its work on top of a large fleet is
 that on top of a small one, counted in rows read (PostgreSQL) and VM steps (SQLite); the free-slot
-counters always agree
-with the allocation rows (creates, scale changes, deletes, a wrong count, a catalog change, concurrent
-creates beside releases, an upgrade from the previous head with live clusters), and partition keys,
-subnets and
-public IPs come from next-free pointers that wrap round to released values (SQLite and PostgreSQL)."""
+counters always agree with the allocation rows (creates, scale changes, deletes, a wrong count, a
+catalog change, concurrent creates beside releases, an upgrade from the previous head with live
+clusters), and partition keys, subnets and public IPs come from next-free pointers that wrap round to
+released values (SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
