@@ -164,12 +164,6 @@ class LocalNode:
             prefix += ["runuser", "-u", user, "--"]
         return [*prefix, *argv]
 
-    def exec(self, argv: Sequence[str], *, user: str | None = None, check: bool = True,
-             timeout: float = _COMMAND_TIMEOUT_SECONDS) -> subprocess.CompletedProcess[str]:
-        """Run a command in the node from the host (tests, debugging). The driver configures and reads
-        nodes over SSH (`backend.provisioning.node_config`), never this way."""
-        return run(self.enter_argv(argv, user=user), check=check, timeout=timeout)
-
     def start_daemon(self, argv: Sequence[str]) -> None:
         """Start a long-running process inside the node, detached from the backend (`setsid --fork`:
         not our child, so it survives a backend restart and is never left a zombie of ours). Its output
