@@ -137,10 +137,15 @@ class LocalNode:
         run(["ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns", self.netns])
         run(["ip", "link", "set", self.veth, "master", self.cluster.bridge, "up"])
         prefix = self.cluster.subnet.prefixlen
+        # A node replaced in place has its predecessor's address behind a new MAC: announce it when eth0
+        # comes up (gratuitous ARP), or the host and the other nodes keep sending to the old MAC until
+        # their neighbour entries expire (~30 s; a repaired node's sshd then "did not answer").
+        run(["ip", "netns", "exec", self.netns, "sysctl", "-qw", "net.ipv4.conf.eth0.arp_notify=1"])
         # No default route: a node reaches its cluster's subnet (and the host on the bridge), nothing else.
         for argv in (["addr", "add", f"{self.address}/{prefix}", "dev", "eth0"],
                      ["link", "set", "eth0", "up"], ["link", "set", "lo", "up"]):
             run(["ip", "-n", self.netns, *argv])
+        run(["ip", "neigh", "flush", "to", self.address, "dev", self.cluster.bridge], check=False)
         self.mnt_file.touch()
         self.uts_file.touch()
         etc, work = self.dir / "etc", self.dir / "etc-work"
