@@ -17,6 +17,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,8 @@ CONTROL_PERSIST_SECONDS = 60
 CONNECT_TIMEOUT_SECONDS = 5
 SSH_UNREACHABLE = 255  # ssh's own exit status: no connection (a remote command's status is passed on)
 _IDENTITY_LOCK = threading.Lock()  # operations of several clusters may ask for the key at once
+# A unix socket path has 108 bytes at most, and ssh adds a 17-character suffix while it binds the master's.
+_SOCKET_PATH_MAX = 108 - 18
 
 
 @dataclass(frozen=True)
@@ -46,9 +49,9 @@ class SshShell(NodeShell):
         self.name = target.name
         self.target = target
         self.identity = identity
-        self.control_dir = control_dir
+        self.control_dir = socket_directory(control_dir)
         digest = hashlib.sha256(f"{target.user}@{target.host}:{target.port}".encode()).hexdigest()[:16]
-        self.control_path = control_dir / digest  # short: a socket path has ~100 bytes at most
+        self.control_path = self.control_dir / digest
 
     def ssh_argv(self, remote_command: str) -> list[str]:
         """The ssh command line that runs `remote_command` on the node."""
@@ -87,8 +90,22 @@ class SshShell(NodeShell):
             _exit_master(self.control_path, f"{self.target.user}@{self.target.host}")
 
 
+def socket_directory(control_dir: Path) -> Path:
+    """Where the masters' sockets for `control_dir` live: itself, or a short private stand-in under the temp
+    directory when its path is too long for a unix socket (a deep data directory)."""
+    if len(str(control_dir)) + 1 + 16 <= _SOCKET_PATH_MAX:
+        return control_dir
+    digest = hashlib.sha256(str(control_dir).encode()).hexdigest()[:16]
+    owned = Path(tempfile.gettempdir()) / f"gpucloud-ssh-{os.getuid()}"
+    _private_dir(owned)
+    if owned.is_symlink() or owned.stat().st_uid != os.getuid():  # another user's planted directory
+        raise PermissionError(f"{owned} is not a directory of this user: remove it")
+    return owned / digest
+
+
 def close_all(control_dir: Path) -> None:
     """Stop every connection master whose socket is in `control_dir`, and remove the directory."""
+    control_dir = socket_directory(control_dir)
     for socket in control_dir.glob("*") if control_dir.exists() else []:
         _exit_master(socket, "gpucloud-node")
     shutil.rmtree(control_dir, ignore_errors=True)

@@ -125,7 +125,7 @@ def test_ssh_shell_runs_commands_and_writes_files_over_one_multiplexed_connectio
     identity = tmp_path / "backend-ssh" / "id_ed25519"
     assert identity.stat().st_mode & 0o777 == 0o600 and identity.parent.stat().st_mode & 0o777 == 0o700
     assert shell.run(["printf", "%s|", "a b", "it's", "$HOME"]).stdout == "a b|it's|$HOME|"
-    assert shell.control_path.is_socket() and (tmp_path / "ctl").stat().st_mode & 0o777 == 0o700
+    assert shell.control_path.is_socket() and shell.control_path.parent.stat().st_mode & 0o777 == 0o700
     for _ in range(5):
         shell.run(["true"])
     # Multiplexed: one connection (one key exchange, one login) carried every command.
@@ -142,6 +142,18 @@ def test_ssh_shell_runs_commands_and_writes_files_over_one_multiplexed_connectio
     assert _masters(shell)
     shell.close()  # `ssh -O exit`: the master is gone at once, not after ControlPersist
     assert not shell.control_path.exists() and not _masters(shell)
+
+
+def test_ssh_shell_keeps_its_control_socket_short_under_a_deep_directory(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "ctl"
+    target = SshTarget("node-5", "127.0.0.1", 22, tmp_path / "known_hosts")
+    shell = SshShell(target, tmp_path / "id", deep)
+    # ssh binds "<ControlPath>.<17 random characters>": all of it must fit a unix socket path (108 bytes).
+    assert len(str(shell.control_path)) + 18 <= 108
+    assert shell.control_path.parent.parent.stat().st_mode & 0o777 == 0o700  # private to this user
+    assert SshShell(target, tmp_path / "id", deep).control_path == shell.control_path  # stable: reusable
+    close_all(deep)
+    assert not shell.control_path.exists()
 
 
 def _masters(shell: SshShell) -> list[str]:
