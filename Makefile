@@ -21,9 +21,11 @@ demo: $(STAMP)
 demo-destroy: $(STAMP)
 	bash scripts/demo.sh down
 
-## Every test, unit and acceptance, on SQLite and on a throwaway PostgreSQL.
+## Every test, unit and acceptance, on SQLite and on a throwaway PostgreSQL, on TEST_WORKERS processes
+## (pytest-xdist; conftest.py keeps each file on one worker and the real-node files together).
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	bash scripts/with-postgres.sh $(PY) -m pytest
+	bash scripts/with-postgres.sh $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
 
 testunit: $(STAMP)
 	bash scripts/with-postgres.sh $(PY) -m pytest tests
