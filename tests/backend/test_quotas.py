@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,8 +15,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.cli import main
 from backend.domain.catalog import default_catalog
-from backend.domain.quotas import QuotaExceeded
+from backend.domain.quotas import Limits, QuotaExceeded
 from backend.services import clusters, quotas
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
@@ -130,3 +132,32 @@ def test_quotas_concurrent_creates_never_overshoot(
     assert errors == []
     assert sorted(outcomes) == ["created"] * 3 + ["refused"] * 3
     assert cluster_count(sessions) == 3
+
+
+def test_cli_set_quota_sets_keeps_and_clears_quotas(
+    tenant: Tenant, sessions: sessionmaker[Session], database_url: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("GPUCLOUD_DATABASE_URL", database_url)
+    monkeypatch.setenv("GPUCLOUD_DATA_DIR", str(tmp_path))
+
+    def limits() -> Limits:
+        with sessions() as session:
+            return quotas.limits_of(session, tenant.project_id)
+
+    assert main(["set-quota", "--project", "acme", "--max-gpus", "64", "--max-clusters", "4",
+                 "--max-hourly-usd", "250.5"]) == 0
+    assert capsys.readouterr().out == "max_gpus=64 max_clusters=4 max_hourly_usd=250.5\n"
+    assert limits() == Limits(max_clusters=4, max_gpus=64, max_hourly_micros=250_500_000)
+    assert main(["set-quota", "--project", "acme", "--max-gpus", "none"]) == 0  # the others are kept
+    assert capsys.readouterr().out == "max_gpus=none max_clusters=4 max_hourly_usd=250.5\n"
+    assert limits() == Limits(max_clusters=4, max_gpus=None, max_hourly_micros=250_500_000)
+
+    assert main(["set-quota", "--project", "nobody", "--max-gpus", "8"]) == 1
+    assert "no project named 'nobody'" in capsys.readouterr().err
+    assert main(["set-quota", "--project", "acme"]) == 2
+    assert "--max-gpus" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as bad:
+        main(["set-quota", "--project", "acme", "--max-hourly-usd", "-1"])
+    assert bad.value.code == 2 and "must be 0 or more" in capsys.readouterr().err
+    assert limits() == Limits(max_clusters=4, max_gpus=None, max_hourly_micros=250_500_000)
