@@ -1,9 +1,13 @@
-"""gpucloud_budget against the real backend, real provider launch path and Terraform: created with its
-defaults, updated in place, imported, a bad amount refused at plan time, destroyed."""
+"""Cost governance against the real backend, real provider launch path and Terraform: gpucloud_budget
+created with its defaults, updated in place, imported, a bad amount refused at plan time, destroyed; a
+project quota set with `gpucloud-backend set-quota`, read by gpucloud_quota and failing a plan past it."""
 
 from __future__ import annotations
 
-from acceptance.backend import Backend
+import os
+import subprocess
+
+from acceptance.backend import BACKEND, Backend
 from acceptance.gpucloud_steps import (
     GpuCloudTerraform,
     apply_and_check,
@@ -70,3 +74,47 @@ def test_acc_budget_lifecycle(gpucloud_tf: GpuCloudTerraform, backend: Backend) 
     except NotFound:
         return
     raise AssertionError("the budget is still there after destroy")
+
+
+QUOTA_READ = """
+data "gpucloud_quota" "project" {}
+
+output "quota" {
+  value = data.gpucloud_quota.project
+}
+"""
+QUOTA_CLUSTER = """
+resource "gpucloud_gpu_cluster" "big" {
+  name          = "big"
+  region        = "us-east-1"
+  instance_type = "8xH100"
+  node_count    = 2
+}
+"""
+
+
+def set_quota(backend: Backend, *limits: str) -> None:
+    env = {**os.environ, "GPUCLOUD_DATA_DIR": str(backend.data_dir)}
+    done = subprocess.run([str(BACKEND), "set-quota", "--project", "acceptance", *limits], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_acc_quota_exceeded_fails_the_plan_naming_the_quota(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    set_quota(backend, "--max-gpus", "8", "--max-hourly-usd", "500")
+    try:
+        tf = gpucloud_tf(QUOTA_READ)
+        apply_and_check(tf)
+        shown = tf.output_json()["quota"]["value"]
+        assert (shown["max_gpus"], shown["gpus_in_use"], shown["max_clusters"], shown["max_hourly_usd"]) == (
+            8, 0, None, 500)
+
+        tf.write_main(QUOTA_READ + QUOTA_CLUSTER)
+        error = plan_error(tf)
+        assert "Quota Exceeded" in error, error
+        assert "quota max_gpus is 8 GPUs: 0 in use, and this plan adds 16 (16 in all)" in error
+        assert "node_count" in error  # the attribute to lower
+    finally:
+        set_quota(backend, "--max-gpus", "none", "--max-hourly-usd", "none")

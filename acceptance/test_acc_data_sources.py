@@ -28,6 +28,7 @@ EXAMPLE_FILES = [
             "gpucloud_instance_types",
             "gpucloud_ssh_key",
             "gpucloud_shared_volume",
+            "gpucloud_quota",
         )
     ),
 ]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from backend.settings import Settings
 
 BACKEND_EXTRA = "gpucloud[backend]"
+_KEEP = object()  # set-quota: an option not given keeps the quota's value
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -253,6 +254,68 @@ def cmd_revoke_api_key(args: argparse.Namespace) -> int:
     return 0
 
 
+def _quota_limit(kind: str) -> Callable[[str], int | None]:
+    """An argparse type: a count (`int`) or a USD amount (`usd`, returned in micro-dollars) of 0 or
+    more, or `none` to clear the quota."""
+
+    def parse(text: str) -> int | None:
+        from backend.billing.money import usd_to_micros
+
+        if text.strip().lower() == "none":
+            return None
+        what = "a whole number" if kind == "int" else "an amount in USD with at most six decimals"
+        try:
+            value = int(text) if kind == "int" else usd_to_micros(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} (or none to clear the quota)") from None
+        if not 0 <= value < 2**31 * (1 if kind == "int" else 10**6):
+            raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more, and below 2^31 (or none to clear)")
+        return value
+
+    return parse
+
+
+def cmd_set_quota(args: argparse.Namespace) -> int:
+    """Set or clear (`none`) a project's quotas; omitted ones keep their value. Prints the result."""
+    from sqlalchemy import select
+
+    from backend.domain.quotas import usd
+    from backend.services import audit, quotas
+    from backend.store.models import Project
+
+    changes: dict[str, int | None] = {}
+    for option, field in (("max_gpus", "max_gpus"), ("max_clusters", "max_clusters"),
+                          ("max_hourly_usd", "max_hourly_micros")):
+        value = getattr(args, option)
+        if value is not _KEEP:
+            changes[field] = value
+    if not changes:
+        print("error: give at least one of --max-gpus, --max-clusters, --max-hourly-usd (a value, or none "
+              "to clear it)", file=sys.stderr)
+        return 2
+    settings = _settings(args)
+    engine, sessions = _with_write_session(settings)
+    try:
+        with sessions.begin() as session:
+            project = session.scalars(select(Project).where(Project.name == args.project)).first()
+            if project is None:
+                print(f"error: no project named {args.project!r}", file=sys.stderr)
+                return 1
+            row = quotas.set_quota(session=session, project_id=project.id, changes=changes)
+            shown = {
+                "max_gpus": row.max_gpus,
+                "max_clusters": row.max_clusters,
+                "max_hourly_usd": None if row.max_hourly_micros is None else str(usd(row.max_hourly_micros)),
+            }
+            audit.record_event(session=session, project_id=project.id, actor="cli",
+                               action="project.set_quota", resource_type="project", resource_id=project.id,
+                               request_id=None, details=shown)
+    finally:
+        engine.dispose()
+    print(" ".join(f"{name}={'none' if value is None else value}" for name, value in shown.items()))
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run one provisioning engine worker until SIGTERM/SIGINT (deployments with several processes)."""
     from backend.provisioning.worker import run_forever
@@ -314,6 +377,14 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = commands.add_parser("revoke-api-key", help="revoke an API key by its prefix")
     revoke.add_argument("prefix", help="the key's first 12 characters, e.g. gpc_AbCdEfGh")
     revoke.set_defaults(func=cmd_revoke_api_key)
+    quota = commands.add_parser("set-quota", help="set or clear a project's quotas (see GET /v1/quotas)")
+    quota.add_argument("--project", required=True, help="project name")
+    for option, kind, what in (("--max-gpus", "int", "GPUs its clusters may hold"),
+                               ("--max-clusters", "int", "clusters it may hold"),
+                               ("--max-hourly-usd", "usd", "USD per hour its clusters may cost")):
+        quota.add_argument(option, type=_quota_limit(kind), default=_KEEP, metavar="N|none",
+                           help=f"most {what}; none clears the quota; omitted keeps it")
+    quota.set_defaults(func=cmd_set_quota)
     commands.add_parser("worker", help="run a provisioning engine worker").set_defaults(func=cmd_worker)
     commands.add_parser(
         "generate-secret-key", help="print a new key for GPUCLOUD_SECRET_KEY"

@@ -38,6 +38,10 @@ router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
 CLUSTER_WRITE_ERRORS = {
     **WRITE_ERRORS,
     402: problem_response_doc("Out of prepaid credits (`credits_exhausted`, with `balance_usd`)"),
+    403: problem_response_doc(
+        "The API key's role may not write, or the change would pass a project quota (`quota_exceeded`, "
+        "with `quota`, `limit`, `in_use` and `requested`; see GET /v1/quotas)"
+    ),
 }
 KIND = "cluster"
 

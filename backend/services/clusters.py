@@ -26,6 +26,7 @@ from backend.domain.errors import Conflict, FieldError, Forbidden, NotFound, val
 from backend.domain.ids import is_id_of, new_id
 from backend.domain.lifetime import parse_ttl
 from backend.provisioning.engine import request_reconcile
+from backend.services import quotas
 from backend.services.clock import utcnow
 from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
 from backend.store.db import execute_core
@@ -295,7 +296,8 @@ def create_cluster(
     scope: Scope | None = None,
 ) -> Cluster:
     """Accept a cluster spec (validated in full); the engine provisions it from PENDING. 402 when the
-    project is out of prepaid credits or a block_new budget it falls under is spent. A scoped caller's
+    project is out of prepaid credits or a block_new budget it falls under is spent; 403 when it would
+    pass a project quota (`quota_exceeded`). A scoped caller's
     cluster carries its scope label."""
     now = utcnow()
     spec = {**spec, "labels": scoped_labels(spec.get("labels") or {}, scope)}
@@ -303,6 +305,7 @@ def create_cluster(
     full = _check_spec(session, catalog, project_id, spec, scope=scope)
     check_admission_allowed(session, project_id=project_id, what="creating a cluster")
     check_budget_admission(session, project_id=project_id, labels=full.get("labels") or {}, now=now)
+    quotas.admit(session=session, catalog=catalog, project_id=project_id, spec=full)
     row = Cluster(
         id=new_id("cluster"),
         project_id=project_id,
@@ -409,7 +412,7 @@ def update_cluster(
     scope: Scope | None = None,
 ) -> Cluster:
     """Apply a partial update (absent fields keep their value); immutable fields may only repeat theirs;
-    a scale-up of a project out of prepaid credits is refused (402).
+    a scale-up of a project out of prepaid credits is refused (402), one past a project quota (403).
 
     `remove_node_names` picks the nodes a scale-down releases (default: the highest indexes first).
     """
@@ -442,6 +445,7 @@ def update_cluster(
     )
     if full["node_count"] > current["node_count"]:
         check_admission_allowed(session, project_id=project_id, what="scaling up", field="node_count")
+        quotas.admit(session=session, catalog=catalog, project_id=project_id, spec=full, current=current)
     if full != current:
         _apply(row, full)
         touch(row)

@@ -197,6 +197,10 @@ class GpuCloudClient(HttpCore):
             self.request("POST", "/v1/pricing/estimate", json=dict(spec), side_effect_free=True)
         )
 
+    def get_quotas(self) -> Body:
+        """The project's quotas (null: no limit) and what it holds now."""
+        return self._body(self.request("GET", "/v1/quotas"))
+
     # ---- billing -----------------------------------------------------------------------------------
 
     def get_balance(self) -> Body:

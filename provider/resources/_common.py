@@ -115,8 +115,8 @@ def _next_step(error: ApiError, subject: str) -> str:
     if isinstance(error, Unauthorized):
         return "The API key was rejected: check api_key in the provider block or GPUCLOUD_API_KEY."
     if isinstance(error, Forbidden):
-        if "admin key" in error.detail:
-            return ""  # the API already said which key to use
+        if "admin key" in error.detail or error.code == "quota_exceeded":
+            return ""  # the API already said which key to use, or which quota the change passes
         return (
             "Creating, changing or deleting objects and reading cluster credentials need an API key with "
             "the admin role; member keys are read-only."

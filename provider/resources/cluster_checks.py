@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, TypeGuard
 
-from provider.client import GpuCloudClient
+from provider.client import ApiError, GpuCloudClient
 from provider.cty import is_unknown
 from provider.framework import Context, root
 from provider.resources.api_rules import check_field_rules
@@ -284,3 +284,54 @@ def check_cost_ceiling(
         "Lower node_count, pick a cheaper instance type or raise the limit.",
         root("max_hourly_cost_usd"),
     )
+
+
+# -- quotas -------------------------------------------------------------------------------------------
+
+_QUOTA_UNITS = {"max_clusters": "clusters", "max_gpus": "GPUs", "max_hourly_usd": "USD per hour"}
+
+
+def check_quota(
+    ctx: Context, quotas: Mapping[str, Any], added: Mapping[str, int | Decimal]
+) -> None:
+    """A create or scale-up must keep the project within its quotas (`GET /v1/quotas`), as the API
+    checks at apply: `added` is what the plan adds to each quota's use (clusters, GPUs, USD per hour)."""
+    for name, unit in _QUOTA_UNITS.items():
+        limit, more = quotas.get(name), Decimal(added.get(name, 0))
+        used = Decimal(str(quotas.get(name.replace("max_", "") + "_in_use", 0)))
+        if limit is None or more <= 0 or used + more <= Decimal(str(limit)):
+            continue
+        ctx.error(
+            "Quota Exceeded",
+            f"The project's quota {name} is {limit} {unit}: {_usd(used)} in use, and this plan adds "
+            f"{_usd(more)} ({_usd(used + more)} in all). Lower node_count, delete another cluster, or ask "
+            "the cloud's operator to raise the quota (the gpucloud_quota data source shows quotas and use).",
+            None if name == "max_clusters" else root("node_count"),
+        )
+        return
+
+
+def check_plan_quota(
+    ctx: Context, client: GpuCloudClient, catalog: Catalog, plan: Mapping[str, Any],
+    state: Mapping[str, Any] | None, cost: CostEstimate | None,
+) -> None:
+    """Read the project's quotas when the plan creates the cluster or adds nodes, and check them; a
+    backend that cannot say (unreachable, older than quotas) leaves the check to the API at apply."""
+    itype, nodes = plan.get("instance_type"), plan.get("node_count")
+    if not (known(itype) and known(nodes)) or itype not in catalog.instance_types:
+        return
+    prior_nodes = 0 if state is None else int(state.get("node_count") or 0)
+    if state is not None and int(nodes) <= prior_nodes:
+        return
+    try:
+        quotas = client.get_quotas()
+    except ApiError:
+        return
+    prior_cost = None if state is None else state.get("estimated_hourly_cost_usd")
+    added: dict[str, int | Decimal] = {
+        "max_clusters": 1 if state is None else 0,
+        "max_gpus": int(catalog.instance_types[itype]["gpu_count"]) * (int(nodes) - prior_nodes),
+    }
+    if cost is not None and (state is None or known(prior_cost)):
+        added["max_hourly_usd"] = Decimal(cost.hourly_usd) - Decimal(str(prior_cost or 0))
+    check_quota(ctx, quotas, added)

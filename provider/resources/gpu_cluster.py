@@ -261,6 +261,8 @@ class GpuClusterResource(Resource):
             checks.check_capacity(ctx, catalog, plan, prior_nodes)
         cost = checks.estimate(catalog, plan)
         checks.check_cost_ceiling(ctx, plan, cost, state)
+        if not ctx.diagnostics.has_errors:
+            checks.check_plan_quota(ctx, client_of(ctx), catalog, plan, state, cost)
         if shape is not None and known(plan.get("node_count")) and is_unknown(plan.get("num_gpus")):
             plan["num_gpus"] = int(shape["gpu_count"]) * int(plan["node_count"])
         if shape is not None and is_unknown(plan.get("gpu_type")):

@@ -225,9 +225,10 @@ CLUSTER_SCHEMA = Schema(
     "EFA), optionally with Slurm or Kubernetes on top.\n\n"
     "- **Plan**: defaults (orchestrator, interconnect), the GPU count and `estimated_hourly_cost_usd` are "
     "known at plan time from the catalog. Every rule the API enforces is checked at plan time against "
-    "the values already known, naming the attribute to blame, and so is the capacity of the region for "
-    "a create or a scale-up (the error says how many nodes are free). Problems of referenced objects "
-    "(an SSH key that does not exist, a volume in another region) are warnings at plan and errors at "
+    "the values already known, naming the attribute to blame, and so are the capacity of the region for "
+    "a create or a scale-up (the error says how many nodes are free) and the project's quotas (the error "
+    "names the quota, its value and use; see the `gpucloud_quota` data source). Problems of referenced "
+    "objects (an SSH key that does not exist, a volume in another region) are warnings at plan and errors at "
     "apply, so that `terraform destroy` is never blocked by a cluster that was never created. (Before "
     "destroying, Terraform plans the whole configuration once more: a cluster never created whose own "
     "configuration is refused, over its cost cap or without capacity, fails that plan as with any "
@@ -290,7 +291,8 @@ CLUSTER_SCHEMA = Schema(
             optional=True,
             computed=True,
             default=1,
-            description="Number of nodes. Scales in place (the plan checks the region has the capacity). "
+            description="Number of nodes. Scales in place (the plan checks the region has the capacity and "
+            "the project's quotas the room). "
             "More than one node needs a fabric-capable 8-GPU instance type.",
             validators=api("node_count"),
         ),

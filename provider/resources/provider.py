@@ -50,6 +50,7 @@ from provider.resources.list_resources import (
     SharedVolumeListResource,
     SshKeyListResource,
 )
+from provider.resources.quota_data_source import QuotaDataSource
 from provider.resources.shared_volume import SharedVolumeResource
 from provider.resources.ssh_key import SshKeyResource
 
@@ -71,6 +72,7 @@ DATA_SOURCES: tuple[type[DataSource], ...] = (
     SshKeyDataSource,
     SharedVolumeDataSource,
     GpuClusterDataSource,
+    QuotaDataSource,
 )
 EPHEMERAL_RESOURCES: tuple[type[EphemeralResource], ...] = (ClusterCredentialsEphemeralResource,)
 LIST_RESOURCES: tuple[type[ListResource], ...] = (

@@ -107,6 +107,10 @@ class FakeClusterApi:
             return httpx.Response(200, json={"items": []})
         if parts == ["billing", "usage"]:
             return httpx.Response(200, json={"items": []})
+        if parts == ["quotas"]:  # a project without quotas
+            return httpx.Response(200, json={"max_clusters": None, "clusters_in_use": 0, "max_gpus": None,
+                                             "gpus_in_use": 0, "max_hourly_usd": None,
+                                             "hourly_usd_in_use": "0", "updated_at": None})
         if parts[0] == "ssh-keys" and len(parts) == 2:
             return self._found(self.ssh_keys.get(parts[1]))
         if parts[0] == "volumes" and len(parts) == 2:

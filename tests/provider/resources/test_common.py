@@ -76,9 +76,13 @@ def test_api_error_keeps_field_names_and_does_not_contradict_the_api():
     api_error(ctx, "Error Creating GPU Cluster", Forbidden(
         status=403, detail="this API key has the member role, which is read-only; use an admin key"),
         subject="x")
-    protected, member = (d.detail for d in ctx.diagnostics)
+    api_error(ctx, "Error Creating GPU Cluster", Forbidden(
+        status=403, code="quota_exceeded", detail="the project's quota max_gpus is 8 GPUs: 0 in use"),
+        subject="x")
+    protected, member, quota = (d.detail for d in ctx.diagnostics)
     assert protected == "deletion_protection is on; set it to false first."
     assert member == "This API key has the member role, which is read-only; use an admin key."
+    assert quota == "The project's quota max_gpus is 8 GPUs: 0 in use."  # no word of roles
 
 
 def test_client_of_requests_in_flight_end_when_terraform_sends_stop_provider():
