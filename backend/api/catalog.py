@@ -6,6 +6,7 @@ with 422, published so clients can check a spec before sending it.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -55,6 +56,7 @@ class AvailabilityOut(BaseModel):
     interconnect: str
     capacity_nodes: int
     available_nodes: int = Field(description="Nodes free right now (not held by any cluster)")
+    spot_capacity_nodes: int = Field(description="Nodes of the pool sold as spot (the region's spot share)")
 
 
 class InstanceTypeOut(BaseModel):
@@ -70,6 +72,7 @@ class InstanceTypeOut(BaseModel):
     fabric_capable: bool = Field(description="Multi-node clusters need a fabric-capable type")
     on_demand_usd_per_gpu_hour: str
     on_demand_usd_per_node_hour: str
+    spot_usd_per_gpu_hour: str = Field(description="capacity_type = spot: on-demand less the spot discount")
     reserved: list[ReservedPriceOut]
     rules: dict[str, Any]
     availability: list[AvailabilityOut]
@@ -96,7 +99,8 @@ def instance_types(catalog: Catalog, held: dict[str, int]) -> list[InstanceTypeO
             AvailabilityOut(region=f.region, fabric=f.name, interconnect=f.kind,
                             capacity_nodes=int(f.pools[itype.name]),
                             available_nodes=max(0, int(f.pools[itype.name])
-                                                - held.get(pool_name(f.region, f.name, itype.name), 0)))
+                                                - held.get(pool_name(f.region, f.name, itype.name), 0)),
+                            spot_capacity_nodes=catalog.spot_capacity(f.region, f.name, itype.name))
             for f in catalog.fabrics if f.pools.get(itype.name)
         ]
         reserved = [
@@ -111,7 +115,9 @@ def instance_types(catalog: Catalog, held: dict[str, int]) -> list[InstanceTypeO
             local_nvme=itype.local_nvme, network=itype.network, interconnects=list(itype.interconnects),
             fabric_capable=itype.fabric_capable,
             on_demand_usd_per_gpu_hour=str(itype.on_demand_usd_per_gpu_hour),
-            on_demand_usd_per_node_hour=str(itype.on_demand_usd_per_node_hour), reserved=reserved,
+            on_demand_usd_per_node_hour=str(itype.on_demand_usd_per_node_hour),
+            spot_usd_per_gpu_hour=str((itype.on_demand_usd_per_gpu_hour * (1 - catalog.spot_discount))
+                                      .quantize(Decimal("0.0001"))), reserved=reserved,
             rules=rules_for(itype.name, catalog, offered_orchestrators()), availability=availability,
         ))
     return out
