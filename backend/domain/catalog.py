@@ -262,8 +262,10 @@ def catalog_to_dict(catalog: Catalog) -> dict[str, Any]:
 def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
     """Build a catalog from its JSON shape; raises ValueError on an inconsistent document."""
     try:
-        regions = tuple(Region(**{**r, "spot_capacity_share": Decimal(str(r.get("spot_capacity_share", "0.25")))})
-                        for r in data["regions"])
+        regions = tuple(
+            Region(**{**r, "spot_capacity_share": Decimal(str(r.get("spot_capacity_share", "0.25")))})
+            for r in data["regions"]
+        )
         fabrics = tuple(Fabric(**{**f, "pools": {k: int(v) for k, v in f["pools"].items()}})
                         for f in data["fabrics"])
         types = tuple(

@@ -99,6 +99,7 @@ def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datet
                 telemetry is not None and telemetry.orchestrator_state is not None
                 and node.stage == NodeStage.READY) else orchestrator_state(cluster.orchestrator, node, busy),
             "drained": node.drained, "pending_action": node.pending_action,
+            "capacity_type": node.capacity_type,
             "gpus": None if gpus is None else [dict(vars(g)) for g in gpus],  # flat: no deep copy
             "gpus_unavailable_reason": _why_no_gpus(source, telemetry, node),
             "xid_events": [dict(vars(e)) for e in xids],

@@ -118,7 +118,8 @@ class EngineNode(Base):
     # thermal, NVLink / InfiniBand link down), written by the metrics sampler; NULL: healthy readings.
     degraded_reason: Mapped[str | None] = mapped_column(Text)
     # Migration 0018_spot_capacity. The capacity the node runs on (on_demand | spot) for its whole life;
-    # for a spot node, when the market reclaims it (NULL: not drawn yet or never) and when its notice went out.
+    # for a spot node, when the market reclaims it (NULL: not drawn yet, or never) and when its notice
+    # went out.
     capacity_type: Mapped[str] = mapped_column(String(16), nullable=False, default="on_demand",
                                                server_default="on_demand")
     preempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
