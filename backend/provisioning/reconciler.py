@@ -34,7 +34,7 @@ from backend.provisioning.state import (
     set_phase,
     set_stage,
 )
-from backend.store.engine_models import EngineCluster, EngineNode, Step
+from backend.store.engine_models import EngineCluster, EngineNode, PhaseRecord, Step
 from backend.store.models import Cluster
 
 S = NodeStage
@@ -375,6 +375,8 @@ def _spot_watch(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
         node.preempt_notice_at = notice_at
         spot.audit(ctx.session, cluster, "cluster.node_preemption_notice", notice_at,
                    {"node": node.name, "instance_id": node.id, "preemption_at": spot.iso(reclaim_at)})
+        ctx.session.add(PhaseRecord(cluster_id=cluster.id, phase="SpotPreemptionNotice", at=notice_at,
+                                    detail=f"{node.name} is reclaimed at {spot.iso(reclaim_at)}"))
     node.status_reason = f"spot preemption notice: the market reclaims this node at {spot.iso(reclaim_at)}"
     if ctx.now < reclaim_at:
         ctx.due.append(reclaim_at)
