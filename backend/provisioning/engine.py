@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog, Fabric, default_catalog
@@ -282,6 +283,10 @@ def add_batch(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
         state.jumphost_ip = _add_jumphost_ip(session, cluster, state.subnet, now)
     state.current_batch += 1
     used = {n.index for n in live_nodes(session, cluster.id)}
+    if spot.uses_spot(cluster):
+        # Fresh names for a spot cluster: the market's seeded draws are per node name, so a node
+        # re-acquired under a reclaimed node's name would be reclaimed again.
+        used |= set(session.scalars(select(EngineNode.index).where(EngineNode.cluster_id == cluster.id)))
     free_indexes = (i for i in range(10**6) if i not in used)
     nodes = [_add_node(session, catalog, cluster, state, index=next(free_indexes), slot=slot,
                        batch=state.current_batch, attempt=1, public_ip=None, now=now, capacity_type=kind)
