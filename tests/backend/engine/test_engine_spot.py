@@ -51,7 +51,7 @@ def seeded() -> dict[str, Any]:
     node re-acquired later (train-4): the scenario replays identically under it."""
     now = datetime(2026, 1, 1, tzinfo=UTC)
     for seed in range(1000):
-        market = SimulatedDatacenter(EngineSettings(**{**FAST, **SPOT, "simulation_seed": seed}))
+        market = SimulatedDatacenter(EngineSettings(**{**FAST, **SPOT, "simulation_seed": seed}))  # type: ignore[arg-type]
         hits = {name: market.spot_preemption("train", name, 1, now) is not None
                 for name in ("train-0", "train-1", "train-4")}
         if hits == {"train-0": True, "train-1": False, "train-4": False}:
