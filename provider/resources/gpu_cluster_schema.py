@@ -22,6 +22,7 @@ from provider.framework import (
     SingleNestedAttribute,
     StringAttribute,
     requires_replace,
+    requires_replace_if,
     timeouts_block,
     use_state_for_unknown,
     use_state_for_unknown_unless_changed,
@@ -384,7 +385,12 @@ CLUSTER_SCHEMA = Schema(
             "stand-ins and re-acquired nodes change `nodes` only, never planned as drift. Spot cannot be "
             "reserved. Changing it replaces the cluster.",
             validators=api("capacity_type"),
-            plan_modifiers=[requires_replace()],
+            # State written before capacity_type existed holds null: that cluster is on-demand, and
+            # planning the default for it is no reason to replace it.
+            plan_modifiers=[requires_replace_if(
+                lambda m: m.state_value is not None or m.plan_value != "on_demand",
+                "Changing this value forces a new resource to be created.",
+            )],
         ),
         "max_hourly_cost_usd": NumberAttribute(
             optional=True,
