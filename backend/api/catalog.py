@@ -6,7 +6,6 @@ with 422, published so clients can check a spec before sending it.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -109,6 +108,7 @@ def instance_types(catalog: Catalog, held: dict[str, int]) -> list[InstanceTypeO
                                                   .quantize(itype.on_demand_usd_per_gpu_hour)))
             for days, discount in sorted(catalog.reserved_discounts.items())
         ]
+        spot_price = itype.on_demand_usd_per_gpu_hour * (1 - catalog.spot_discount)
         out.append(InstanceTypeOut(
             name=itype.name, gpu_model=itype.gpu_model, gpu_count=itype.gpu_count,
             gpu_memory_mib=itype.gpu_memory_mib, vcpu=itype.vcpu, ram_gib=itype.ram_gib,
@@ -116,8 +116,8 @@ def instance_types(catalog: Catalog, held: dict[str, int]) -> list[InstanceTypeO
             fabric_capable=itype.fabric_capable,
             on_demand_usd_per_gpu_hour=str(itype.on_demand_usd_per_gpu_hour),
             on_demand_usd_per_node_hour=str(itype.on_demand_usd_per_node_hour),
-            spot_usd_per_gpu_hour=str((itype.on_demand_usd_per_gpu_hour * (1 - catalog.spot_discount))
-                                      .quantize(Decimal("0.0001"))), reserved=reserved,
+            spot_usd_per_gpu_hour=f"{spot_price.normalize():f}",
+            reserved=reserved,
             rules=rules_for(itype.name, catalog, offered_orchestrators()), availability=availability,
         ))
     return out

@@ -131,6 +131,9 @@ def test_engine_spot_rules_at_the_api(eight_h100: Catalog, admin: TestClient) ->
         "name": "r", "region": "us-east-1", "instance_type": "8xH100", "node_count": 1,
         "capacity_type": "spot", "billing": {"type": "reserved", "duration_days": 7}})
     assert reserved.status_code == 422 and "capacity_type" in reserved.text
+    (h100,) = [t for t in admin.get("/v1/instance-types").json()["items"] if t["name"] == "8xH100"]
+    assert h100["spot_usd_per_gpu_hour"] == "1.596"
+    assert [a["spot_capacity_nodes"] for a in h100["availability"] if a["fabric"] == "ib-east-a"] == [2]
     cluster = create(admin, node_count=1, capacity_type="spot")
     change = admin.patch(f"/v1/clusters/{cluster['id']}", json={"capacity_type": "on_demand"})
     assert change.status_code == 422 and "immutable_field" in change.text
