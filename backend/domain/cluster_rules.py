@@ -75,12 +75,6 @@ def validate_cluster_spec(spec: Mapping[str, Any], catalog: Catalog) -> list[Fie
     errors += _check_orchestrator(full.get("orchestrator"))
     errors += _check_container(full.get("container"))
     errors += _check_billing(full.get("billing") or {})
-    if full["capacity_type"] != "on_demand" and (full.get("billing") or {}).get("type") == "reserved":
-        errors.append(FieldError(
-            "capacity_type", "conflicts_with_reserved",
-            f"a reserved term is paid up front for on-demand nodes: capacity_type {full['capacity_type']} "
-            "cannot be reserved; use capacity_type = on_demand or billing.type = on_demand",
-        ))
     if full.get("idle_teardown_minutes") is not None and full.get("orchestrator") != "slurm":
         errors.append(FieldError(
             "idle_teardown_minutes", "requires_slurm",
