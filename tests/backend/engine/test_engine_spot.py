@@ -137,3 +137,19 @@ def test_engine_spot_rules_at_the_api(eight_h100: Catalog, admin: TestClient) ->
     cluster = create(admin, node_count=1, capacity_type="spot")
     change = admin.patch(f"/v1/clusters/{cluster['id']}", json={"capacity_type": "on_demand"})
     assert change.status_code == 422 and "immutable_field" in change.text
+
+
+def test_simulated_spot_market_is_seeded_with_a_two_minute_notice() -> None:
+    settings = {**FAST, "simulation_speed": 1.0, "simulation_spot_preemption_rate": 1.0,
+                "simulation_spot_preemption_window_seconds": 3600.0,
+                "simulation_spot_reclaim_seconds": 1800.0}
+    market = SimulatedDatacenter(EngineSettings(**settings))  # type: ignore[arg-type]
+    running = datetime(2026, 1, 1, tzinfo=UTC)
+    reclaimed = market.spot_preemption("train", "train-0", 1, running)
+    assert reclaimed is not None
+    assert running + timedelta(minutes=2) <= reclaimed <= running + timedelta(minutes=62)
+    assert market.spot_preemption("train", "train-0", 1, running) == reclaimed  # replays under the seed
+    assert market.spot_notice_at(reclaimed) == reclaimed - timedelta(minutes=2)
+    assert market.spot_returns_at("train", reclaimed) == reclaimed + timedelta(minutes=30)
+    never = SimulatedDatacenter(EngineSettings(**{**settings, "simulation_spot_preemption_rate": 0.0}))  # type: ignore[arg-type]
+    assert never.spot_preemption("train", "train-0", 1, running) is None
