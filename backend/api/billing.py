@@ -48,7 +48,7 @@ _WRITE: dict[int | str, dict[str, Any]] = {
 UsdAmount = Annotated[
     Decimal, Strict(False), Field(gt=0, le=Decimal("10000000"), max_digits=14, decimal_places=6)
 ]
-UsageKindName = Literal["compute_on_demand", "compute_reserved", "reservation", "storage"]
+UsageKindName = Literal["compute_on_demand", "compute_spot", "compute_reserved", "reservation", "storage"]
 RefFilter = Annotated[str | None, Query(max_length=64, pattern=r"^[a-z]{3}_[0-9a-z_-]+$")]
 _clock = SystemClock()
 
@@ -83,7 +83,10 @@ class BalanceOut(BaseModel):
 class UsageItemOut(BaseModel):
     id: str
     idempotency_key: str
-    kind: str = Field(description="compute_on_demand, compute_reserved (prepaid, 0), reservation, storage")
+    kind: str = Field(
+        description="compute_on_demand, compute_spot (a node on spot capacity, at the spot rate), "
+        "compute_reserved (prepaid, 0), reservation, storage"
+    )
     resource_type: str
     resource_id: str
     cluster_id: str | None

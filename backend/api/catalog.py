@@ -55,6 +55,7 @@ class AvailabilityOut(BaseModel):
     interconnect: str
     capacity_nodes: int
     available_nodes: int = Field(description="Nodes free right now (not held by any cluster)")
+    spot_capacity_nodes: int = Field(description="Nodes of the pool sold as spot (the region's spot share)")
 
 
 class InstanceTypeOut(BaseModel):
@@ -70,6 +71,7 @@ class InstanceTypeOut(BaseModel):
     fabric_capable: bool = Field(description="Multi-node clusters need a fabric-capable type")
     on_demand_usd_per_gpu_hour: str
     on_demand_usd_per_node_hour: str
+    spot_usd_per_gpu_hour: str = Field(description="capacity_type = spot: on-demand less the spot discount")
     reserved: list[ReservedPriceOut]
     rules: dict[str, Any]
     availability: list[AvailabilityOut]
@@ -96,7 +98,8 @@ def instance_types(catalog: Catalog, held: dict[str, int]) -> list[InstanceTypeO
             AvailabilityOut(region=f.region, fabric=f.name, interconnect=f.kind,
                             capacity_nodes=int(f.pools[itype.name]),
                             available_nodes=max(0, int(f.pools[itype.name])
-                                                - held.get(pool_name(f.region, f.name, itype.name), 0)))
+                                                - held.get(pool_name(f.region, f.name, itype.name), 0)),
+                            spot_capacity_nodes=catalog.spot_capacity(f.region, f.name, itype.name))
             for f in catalog.fabrics if f.pools.get(itype.name)
         ]
         reserved = [
@@ -105,13 +108,16 @@ def instance_types(catalog: Catalog, held: dict[str, int]) -> list[InstanceTypeO
                                                   .quantize(itype.on_demand_usd_per_gpu_hour)))
             for days, discount in sorted(catalog.reserved_discounts.items())
         ]
+        spot_price = itype.on_demand_usd_per_gpu_hour * (1 - catalog.spot_discount)
         out.append(InstanceTypeOut(
             name=itype.name, gpu_model=itype.gpu_model, gpu_count=itype.gpu_count,
             gpu_memory_mib=itype.gpu_memory_mib, vcpu=itype.vcpu, ram_gib=itype.ram_gib,
             local_nvme=itype.local_nvme, network=itype.network, interconnects=list(itype.interconnects),
             fabric_capable=itype.fabric_capable,
             on_demand_usd_per_gpu_hour=str(itype.on_demand_usd_per_gpu_hour),
-            on_demand_usd_per_node_hour=str(itype.on_demand_usd_per_node_hour), reserved=reserved,
+            on_demand_usd_per_node_hour=str(itype.on_demand_usd_per_node_hour),
+            spot_usd_per_gpu_hour=f"{spot_price.normalize():f}",
+            reserved=reserved,
             rules=rules_for(itype.name, catalog, offered_orchestrators()), availability=availability,
         ))
     return out

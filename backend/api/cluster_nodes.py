@@ -71,6 +71,13 @@ class NodeOut(BaseModel):
     )
     drained: bool
     pending_action: str | None
+    capacity_type: Literal["on_demand", "spot"] = Field(
+        description="The capacity the node runs on (and is billed at): spot, or on_demand (with "
+        "capacity_type spot_with_fallback, an on-demand node standing in while spot is short)"
+    )
+    preemption_at: str | None = Field(
+        default=None, description="A spot node that got its preemption notice: when the market reclaims it"
+    )
     # The node agent's own dataclasses: their fields are the wire fields, declared once.
     gpus: list[GpuReading] | None = Field(description="One per GPU as `nvidia-smi -q -x` reads it; null "
                                           "inside a GPU where the driver reports N/A")

@@ -20,6 +20,13 @@ NODE_REPAIR_DOC = (
     "auto: a failed or degraded node is drained and replaced in place (same hostname, new instance_id); "
     "manual: it stays failed or degraded until a node action"
 )
+CapacityType = Literal["on_demand", "spot", "spot_with_fallback"]
+CAPACITY_TYPE_DOC = (
+    "on_demand; spot: nodes from the region's spot pool at the spot price, preempted (with a 2-minute "
+    "notice) when the market reclaims capacity and re-acquired when it returns; spot_with_fallback: spot, "
+    "and on-demand nodes stand in while spot is short (at create and after a preemption). Changing it "
+    "replaces the cluster"
+)
 ClusterName = Annotated[str, StringConstraints(min_length=1, max_length=63, pattern=r"^[a-z0-9-]+$")]
 CatalogName = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9._-]+$")]
 RefId = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[a-z]{3}_[0-9a-z]+$")]
@@ -90,6 +97,7 @@ class ClusterCreate(StrictModel):
     deletion_protection: bool = False
     max_hourly_cost_usd: Money | None = Field(default=None, description="Refuse specs that would cost more")
     node_repair: NodeRepair = Field(default="auto", description=NODE_REPAIR_DOC)
+    capacity_type: CapacityType = Field(default="on_demand", description=CAPACITY_TYPE_DOC)
     ttl: Ttl | None = None
     expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC)
     idle_teardown_minutes: IdleMinutes | None = None
@@ -97,7 +105,7 @@ class ClusterCreate(StrictModel):
 
 class ClusterUpdate(StrictModel):
     """Partial update: absent fields keep their value; region, instance_type, orchestrator, interconnect,
-    billing.type and billing.duration_days may only repeat their current value."""
+    capacity_type, billing.type and billing.duration_days may only repeat their current value."""
 
     name: ClusterName | None = None
     region: CatalogName | None = None
@@ -113,6 +121,7 @@ class ClusterUpdate(StrictModel):
     deletion_protection: bool | None = None
     max_hourly_cost_usd: Money | None = None
     node_repair: NodeRepair | None = Field(default=None, description=NODE_REPAIR_DOC)
+    capacity_type: CapacityType | None = Field(default=None, description="May only repeat its current value")
     ttl: Ttl | None = Field(default=None, description=TTL_DOC + "; null clears the expiry")
     expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC + "; null clears it")
     idle_teardown_minutes: IdleMinutes | None = None
@@ -155,6 +164,7 @@ class ClusterOut(BaseModel):
     deletion_protection: bool
     max_hourly_cost_usd: float | None
     node_repair: str
+    capacity_type: str
     ttl: str | None
     expires_at: datetime | None
     idle_teardown_minutes: int | None

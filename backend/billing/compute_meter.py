@@ -51,6 +51,7 @@ class ClusterUsage:
     instance_type: str
     gpus_per_node: int
     intervals: list[RunningInterval]
+    spot_nodes: frozenset[str] = frozenset()  # nodes that ran on spot capacity (metered at the spot rate)
 
 
 METER_STATUSES = (RUNNING, *sorted(STOP_STATUSES))
@@ -77,7 +78,12 @@ def load_cluster_usage(session: Session, *, project_id: str) -> list[ClusterUsag
         transitions = [NodeTransition(r.node_id, r.to_status, ensure_utc(r.at)) for r in history]
         usages.append(
             ClusterUsage(
-                cluster_id, first.region, first.instance_type, first.gpu_count, running_intervals(transitions)
+                cluster_id,
+                first.region,
+                first.instance_type,
+                first.gpu_count,
+                running_intervals(transitions),
+                frozenset(r.node_id for r in history if r.capacity_type == "spot"),
             )
         )
     return usages
@@ -169,7 +175,8 @@ def cluster_segments(
         # are never re-priced under other keys later).
         slots = UNLIMITED_SLOTS
     intervals = without_gaps(usage.intervals, held) if held else usage.intervals
-    return compute_segments(intervals, reserved_slots=slots, coverage_end=coverage_end)
+    return compute_segments(intervals, reserved_slots=slots, coverage_end=coverage_end,
+                            spot_nodes=usage.spot_nodes)
 
 
 def compute_records(
@@ -187,6 +194,7 @@ def compute_records(
         gpus_per_node=usage.gpus_per_node,
         on_demand_gpu_hour_usd=prices.on_demand_gpu_hour(usage.instance_type, usage.region),
         cutoff=cutoff,
+        spot_gpu_hour_usd=prices.spot_gpu_hour(usage.instance_type, usage.region),
     )
     return [
         PendingCharge(
@@ -221,6 +229,7 @@ def compute_accrued_micros(
         on_demand_gpu_hour_usd=prices.on_demand_gpu_hour(usage.instance_type, usage.region),
         cutoff=cutoff,
         now=now,
+        spot_gpu_hour_usd=prices.spot_gpu_hour(usage.instance_type, usage.region),
     )
 
 

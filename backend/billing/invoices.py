@@ -38,7 +38,8 @@ def month_totals(session: Session, *, project_id: str, period: str) -> dict[str,
         )
         .group_by(UsageRecord.kind)
     ).all()
-    totals = {"compute_on_demand": 0, "compute_reserved": 0, "reservation": 0, "storage": 0, "lines": 0}
+    kinds = ("compute_on_demand", "compute_spot", "compute_reserved", "reservation", "storage", "lines")
+    totals = dict.fromkeys(kinds, 0)
     for kind, amount, count in rows:
         totals[kind] = totals.get(kind, 0) + int(amount or 0)
         totals["lines"] += int(count)
@@ -67,7 +68,7 @@ def issue_invoices(session: Session, *, project_id: str, cutoff: datetime, now: 
 
 
 def _invoice(project_id: str, period: str, totals: dict[str, int], now: datetime) -> Invoice:
-    on_demand = totals["compute_on_demand"] + totals["compute_reserved"]
+    on_demand = totals["compute_on_demand"] + totals["compute_spot"] + totals["compute_reserved"]
     return Invoice(
         project_id=project_id,
         period=period,

@@ -12,6 +12,10 @@ Model (docs/billing.md has the prose and a worked example):
   charged 0 here; the term was charged up front), a node beyond the reserved size is on-demand; when
   a reserved node stops, the longest-running on-demand node takes its slot from that second on.
   When the reservation's coverage ends, every running node is on-demand from then on.
+- A spot node (capacity_type spot: it ran on spot capacity its whole life) is metered the same way at
+  the spot rate; its lines say `compute_spot`. An on-demand node standing in for spot (fallback) is an
+  on-demand node: `compute_on_demand` at the on-demand rate. Spot and reserved never mix (the API
+  refuses a reserved spot cluster).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ SLICE = timedelta(hours=1)
 class UsageKind(StrEnum):
     COMPUTE_ON_DEMAND = "compute_on_demand"
     COMPUTE_RESERVED = "compute_reserved"
+    COMPUTE_SPOT = "compute_spot"
     STORAGE = "storage"
 
 
@@ -207,14 +212,24 @@ def compute_segments(
     *,
     reserved_slots: int = 0,
     coverage_end: datetime | None = None,
+    spot_nodes: frozenset[str] = frozenset(),
 ) -> list[ComputeSegment]:
-    """Split running intervals into reserved and on-demand segments (see the module docstring).
+    """Split running intervals into reserved, on-demand and spot segments (see the module docstring).
 
     `reserved_slots` is the reservation's node count (0: an on-demand cluster); `coverage_end` is when
-    the reservation stops covering nodes (None: not known yet, the term has not started).
+    the reservation stops covering nodes (None: not known yet, the term has not started); `spot_nodes`
+    the nodes that ran on spot capacity (a cluster without a reservation only).
     """
     if reserved_slots <= 0:
-        return [ComputeSegment(i.node_id, UsageKind.COMPUTE_ON_DEMAND, i.start, i.end) for i in intervals]
+        return [
+            ComputeSegment(
+                i.node_id,
+                UsageKind.COMPUTE_SPOT if i.node_id in spot_nodes else UsageKind.COMPUTE_ON_DEMAND,
+                i.start,
+                i.end,
+            )
+            for i in intervals
+        ]
 
     stop, expire, start = 0, 1, 2  # order of events that share a second
     events: list[tuple[datetime, int, str]] = []
@@ -307,14 +322,14 @@ def accrued_micros(
     on_demand_gpu_hour_usd: Decimal,
     cutoff: datetime,
     now: datetime,
+    spot_gpu_hour_usd: Decimal = Decimal(0),
 ) -> int:
-    """On-demand usage of `segments` accrued up to `now` but not in a final slice yet."""
+    """On-demand and spot usage of `segments` accrued up to `now` but not in a final slice yet."""
+    rates = {UsageKind.COMPUTE_ON_DEMAND: on_demand_gpu_hour_usd, UsageKind.COMPUTE_SPOT: spot_gpu_hour_usd}
     return sum(
-        prorate_micros(
-            on_demand_gpu_hour_usd, gpus_per_node, unbilled_seconds(s.start, s.end, cutoff=cutoff, now=now)
-        )
+        prorate_micros(rates[s.kind], gpus_per_node, unbilled_seconds(s.start, s.end, cutoff=cutoff, now=now))
         for s in segments
-        if s.kind is UsageKind.COMPUTE_ON_DEMAND
+        if s.kind in rates
     )
 
 
@@ -324,12 +339,14 @@ def compute_usage_items(
     gpus_per_node: int,
     on_demand_gpu_hour_usd: Decimal,
     cutoff: datetime,
+    spot_gpu_hour_usd: Decimal = Decimal(0),
 ) -> list[UsageItem]:
-    """Priced, keyed line items for every final hour slice of `segments`."""
+    """Priced, keyed line items for every final hour slice of `segments` (reserved at 0: prepaid)."""
+    rates = {UsageKind.COMPUTE_ON_DEMAND: on_demand_gpu_hour_usd, UsageKind.COMPUTE_SPOT: spot_gpu_hour_usd,
+             UsageKind.COMPUTE_RESERVED: Decimal(0)}
     items: list[UsageItem] = []
     for segment in segments:
-        reserved = segment.kind is UsageKind.COMPUTE_RESERVED
-        price = Decimal(0) if reserved else on_demand_gpu_hour_usd
+        price = rates[segment.kind]
         for slice_start, slice_end in hour_slices(segment.start, segment.end, cutoff):
             seconds = int((slice_end - slice_start).total_seconds())
             items.append(

@@ -1,5 +1,5 @@
-"""Price lookup: on-demand USD per GPU-hour per (instance type, region), reserved discount by term
-length, storage USD per TiB-hour per region.
+"""Price lookup: on-demand USD per GPU-hour per (instance type, region), spot discount, reserved
+discount by term length, storage USD per TiB-hour per region.
 
 `PriceBook` is the billing view of the engine's catalog (`backend.domain.catalog`); `price_book_from_catalog`
 builds it, so every price stays configurable through the catalog file (`GPUCLOUD_CATALOG_FILE`).
@@ -50,6 +50,8 @@ class PriceBook:
     regions: frozenset[str]
     storage_tib_hour_usd: Decimal
     regional_storage_tib_hour_usd: Mapping[str, Decimal] = field(default_factory=dict)
+    # Fractional discount off on-demand for spot capacity (0.60: spot costs 40 % of on-demand).
+    spot_discount: Decimal = Decimal(0)
 
     def instance(self, instance_type: str) -> InstancePrice:
         try:
@@ -72,6 +74,16 @@ class PriceBook:
         self._check_region(region)
         price = self.instance(instance_type)
         return price.regional_gpu_hour_usd.get(region, price.on_demand_gpu_hour_usd)
+
+    def spot_gpu_hour(self, instance_type: str, region: str) -> Decimal:
+        """Spot USD per GPU-hour: on-demand less the spot discount (exact, not rounded)."""
+        return self.on_demand_gpu_hour(instance_type, region) * (1 - self.spot_discount)
+
+    def capacity_gpu_hour(self, instance_type: str, region: str, capacity_type: str) -> Decimal:
+        """USD per GPU-hour of a node running on `capacity_type` (spot or on_demand)."""
+        if capacity_type == "spot":
+            return self.spot_gpu_hour(instance_type, region)
+        return self.on_demand_gpu_hour(instance_type, region)
 
     def reserved_discount(self, instance_type: str, duration_days: int) -> Decimal:
         """Discount fraction for a reserved term of `duration_days` (the deepest tier it qualifies for)."""

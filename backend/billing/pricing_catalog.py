@@ -20,6 +20,7 @@ def price_book_from_catalog(catalog: Catalog) -> PriceBook:
         },
         regions=frozenset(r.name for r in catalog.regions),
         storage_tib_hour_usd=catalog.storage_usd_per_tib_hour,
+        spot_discount=catalog.spot_discount,
     )
 
 

@@ -144,7 +144,8 @@ def _invoice_item(
     period: str, status: str, totals: dict[str, int], *, issued_at: datetime | None
 ) -> dict[str, Any]:
     start, end = month_bounds(period)
-    compute = totals["compute_on_demand"] + totals["compute_reserved"]
+    # Metered compute, spot included (closed invoices store it as one column).
+    compute = totals["compute_on_demand"] + totals.get("compute_spot", 0) + totals["compute_reserved"]
     total = compute + totals["reservation"] + totals["storage"]
     return {
         "period": period,

@@ -106,6 +106,9 @@ class Region:
     display_name: str
     private_cidr: str = "10.0.0.0/8"
     public_cidr: str = "198.18.0.0/15"
+    # The share of every pool of the region sold as spot capacity (interruptible, at the catalog's
+    # spot discount); 0 sells no spot here.
+    spot_capacity_share: Decimal = Decimal("0.25")
 
 
 @dataclass(frozen=True)
@@ -116,6 +119,8 @@ class Catalog:
     # Minimum term in days -> fractional discount off on-demand for reserved capacity.
     reserved_discounts: Mapping[int, Decimal] = field(default_factory=dict)
     storage_usd_per_tib_hour: Decimal = Decimal("0.1122")
+    # Fractional discount off on-demand for spot capacity (0.60 = spot costs 40 % of on-demand).
+    spot_discount: Decimal = Decimal("0.60")
 
     def region(self, name: str) -> Region | None:
         return next((r for r in self.regions if r.name == name), None)
@@ -159,6 +164,13 @@ class Catalog:
     def capacity(self, region: str, fabric: str, instance_type: str) -> int:
         found = self.fabric(region, fabric)
         return 0 if found is None else int(found.pools.get(instance_type, 0))
+
+    def spot_capacity(self, region: str, fabric: str, instance_type: str) -> int:
+        """Nodes of the pool sold as spot: the region's spot share of the pool's capacity, rounded down."""
+        home = self.region(region)
+        if home is None:
+            return 0
+        return int(self.capacity(region, fabric, instance_type) * home.spot_capacity_share)
 
     def reserved_discount(self, duration_days: int) -> Decimal:
         """The discount of the longest term threshold that `duration_days` reaches (0 below all)."""
@@ -228,13 +240,13 @@ def _builtin_catalog() -> Catalog:
     discounts = {1: Decimal("0.10"), 7: Decimal("0.15"), 30: Decimal("0.25"), 60: Decimal("0.30"),
                  90: Decimal("0.35")}
     check_address_plan(regions, fabrics)
-    return Catalog(regions, fabrics, types, discounts, Decimal("0.1122"))
+    return Catalog(regions, fabrics, types, discounts, Decimal("0.1122"), Decimal("0.60"))
 
 
 def catalog_to_dict(catalog: Catalog) -> dict[str, Any]:
     """The JSON shape of a catalog file (Decimals as strings)."""
     return {
-        "regions": [vars(r).copy() for r in catalog.regions],
+        "regions": [{**vars(r), "spot_capacity_share": str(r.spot_capacity_share)} for r in catalog.regions],
         "fabrics": [{**vars(f), "pools": dict(f.pools)} for f in catalog.fabrics],
         "instance_types": [
             {**vars(t), "interconnects": list(t.interconnects),
@@ -243,13 +255,17 @@ def catalog_to_dict(catalog: Catalog) -> dict[str, Any]:
         ],
         "reserved_discounts": {str(k): str(v) for k, v in catalog.reserved_discounts.items()},
         "storage_usd_per_tib_hour": str(catalog.storage_usd_per_tib_hour),
+        "spot_discount": str(catalog.spot_discount),
     }
 
 
 def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
     """Build a catalog from its JSON shape; raises ValueError on an inconsistent document."""
     try:
-        regions = tuple(Region(**r) for r in data["regions"])
+        regions = tuple(
+            Region(**{**r, "spot_capacity_share": Decimal(str(r.get("spot_capacity_share", "0.25")))})
+            for r in data["regions"]
+        )
         fabrics = tuple(Fabric(**{**f, "pools": {k: int(v) for k, v in f["pools"].items()}})
                         for f in data["fabrics"])
         types = tuple(
@@ -259,6 +275,7 @@ def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
         )
         discounts = {int(k): Decimal(str(v)) for k, v in data.get("reserved_discounts", {}).items()}
         storage = Decimal(str(data.get("storage_usd_per_tib_hour", "0.1122")))
+        spot_discount = Decimal(str(data.get("spot_discount", "0.60")))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"invalid catalog document: {exc}") from exc
     region_names = {r.name for r in regions}
@@ -271,8 +288,13 @@ def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
         unknown = set(fabric.pools) - type_names
         if unknown:
             raise ValueError(f"fabric {fabric.name}: unknown instance types {sorted(unknown)}")
+    for region in regions:
+        if not Decimal(0) <= region.spot_capacity_share <= Decimal(1):
+            raise ValueError(f"region {region.name}: spot_capacity_share must be in [0, 1]")
+    if not Decimal(0) <= spot_discount < Decimal(1):
+        raise ValueError(f"spot_discount must be in [0, 1), got {spot_discount}")
     check_address_plan(regions, fabrics)
-    return Catalog(regions, fabrics, types, discounts, storage)
+    return Catalog(regions, fabrics, types, discounts, storage, spot_discount)
 
 
 def _network(owner: str, field_name: str, value: object, max_prefix: int) -> ipaddress.IPv4Network:

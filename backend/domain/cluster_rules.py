@@ -34,6 +34,8 @@ def apply_cluster_defaults(spec: Mapping[str, Any], catalog: Catalog) -> dict[st
         node_count = out.get("node_count")
         out["orchestrator"] = "slurm" if isinstance(node_count, int) and node_count > 1 else "none"
     out.setdefault("container", None)
+    if out.get("capacity_type") is None:
+        out["capacity_type"] = "on_demand"
     billing = dict(out.get("billing") or {})
     billing.setdefault("type", "on_demand")
     billing.setdefault("duration_days", None)

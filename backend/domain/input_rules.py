@@ -56,6 +56,7 @@ class Rule:
 _MULTI_NODE = {"field": "node_count", "op": "gt", "value": 1, "default": 1}
 _RESERVED = {"field": "billing.type", "op": "eq", "value": "reserved", "default": DEFAULT_BILLING_TYPE}
 _NOT_RESERVED = {**_RESERVED, "op": "ne"}
+_SPOT = {"field": "capacity_type", "op": "ne", "value": "on_demand", "default": "on_demand"}
 
 RULES: tuple[Rule, ...] = (
     Rule("ClusterCreate", "name", "invalid_name", "Invalid Cluster Name",
@@ -74,6 +75,10 @@ RULES: tuple[Rule, ...] = (
          "billing.duration_days is only allowed with billing.type = reserved (the default type is "
          f"{DEFAULT_BILLING_TYPE})", "not_allowed_when",
          {"when": _NOT_RESERVED}),
+    Rule("ClusterCreate", "billing.type", "spot_not_reservable", "Spot Capacity Cannot Be Reserved",
+         "a reserved term is paid up front for on-demand nodes: use billing.type = on_demand with "
+         "capacity_type spot or spot_with_fallback, or capacity_type = on_demand with a reserved term",
+         "not_allowed_when", {"value": "reserved", "when": _SPOT}),
     Rule("SshKeyCreate", "public_key", "private_key", "Private Key Instead Of Public Key",
          "public_key holds a private key, which must never be shared: register the public half instead, "
          "the .pub file next to it (for example ~/.ssh/id_ed25519.pub)", "forbidden_pattern",

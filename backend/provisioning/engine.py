@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog, Fabric, default_catalog
@@ -19,7 +20,7 @@ from backend.domain.lifecycle import ClusterPhase, NodeStatus
 from backend.fabric import addressing
 from backend.fabric.kubernetes import new_control_plane_credentials
 from backend.fabric.topology import slot_position
-from backend.provisioning import allocator
+from backend.provisioning import allocator, spot
 from backend.provisioning.settings import configured_driver, local_address_range, offered_orchestrators
 from backend.provisioning.state import live_nodes, new_node, set_cluster_status, set_phase, utcnow, wake
 from backend.store.engine_models import EngineCluster, EngineNode
@@ -113,6 +114,10 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
     if placed is None:
         raise _no_capacity(session, catalog, cluster, cluster.node_count)
     fabric, slots = placed
+    kinds, tickets = _capacity_kinds(session, catalog, cluster, fabric.name, spot_wanted=cluster.node_count,
+                                     on_demand_wanted=cluster.node_count)
+    if len(kinds) < cluster.node_count:
+        raise _spot_short(session, catalog, cluster, fabric.name, cluster.node_count)
     partition_key = None
     if fabric.kind == "infiniband":
         found = allocator.next_partition_key(session, fabric)
@@ -144,9 +149,10 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
     session.add(state)
     session.flush()
     nodes = [_add_node(session, catalog, cluster, state, index=index, slot=slot, batch=1, attempt=1,
-                       public_ip=None if multi_node else public_ip, now=now)
-             for index, slot in enumerate(slots)]
+                       public_ip=None if multi_node else public_ip, now=now, capacity_type=kind)
+             for index, (slot, kind) in enumerate(zip(slots, kinds, strict=True))]
     _hold_slots(session, cluster, state, nodes, now)
+    spot.hold_tickets(session, cluster, fabric.name, tickets, nodes, now)
     set_cluster_status(cluster, str(NodeStatus.PENDING), None)
     set_phase(session, cluster, str(ClusterPhase.ADMITTED), now,
               f"{cluster.node_count} x {itype.name} held on {fabric.name}")
@@ -161,7 +167,7 @@ def _add_jumphost_ip(session: Session, cluster: Cluster, subnet: str, now: dt.da
 
 def _add_node(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster, *, index: int,
               slot: int, batch: int, attempt: int, public_ip: str | None, now: dt.datetime,
-              takes_over: EngineNode | None = None) -> EngineNode:
+              takes_over: EngineNode | None = None, capacity_type: str = spot.ON_DEMAND) -> EngineNode:
     """A new node on `slot` (the caller holds the slot: `_hold_slots`); `takes_over`: a failed node whose
     private IP it inherits (an in-place repair keeps hostname and address, so the orchestrator and
     /etc/hosts need no change)."""
@@ -174,7 +180,7 @@ def _add_node(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
                     fabric=fabric.name, slot=slot,
                     scalable_unit=slot_position(fabric, itype.name, slot).scalable_unit,
                     gpu_count=itype.gpu_count, private_ip=private_ip, public_ip=public_ip, attempt=attempt,
-                    now=now)
+                    now=now, capacity_type=capacity_type)
     session.flush()
     if takes_over is not None:
         node.repair_of = takes_over.id
@@ -203,11 +209,15 @@ def add_replacement(session: Session, catalog: Catalog, cluster: Cluster, state:
     placed = allocator.place(session, catalog, region=cluster.region, instance_type=cluster.instance_type,
                              interconnect=cluster.interconnect, count=1, fabric_name=state.fabric,
                              preferred_units=[u - first for u in units])
-    if placed is None:
+    kinds, tickets = _capacity_kinds(session, catalog, cluster, state.fabric,
+                                     spot_wanted=int(failed.capacity_type == spot.SPOT), on_demand_wanted=1)
+    if placed is None or not kinds:
         return None
     node = _add_node(session, catalog, cluster, state, index=failed.index, slot=placed[1][0],
-                     batch=failed.batch, attempt=failed.attempt + 1, public_ip=failed.public_ip, now=now)
+                     batch=failed.batch, attempt=failed.attempt + 1, public_ip=failed.public_ip, now=now,
+                     capacity_type=kinds[0])
     _hold_slots(session, cluster, state, [node], now)
+    spot.hold_tickets(session, cluster, state.fabric, tickets, [node], now)
     return node
 
 
@@ -228,34 +238,85 @@ def add_repair(session: Session, catalog: Catalog, cluster: Cluster, state: Engi
     placed = place([failed.scalable_unit])
     if placed is not None and placed[1][0] // fabric.nodes_per_su != failed.scalable_unit - first:
         placed = place([n.scalable_unit for n in live_nodes(session, cluster.id) if n.active_name])
-    if placed is None:
+    kinds, tickets = _capacity_kinds(session, catalog, cluster, state.fabric,
+                                     spot_wanted=int(failed.capacity_type == spot.SPOT), on_demand_wanted=1)
+    if placed is None or not kinds:
         return None
     node = _add_node(session, catalog, cluster, state, index=failed.index, slot=placed[1][0],
                      batch=failed.batch, attempt=failed.attempt + 1, public_ip=failed.public_ip, now=now,
-                     takes_over=failed)
+                     takes_over=failed, capacity_type=kinds[0])
     _hold_slots(session, cluster, state, [node], now)
+    spot.hold_tickets(session, cluster, state.fabric, tickets, [node], now)
     return node
 
 
 def _scale_up(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster,
               members: list[EngineNode], count: int, now: dt.datetime) -> None:
+    """`count` more nodes as one batch; a spot cluster takes spot nodes as far as spot lasts (with
+    fallback, on-demand nodes for the rest; without, the rest waits for spot to return)."""
+    added = add_batch(session, catalog, cluster, state, members, spot_wanted=count, on_demand_wanted=count,
+                      now=now)
+    if added is None:
+        raise _no_capacity(session, catalog, cluster, count, fabric_name=state.fabric)
+
+
+def add_batch(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster,
+              members: list[EngineNode], *, spot_wanted: int, on_demand_wanted: int, now: dt.datetime
+              ) -> list[EngineNode] | None:
+    """New nodes as one batch on the cluster's fabric, next to `members`: for an on-demand cluster
+    `on_demand_wanted` of them; for a spot cluster up to `spot_wanted` spot nodes, and with fallback
+    on-demand nodes for what spot could not cover (up to `on_demand_wanted` in all). None when the
+    fabric has no physical room; [] when there is nothing to add (spot short, no fallback)."""
     fabric = catalog.fabric(cluster.region, state.fabric)
     assert fabric is not None
+    kinds, tickets = _capacity_kinds(session, catalog, cluster, fabric.name, spot_wanted=spot_wanted,
+                                     on_demand_wanted=on_demand_wanted)
+    if not kinds:
+        return []
     first = fabric.first_su_of(cluster.instance_type)
     placed = allocator.place(session, catalog, region=cluster.region, instance_type=cluster.instance_type,
-                             interconnect=cluster.interconnect, count=count, fabric_name=state.fabric,
+                             interconnect=cluster.interconnect, count=len(kinds), fabric_name=state.fabric,
                              preferred_units=[n.scalable_unit - first for n in members])
     if placed is None:
-        raise _no_capacity(session, catalog, cluster, count, fabric_name=state.fabric)
+        return None
     if state.jumphost_ip is None and cluster.node_count > 1:  # a single node grows into a cluster
         state.jumphost_ip = _add_jumphost_ip(session, cluster, state.subnet, now)
     state.current_batch += 1
     used = {n.index for n in live_nodes(session, cluster.id)}
+    if spot.uses_spot(cluster):
+        # Fresh names for a spot cluster: the market's seeded draws are per node name, so a node
+        # re-acquired under a reclaimed node's name would be reclaimed again.
+        used |= set(session.scalars(select(EngineNode.index).where(EngineNode.cluster_id == cluster.id)))
     free_indexes = (i for i in range(10**6) if i not in used)
     nodes = [_add_node(session, catalog, cluster, state, index=next(free_indexes), slot=slot,
-                       batch=state.current_batch, attempt=1, public_ip=None, now=now)
-             for slot in placed[1]]
+                       batch=state.current_batch, attempt=1, public_ip=None, now=now, capacity_type=kind)
+             for slot, kind in zip(placed[1], kinds, strict=True)]
     _hold_slots(session, cluster, state, nodes, now)
+    spot.hold_tickets(session, cluster, fabric.name, tickets, nodes, now)
+    return nodes
+
+
+def _capacity_kinds(session: Session, catalog: Catalog, cluster: Cluster, fabric: str, *, spot_wanted: int,
+                    on_demand_wanted: int) -> tuple[list[str], list[int]]:
+    """The capacity of each node to add (spot ones first) and the spot tickets taken for them."""
+    if not spot.uses_spot(cluster):
+        return [spot.ON_DEMAND] * on_demand_wanted, []
+    tickets = spot.take_tickets(session, catalog, cluster, fabric, spot_wanted)
+    fallback = max(0, on_demand_wanted - len(tickets)) if cluster.capacity_type == spot.FALLBACK else 0
+    return [spot.SPOT] * len(tickets) + [spot.ON_DEMAND] * fallback, tickets
+
+
+def _spot_short(session: Session, catalog: Catalog, cluster: Cluster, fabric: str,
+                requested: int) -> InsufficientCapacity:
+    free = spot.free_tickets(session, catalog, cluster, fabric)
+    share = catalog.spot_capacity(cluster.region, fabric, cluster.instance_type)
+    return InsufficientCapacity(
+        f"{requested} x {cluster.instance_type} spot nodes requested on {fabric}, {free} of its {share} spot "
+        "nodes free now; use capacity_type = spot_with_fallback (on-demand nodes stand in while spot is "
+        "short) or on_demand", field="capacity_type",
+        extra={"requested_nodes": requested, "available": [{
+            "region": cluster.region, "fabric": fabric, "instance_type": cluster.instance_type,
+            "available_nodes": free, "capacity_type": spot.SPOT}]})
 
 
 def _remove_named(members: list[EngineNode], names: list[str], node_count: int, now: dt.datetime) -> None:

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from backend.domain.lifecycle import NodeStage
-from backend.provisioning import node_health
+from backend.provisioning import node_health, spot
 from backend.provisioning.driver import Job, NodeRun, NodeTelemetry, TelemetryTarget, telemetry_of
 from backend.provisioning.node_health import HEALTH_STATES, degraded_reason
 from backend.provisioning.state import aware, utcnow
@@ -99,6 +99,8 @@ def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datet
                 telemetry is not None and telemetry.orchestrator_state is not None
                 and node.stage == NodeStage.READY) else orchestrator_state(cluster.orchestrator, node, busy),
             "drained": node.drained, "pending_action": node.pending_action,
+            "capacity_type": node.capacity_type,
+            "preemption_at": _preemption_at(node),
             "gpus": None if gpus is None else [dict(vars(g)) for g in gpus],  # flat: no deep copy
             "gpus_unavailable_reason": _why_no_gpus(source, telemetry, node),
             "xid_events": [dict(vars(e)) for e in xids],
@@ -107,6 +109,12 @@ def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datet
             "read_at": None if telemetry is None else telemetry.read_at,
         })
     return views
+
+
+def _preemption_at(node: EngineNode) -> str | None:
+    """When the market reclaims a spot node that got its notice (None for any other node)."""
+    moment = aware(node.preempt_at)
+    return None if moment is None or node.preempt_notice_at is None else spot.iso(moment)
 
 
 def matches(view: dict[str, Any], health_filter: str | None) -> bool:

@@ -21,9 +21,9 @@ from backend.domain.lifecycle import (
     derive_bring_up_phase,
     derive_cluster_status,
 )
-from backend.provisioning import allocator, lifetime
+from backend.provisioning import allocator, lifetime, spot
 from backend.provisioning.driver import Operation, OperationRequest, OpKind, ProvisioningDriver
-from backend.provisioning.engine import add_repair, add_replacement
+from backend.provisioning.engine import add_batch, add_repair, add_replacement
 from backend.provisioning.node_health import in_repair
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.state import (
@@ -34,7 +34,7 @@ from backend.provisioning.state import (
     set_phase,
     set_stage,
 )
-from backend.store.engine_models import EngineCluster, EngineNode, Step
+from backend.store.engine_models import EngineCluster, EngineNode, PhaseRecord, Step
 from backend.store.models import Cluster
 
 S = NodeStage
@@ -127,6 +127,8 @@ def _reconcile(ctx: PassContext, cluster_id: str) -> dt.datetime | None:
         if not progressed:
             break
         nodes = live_nodes(ctx.session, cluster_id)
+    if spot.uses_spot(cluster) and state.first_ready_at is not None:
+        _spot_capacity(ctx, cluster, state)
     _summarise(ctx, cluster, state, live_nodes(ctx.session, cluster_id))
     return ctx.next_due()
 
@@ -298,6 +300,8 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
                                                "node_repair = auto)")
     elif node.status_reason is not None:
         node.status_reason = None  # readings healthy again (or manual): no stale repair note
+    if node.capacity_type == spot.SPOT and _spot_watch(ctx, cluster, node):
+        return True
     if _sync_drain(ctx, cluster, node):
         return True
     if node.op_token is not None:
@@ -348,6 +352,85 @@ def _sync_drain(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
     else:  # the scheduler did not answer: try again a little later
         ctx.due.append(ctx.now + NO_SPARE_RETRY)
     return True
+
+
+def _spot_watch(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
+    """A running spot node: its preemption notice when due (audit event, reason on the node), then its
+    preemption (released; metered until the moment it was reclaimed). True once preempted."""
+    market = spot.market_of(ctx.driver)
+    if market is None:
+        return False
+    if node.preempt_at is None:
+        drawn = market.spot_preemption(cluster.name, node.name, node.attempt, ctx.now)
+        if drawn is None:
+            return False
+        node.preempt_at = drawn
+    reclaim_at = aware(node.preempt_at)
+    assert reclaim_at is not None
+    notice_at = market.spot_notice_at(reclaim_at)
+    if ctx.now < notice_at:
+        ctx.due.append(notice_at)
+        return False
+    if node.preempt_notice_at is None:
+        node.preempt_notice_at = notice_at
+        spot.audit(ctx.session, cluster, "cluster.node_preemption_notice", notice_at,
+                   {"node": node.name, "instance_id": node.id, "preemption_at": spot.iso(reclaim_at)})
+        ctx.session.add(PhaseRecord(cluster_id=cluster.id, phase="SpotPreemptionNotice", at=notice_at,
+                                    detail=f"{node.name} is reclaimed at {spot.iso(reclaim_at)}"))
+    node.status_reason = f"spot preemption notice: the market reclaims this node at {spot.iso(reclaim_at)}"
+    if ctx.now < reclaim_at:
+        ctx.due.append(reclaim_at)
+        return False
+    state = ctx.session.get(EngineCluster, cluster.id)
+    assert state is not None
+    returns = market.spot_returns_at(cluster.name, reclaim_at)
+    current = aware(state.spot_reclaimed_until)
+    state.spot_reclaimed_until = returns if current is None else max(current, returns)
+    spot.audit(ctx.session, cluster, "cluster.node_preempted", reclaim_at,
+               {"node": node.name, "instance_id": node.id, "spot_returns_at": spot.iso(returns)})
+    node.active_name = None
+    node.watch_token, node.watch_due_at = None, None
+    # Metered exactly: the node stops at the moment the market reclaimed it, not when a pass noticed.
+    set_stage(ctx.session, cluster, node, S.RELEASING, reclaim_at, "spot capacity reclaimed (preempted)")
+    _advance_release(ctx, node, cluster)
+    ctx.due.append(ctx.now)
+    return True
+
+
+def _spot_capacity(ctx: PassContext, cluster: Cluster, state: EngineCluster) -> None:
+    """Keep a spot cluster at node_count: spot nodes while the market has them (re-acquired when
+    capacity returns), with fallback on-demand nodes while it is short; an on-demand node stands in
+    until a spot node that replaces it is RUNNING, then it is released."""
+    members = [n for n in live_nodes(ctx.session, cluster.id) if n.active_name is not None]
+    reclaimed = aware(state.spot_reclaimed_until)
+    spot_open = reclaimed is None or reclaimed <= ctx.now
+    if not spot_open:
+        ctx.due.append(reclaimed)  # type: ignore[arg-type]
+    on_spot = sum(1 for n in members if n.capacity_type == spot.SPOT)
+    fallback = cluster.capacity_type == spot.FALLBACK
+    spot_wanted = 0
+    if spot_open:
+        spot_wanted = cluster.node_count - (on_spot if fallback else len(members))
+    missing = max(0, cluster.node_count - len(members))
+    if spot_wanted > 0 or missing > 0:
+        added = add_batch(ctx.session, ctx.catalog, cluster, state, members, spot_wanted=max(0, spot_wanted),
+                          on_demand_wanted=missing, now=ctx.now)
+        if added is None or (not added and spot_wanted > 0):
+            ctx.due.append(ctx.now + NO_SPARE_RETRY)  # no room or no spot now: look again later
+        if added:
+            ctx.session.flush()
+            ctx.due.append(ctx.now)
+            members += added
+    if not fallback:
+        return
+    ready = [n for n in members if n.stage == S.READY]
+    extra = len(members) - cluster.node_count
+    for node in sorted((n for n in ready if n.capacity_type == spot.ON_DEMAND), key=lambda n: -n.index):
+        if extra <= 0 or len(ready) - 1 < cluster.node_count:
+            break
+        _start_release(ctx, cluster, node, "replaced by a spot node (spot capacity returned)")
+        ready.remove(node)
+        extra -= 1
 
 
 def _first_watch(node: EngineNode) -> bool:

@@ -35,6 +35,12 @@ class EngineSettings(BaseSettings):
     # Chance that a RUNNING node suffers a GPU hardware fault (XID) within the window below.
     simulation_xid_rate: float = Field(default=0.0, ge=0, le=1)
     simulation_xid_window_seconds: float = Field(default=86_400.0, gt=0)
+    # Spot market (capacity_type spot / spot_with_fallback): the chance that a spot node is reclaimed within
+    # the window after it starts running (drawn from the seed, cluster and node name: a scenario replays
+    # identically), and how long reclaimed capacity stays off the market for that cluster.
+    simulation_spot_preemption_rate: float = Field(default=0.05, ge=0, le=1)
+    simulation_spot_preemption_window_seconds: float = Field(default=86_400.0, gt=0)
+    simulation_spot_reclaim_seconds: float = Field(default=1_800.0, gt=0)
     # Replacements from the pool allowed per node position during one bring-up before rolling back.
     engine_max_replacements: int = Field(default=2, ge=0)
     # Automatic repairs (replacements of a failed RUNNING node) per node name in 24 hours: a bad pool

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from backend.provisioning import sim_logs, sim_telemetry, sim_workload
+from backend.provisioning import sim_logs, sim_telemetry, sim_workload, spot
 from backend.provisioning.driver import (
     Job,
     LogRequest,
@@ -71,6 +71,32 @@ class SimulatedDatacenter:
                f"{request.kind}|{request.attempt}|{purpose}")
         digest = hashlib.sha256(key.encode()).digest()
         return int.from_bytes(digest[:8], "big") / 2**64
+
+    def _draw(self, key: str) -> float:
+        digest = hashlib.sha256(f"{self.settings.simulation_seed}|{key}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    def _simulated(self, seconds: float) -> dt.timedelta:
+        """Modelled seconds as wall-clock time at the simulation speed (whole milliseconds)."""
+        return dt.timedelta(milliseconds=int(seconds * 1000 / self.settings.simulation_speed))
+
+    def spot_preemption(self, cluster_name: str, node_name: str, attempt: int, now: dt.datetime
+                        ) -> dt.datetime | None:
+        """Seeded: a spot node is reclaimed with `simulation_spot_preemption_rate` within the window after
+        it starts running, never before its two-minute notice could be given."""
+        key = f"spot|{cluster_name}|{node_name}|{attempt}"
+        if self._draw(key + "|preempt") >= self.settings.simulation_spot_preemption_rate:
+            return None
+        window = self.settings.simulation_spot_preemption_window_seconds
+        after = spot.NOTICE.total_seconds() + self._draw(key + "|when") * window
+        return now + self._simulated(after)
+
+    def spot_notice_at(self, reclaimed_at: dt.datetime) -> dt.datetime:
+        return reclaimed_at - self._simulated(spot.NOTICE.total_seconds())
+
+    def spot_returns_at(self, cluster_name: str, reclaimed_at: dt.datetime) -> dt.datetime:
+        del cluster_name
+        return reclaimed_at + self._simulated(self.settings.simulation_spot_reclaim_seconds)
 
     def _duration(self, request: OperationRequest) -> float:
         typical, p95 = PHASE_SECONDS[request.kind]

@@ -55,7 +55,8 @@ def set_stage(session: Session, cluster: Cluster, node: EngineNode, stage: NodeS
     session.add(NodeTransition(
         node_id=node.id, cluster_id=node.cluster_id, project_id=cluster.project_id, node_name=node.name,
         instance_type=node.instance_type, region=node.region, gpu_count=node.gpu_count,
-        from_status=node.status, to_status=str(target), reason=reason, at=now,
+        capacity_type=node.capacity_type, from_status=node.status, to_status=str(target), reason=reason,
+        at=now,
     ))
     node.status = str(target)
     node.status_reason = (
@@ -67,18 +68,19 @@ def set_stage(session: Session, cluster: Cluster, node: EngineNode, stage: NodeS
 
 def new_node(session: Session, cluster: Cluster, *, name: str, index: int, batch: int, fabric: str,
              slot: int, scalable_unit: int, gpu_count: int, private_ip: str, public_ip: str | None,
-             attempt: int, now: dt.datetime) -> EngineNode:
+             attempt: int, now: dt.datetime, capacity_type: str = "on_demand") -> EngineNode:
     node = EngineNode(
         id=new_node_id(), cluster_id=cluster.id, name=name, active_name=name, index=index, batch=batch,
         region=cluster.region, fabric=fabric, instance_type=cluster.instance_type, gpu_count=gpu_count,
         slot=slot, scalable_unit=scalable_unit, private_ip=private_ip, public_ip=public_ip,
         status=str(NodeStatus.PENDING), stage=str(NodeStage.QUEUED), attempt=attempt, op_seq=0,
-        applied_config={}, created_at=now, updated_at=now,
+        applied_config={}, capacity_type=capacity_type, created_at=now, updated_at=now,
     )
     session.add(node)
     session.add(NodeTransition(
         node_id=node.id, cluster_id=cluster.id, project_id=cluster.project_id, node_name=name,
-        instance_type=cluster.instance_type, region=cluster.region, gpu_count=gpu_count, from_status=None,
+        instance_type=cluster.instance_type, region=cluster.region, gpu_count=gpu_count,
+        capacity_type=capacity_type, from_status=None,
         to_status=str(NodeStatus.PENDING), reason=None, at=now,
     ))
     return node

@@ -41,7 +41,8 @@ SSH_USER = "ubuntu"
 _NODE_COLUMNS = (EngineNode.id, EngineNode.name, EngineNode.active_name, EngineNode.index, EngineNode.slot,
                  EngineNode.scalable_unit, EngineNode.private_ip, EngineNode.public_ip, EngineNode.status,
                  EngineNode.status_reason, EngineNode.stage, EngineNode.repair_of, EngineNode.pending_action,
-                 EngineNode.degraded_reason)
+                 EngineNode.degraded_reason, EngineNode.capacity_type, EngineNode.preempt_at,
+                 EngineNode.preempt_notice_at)
 
 
 # Read statements are built once (SQLAlchemy also memoizes their cache keys): the GET path runs them all.
@@ -121,7 +122,9 @@ def _node_view(n: Any, role: str, network: dict[str, Any] | None, *, member: boo
     health = node_health.health(n, n.degraded_reason) if member else None
     return {"name": n.name, "instance_id": n.id, "role": role, "index": n.index, "status": n.status,
             "status_reason": n.status_reason, "health": health, "private_ip": n.private_ip,
-            "public_ip": n.public_ip, "network": network}
+            "public_ip": n.public_ip, "network": network, "capacity_type": n.capacity_type,
+            # Spot: set once the market gave notice, with the moment the node is reclaimed.
+            "preemption_at": _iso(n.preempt_at) if n.preempt_notice_at is not None else None}
 
 
 def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = None) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from backend.store.models import Cluster, ClusterSshKey, ClusterVolume, SshKey, 
 from backend.store.scoping import scope_filter
 
 # Fields a PATCH may not change (a different value needs a new cluster).
-IMMUTABLE_FIELDS = ("region", "instance_type", "orchestrator", "interconnect")
+IMMUTABLE_FIELDS = ("region", "instance_type", "orchestrator", "interconnect", "capacity_type")
 IMMUTABLE_BILLING_FIELDS = ("type", "duration_days")
 DESTROYED = "DESTROYED"
 MICROS = Decimal(1_000_000)
@@ -95,6 +95,7 @@ def spec_of(row: Any, ssh_key_ids: list[str], volume_ids: list[str]) -> dict[str
             Decimal(row.max_hourly_cost_micros) / MICROS if row.max_hourly_cost_micros is not None else None
         ),
         "node_repair": row.node_repair,
+        "capacity_type": row.capacity_type,
         "ttl": row.ttl,
         "expires_at": row.expires_at,
         "idle_teardown_minutes": row.idle_teardown_minutes,
@@ -275,6 +276,7 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
     ceiling = spec.get("max_hourly_cost_usd")
     row.max_hourly_cost_micros = int(Decimal(ceiling) * MICROS) if ceiling is not None else None
     row.node_repair = spec.get("node_repair") or "auto"
+    row.capacity_type = spec.get("capacity_type") or "on_demand"
     if (row.ttl, row.expires_at) != (spec.get("ttl"), spec.get("expires_at")):
         row.expiry_blocked_at = None  # a new expiry: a later block is reported again
     row.ttl, row.expires_at = spec.get("ttl"), spec.get("expires_at")

@@ -65,6 +65,8 @@ class EngineCluster(Base):
     membership_version: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     # Set while billing holds the cluster (credits exhausted): no changes are applied until resumed.
     paused_reason: Mapped[str | None] = mapped_column(Text)
+    # Spot (0018): until then the spot market has no capacity for this cluster (it reclaimed some).
+    spot_reclaimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
 
 
@@ -115,6 +117,13 @@ class EngineNode(Base):
     # Migration 0008_node_degraded. Why the node's latest readings say it is degraded (hardware XID, ECC,
     # thermal, NVLink / InfiniBand link down), written by the metrics sampler; NULL: healthy readings.
     degraded_reason: Mapped[str | None] = mapped_column(Text)
+    # Migration 0018_spot_capacity. The capacity the node runs on (on_demand | spot) for its whole life;
+    # for a spot node, when the market reclaims it (NULL: not drawn yet, or never) and when its notice
+    # went out.
+    capacity_type: Mapped[str] = mapped_column(String(16), nullable=False, default="on_demand",
+                                               server_default="on_demand")
+    preempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    preempt_notice_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
@@ -134,6 +143,9 @@ class NodeTransition(Base):
     instance_type: Mapped[str] = mapped_column(String(64), nullable=False)
     region: Mapped[str] = mapped_column(String(64), nullable=False)
     gpu_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    # The capacity the node ran on (0018): billing meters its RUNNING time at that capacity's rate.
+    capacity_type: Mapped[str] = mapped_column(String(16), nullable=False, default="on_demand",
+                                               server_default="on_demand")
     from_status: Mapped[str | None] = mapped_column(String(24))
     to_status: Mapped[str] = mapped_column(String(24), nullable=False)
     reason: Mapped[str | None] = mapped_column(Text)

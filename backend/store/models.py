@@ -124,6 +124,9 @@ class Cluster(Versioned, Base):
     # Day 2: "auto" replaces a failed node in place (same hostname and fabric position), "manual" leaves
     # it failed until a node action (migration 0007_node_repair).
     node_repair: Mapped[str] = mapped_column(String(8), nullable=False, default="auto", server_default="auto")
+    # on_demand | spot | spot_with_fallback (migration 0018_spot_capacity; docs/engine.md "Spot capacity").
+    capacity_type: Mapped[str] = mapped_column(String(24), nullable=False, default="on_demand",
+                                               server_default="on_demand")
     # Time to live (migration 0011): `ttl` as written ("8h"), the moment the engine deletes the cluster,
     # and the idle time (no Slurm jobs) after which it does. `expiry_blocked_at`: when deletion_protection
     # kept an expired cluster (one audit event and a warning on the cluster; cleared by a new expiry).

@@ -119,7 +119,7 @@ def delete_volume(app: App, volume_ref: str, yes: bool, as_json: bool) -> None:
     emit(v, as_json, lambda _: note(f"Deleted volume {v['id']} ({v['name']})."))
 
 
-USAGE_KINDS = ["compute_on_demand", "compute_reserved", "reservation", "storage"]
+USAGE_KINDS = ["compute_on_demand", "compute_spot", "compute_reserved", "reservation", "storage"]
 USAGE_COLUMNS = [
     ("PERIOD START", lambda u: u["period_start"]),
     ("KIND", lambda u: u["kind"]),

@@ -22,6 +22,7 @@ from provider.framework import (
     SingleNestedAttribute,
     StringAttribute,
     requires_replace,
+    requires_replace_if,
     timeouts_block,
     use_state_for_unknown,
     use_state_for_unknown_unless_changed,
@@ -61,6 +62,10 @@ NODE_ATTRIBUTES: dict[str, Attribute] = {
         "uncorrectable ECC errors, a hot GPU or an NVLink / InfiniBand link down), `unreachable` (powered "
         "off), `failed` or `repairing` (being restarted or replaced in place, see `node_repair`). Null "
         "against an API that does not report it."
+    ),
+    "capacity_type": _computed_str(
+        "The capacity the node runs on: `spot` or `on_demand` (an on-demand node standing in while spot "
+        "is short, with `capacity_type = \"spot_with_fallback\"`). Billed at that capacity's rate."
     ),
     "private_ip": _computed_str("Address on the cluster's private subnet."),
     "public_ip": _computed_str("Public address, when the node has one (single-node clusters)."),
@@ -238,8 +243,9 @@ CLUSTER_SCHEMA = Schema(
     "- **In place**: `name`, `node_count` (scaling), `container`, `ssh_key_ids`, `shared_volume_ids` "
     "(attach/detach), `labels`, `deletion_protection`, `node_repair`, `max_hourly_cost_usd`, "
     "`billing.on_expiry`. "
-    "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `billing.type`, "
-    "`billing.duration_days`.\n"
+    "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `capacity_type` (moving "
+    "running nodes between capacity types would interrupt them: a new cluster is the honest change), "
+    "`billing.type`, `billing.duration_days`.\n"
     "- **Apply** waits until the cluster is RUNNING (`wait_for_running`, `timeouts`), logging each "
     "change of status, phase and running node count (`TF_LOG_PROVIDER=info`). A cluster that fails "
     "while it is waited for (a node failed, e.g. a GPU fault: phase `Degraded`; a rolled-back create or "
@@ -369,6 +375,25 @@ CLUSTER_SCHEMA = Schema(
             "Changes in place.",
             validators=api("node_repair"),
         ),
+        "capacity_type": StringAttribute(
+            optional=True,
+            computed=True,
+            default="on_demand",
+            description="`on_demand`; `spot`: nodes from the region's spot pool at the spot price "
+            "(`GET /v1/instance-types`), reclaimed by the market with a two-minute notice and re-acquired "
+            "when spot returns (a create that finds spot short fails); `spot_with_fallback`: spot, with "
+            "on-demand nodes standing in while spot is short (at create and after a preemption). Each node "
+            "is billed at the rate of the capacity it ran on (`nodes[*].capacity_type`); preemptions, "
+            "stand-ins and re-acquired nodes change `nodes` only, never planned as drift. Spot cannot be "
+            "reserved. Changing it replaces the cluster.",
+            validators=api("capacity_type"),
+            # State written before capacity_type existed holds null: that cluster is on-demand, and
+            # planning the default for it is no reason to replace it.
+            plan_modifiers=[requires_replace_if(
+                lambda m: m.state_value is not None or m.plan_value != "on_demand",
+                "Changing this value forces a new resource to be created.",
+            )],
+        ),
         "max_hourly_cost_usd": NumberAttribute(
             optional=True,
             description="Refuses a create, or a change that raises the hourly cost, above this many USD "
@@ -426,6 +451,7 @@ SPEC_FIELDS = {
     "labels": "labels",
     "deletion_protection": "deletion_protection",
     "node_repair": "node_repair",
+    "capacity_type": "capacity_type",
     "max_hourly_cost_usd": "max_hourly_cost_usd",
     "ttl": "ttl",
     "expires_at": "expires_at",
@@ -501,6 +527,7 @@ def node_state(node: dict[str, Any], *, multi_node: bool) -> dict[str, Any]:
         "role": node.get("role") or ("worker" if multi_node else "standalone"),
         "status": node.get("status"),
         "health": node.get("health"),
+        "capacity_type": node.get("capacity_type") or "on_demand",
         "private_ip": node.get("private_ip"),
         "public_ip": node.get("public_ip"),
         "fabric": fabric,
@@ -596,6 +623,7 @@ def cluster_state(
         "labels": _empty_as(prior.get("labels"), dict(body.get("labels") or {})),
         "deletion_protection": bool(body.get("deletion_protection")),
         "node_repair": body.get("node_repair") or "auto",
+        "capacity_type": body.get("capacity_type") or "on_demand",
         "max_hourly_cost_usd": _same_number(
             prior.get("max_hourly_cost_usd"), _number(body.get("max_hourly_cost_usd"))
         ),

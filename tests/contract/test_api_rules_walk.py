@@ -70,6 +70,9 @@ RULE_BREAKERS: dict[tuple[str, str], Any] = {
     ("ClusterCreate", "container_requires_single_node"): lambda: {"node_count": 2, "container": "base"},
     ("ClusterCreate", "required"): lambda: {"billing": {"type": "reserved"}},
     ("ClusterCreate", "not_allowed"): lambda: {"billing": {"duration_days": 7}},
+    ("ClusterCreate", "spot_not_reservable"): lambda: {
+        "capacity_type": "spot", "billing": {"type": "reserved", "duration_days": 7}
+    },
     ("SshKeyCreate", "private_key"): lambda: {"public_key": private_key("ed25519", "openssh")},
     ("SshKeyCreate", "unsupported_key_type"): lambda: {"public_key": "ssh-dss AAAAB3NzaC1kc3MAAACBAP"},
     ("SshKeyCreate", "invalid_ssh_key"): lambda: {

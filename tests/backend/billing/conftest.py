@@ -84,8 +84,10 @@ class BillingWorld:
             assert cluster is not None
             cluster.node_count = node_count
 
-    def transition(self, cluster_id: str, node: str, status: str, moment: datetime) -> None:
-        """Record a node status change the way the engine does (creating the node on first use)."""
+    def transition(self, cluster_id: str, node: str, status: str, moment: datetime,
+                   capacity_type: str = "on_demand") -> None:
+        """Record a node status change the way the engine does (creating the node on first use, on
+        `capacity_type` capacity)."""
         with self.sessions.begin() as session:
             cluster = session.get(Cluster, cluster_id)
             assert cluster is not None
@@ -97,20 +99,21 @@ class BillingWorld:
                     id=node_id, cluster_id=cluster_id, name=node, active_name=node, index=0, batch=1,
                     region=cluster.region, fabric="f", instance_type=cluster.instance_type, gpu_count=gpus,
                     slot=0, scalable_unit=0, private_ip="10.0.0.1", status="PENDING", stage="queued",
-                    applied_config={}, created_at=moment, updated_at=moment,
+                    applied_config={}, capacity_type=capacity_type, created_at=moment, updated_at=moment,
                 )
                 session.add(row)
                 session.flush()
             session.add(NodeTransition(
                 node_id=node_id, cluster_id=cluster_id, project_id=cluster.project_id, node_name=node,
                 instance_type=cluster.instance_type, region=cluster.region, gpu_count=gpus,
-                from_status=row.status, to_status=status, at=moment,
+                capacity_type=row.capacity_type, from_status=row.status, to_status=status, at=moment,
             ))
             row.status = status
 
-    def nodes(self, cluster_id: str, names: list[str], status: str, moment: datetime) -> None:
+    def nodes(self, cluster_id: str, names: list[str], status: str, moment: datetime,
+              capacity_type: str = "on_demand") -> None:
         for name in names:
-            self.transition(cluster_id, name, status, moment)
+            self.transition(cluster_id, name, status, moment, capacity_type)
 
     def volume(self, project_id: str, *, region: str, size_tib: int, created: datetime) -> str:
         """Create a volume as the volume service does: the row and its `created` history event."""

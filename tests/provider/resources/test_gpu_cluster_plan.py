@@ -83,7 +83,7 @@ def test_gpu_cluster_schema_every_attribute_described_and_immutables_replace():
         assert attr.description, name
     replacing = {n for n, a in SCHEMA.attributes.items()
                  if any("forces a new resource" in m.description for m in a.plan_modifiers)}
-    assert replacing == {"region", "instance_type", "orchestrator", "interconnect"}
+    assert replacing == {"region", "instance_type", "orchestrator", "interconnect", "capacity_type"}
     billing = SCHEMA.attributes["billing"]
     assert isinstance(billing, NestedAttribute)
     assert billing.attributes["type"].plan_modifiers and billing.attributes["duration_days"].plan_modifiers
@@ -143,6 +143,7 @@ def test_gpu_cluster_plan_reserved_cost_uses_the_term_discount():
          "billing.duration_days", "only allowed"),
         ({"max_hourly_cost_usd": Decimal("12.3456789")}, "max_hourly_cost_usd", "4 decimal places"),
         ({"labels": {"Bad Key": "x"}}, 'labels["Bad Key"]', "key must be 1-63 lowercase"),
+        ({"capacity_type": "cheap"}, "capacity_type", "spot_with_fallback"),
     ],
 )
 def test_gpu_cluster_plan_rejects_invalid_config_at_its_path(config, path, words):
@@ -189,7 +190,8 @@ def state_of(**overrides: Any) -> dict[str, Any]:
     base = schema_object(SCHEMA, {
         **BASE, "id": "cls_1", "node_count": 1, "orchestrator": "slurm", "interconnect": "infiniband",
         "billing": {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"},
-        "deletion_protection": False, "node_repair": "auto", "wait_for_running": True, "status": "RUNNING",
+        "deletion_protection": False, "node_repair": "auto", "capacity_type": "on_demand",
+        "wait_for_running": True, "status": "RUNNING",
         "phase": "Ready",
         "num_gpus": 8, "gpu_type": "H100 SXM 80GB", "created_at": "2026-11-26T01:00:00Z", "nodes": [],
         "nccl_env": {}, "estimated_hourly_cost_usd": Decimal("31.92"),
@@ -236,6 +238,17 @@ def test_gpu_cluster_plan_immutable_change_requires_replace():
     billing = {"type": "reserved", "duration_days": 7, "on_expiry": None}
     _, ctx = plan(config_of(prior, billing=billing), prior)
     assert sorted(format_path(p) for p in ctx.requires_replace) == ["billing.duration_days", "billing.type"]
+
+
+def test_gpu_cluster_plan_capacity_type_defaults_on_demand_and_replaces_when_changed():
+    planned, ctx = plan(dict(BASE))
+    assert not ctx.diagnostics and planned is not None and planned["capacity_type"] == "on_demand"
+    prior = state_of(capacity_type="on_demand")
+    _, ctx = plan(config_of(prior, capacity_type="spot_with_fallback"), prior)
+    assert [format_path(p) for p in ctx.requires_replace] == ["capacity_type"]
+    older = state_of(capacity_type=None)  # written by a provider before capacity_type: on-demand
+    _, ctx = plan(config_of(older), older)
+    assert not ctx.requires_replace
 
 
 def test_gpu_cluster_plan_on_expiry_changes_in_place():
