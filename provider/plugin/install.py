@@ -84,8 +84,8 @@ def launcher_script(launch_module: str, *, description: str) -> str:
         if entry not in paths:
             paths.append(entry)
     key = warm_key(launch_module, description, paths)
-    code = (f"import sys; P = {json.dumps(paths)}; sys.path += P; "
-            f"from provider.plugin.warm_client import launch; launch({json.dumps(launch_module)}, \"{key}\", P)")
+    code = (f"import sys; P = {json.dumps(paths)}; sys.path += P; from provider.plugin.warm_client import "
+            f"launch; launch({json.dumps(launch_module)}, {json.dumps(key)}, P)")
     return (
         "#!/bin/sh\n"
         f"# {description}\n"

@@ -219,6 +219,7 @@ def _start_daemon(launch_module: str, key: str, paths: list[str], directory: str
         for fd in (0, 1, 2):
             os.dup2(null, fd)  # never hold Terraform's pipes: it waits for their EOF
         os.closerange(3, 65536)
+        os.chdir("/")  # never pin the directory of the Terraform run that happened to start it
         os.execve(sys.executable, [sys.executable, "-I", "-S", "-c", code], env)
     finally:
         os._exit(127)

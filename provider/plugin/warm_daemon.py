@@ -1,9 +1,11 @@
 """The per-user warm daemon: imports the provider once, then forks one fresh provider per launch.
 
 Started detached by the launcher (`warm_client`) on first use, with a scrubbed environment. It takes
-`warm-KEY.lock` (one daemon per key), imports grpcio and the provider (and builds one throwaway
-provider server, which loads every lazily imported module), binds `warm-KEY.sock` in the user's
-0700 runtime directory and serves until idle for GPUCLOUD_PROVIDER_WARM_IDLE_S (default 300 s).
+`warm-KEY.lock` (one daemon per key; it holds the daemon's pid), imports grpcio and the provider
+(and builds one throwaway provider server, which loads every lazily imported module, and the launch
+module's own `WARM_IMPORTS`, e.g. the HTTP client a cold launch imports only when configured),
+binds `warm-KEY.sock` in the user's 0700 runtime directory and serves until idle for
+GPUCLOUD_PROVIDER_WARM_IDLE_S (default 300 s).
 
 Per connection: the peer must be this uid (SO_PEERCRED); the request carries Terraform's stdio fds,
 argv, environment, cwd and umask. If any imported source file changed since start-up (an upgrade in
@@ -43,7 +45,7 @@ REQUEST_TIMEOUT_S = 5.0
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # Loaded by every launch after the handshake line; importing them here is what makes a launch warm.
 WARM_IMPORTS = (
-    "grpc", "ssl", "logging", "concurrent.futures", "traceback",
+    "grpc", "grpc._server", "grpc._interceptor", "ssl", "logging", "concurrent.futures", "traceback",
     "provider.plugin.grpc_server", "provider.plugin.services", "provider.plugin.log",
     "provider.plugin.tls_terminator", "provider.plugin.selfsigned",
 )
