@@ -38,7 +38,9 @@ PROTOCOL = b"gpucloud-warm-1"
 ACCEPTED = b"A"
 STALE = b"S"
 DAEMON_START_WAIT_S = 5.0  # a launch that started the daemon waits this long for it, then goes cold
+DAEMON_LOCK_GRACE_S = 1.0  # after this, a free lock means the daemon we started died: stop waiting
 PARENT_CHECK_INTERVAL_S = 1.0
+MAX_SOCKET_PATH = 107  # sun_path is 108 bytes on Linux, NUL included
 _SO_PEERCRED = 17  # Linux; the `socket` module that names it costs ~5 ms to import
 
 
@@ -117,11 +119,13 @@ def _launch_warm(launch_module: str, key: str, paths: list[str]) -> int | None:
     if not private_directory(directory, create=True):
         return None
     path = socket_path(directory, key)
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        return None
     connection = _connect(path)
     if connection is None:
         if not _start_daemon(launch_module, key, paths, directory):
             return None
-        connection = _wait_for_daemon(path)
+        connection = _wait_for_daemon(path, lock_path(directory, key))
         if connection is None:
             return None
     try:
@@ -144,16 +148,35 @@ def _connect(path: str) -> _socket.socket | None:
     return None
 
 
-def _wait_for_daemon(path: str) -> _socket.socket | None:
+def _wait_for_daemon(path: str, lock: str) -> _socket.socket | None:
     import time
 
-    deadline = time.monotonic() + DAEMON_START_WAIT_S
-    while time.monotonic() < deadline:
+    started = time.monotonic()
+    while time.monotonic() - started < DAEMON_START_WAIT_S:
         time.sleep(0.01)
         connection = _connect(path)
         if connection is not None:
             return connection
+        if time.monotonic() - started > DAEMON_LOCK_GRACE_S and not _locked(lock):
+            return None  # the daemon failed to start (it takes the lock first thing): go cold now
     return None
+
+
+def _locked(path: str) -> bool:
+    """Whether some process holds the flock on `path` (a daemon starting or serving)."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # closing drops our lock, if we got it
+    return False
 
 
 def _hand_over(connection: _socket.socket, key: str) -> int | None:
@@ -189,19 +212,13 @@ def _wait_for_exit_code(connection: _socket.socket) -> int:
 
 def _start_daemon(launch_module: str, key: str, paths: list[str], directory: str) -> bool:
     """Start the daemon for `key` detached (unless one is starting: it holds the lock); True if any."""
-    import fcntl
-
+    lock = lock_path(directory, key)
     try:
-        lock = os.open(lock_path(directory, key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        os.close(os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
     except OSError:
         return False
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(lock)
+    if _locked(lock):
         return True  # a daemon holds the lock: it is starting, or listening on a fresh socket
-    fcntl.flock(lock, fcntl.LOCK_UN)
-    os.close(lock)
     code = (f"import sys; sys.path += {paths!r}; from provider.plugin.warm_daemon import main; "
             f"main({launch_module!r}, {key!r})")
     # Only what the daemon needs: no credentials or TF_* variables of this run linger in it.

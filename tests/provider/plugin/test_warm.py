@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 
 from provider.plugin.install import write_mirror
-from provider.plugin.warm_client import ACCEPTED, encode_request, lock_path, runtime_directory, socket_path
+from provider.plugin.warm_client import (
+    ACCEPTED,
+    DAEMON_START_WAIT_S,
+    encode_request,
+    lock_path,
+    runtime_directory,
+    socket_path,
+)
 
 LAUNCH_MODULE = "tests.provider.plugin.warm_echo"
 NOBODY = 65534
@@ -211,3 +218,12 @@ def test_warm_killed_launcher_ends_its_provider(base: Path) -> None:
     launch.process.kill()  # what Terraform does to a plugin that did not exit
     launch.process.communicate(timeout=10)  # EOF on its pipes: the provider holding them is gone too
     assert _wait_gone(launch.pid)
+
+
+def test_warm_daemon_that_cannot_start_means_a_cold_launch(base: Path) -> None:
+    launcher = write_mirror(base / "mirror", namespace="gpucloud", type_name="broken", version="1.0.0",
+                            launch_module="tests.provider.plugin.warm_broken")
+    started = time.monotonic()
+    launch = Launch(launcher, _env(base))
+    assert not launch.warm and launch.finish(4) == 4  # served cold, in the launcher itself
+    assert time.monotonic() - started < DAEMON_START_WAIT_S  # gave up once the daemon's lock was free
