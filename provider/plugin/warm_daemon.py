@@ -77,7 +77,7 @@ def main(launch_module: str, key: str) -> None:
     listener = _listen(path)
     idle_s = float(os.environ.get(IDLE_ENV) or DEFAULT_IDLE_S)
     try:
-        serve(listener, module, key=key, fingerprint=fingerprint, idle_s=idle_s)
+        serve(listener, module, key=key, fingerprint=fingerprint, idle_s=idle_s, lock=lock)
     finally:
         _unlink(path)
         listener.close()
@@ -143,7 +143,7 @@ def _unlink(path: str) -> None:
 
 
 def serve(listener: socket.socket, module: Any, *, key: str, fingerprint: dict[str, tuple[int, int]],
-          idle_s: float) -> None:
+          idle_s: float, lock: int) -> None:
     last_used = time.monotonic()
     while time.monotonic() - last_used < idle_s:
         _reap_children()
@@ -161,7 +161,7 @@ def serve(listener: socket.socket, module: Any, *, key: str, fingerprint: dict[s
                 _unlink(listener.getsockname())  # before answering: the launcher may start a fresh daemon
                 _send(connection, STALE)
                 return
-            _fork_provider(connection, listener, request, module)
+            _fork_provider(connection, listener, lock, request, module)
 
 
 def receive(connection: socket.socket, key: str) -> Request | None:
@@ -210,7 +210,9 @@ def parse_request(payload: bytes, fds: list[int]) -> Request:
                    argv, environ)
 
 
-def _fork_provider(connection: socket.socket, listener: socket.socket, request: Request, module: Any) -> None:
+def _fork_provider(
+    connection: socket.socket, listener: socket.socket, lock: int, request: Request, module: Any
+) -> None:
     if not _send(connection, ACCEPTED):
         _close_fds(request.fds)
         return
@@ -219,6 +221,7 @@ def _fork_provider(connection: socket.socket, listener: socket.socket, request: 
     pid = os.fork()
     if pid == 0:
         listener.close()
+        os.close(lock)  # the flock is the daemon's: a child outliving it must not block the next daemon
         try:
             run_child(connection, request, module)
         finally:

@@ -125,10 +125,11 @@ def test_warm_killed_daemon_running_launch_completes_next_launch_recovers(base: 
     daemon = _daemon_pid(base)
     os.kill(daemon, signal.SIGKILL)
     assert _wait_gone(daemon)
+    after = Launch(launcher, _env(base))  # a dead daemon's socket: a new daemon starts and serves
+    assert after.warm and after.ppid != daemon == running.ppid
+    assert _daemon_pid(base) == after.ppid
     assert running.finish(5) == 5  # the launch in progress is not the daemon's: it ends normally
-    after = Launch(launcher, _env(base))  # a dead daemon's socket: a new daemon serves (or cold)
     assert after.finish(0) == 0
-    assert _daemon_pid(base) != daemon
 
 
 def test_warm_other_version_or_changed_source_never_uses_old_daemon(base: Path) -> None:
