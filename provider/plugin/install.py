@@ -6,10 +6,16 @@ package directory into `.terraform.lock.hcl` (`h1:`), so nothing may ever appear
 in the Python environment, never next to the launcher, and the launcher runs Python with `-I`
 (isolated: neither Terraform's working directory nor PYTHON* variables reach the provider) and `-S`
 (no `site` start-up cost; the import paths it would add are written into the launcher instead).
+
+The launcher goes through `provider.plugin.warm_client`: a launch is handed to a pre-imported per-user
+daemon when one runs (docs/plugin-tls.md, "Warm launches"), else served cold in the launcher itself.
+The daemon's socket is named by a key of everything the script names (version, module, interpreter,
+paths), so a launch of another version or environment never reaches that daemon.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -56,6 +62,12 @@ def _import_root(module: str) -> Path:
     return Path(spec.origin).resolve().parent
 
 
+def warm_key(launch_module: str, description: str, paths: list[str]) -> str:
+    """Names the warm daemon that may serve this launcher: any difference means another daemon."""
+    material = json.dumps([description, launch_module, sys.executable, paths])
+    return hashlib.sha256(material.encode()).hexdigest()[:24]
+
+
 def launcher_script(launch_module: str, *, description: str) -> str:
     """The executable Terraform runs: exec this interpreter on `launch_module.main()`."""
     try:
@@ -71,7 +83,9 @@ def launcher_script(launch_module: str, *, description: str) -> str:
     for entry in (*map(str, roots), sysconfig.get_path("purelib"), sysconfig.get_path("platlib")):
         if entry not in paths:
             paths.append(entry)
-    code = f"import sys; sys.path += {json.dumps(paths)}; from {launch_module} import main; main()"
+    key = warm_key(launch_module, description, paths)
+    code = (f"import sys; P = {json.dumps(paths)}; sys.path += P; from provider.plugin.warm_client import "
+            f"launch; launch({json.dumps(launch_module)}, {json.dumps(key)}, P)")
     return (
         "#!/bin/sh\n"
         f"# {description}\n"

@@ -40,7 +40,8 @@ MAX_PARALLEL_RPCS = 64
 PINNED_STREAMS = 4
 MAX_WORKERS = MAX_PARALLEL_RPCS + PINNED_STREAMS
 ORPHAN_CHECK_INTERVAL_S = 2.0
-_HOST_PID = os.getppid()  # taken at import, before the host could have died
+host_pid: int | None = os.getppid()  # taken at import, before the host could have died; None: not watched
+on_exit: Callable[[int], None] | None = None  # the warm path reports the exit code to its launcher
 
 MakeServer = Callable[[], object]
 
@@ -95,6 +96,8 @@ def _serve_for_terraform(make_server: MakeServer, *, provider_address: str) -> N
         _remove_directory(directory)
     # os._exit, without stopping the gRPC server first: it ends grpcio's threads at once, and Terraform
     # waits for this exit after every launch (it kills a plugin only after 2 s).
+    if on_exit is not None:
+        on_exit(exit_code)
     os._exit(exit_code)
 
 
@@ -180,7 +183,7 @@ class _Runtime:
         """Until Shutdown or SIGTERM, or until Terraform itself is gone (killed: nobody would stop us)."""
         signal.signal(signal.SIGTERM, lambda _signo, _frame: self._shutdown.set())
         while not self._shutdown.wait(ORPHAN_CHECK_INTERVAL_S):
-            if os.getppid() != _HOST_PID:
+            if host_pid is not None and os.getppid() != host_pid:
                 break
 
 

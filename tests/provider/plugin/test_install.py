@@ -48,7 +48,8 @@ def test_write_mirror_layout_and_exec_bit(tmp_path: Path) -> None:
     text = launcher.read_text()
     assert text.startswith("#!/bin/sh\n")
     assert f"exec {sys.executable} -I -S " in text
-    assert f"from {FAKE_MODULE} import main" in text
+    assert "from provider.plugin.warm_client import launch" in text
+    assert f'launch("{FAKE_MODULE}", "' in text  # the warm path, or this module's main() when cold
 
 
 def test_write_mirror_is_reproducible(tmp_path: Path) -> None:
@@ -136,4 +137,4 @@ def test_install_command_writes_mirror_and_prints_cli_config(tmp_path: Path) -> 
         / "terraform-provider-gpucloud_v1.2.3"
     )
     assert os.access(launcher, os.X_OK)
-    assert "from provider.plugin.main import main" in launcher.read_text()
+    assert 'launch("provider.plugin.main", "' in launcher.read_text()
