@@ -66,6 +66,7 @@ PATCHABLE = {
     "node_repair": "node_repair",
     "max_hourly_cost_usd": "max_hourly_cost_usd",
     "idle_teardown_minutes": "idle_teardown_minutes",
+    "autoscaling": "autoscaling",
 }
 # Changes the engine has to carry out on the nodes (the update then waits for convergence).
 ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids")
@@ -178,6 +179,7 @@ class GpuClusterResource(Resource):
 
     def validate_config(self, ctx: Context, config: State) -> None:
         checks.check_static_rules(ctx, config, RENAMES)
+        checks.check_autoscaling_config(ctx, config)
 
     def modify_plan(
         self, ctx: Context, plan: State | None, state: State | None, config: State | None
@@ -222,7 +224,9 @@ class GpuClusterResource(Resource):
         _unknown_while_converging(plan, state)
         _term_may_start(plan)
         nodes = plan.get("node_count")
-        if is_unknown(plan.get("orchestrator")) and known(nodes):
+        if is_unknown(plan.get("orchestrator")) and plan.get("autoscaling") is not None:
+            plan["orchestrator"] = "slurm"  # the autoscaler reads the Slurm queue
+        elif is_unknown(plan.get("orchestrator")) and known(nodes):
             plan["orchestrator"] = "slurm" if int(nodes) > 1 else "none"
         if plan.get("orchestrator") == "none" and known(nodes) and int(nodes) > 1:
             ctx.error(
@@ -259,6 +263,7 @@ class GpuClusterResource(Resource):
         prior_nodes = None if creating or state is None else state.get("node_count")
         if creating or (known(plan.get("node_count")) and plan["node_count"] != prior_nodes):
             checks.check_capacity(ctx, catalog, plan, prior_nodes)
+        checks.check_autoscaling_capacity(ctx, catalog, plan, creating)
         cost = checks.estimate(catalog, plan)
         checks.check_cost_ceiling(ctx, plan, cost, state)
         if shape is not None and known(plan.get("node_count")) and is_unknown(plan.get("num_gpus")):
@@ -378,6 +383,8 @@ class GpuClusterResource(Resource):
         changes = {
             api: plan.get(name) for name, api in PATCHABLE.items() if _differs(name, plan, state)
         }
+        if plan.get("autoscaling") is not None:
+            changes.pop("node_count", None)  # the engine's (the API moves it into a new range itself)
         if "ssh_key_ids" in changes:
             changes["ssh_key_ids"] = sorted(changes["ssh_key_ids"] or [])
         if "labels" in changes:
