@@ -298,6 +298,14 @@ def check_autoscaling_config(ctx: Context, config: Mapping[str, Any]) -> None:
             "between autoscaling.min_nodes and autoscaling.max_nodes. Remove node_count or autoscaling.",
             root("node_count"),
         )
+    orchestrator = config.get("orchestrator")
+    if known(orchestrator) and orchestrator != "slurm":
+        ctx.error(
+            "Autoscaling Needs Slurm",
+            f"autoscaling reads the Slurm job queue: it needs orchestrator = \"slurm\" (this cluster has "
+            f"\"{orchestrator}\"). Remove autoscaling or set orchestrator = \"slurm\".",
+            root("autoscaling"),
+        )
     low, high = scaling.get("min_nodes"), scaling.get("max_nodes")
     if known(low) and known(high) and int(low) > int(high):
         ctx.error(

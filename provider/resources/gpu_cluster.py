@@ -179,7 +179,6 @@ class GpuClusterResource(Resource):
 
     def validate_config(self, ctx: Context, config: State) -> None:
         checks.check_static_rules(ctx, config, RENAMES)
-        checks.check_autoscaling_config(ctx, config)
 
     def modify_plan(
         self, ctx: Context, plan: State | None, state: State | None, config: State | None
@@ -196,6 +195,8 @@ class GpuClusterResource(Resource):
                 )
             return None
         plan = dict(plan)
+        if config is not None:
+            checks.check_autoscaling_config(ctx, config)
         plan_create_key(ctx, state, plan)
         if state is not None and state.get("status") == "FAILED":
             plan["status"] = UNKNOWN
