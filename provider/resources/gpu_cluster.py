@@ -141,6 +141,19 @@ def _unknown_while_converging(plan: State, state: State | None) -> None:
         plan["reservation"] = term
 
 
+# What follows node_count (their plan modifiers keep the prior value unless it changes).
+FOLLOW_NODE_COUNT = ("num_gpus", "nodes", "login", "slurm", "kubernetes")
+
+
+def _unknown_with_node_count(plan: State, state: State | None) -> None:
+    """A node_count that autoscaling leaves to the engine (a new range): what follows it is unknown too.
+    The framework's modifiers compare against node_count as Terraform proposed it (the prior value), so
+    they cannot see that this modifier made it unknown."""
+    if state is not None and is_unknown(plan.get("node_count")) and known(state.get("node_count")):
+        for name in FOLLOW_NODE_COUNT:
+            plan[name] = UNKNOWN
+
+
 def _term_may_start(plan: State) -> None:
     """A reserved term not started yet may start during this apply: its dates are not kept as null."""
     term = plan.get("reservation")
@@ -223,6 +236,7 @@ class GpuClusterResource(Resource):
                 root("deletion_protection"),
             )
         _unknown_while_converging(plan, state)
+        _unknown_with_node_count(plan, state)
         _term_may_start(plan)
         nodes = plan.get("node_count")
         if is_unknown(plan.get("orchestrator")) and plan.get("autoscaling") is not None:

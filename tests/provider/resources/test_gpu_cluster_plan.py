@@ -419,6 +419,7 @@ def test_gpu_cluster_plan_autoscaling_makes_node_count_the_engines():
     assert not ctx.diagnostics and planned == prior
     planned, _ = plan({**BASE, "autoscaling": {**scaling, "max_nodes": 4}}, prior)
     assert planned is not None and is_unknown(planned["node_count"])
+    assert is_unknown(planned["num_gpus"]) and is_unknown(planned["nodes"])  # they follow node_count
     # Without autoscaling a node_count left out is 1, as before.
     planned, _ = plan(dict(BASE), None)
     assert planned is not None and planned["node_count"] == 1
