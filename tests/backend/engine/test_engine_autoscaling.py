@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.provisioning import autoscaler
 from backend.provisioning.driver import Job, NodeRun
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.simulated import SimulatedDatacenter
@@ -121,3 +122,13 @@ def test_api_autoscaling_rules_name_the_fields(admin: TestClient) -> None:
     # Off again: node_count is the user's.
     off = admin.patch(f"/v1/clusters/{cluster['id']}", json={"autoscaling": None})
     assert off.status_code == 200 and off.json()["autoscaling"] is None
+
+
+def test_autoscaler_reads_slurm_node_lists_and_multi_node_demand() -> None:
+    expected = {"train-0", "train-1", "train-2", "train-5", "login-1"}
+    assert autoscaler.node_names("train-[0-2,5],login-1") == expected
+    assert autoscaler.node_names("") == set()
+    wide = Job(**{**vars(job(9, "PENDING", reason="Resources")), "node_count": 2})
+    placed = job(10, "PENDING", nodes="train-0", reason="Resources")  # bound to a node: no demand
+    held = job(11, "PENDING", reason="Dependency")
+    assert autoscaler.waiting_nodes([wide, placed, held, job(12, "PENDING", reason="Priority")]) == (2, 3)
