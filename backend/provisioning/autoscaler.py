@@ -27,7 +27,7 @@ from backend.domain.ids import new_id
 from backend.provisioning import allocator
 from backend.provisioning.driver import Job, NodeRun
 from backend.provisioning.engine import request_reconcile
-from backend.provisioning.state import aware, live_nodes
+from backend.provisioning.state import aware, live_nodes, wake
 from backend.store.engine_models import EngineCluster, PhaseRecord
 from backend.store.models import AuditEvent, Cluster
 
@@ -143,9 +143,14 @@ def free_nodes(session: Session, catalog: Catalog, cluster: Cluster) -> int:
 def apply(session: Session, catalog: Catalog, cluster: Cluster, decision: Decision, *, members: Sequence[str],
           now: dt.datetime) -> bool:
     """Carry out a decision made on `members` (the node names it saw): False, and nothing done, when the
-    membership changed meanwhile (the next round decides again)."""
+    cluster changed meanwhile (membership, autoscaling turned off, deletion; the next round decides
+    again)."""
+    wake(session, cluster.id, now)  # first: serialises with passes, user changes and other workers
+    session.refresh(cluster)
     current = sorted(n.name for n in live_nodes(session, cluster.id) if n.active_name is not None)
-    if current != sorted(members) or cluster.deletion_requested_at is not None:
+    if (current != sorted(members) or cluster.deletion_requested_at is not None
+            or cluster.autoscaling_min_nodes is None or cluster.status != "RUNNING"):
+        session.rollback()
         return False
     before = cluster.node_count
     cluster.node_count = decision.node_count

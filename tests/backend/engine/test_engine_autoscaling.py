@@ -18,7 +18,7 @@ from backend.provisioning.driver import Job, NodeRun
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.worker import EngineWorker
-from backend.store.models import AuditEvent
+from backend.store.models import AuditEvent, Cluster
 from tests.backend.engine.conftest import FAST, cluster_body, drain, get
 
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -98,6 +98,18 @@ def test_engine_autoscaling_grows_on_pending_jobs_and_releases_the_idle_nodes(
     assert events[1]["removed_nodes"] == ["train-1"]
     assert str(events[1]["reason"]).startswith("train-1 had no job for at least 0.05 seconds (idle since ")
     assert str(events[2]["reason"]).endswith("no job pending; min_nodes 1")
+
+    # A decision made on a membership that changed meanwhile, or after autoscaling was turned off, is dropped.
+    def stale(members: list[str]) -> bool:
+        with worker.session_factory() as session:
+            row = session.get(Cluster, cluster["id"])
+            assert row is not None
+            return autoscaler.apply(session, worker.catalog, row, autoscaler.Decision(3, (), "stale"),
+                                    members=members, now=dt.datetime.now(dt.UTC))
+    assert not stale(["train-0", "train-2"])
+    assert admin.patch(f"/v1/clusters/{cluster['id']}", json={"autoscaling": None}).status_code == 200
+    assert not stale([n["name"] for n in get(admin, cluster["id"])["nodes"]])
+    assert get(admin, cluster["id"])["node_count"] == 1 and len(scaled(sessions, cluster["id"])) == 3
 
 
 def test_api_autoscaling_rules_name_the_fields(admin: TestClient) -> None:
