@@ -72,6 +72,23 @@ ExpiresAt = Annotated[datetime, Strict(False), BeforeValidator(_rfc3339_text)]
 IdleMinutes = Annotated[int, Field(ge=IDLE_MIN_MINUTES, le=IDLE_MAX_MINUTES, description=IDLE_DOC)]
 
 
+AUTOSCALING_DOC = (
+    "Slurm clusters: the engine sets node_count between min_nodes and max_nodes from the job queue (grows "
+    "while jobs wait for nodes, releases nodes idle for scale_down_idle_minutes); node_count is then "
+    "computed and must not be sent"
+)
+DEFAULT_SCALE_DOWN_IDLE_MINUTES = 10
+
+
+class Autoscaling(StrictModel):
+    min_nodes: int = Field(ge=1, le=4096, description="Fewest nodes (the cluster starts with this many)")
+    max_nodes: int = Field(ge=1, le=4096, description="Most nodes (at most the fabric's capacity)")
+    scale_down_idle_minutes: int = Field(
+        default=DEFAULT_SCALE_DOWN_IDLE_MINUTES, ge=IDLE_MIN_MINUTES, le=IDLE_MAX_MINUTES,
+        description="A node with no job for this many minutes is released (never below min_nodes)",
+    )
+
+
 class Billing(StrictModel):
     type: Literal["on_demand", "reserved"] = Field(default="on_demand", description="on_demand or reserved")
     duration_days: int | None = Field(default=None, ge=1, le=90, description="Reserved term (reserved only)")
@@ -101,6 +118,7 @@ class ClusterCreate(StrictModel):
     ttl: Ttl | None = None
     expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC)
     idle_teardown_minutes: IdleMinutes | None = None
+    autoscaling: Autoscaling | None = Field(default=None, description=AUTOSCALING_DOC)
 
 
 class ClusterUpdate(StrictModel):
@@ -125,6 +143,7 @@ class ClusterUpdate(StrictModel):
     ttl: Ttl | None = Field(default=None, description=TTL_DOC + "; null clears the expiry")
     expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC + "; null clears it")
     idle_teardown_minutes: IdleMinutes | None = None
+    autoscaling: Autoscaling | None = Field(default=None, description=AUTOSCALING_DOC + "; null turns it off")
     remove_node_names: (
         list[Annotated[str, StringConstraints(max_length=80, pattern=r"^[a-z0-9-]+$")]] | None
     ) = Field(
@@ -135,7 +154,9 @@ class ClusterUpdate(StrictModel):
 
 
 # Fields whose null in a PATCH means "clear it"; for the others null means "leave unchanged".
-NULLABLE_FIELDS = ("container", "max_hourly_cost_usd", "ttl", "expires_at", "idle_teardown_minutes")
+NULLABLE_FIELDS = (
+    "container", "max_hourly_cost_usd", "ttl", "expires_at", "idle_teardown_minutes", "autoscaling"
+)
 
 
 class BillingOut(BaseModel):
@@ -168,6 +189,9 @@ class ClusterOut(BaseModel):
     ttl: str | None
     expires_at: datetime | None
     idle_teardown_minutes: int | None
+    autoscaling: dict[str, int] | None = Field(
+        default=None, description="min_nodes, max_nodes and scale_down_idle_minutes (null: fixed node_count)"
+    )
     warnings: list[str] = Field(
         default_factory=list,
         description="Conditions to act on, such as an expiry that deletion_protection blocked",

@@ -95,6 +95,8 @@ def create_cluster(
     """Accept a cluster; it starts PENDING and the engine provisions it (poll GET for the status)."""
     catalog = app_state(request).catalog
     spec = body.model_dump(exclude_none=False)
+    if "node_count" not in body.model_fields_set:
+        del spec["node_count"]  # the default (1, or autoscaling.min_nodes) is the service's
 
     def operation(session: Session) -> WriteOutcome:
         row = clusters.create_cluster(
@@ -169,6 +171,8 @@ def update_cluster(
     }
     if "billing" in changes:
         changes["billing"] = body.billing.model_dump(exclude_unset=True) if body.billing else None
+    if "autoscaling" in changes:
+        changes["autoscaling"] = body.autoscaling.model_dump() if body.autoscaling else None
 
     def operation(session: Session) -> WriteOutcome:
         row = clusters.update_cluster(

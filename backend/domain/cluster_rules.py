@@ -27,12 +27,18 @@ __all__ = ["FieldError", "apply_cluster_defaults", "rules_for", "validate_cluste
 def apply_cluster_defaults(spec: Mapping[str, Any], catalog: Catalog) -> dict[str, Any]:
     """A copy of `spec` with derived defaults: interconnect from the type, orchestrator from the size."""
     out = dict(spec)
+    autoscaling = out.get("autoscaling")
+    if isinstance(autoscaling, Mapping) and out.get("node_count") is None:
+        out["node_count"] = autoscaling.get("min_nodes")  # an autoscaling cluster starts at its minimum
+    elif out.get("node_count") is None:
+        out["node_count"] = 1
     itype = catalog.instance_type(str(out.get("instance_type")))
     if out.get("interconnect") is None and itype is not None:
         out["interconnect"] = itype.default_interconnect
     if out.get("orchestrator") is None:
         node_count = out.get("node_count")
-        out["orchestrator"] = "slurm" if isinstance(node_count, int) and node_count > 1 else "none"
+        multi_node = isinstance(node_count, int) and node_count > 1
+        out["orchestrator"] = "slurm" if multi_node or isinstance(autoscaling, Mapping) else "none"
     out.setdefault("container", None)
     if out.get("capacity_type") is None:
         out["capacity_type"] = "on_demand"
@@ -81,9 +87,42 @@ def validate_cluster_spec(spec: Mapping[str, Any], catalog: Catalog) -> list[Fie
             "idle_teardown_minutes reads the Slurm job queue: it needs orchestrator = slurm "
             f"(this cluster has {full.get('orchestrator')}); use ttl or expires_at instead",
         ))
+    errors += _check_autoscaling(full, region.name if region else None, itype, catalog)
     # Name (a hostname prefix), orchestrator and container against node_count, the reserved term.
     errors += broken_rules("ClusterCreate", full)
     return errors
+
+
+def _check_autoscaling(full: Mapping[str, Any], region: str | None, itype: InstanceType | None,
+                       catalog: Catalog) -> list[FieldError]:
+    """The autoscaling range: min <= max, a Slurm cluster, max within the largest fabric's capacity."""
+    autoscaling = full.get("autoscaling")
+    if not isinstance(autoscaling, Mapping):
+        return []
+    low, high = autoscaling.get("min_nodes"), autoscaling.get("max_nodes")
+    if not isinstance(low, int) or not isinstance(high, int):
+        return []  # the request model's ranges already said so
+    if low > high:
+        return [FieldError("autoscaling.max_nodes", "below_min_nodes",
+                           f"autoscaling.max_nodes ({high}) must be at least autoscaling.min_nodes ({low})")]
+    if full.get("orchestrator") != "slurm":
+        return [FieldError("autoscaling", "requires_slurm",
+                           "autoscaling reads the Slurm job queue: it needs orchestrator = slurm "
+                           f"(this cluster has {full.get('orchestrator')}); remove autoscaling or set "
+                           "orchestrator = slurm")]
+    if itype is None or region is None:
+        return []
+    if high > 1 and not itype.fabric_capable:
+        return [FieldError("autoscaling.max_nodes", "requires_fabric_capable_type",
+                           f"{itype.name} is not fabric-capable: more than one node needs an 8-GPU type with "
+                           "InfiniBand or EFA")]
+    fabrics = catalog.pools_for(region, itype.name, str(full.get("interconnect")))
+    most = max((catalog.capacity(region, f.name, itype.name) for f in fabrics), default=0)
+    if fabrics and high > most:
+        return [FieldError("autoscaling.max_nodes", "exceeds_capacity",
+                           f"autoscaling.max_nodes ({high}) is more than one {full.get('interconnect')} "
+                           f"fabric of {region} holds ({most} x {itype.name}); lower it to {most} or less")]
+    return []
 
 
 def _check_interconnect(value: object, region: str | None, itype: str | None,

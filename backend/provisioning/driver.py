@@ -169,6 +169,7 @@ class Job:
     time_limit: dt.timedelta
     priority: int
     reason: str | None
+    node_count: int = 1  # nodes the job asks for (a pending job) or holds
 
     def run_time(self, now: dt.datetime) -> dt.timedelta:
         if self.started_at is None:

@@ -57,6 +57,10 @@ class EngineSettings(BaseSettings):
     engine_worker_prune_seconds: float = Field(default=300.0, gt=0)
     # Clusters with idle_teardown_minutes: how often a busy one's job queue is read again.
     idle_check_seconds: float = Field(default=60.0, gt=0)
+    # Autoscaled clusters: how often their job queue is read for a scale decision, and the length of one
+    # "minute" of scale_down_idle_minutes (60; tests set 1 to count the idle time in seconds).
+    autoscale_interval_seconds: float = Field(default=30.0, gt=0)
+    autoscale_idle_unit_seconds: float = Field(default=60.0, gt=0)
 
 
     @field_validator("local_address_range")

@@ -22,14 +22,15 @@ from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain.catalog import Catalog, default_catalog
-from backend.provisioning import node_metrics
-from backend.provisioning.driver import ProvisioningDriver
+from backend.provisioning import autoscaler, node_metrics, node_views
+from backend.provisioning.driver import ProvisioningDriver, workload_of
 from backend.provisioning.reconciler import PassContext, reconcile_cluster
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.simulated import make_driver
 from backend.provisioning.state import aware, utcnow
 from backend.store.engine_models import Worker as WorkerRow
 from backend.store.engine_models import WorkItem
+from backend.store.models import Cluster
 
 log = structlog.get_logger("gpucloud.engine")
 ERROR_BACKOFF = dt.timedelta(seconds=1)
@@ -50,6 +51,7 @@ class EngineWorker:
                  worker_id: str | None = None) -> None:
         self.settings = settings or EngineSettings()
         self.session_factory = _write_sessions(session_factory)
+        self.read_sessions = session_factory  # reads that wait on a driver (SSH) hold no write lock
         self.catalog = catalog or default_catalog()
         self.driver = driver or make_driver(self.settings)
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -170,6 +172,8 @@ class EngineWorker:
         beat.start()
         sampler = threading.Thread(target=self._metrics_loop, name="engine-metrics", daemon=True)
         sampler.start()
+        scaler = threading.Thread(target=self._autoscale_loop, name="engine-autoscaler", daemon=True)
+        scaler.start()
         while not self.stop_event.is_set():
             try:
                 result = self.run_once()
@@ -180,6 +184,7 @@ class EngineWorker:
                 self.stop_event.wait(1.0)
         beat.join(timeout=5)
         sampler.join(timeout=5)
+        scaler.join(timeout=5)
         log.info("engine.worker_stopped", worker=self.id)
 
     def collect_metrics(self) -> int:
@@ -195,6 +200,49 @@ class EngineWorker:
                 self.collect_metrics()
             except Exception:
                 log.exception("engine.metrics_failed", worker=self.id)
+
+    def autoscale(self) -> int:
+        """One autoscaler round over every RUNNING autoscaled cluster (backend.provisioning.autoscaler);
+        the decisions carried out."""
+        source = workload_of(self.driver)
+        if source is None:
+            return 0
+        unit = dt.timedelta(seconds=self.settings.autoscale_idle_unit_seconds)
+        with self.read_sessions() as session:
+            ids = list(session.scalars(select(Cluster.id).where(
+                Cluster.autoscaling_min_nodes.is_not(None), Cluster.status == "RUNNING",
+                Cluster.deletion_requested_at.is_(None))))
+        done = 0
+        for cluster_id in ids:
+            with self.read_sessions() as session:
+                cluster = session.get(Cluster, cluster_id)
+                scaling = None if cluster is None else autoscaler.range_of(cluster, unit)
+                if cluster is None or scaling is None:
+                    continue
+                runs = node_views.node_runs(session, cluster_id)
+                now = utcnow()
+                jobs = source.cluster_jobs(session, cluster.name, runs, now, cluster_id=cluster_id)
+                free = autoscaler.free_nodes(session, self.catalog, cluster)
+            decision = autoscaler.decide(scaling, runs, jobs, free_nodes=free, now=now)
+            if decision is None:
+                continue
+            with self.session_factory() as session:
+                cluster = session.get(Cluster, cluster_id)
+                members = [r.name for r in runs]
+                if cluster is not None and autoscaler.apply(session, self.catalog, cluster, decision,
+                                                            members=members, now=utcnow()):
+                    session.commit()
+                    done += 1
+                    log.info("engine.autoscaled", cluster_id=cluster_id, node_count=decision.node_count,
+                             reason=decision.reason)
+        return done
+
+    def _autoscale_loop(self) -> None:
+        while not self.stop_event.wait(self.settings.autoscale_interval_seconds):
+            try:
+                self.autoscale()
+            except Exception:
+                log.exception("engine.autoscale_failed", worker=self.id)
 
     def _heartbeat_loop(self) -> None:
         interval = self.settings.engine_lease_seconds / 3

@@ -99,7 +99,16 @@ def spec_of(row: Any, ssh_key_ids: list[str], volume_ids: list[str]) -> dict[str
         "ttl": row.ttl,
         "expires_at": row.expires_at,
         "idle_teardown_minutes": row.idle_teardown_minutes,
+        "autoscaling": autoscaling_of(row),
     }
+
+
+def autoscaling_of(row: Any) -> dict[str, int] | None:
+    """The cluster's autoscaling range as the API writes it (None: a fixed node_count)."""
+    if row.autoscaling_min_nodes is None:
+        return None
+    return {"min_nodes": row.autoscaling_min_nodes, "max_nodes": row.autoscaling_max_nodes,
+            "scale_down_idle_minutes": row.autoscaling_idle_minutes}
 
 
 def estimated_hourly_cost(spec: Mapping[str, Any], catalog: Catalog) -> Decimal:
@@ -281,6 +290,10 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
         row.expiry_blocked_at = None  # a new expiry: a later block is reported again
     row.ttl, row.expires_at = spec.get("ttl"), spec.get("expires_at")
     row.idle_teardown_minutes = spec.get("idle_teardown_minutes")
+    autoscaling = spec.get("autoscaling") or {}
+    row.autoscaling_min_nodes = autoscaling.get("min_nodes")
+    row.autoscaling_max_nodes = autoscaling.get("max_nodes")
+    row.autoscaling_idle_minutes = autoscaling.get("scale_down_idle_minutes")
     row.ssh_key_links = [
         ClusterSshKey(ssh_key_id=ref, position=i) for i, ref in enumerate(spec.get("ssh_key_ids") or [])
     ]
@@ -302,6 +315,8 @@ def create_cluster(
     pass a project quota (`quota_exceeded`). A scoped caller's
     cluster carries its scope label."""
     now = utcnow()
+    if spec.get("autoscaling") is not None and spec.get("node_count") is not None:
+        raise validation_failed([_NODE_COUNT_WITH_AUTOSCALING])
     spec = {**spec, "labels": scoped_labels(spec.get("labels") or {}, scope)}
     spec = {**spec, **lifetime_changes(spec, current=None, created_at=now, now=now)}
     full = _check_spec(session, catalog, project_id, spec, scope=scope)
@@ -402,6 +417,27 @@ def _writable(
     return row
 
 
+_NODE_COUNT_WITH_AUTOSCALING = FieldError(
+    "node_count", "conflicts_with_autoscaling",
+    "node_count and autoscaling cannot both be set: with autoscaling the engine sets node_count between "
+    "autoscaling.min_nodes and autoscaling.max_nodes; remove node_count or autoscaling",
+)
+
+
+def _autoscaled_node_count(merged: dict[str, Any], changes: Mapping[str, Any],
+                           current: Mapping[str, Any]) -> list[FieldError]:
+    """An autoscaled cluster's node_count is the engine's: refuse a new one, and move it into a new range."""
+    autoscaling = merged.get("autoscaling")
+    if not isinstance(autoscaling, Mapping):
+        return []
+    if "node_count" in changes and changes["node_count"] != current["node_count"]:
+        return [_NODE_COUNT_WITH_AUTOSCALING]
+    low, high = autoscaling.get("min_nodes"), autoscaling.get("max_nodes")
+    if isinstance(low, int) and isinstance(high, int) and low <= high:
+        merged["node_count"] = min(max(int(merged["node_count"]), low), high)
+    return []
+
+
 def update_cluster(
     *,
     session: Session,
@@ -428,6 +464,7 @@ def update_cluster(
         if field in changes and changes[field] != current[field]
     ]
     merged = {**current, **{k: v for k, v in changes.items() if k != "billing"}}
+    errors += _autoscaled_node_count(merged, changes, current)
     merged.update(lifetime_changes(changes, current=current, created_at=row.created_at, now=utcnow()))
     if "billing" in changes:
         billing = {**current["billing"], **(changes["billing"] or {})}

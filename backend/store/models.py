@@ -134,6 +134,11 @@ class Cluster(Versioned, Base):
     expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     idle_teardown_minutes: Mapped[int | None] = mapped_column(Integer)
     expiry_blocked_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    # Autoscaling range (migration 0017): while set, the engine moves node_count between min and max
+    # from the Slurm queue, and releases nodes idle for `autoscaling_idle_minutes`.
+    autoscaling_min_nodes: Mapped[int | None] = mapped_column(Integer)
+    autoscaling_max_nodes: Mapped[int | None] = mapped_column(Integer)
+    autoscaling_idle_minutes: Mapped[int | None] = mapped_column(Integer)
     # Written by the engine (backend.provisioning); core only sets the initial values.
     status: Mapped[str] = mapped_column(String(32), nullable=False, default="PENDING")
     phase: Mapped[str | None] = mapped_column(String(64))

@@ -335,3 +335,63 @@ def check_plan_quota(
     if cost is not None and (state is None or known(prior_cost)):
         added["max_hourly_usd"] = Decimal(cost.hourly_usd) - Decimal(str(prior_cost or 0))
     check_quota(ctx, quotas, added)
+
+
+def check_autoscaling_config(ctx: Context, config: Mapping[str, Any]) -> None:
+    """`autoscaling` makes node_count the engine's: not both; and min_nodes <= max_nodes."""
+    scaling = config.get("autoscaling")
+    if scaling is None or is_unknown(scaling):
+        return
+    if config.get("node_count") is not None:
+        ctx.error(
+            "Conflicting Node Count",
+            "node_count and autoscaling cannot both be set: with autoscaling the engine sets node_count "
+            "between autoscaling.min_nodes and autoscaling.max_nodes. Remove node_count or autoscaling.",
+            root("node_count"),
+        )
+    orchestrator = config.get("orchestrator")
+    if known(orchestrator) and orchestrator != "slurm":
+        ctx.error(
+            "Autoscaling Needs Slurm",
+            f"autoscaling reads the Slurm job queue: it needs orchestrator = \"slurm\" (this cluster has "
+            f"\"{orchestrator}\"). Remove autoscaling or set orchestrator = \"slurm\".",
+            root("autoscaling"),
+        )
+    low, high = scaling.get("min_nodes"), scaling.get("max_nodes")
+    if known(low) and known(high) and int(low) > int(high):
+        ctx.error(
+            "Invalid Autoscaling Range",
+            f"autoscaling.max_nodes ({high}) must be at least autoscaling.min_nodes ({low}).",
+            root("autoscaling").attr("max_nodes"),
+        )
+
+
+def check_autoscaling_capacity(
+    ctx: Context, catalog: Catalog, plan: Mapping[str, Any], creating: bool
+) -> None:
+    """max_nodes within what one fabric of the region holds; on create, min_nodes free now."""
+    scaling, region, itype = plan.get("autoscaling"), plan.get("region"), plan.get("instance_type")
+    interconnect = plan.get("interconnect")
+    if scaling is None or not (known(scaling) and known(region) and known(itype) and known(interconnect)):
+        return
+    fabrics = catalog.availability(itype, region, interconnect)
+    low, high = scaling.get("min_nodes"), scaling.get("max_nodes")
+    if not fabrics or not (known(low) and known(high)):
+        return
+    most = max(int(a.get("capacity_nodes") or 0) for a in fabrics)
+    if int(high) > most:
+        ctx.error(
+            "Autoscaling Range Exceeds Capacity",
+            f"autoscaling.max_nodes ({high}) is more than one {interconnect} fabric of {region} holds "
+            f"({most} x {itype}); lower it to {most} or less.",
+            root("autoscaling").attr("max_nodes"),
+        )
+        return
+    free = max(int(a.get("available_nodes") or 0) for a in fabrics)
+    if creating and int(low) > free:
+        ctx.error(
+            "Insufficient Capacity",
+            f"{region} cannot place autoscaling.min_nodes = {low} nodes of {itype} on one {interconnect} "
+            f"fabric now: at most {free} are available. Lower min_nodes or choose another region.",
+            root("autoscaling").attr("min_nodes"),
+        )

@@ -66,6 +66,7 @@ PATCHABLE = {
     "node_repair": "node_repair",
     "max_hourly_cost_usd": "max_hourly_cost_usd",
     "idle_teardown_minutes": "idle_teardown_minutes",
+    "autoscaling": "autoscaling",
 }
 # Changes the engine has to carry out on the nodes (the update then waits for convergence).
 ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids")
@@ -140,6 +141,19 @@ def _unknown_while_converging(plan: State, state: State | None) -> None:
         plan["reservation"] = term
 
 
+# What follows node_count (their plan modifiers keep the prior value unless it changes).
+FOLLOW_NODE_COUNT = ("num_gpus", "nodes", "login", "slurm", "kubernetes")
+
+
+def _unknown_with_node_count(plan: State, state: State | None) -> None:
+    """A node_count that autoscaling leaves to the engine (a new range): what follows it is unknown too.
+    The framework's modifiers compare against node_count as Terraform proposed it (the prior value), so
+    they cannot see that this modifier made it unknown."""
+    if state is not None and is_unknown(plan.get("node_count")) and known(state.get("node_count")):
+        for name in FOLLOW_NODE_COUNT:
+            plan[name] = UNKNOWN
+
+
 def _term_may_start(plan: State) -> None:
     """A reserved term not started yet may start during this apply: its dates are not kept as null."""
     term = plan.get("reservation")
@@ -194,6 +208,8 @@ class GpuClusterResource(Resource):
                 )
             return None
         plan = dict(plan)
+        if config is not None:
+            checks.check_autoscaling_config(ctx, config)
         plan_create_key(ctx, state, plan)
         if state is not None and state.get("status") == "FAILED":
             plan["status"] = UNKNOWN
@@ -220,9 +236,12 @@ class GpuClusterResource(Resource):
                 root("deletion_protection"),
             )
         _unknown_while_converging(plan, state)
+        _unknown_with_node_count(plan, state)
         _term_may_start(plan)
         nodes = plan.get("node_count")
-        if is_unknown(plan.get("orchestrator")) and known(nodes):
+        if is_unknown(plan.get("orchestrator")) and plan.get("autoscaling") is not None:
+            plan["orchestrator"] = "slurm"  # the autoscaler reads the Slurm queue
+        elif is_unknown(plan.get("orchestrator")) and known(nodes):
             plan["orchestrator"] = "slurm" if int(nodes) > 1 else "none"
         if plan.get("orchestrator") == "none" and known(nodes) and int(nodes) > 1:
             ctx.error(
@@ -259,6 +278,7 @@ class GpuClusterResource(Resource):
         prior_nodes = None if creating or state is None else state.get("node_count")
         if creating or (known(plan.get("node_count")) and plan["node_count"] != prior_nodes):
             checks.check_capacity(ctx, catalog, plan, prior_nodes)
+        checks.check_autoscaling_capacity(ctx, catalog, plan, creating)
         cost = checks.estimate(catalog, plan)
         checks.check_cost_ceiling(ctx, plan, cost, state)
         if not ctx.diagnostics.has_errors:
@@ -380,6 +400,8 @@ class GpuClusterResource(Resource):
         changes = {
             api: plan.get(name) for name, api in PATCHABLE.items() if _differs(name, plan, state)
         }
+        if plan.get("autoscaling") is not None:
+            changes.pop("node_count", None)  # the engine's (the API moves it into a new range itself)
         if "ssh_key_ids" in changes:
             changes["ssh_key_ids"] = sorted(changes["ssh_key_ids"] or [])
         if "labels" in changes:

@@ -27,6 +27,7 @@ from provider.framework import (
     use_state_for_unknown,
     use_state_for_unknown_unless_changed,
 )
+from provider.framework.planmodifiers import PlanModification
 from provider.framework.schema import Attribute
 from provider.framework.validators import Validator
 from provider.resources._common import number, timestamp
@@ -34,6 +35,7 @@ from provider.resources.api_rules import field_validators
 
 REF_ID_PATTERN = r"[a-z]{3}_[0-9a-z]+"
 DEFAULT_BILLING = {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"}
+DEFAULT_IDLE_MINUTES = 10
 DEFAULT_TIMEOUTS = {"create": "2h", "update": "2h", "delete": "1h"}
 
 
@@ -114,6 +116,47 @@ RESERVATION_ATTRIBUTES: dict[str, Attribute] = {
         description="The whole term's charge in USD, billed when the cluster first runs (known at plan).",
     ),
 }
+
+AUTOSCALING_ATTRIBUTES: dict[str, Attribute] = {
+    "min_nodes": Int64Attribute(
+        required=True, description="Fewest nodes (the cluster starts with this many).",
+        validators=api("autoscaling.min_nodes"),
+    ),
+    "max_nodes": Int64Attribute(
+        required=True, description="Most nodes: at least `min_nodes`, at most what one fabric of the region "
+        "holds.", validators=api("autoscaling.max_nodes"),
+    ),
+    "scale_down_idle_minutes": Int64Attribute(
+        optional=True, computed=True, default=DEFAULT_IDLE_MINUTES,
+        description=f"A node with no job for this many minutes is released (default {DEFAULT_IDLE_MINUTES}).",
+        validators=api("autoscaling.scale_down_idle_minutes"),
+    ),
+}
+
+
+class NodeCountFollowsAutoscaling:
+    """`node_count` left out: 1, or under `autoscaling` the engine's value, kept from the prior state (a
+    move by the autoscaler is not drift) and known only after apply on create or a new range."""
+
+    description = (
+        "Default 1. With `autoscaling` the prior value is kept in plans; it is known after apply on create "
+        "and when `min_nodes` or `max_nodes` change."
+    )
+
+    def modify(self, m: PlanModification) -> None:
+        if m.config_value is not None or not is_unknown(m.plan_value):
+            return
+        config, state = m.resource_config or {}, m.resource_state or {}
+        scaling = config.get("autoscaling")
+        if scaling is None:
+            m.plan_value = 1
+            return
+        before = state.get("autoscaling") or {}
+        if is_unknown(scaling) or m.creating or m.state_value is None or any(
+                scaling.get(k) != before.get(k) for k in ("min_nodes", "max_nodes")):
+            return
+        m.plan_value = m.state_value
+
 
 BILLING_ATTRIBUTES: dict[str, Attribute] = {
     "type": StringAttribute(
@@ -240,7 +283,9 @@ CLUSTER_SCHEMA = Schema(
     "provider; `terraform destroy -refresh=false` skips it.) An "
     "in-place change keeps the values it cannot alter known in the plan (`login`, `kubernetes`, "
     "`nodes`...), so resources and providers configured from them are not disturbed.\n"
-    "- **In place**: `name`, `node_count` (scaling), `container`, `ssh_key_ids`, `shared_volume_ids` "
+    "- **In place**: `name`, `node_count` (scaling), `autoscaling` (the range; the engine then moves "
+    "`node_count`, see [engine.md](../engine.md#autoscaling)), `container`, `ssh_key_ids`, "
+    "`shared_volume_ids` "
     "(attach/detach), `labels`, `deletion_protection`, `node_repair`, `max_hourly_cost_usd`, "
     "`billing.on_expiry`. "
     "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `capacity_type` (moving "
@@ -296,11 +341,22 @@ CLUSTER_SCHEMA = Schema(
         "node_count": Int64Attribute(
             optional=True,
             computed=True,
-            default=1,
-            description="Number of nodes. Scales in place (the plan checks the region has the capacity and "
-            "the project's quotas the room). "
-            "More than one node needs a fabric-capable 8-GPU instance type.",
+            description="Number of nodes (default 1). Scales in place (the plan checks the region has the "
+            "capacity and the project's quotas the room). More than one node needs a fabric-capable 8-GPU "
+            "instance type. Conflicts with `autoscaling`, under which the engine sets it: then it is "
+            "computed and its moves are not drift.",
             validators=api("node_count"),
+            plan_modifiers=[NodeCountFollowsAutoscaling()],
+        ),
+        "autoscaling": SingleNestedAttribute(
+            optional=True,
+            attributes=AUTOSCALING_ATTRIBUTES,
+            description="Slurm clusters: the engine sets `node_count` between `min_nodes` and `max_nodes` "
+            "from the job queue. It adds nodes while jobs wait for lack of nodes (up to `max_nodes` and the "
+            "fabric's free capacity) and releases the nodes that have had no job for "
+            "`scale_down_idle_minutes` (those very nodes, never one running a job, never below "
+            "`min_nodes`); each decision is an audit event (`cluster.autoscaled`) with its reason. The "
+            "cluster starts with `min_nodes`. Changes in place; conflicts with `node_count`.",
         ),
         "orchestrator": StringAttribute(
             optional=True,
@@ -456,6 +512,7 @@ SPEC_FIELDS = {
     "ttl": "ttl",
     "expires_at": "expires_at",
     "idle_teardown_minutes": "idle_teardown_minutes",
+    "autoscaling": "autoscaling",
 }
 
 
@@ -468,6 +525,8 @@ def spec_from_plan(plan: dict[str, Any]) -> dict[str, Any]:
             continue
         if tf_name == "billing":
             value = {k: v for k, v in value.items() if v is not None}
+        if tf_name == "node_count" and plan.get("autoscaling") is not None:
+            continue  # the engine's: the API starts the cluster at min_nodes
         if tf_name == "expires_at" and (plan.get("ttl") is not None or is_unknown(value)):
             continue  # computed from ttl by the API
         spec[api_name] = sorted(value) if tf_name in ("ssh_key_ids", "shared_volume_ids") else value
@@ -598,6 +657,12 @@ def computed_state(body: dict[str, Any], reservation: dict[str, Any] | None) -> 
     }
 
 
+def _autoscaling_state(value: Any) -> dict[str, Any] | None:
+    if not isinstance(value, dict):
+        return None
+    return {k: value.get(k) for k in ("min_nodes", "max_nodes", "scale_down_idle_minutes")}
+
+
 def cluster_state(
     body: dict[str, Any], prior: dict[str, Any] | None, reservation: dict[str, Any] | None
 ) -> dict[str, Any]:
@@ -630,6 +695,7 @@ def cluster_state(
         "ttl": body.get("ttl"),
         "expires_at": _same_instant(prior.get("expires_at"), body.get("expires_at")),
         "idle_teardown_minutes": body.get("idle_teardown_minutes"),
+        "autoscaling": _autoscaling_state(body.get("autoscaling")),
         "wait_for_running": prior.get("wait_for_running") if prior.get("wait_for_running") is not None
         else True,
         "timeouts": prior.get("timeouts"),

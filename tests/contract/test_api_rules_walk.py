@@ -185,7 +185,7 @@ def _config(schema: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     config = schema_object(resource.schema, {})
     for name, value in body.items():
         attr = renames.get(name, name)
-        if isinstance(value, dict) and attr in ("billing", "label_filter"):
+        if isinstance(value, dict) and attr in ("billing", "label_filter", "autoscaling"):
             value = {**dict.fromkeys(resource.schema.attributes[attr].attributes), **value}
         if isinstance(value, float):
             value = Decimal(str(value))
@@ -249,6 +249,18 @@ PLAN_BREAKERS: dict[tuple[str, str, str], dict[str, Any]] = {
     ("VolumeCreate", "region", "unknown_region"): {"region": "mars-1"},
     ("ClusterCreate", "ttl", "conflicting_fields"): {"ttl": "8h", "expires_at": "2030-01-01T00:00:00Z"},
     ("ClusterCreate", "idle_teardown_minutes", "requires_slurm"): {"idle_teardown_minutes": 30},
+    ("ClusterCreate", "node_count", "conflicts_with_autoscaling"): {
+        "node_count": 2, "autoscaling": {"min_nodes": 1, "max_nodes": 2}
+    },
+    ("ClusterCreate", "autoscaling.max_nodes", "below_min_nodes"): {
+        "autoscaling": {"min_nodes": 3, "max_nodes": 2}
+    },
+    ("ClusterCreate", "autoscaling.max_nodes", "exceeds_capacity"): {
+        "autoscaling": {"min_nodes": 1, "max_nodes": 4000}
+    },
+    ("ClusterCreate", "autoscaling", "requires_slurm"): {
+        "orchestrator": "kubernetes", "autoscaling": {"min_nodes": 1, "max_nodes": 2}
+    },
 }
 # Rules about other objects are plan-time warnings (the API still refuses them at apply): Terraform
 # plans a never-created resource as a create before a destroy too, and an error there blocks destroy.
@@ -336,4 +348,5 @@ def test_api_rules_walk_catalog_and_reference_rules_are_refused_at_plan_time(
 
     renames = RESOURCES[schema][2]
     severity = pb.Diagnostic.WARNING if (schema, field, code) in PLAN_WARNINGS else pb.Diagnostic.ERROR
-    assert [renames.get(field, field)] in _plan_errors(planning_server, schema, body, severity)
+    first, *rest = field.split(".")
+    assert [renames.get(first, first), *rest] in _plan_errors(planning_server, schema, body, severity)

@@ -69,6 +69,13 @@ def _gpus(*tres: str) -> int:
     return 0
 
 
+def _count(value: Any) -> int:
+    """Slurm's node count (a number, or {"number": n} in later openapi versions), at least 1."""
+    if isinstance(value, dict):
+        value = value.get("number")
+    return value if isinstance(value, int) and value > 0 else 1
+
+
 def _state(raw: str) -> str:
     """Slurm's job state in the API's words (RUNNING, PENDING, COMPLETED, FAILED; anything else as is)."""
     if raw in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"):
@@ -95,6 +102,7 @@ def parse_squeue_json(document: str) -> list[Job]:
             ended_at=_epoch(raw.get("end_time")) if state in ("COMPLETED", "FAILED") else None,
             time_limit=_limit(raw.get("time_limit")), priority=int(raw.get("priority") or 0),
             reason=None if reason in (None, "", "None") else str(reason),
+            node_count=_count(raw.get("node_count")),
         ))
     return jobs
 

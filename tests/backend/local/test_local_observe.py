@@ -31,7 +31,7 @@ SQUEUE = {"meta": {"plugin": {"type": "openapi/v0.0.38"}}, "errors": [], "jobs":
     "job_id": 8, "name": "wide", "user_name": "ubuntu", "partition": "gpu", "nodes": "",
     "job_state": "PENDING", "submit_time": 1795676899, "start_time": 0, "end_time": 0,
     "time_limit": 240, "priority": 4294901758, "state_reason": "Resources", "tres_per_job": "",
-    "tres_per_node": "gres:gpu:8", "tres_alloc_str": "",
+    "tres_per_node": "gres:gpu:8", "tres_alloc_str": "", "node_count": 2,
 }]}
 JOBCOMP = ("JobId=7 UserId=ubuntu(1001) GroupId=ubuntu(1001) Name=day2-probe JobState=COMPLETED "
            "Partition=gpu TimeLimit=60 StartTime=2026-11-26T07:08:13 EndTime=2026-11-26T07:08:16 "
@@ -48,7 +48,7 @@ def test_squeue_json_gives_running_and_pending_jobs_with_their_gpus() -> None:
     assert running.started_at == dt.datetime.fromtimestamp(1795676893, dt.UTC) and running.ended_at is None
     assert running.time_limit == dt.timedelta(hours=1) and running.reason is None
     assert (pending.state, pending.gpus, pending.started_at) == ("PENDING", 8, None)
-    assert pending.reason == "Resources"
+    assert pending.reason == "Resources" and (pending.node_count, running.node_count) == (2, 1)
 
 
 def test_jobcomp_line_gives_a_finished_job_and_merging_keeps_the_queues_gpus() -> None:

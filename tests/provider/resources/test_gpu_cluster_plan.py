@@ -418,3 +418,35 @@ def test_gpu_cluster_plan_running_cluster_with_a_failed_or_repairing_node_plans_
     (warning,) = ctx.diagnostics
     assert warning.severity == "warning" and warning.summary == "Cluster Has Failed Nodes"
     assert "train-1" in warning.detail and '"action": "replace"' in warning.detail
+
+
+def test_gpu_cluster_plan_autoscaling_makes_node_count_the_engines():
+    scaling = {"min_nodes": 2, "max_nodes": 8, "scale_down_idle_minutes": None}
+    planned, ctx = plan({**BASE, "autoscaling": scaling})
+    assert not ctx.diagnostics and planned is not None
+    assert is_unknown(planned["node_count"]) and planned["orchestrator"] == "slurm"
+    assert planned["autoscaling"] == {"min_nodes": 2, "max_nodes": 8, "scale_down_idle_minutes": 10}
+    # The autoscaler moved it from 2 to 5: no drift; a new range makes it known after apply.
+    prior = state_of(node_count=5, num_gpus=40, autoscaling={**scaling, "scale_down_idle_minutes": 10})
+    planned, ctx = plan({**BASE, "autoscaling": scaling}, prior)
+    assert not ctx.diagnostics and planned == prior
+    planned, _ = plan({**BASE, "autoscaling": {**scaling, "max_nodes": 4}}, prior)
+    assert planned is not None and is_unknown(planned["node_count"])
+    assert is_unknown(planned["num_gpus"]) and is_unknown(planned["nodes"])  # they follow node_count
+    # Without autoscaling a node_count left out is 1, as before.
+    planned, _ = plan(dict(BASE), None)
+    assert planned is not None and planned["node_count"] == 1
+
+
+@pytest.mark.parametrize(("config", "path", "words"), [
+    ({"node_count": 3, "autoscaling": {"min_nodes": 1, "max_nodes": 4}}, "node_count",
+     "node_count and autoscaling cannot both be set"),
+    ({"autoscaling": {"min_nodes": 4, "max_nodes": 2}}, "autoscaling.max_nodes",
+     "max_nodes (2) must be at least autoscaling.min_nodes (4)"),
+    ({"autoscaling": {"min_nodes": 1, "max_nodes": 300}}, "autoscaling.max_nodes", "lower it to 256"),
+    ({"autoscaling": {"min_nodes": 5, "max_nodes": 8}}, "autoscaling.min_nodes", "at most 4 are available"),
+    ({"autoscaling": {"min_nodes": 0, "max_nodes": 2}}, "autoscaling.min_nodes", "1"),
+])
+def test_gpu_cluster_plan_autoscaling_range_is_checked_at_plan(config, path, words):
+    _, ctx = plan({**BASE, **config})
+    assert words in errors(ctx).get(path, ""), errors(ctx)

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0018_spot_capacity"
-down_revision = "0015_quotas"
+down_revision = "0017_autoscaling"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,84 @@
+"""An autoscaled gpucloud_gpu_cluster against the real backend: node_count is the engine's, so a plan after
+the autoscaler moved it is empty (no drift), and a narrower range moves it into the range."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from acceptance.backend import Backend
+from acceptance.cluster_backend import fast_backend
+from acceptance.gpucloud_steps import GpuCloudTerraform, apply_and_check, gpucloud_tf, plan_text, values
+from backend.domain.catalog import default_catalog
+from backend.provisioning import autoscaler
+from backend.provisioning.state import utcnow
+from backend.settings import Settings
+from backend.store.db import make_engine, make_session_factory
+from backend.store.models import Cluster
+
+__all__ = ["gpucloud_tf"]
+
+AUTOSCALED = """
+resource "gpucloud_gpu_cluster" "elastic" {
+  name          = "elastic"
+  region        = "us-east-1"
+  instance_type = "8xH100"
+  autoscaling = {
+    min_nodes = 1
+    max_nodes = %d
+  }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    with fast_backend(tmp_path_factory.mktemp("backend")) as server:
+        yield server
+
+
+def scale_from_engine(backend: Backend, cluster_id: str, node_count: int) -> None:
+    """The engine's autoscaler decision, carried out on the backend's store (its worker does the rest)."""
+    members = [n["name"] for n in backend.client.get_cluster(cluster_id)["nodes"]]  # before the lock
+    engine = make_engine(Settings(data_dir=backend.data_dir))
+    try:
+        with make_session_factory(engine, write=True)() as session:
+            cluster = session.get(Cluster, cluster_id)
+            assert cluster is not None
+            decision = autoscaler.Decision(node_count, (), "acceptance: jobs pending for lack of nodes")
+            assert autoscaler.apply(session, default_catalog(), cluster, decision, members=members,
+                                    now=utcnow())
+            session.commit()
+    finally:
+        engine.dispose()
+
+
+def test_acc_autoscaling_cluster_whose_node_count_moves_plans_clean(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    tf = gpucloud_tf(AUTOSCALED % 3)
+    apply_and_check(tf)
+    state = values(tf, "gpucloud_gpu_cluster.elastic")
+    assert (state["node_count"], state["orchestrator"]) == (1, "slurm")
+    assert state["autoscaling"] == {"min_nodes": 1, "max_nodes": 3, "scale_down_idle_minutes": 10}
+
+    scale_from_engine(backend, state["id"], 3)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        remote = backend.client.get_cluster(state["id"])
+        if remote["status"] == "RUNNING" and [n["status"] for n in remote["nodes"]] == ["RUNNING"] * 3:
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError(f"the cluster did not grow: {remote}")
+    code, output = plan_text(tf)
+    assert code == 0 and "No changes" in output, output
+
+    # A narrower range moves node_count into it (the API's PATCH carries no node_count).
+    tf.write_main(AUTOSCALED % 2)
+    apply_and_check(tf)
+    assert values(tf, "gpucloud_gpu_cluster.elastic")["node_count"] == 2
+    assert len(backend.client.get_cluster(state["id"])["nodes"]) == 2
+    tf.destroy()

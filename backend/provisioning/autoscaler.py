@@ -1,0 +1,170 @@
+"""Autoscaling: the engine moves an autoscaled Slurm cluster's node_count between `min_nodes` and
+`max_nodes` from its job queue (real `squeue` under the local driver, the modelled workload under the
+simulated one).
+
+Rules, checked every `autoscale_interval_seconds` for each RUNNING autoscaled cluster whose nodes are
+all up (a scale under way is waited for):
+- scale up when jobs wait for nodes (PENDING, not yet placed, reason Resources or Priority): by the
+  nodes they ask for beyond the idle ones, bounded by max_nodes and the free capacity of the cluster's
+  fabric;
+- else scale down the nodes with no job for `scale_down_idle_minutes` (the longest idle first), never
+  below min_nodes and never a node running a job: exactly those nodes are released, not the last ones.
+Every decision is an audit event (`cluster.autoscaled`) with its reason.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from backend.domain.catalog import Catalog
+from backend.domain.ids import new_id
+from backend.provisioning import allocator
+from backend.provisioning.driver import Job, NodeRun
+from backend.provisioning.engine import request_reconcile
+from backend.provisioning.state import aware, live_nodes, wake
+from backend.store.engine_models import EngineCluster, PhaseRecord
+from backend.store.models import AuditEvent, Cluster
+
+ACTOR = "engine"
+# Slurm's reasons for a job that would run if the cluster had more (free) nodes.
+WAITING_FOR_NODES = ("Resources", "Priority", "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved")
+_RANGE = re.compile(r"^(.*)\[([\d,-]+)\]$")
+
+
+@dataclass(frozen=True)
+class Range:
+    min_nodes: int
+    max_nodes: int
+    idle: dt.timedelta  # scale_down_idle_minutes, in the configured unit (minutes; seconds in tests)
+
+
+@dataclass(frozen=True)
+class Decision:
+    node_count: int  # the new node_count
+    remove: tuple[str, ...]  # on a scale-down: exactly the nodes released
+    reason: str
+
+    def action(self, before: int) -> str:
+        return "scale_up" if self.node_count > before else "scale_down"
+
+
+def node_names(expression: str) -> set[str]:
+    """The nodes of a Slurm NodeList (`train-[0-2,5]`, `train-1,train-3`)."""
+    names: set[str] = set()
+    for part in re.split(r",(?![^\[]*\])", expression.strip()):
+        found = _RANGE.match(part)
+        if found is None:
+            names.update([part] if part else [])
+            continue
+        prefix, ranges = found.groups()
+        for span in ranges.split(","):
+            low, _, high = span.partition("-")
+            names.update(f"{prefix}{i}" for i in range(int(low), int(high or low) + 1))
+    return names
+
+
+def idle_since(runs: Sequence[NodeRun], jobs: Sequence[Job]) -> dict[str, dt.datetime]:
+    """Since when each up node without a running job has had none (its last job's end, or its start)."""
+    busy = set().union(*(node_names(j.nodes) for j in jobs if j.state == "RUNNING"))
+    since: dict[str, dt.datetime] = {}
+    for run in runs:
+        if run.up_since is None or run.failed_at is not None or run.name in busy:
+            continue
+        moments = [run.up_since, *(j.ended_at for j in jobs if run.name in node_names(j.nodes))]
+        since[run.name] = max(t for t in map(aware, moments) if t is not None)
+    return since
+
+
+def waiting_nodes(jobs: Sequence[Job]) -> tuple[int, int]:
+    """(jobs waiting for nodes, the nodes they ask for)."""
+    waiting = [j for j in jobs if j.state == "PENDING" and not j.nodes and j.reason in WAITING_FOR_NODES]
+    return len(waiting), sum(max(1, j.node_count) for j in waiting)
+
+
+def decide(scaling: Range, runs: Sequence[NodeRun], jobs: Sequence[Job], *, free_nodes: int,
+           now: dt.datetime) -> Decision | None:
+    """What the autoscaler does about one cluster now (None: nothing)."""
+    count = len(runs)
+    if any(r.up_since is None and r.failed_at is None for r in runs):
+        return None  # nodes still coming up (a scale under way): Slurm cannot place jobs on them yet
+    idle = idle_since(runs, jobs)
+    waiting_jobs, asked = waiting_nodes(jobs)
+    if waiting_jobs:
+        wanted = asked - len(idle)
+        grow = min(wanted, scaling.max_nodes - count, free_nodes)
+        if grow <= 0:
+            return None
+        bound = ""
+        if grow < wanted:
+            bound = (f"; capped at max_nodes {scaling.max_nodes}" if count + grow == scaling.max_nodes
+                     else f"; capped by capacity ({free_nodes} free nodes on the fabric)")
+        return Decision(count + grow, (), f"{waiting_jobs} job(s) pending for lack of nodes ask for "
+                        f"{asked} node(s), {len(idle)} idle: adding {grow}{bound}")
+    if count <= scaling.min_nodes:
+        return None
+    due = sorted((since, name) for name, since in idle.items() if now - since >= scaling.idle)
+    remove = tuple(sorted(name for _, name in due[: count - scaling.min_nodes]))
+    if not remove:
+        return None
+    oldest = due[0][0].astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return Decision(count - len(remove), remove, f"{', '.join(remove)} had no job for at least "
+                    f"{_span(scaling.idle)} (idle since {oldest} or later), no job pending; min_nodes "
+                    f"{scaling.min_nodes}")
+
+
+def _span(idle: dt.timedelta) -> str:
+    seconds = idle.total_seconds()
+    return f"{seconds / 60:g} minutes" if seconds % 60 == 0 else f"{seconds:g} seconds"
+
+
+def range_of(cluster: Cluster, idle_unit: dt.timedelta) -> Range | None:
+    if cluster.autoscaling_min_nodes is None or cluster.autoscaling_max_nodes is None:
+        return None
+    return Range(cluster.autoscaling_min_nodes, cluster.autoscaling_max_nodes,
+                 idle_unit * (cluster.autoscaling_idle_minutes or 0))
+
+
+def free_nodes(session: Session, catalog: Catalog, cluster: Cluster) -> int:
+    """Free nodes of the cluster's instance type on its fabric (a cluster grows on its own fabric)."""
+    state = session.get(EngineCluster, cluster.id)
+    if state is None:
+        return 0
+    free = allocator.free_by_fabric(session, catalog, cluster.region, cluster.instance_type,
+                                    cluster.interconnect)
+    return free.get(state.fabric, 0)
+
+
+def apply(session: Session, catalog: Catalog, cluster: Cluster, decision: Decision, *, members: Sequence[str],
+          now: dt.datetime) -> bool:
+    """Carry out a decision made on `members` (the node names it saw): False, and nothing done, when the
+    cluster changed meanwhile (membership, autoscaling turned off, deletion; the next round decides
+    again)."""
+    wake(session, cluster.id, now)  # first: serialises with passes, user changes and other workers
+    session.refresh(cluster)
+    current = sorted(n.name for n in live_nodes(session, cluster.id) if n.active_name is not None)
+    if (current != sorted(members) or cluster.deletion_requested_at is not None
+            or cluster.autoscaling_min_nodes is None or cluster.status != "RUNNING"):
+        session.rollback()
+        return False
+    before = cluster.node_count
+    cluster.node_count = decision.node_count
+    cluster.generation += 1
+    cluster.updated_at = now
+    request_reconcile(session, cluster.id, remove_node_names=decision.remove, catalog=catalog)
+    action = decision.action(before)
+    session.add(PhaseRecord(cluster_id=cluster.id, phase="Autoscaled",
+                            detail=f"{before} -> {decision.node_count}: {decision.reason}", at=now))
+    details: dict[str, Any] = {"action": action, "from_node_count": before,
+                               "to_node_count": decision.node_count, "reason": decision.reason}
+    if decision.remove:
+        details["removed_nodes"] = list(decision.remove)
+    session.add(AuditEvent(id=new_id("audit_event"), project_id=cluster.project_id, occurred_at=now,
+                           actor=ACTOR, action="cluster.autoscaled", resource_type="cluster",
+                           resource_id=cluster.id, request_id=None, details=details))
+    return True
