@@ -17,6 +17,7 @@ from backend.api import (
     console,
     engine_routes,
     health,
+    security_groups,
     ssh_keys,
     volumes,
 )
@@ -116,6 +117,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(ssh_keys.router)
     app.include_router(volumes.router)
+    app.include_router(security_groups.router)
     app.include_router(clusters.router)
     app.include_router(audit_events.router)
     app.include_router(engine_routes.router)
