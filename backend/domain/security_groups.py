@@ -22,6 +22,7 @@ PORTLESS_PROTOCOLS = ("icmp", "all")
 MAX_RULES = 50
 MAX_CIDRS = 20
 DIRECTIONS = ("ingress", "egress")
+CODE = "invalid_security_rule"  # the contract's rule (`domain.input_rules`); the message says what is wrong
 DEFAULT_GROUP_NAME = "default"
 DEFAULT_INGRESS: tuple[dict[str, Any], ...] = (
     {"protocol": "tcp", "from_port": 22, "to_port": 22, "cidr_blocks": ["0.0.0.0/0", "::/0"],
@@ -52,19 +53,19 @@ def rule_problems(rule: Mapping[str, Any], path: str) -> list[FieldError]:
     if protocol in PORTLESS_PROTOCOLS:
         for name, value in (("from_port", low), ("to_port", high)):
             if value is not None:
-                errors.append(FieldError(f"{path}.{name}", "port_not_allowed",
+                errors.append(FieldError(f"{path}.{name}", CODE,
                                          f"{name} is not allowed with protocol {protocol} (it matches every "
                                          "packet of the protocol): remove it"))
     elif low is None:
-        errors.append(FieldError(f"{path}.from_port", "port_required",
+        errors.append(FieldError(f"{path}.from_port", CODE,
                                  f"protocol {protocol} needs from_port (1-65535; to_port for a range)"))
     elif high is not None and high < low:
-        errors.append(FieldError(f"{path}.to_port", "invalid_port_range",
+        errors.append(FieldError(f"{path}.to_port", CODE,
                                  f"to_port {high} is below from_port {low}; a range runs from low to high"))
     for index, cidr in enumerate(rule.get("cidr_blocks") or []):
         problem = cidr_problem(cidr)
         if problem is not None:
-            errors.append(FieldError(f"{path}.cidr_blocks[{index}]", "invalid_cidr", problem))
+            errors.append(FieldError(f"{path}.cidr_blocks[{index}]", CODE, problem))
     return errors
 
 

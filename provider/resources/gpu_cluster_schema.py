@@ -235,7 +235,8 @@ CLUSTER_SCHEMA = Schema(
     "in-place change keeps the values it cannot alter known in the plan (`login`, `kubernetes`, "
     "`nodes`...), so resources and providers configured from them are not disturbed.\n"
     "- **In place**: `name`, `node_count` (scaling), `container`, `ssh_key_ids`, `shared_volume_ids` "
-    "(attach/detach), `labels`, `deletion_protection`, `node_repair`, `max_hourly_cost_usd`, "
+    "(attach/detach), `security_group_ids`, `labels`, `deletion_protection`, `node_repair`, "
+    "`max_hourly_cost_usd`, "
     "`billing.on_expiry`. "
     "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `billing.type`, "
     "`billing.duration_days`.\n"
@@ -329,6 +330,14 @@ CLUSTER_SCHEMA = Schema(
             "attached and detached in place.",
             validators=api("volume_ids", items="must be an id such as vol_0abc"),
         ),
+        "security_group_ids": SetAttribute(
+            element_type=STRING,
+            optional=True,
+            description="Ids of `gpucloud_security_group`s whose rules the nodes enforce (traffic between "
+            "the cluster's own nodes is always allowed); unset or empty: the project's default group (SSH "
+            "in from anywhere, all out). Changes in place: the nodes' firewalls are reconfigured.",
+            validators=api("security_group_ids", items="must be an id such as sgr_0abc"),
+        ),
         "billing": SingleNestedAttribute(
             optional=True,
             computed=True,
@@ -420,6 +429,7 @@ SPEC_FIELDS = {
     "container": "container",
     "ssh_key_ids": "ssh_key_ids",
     "shared_volume_ids": "volume_ids",
+    "security_group_ids": "security_group_ids",
     "billing": "billing",
     "labels": "labels",
     "deletion_protection": "deletion_protection",
@@ -429,6 +439,9 @@ SPEC_FIELDS = {
     "expires_at": "expires_at",
     "idle_teardown_minutes": "idle_teardown_minutes",
 }
+
+
+SORTED_SETS = ("ssh_key_ids", "shared_volume_ids", "security_group_ids")
 
 
 def spec_from_plan(plan: dict[str, Any]) -> dict[str, Any]:
@@ -442,7 +455,7 @@ def spec_from_plan(plan: dict[str, Any]) -> dict[str, Any]:
             value = {k: v for k, v in value.items() if v is not None}
         if tf_name == "expires_at" and (plan.get("ttl") is not None or is_unknown(value)):
             continue  # computed from ttl by the API
-        spec[api_name] = sorted(value) if tf_name in ("ssh_key_ids", "shared_volume_ids") else value
+        spec[api_name] = sorted(value) if tf_name in SORTED_SETS else value
     return spec
 
 
@@ -586,6 +599,9 @@ def cluster_state(
         "container": body.get("container"),
         "ssh_key_ids": _empty_as(prior.get("ssh_key_ids"), sorted(body.get("ssh_key_ids") or [])),
         "shared_volume_ids": _empty_as(prior.get("shared_volume_ids"), sorted(body.get("volume_ids") or [])),
+        "security_group_ids": _empty_as(
+            prior.get("security_group_ids"), sorted(body.get("security_group_ids") or [])
+        ),
         "billing": {
             "type": billing.get("type") or "on_demand",
             "duration_days": billing.get("duration_days"),

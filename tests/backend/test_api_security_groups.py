@@ -44,14 +44,14 @@ def test_security_group_create_echoes_rules_and_updates_in_place(admin: TestClie
 def test_security_group_bad_rules_are_422_naming_the_field(admin: TestClient) -> None:
     cases = [
         ({"protocol": "tcp", "from_port": 22, "cidr_blocks": ["10.0.0.1/8"]}, "ingress[0].cidr_blocks[0]",
-         "invalid_cidr"),
+         "invalid_security_rule"),
         ({"protocol": "tcp", "from_port": 22, "cidr_blocks": ["not-a-cidr"]}, "ingress[0].cidr_blocks[0]",
          None),
         ({"protocol": "tcp", "from_port": 90, "to_port": 80, "cidr_blocks": ["0.0.0.0/0"]},
-         "ingress[0].to_port", "invalid_port_range"),
+         "ingress[0].to_port", "invalid_security_rule"),
         ({"protocol": "icmp", "from_port": 8, "cidr_blocks": ["0.0.0.0/0"]}, "ingress[0].from_port",
-         "port_not_allowed"),
-        ({"protocol": "udp", "cidr_blocks": ["0.0.0.0/0"]}, "ingress[0].from_port", "port_required"),
+         "invalid_security_rule"),
+        ({"protocol": "udp", "cidr_blocks": ["0.0.0.0/0"]}, "ingress[0].from_port", "invalid_security_rule"),
         ({"protocol": "tcp", "from_port": 70000, "cidr_blocks": ["0.0.0.0/0"]}, "ingress[0].from_port", None),
         ({"protocol": "gre", "cidr_blocks": ["0.0.0.0/0"]}, "ingress[0].protocol", None),
     ]
