@@ -1,6 +1,7 @@
 """gpucloud_security_group against the real backend (engine at a fast simulation speed), the real provider
 launch path and Terraform 1.11: a group attached to a cluster, a rule changed in place (the group and the
-cluster keep their ids, the cluster's nodes are reconfigured), the plan after apply empty."""
+cluster keep their ids, the cluster's nodes are reconfigured), then detached in place; every plan after an
+apply empty."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
         yield server
 
 
-def config(ssh_cidr: str) -> str:
+def config(ssh_cidr: str, attached: bool = True) -> str:
+    groups = "[gpucloud_security_group.lab.id]" if attached else "[]"
     return f"""
     resource "gpucloud_security_group" "lab" {{
       name    = "lab"
@@ -39,7 +41,7 @@ def config(ssh_cidr: str) -> str:
       name               = "box"
       region             = "us-east-1"
       instance_type      = "1xH100"
-      security_group_ids = [gpucloud_security_group.lab.id]
+      security_group_ids = {groups}
     }}
     """
 
@@ -62,3 +64,10 @@ def test_acc_security_group_rule_change_applies_in_place(
     assert values(tf, GROUP)["id"] == group["id"] and values(tf, CLUSTER)["id"] == cluster["id"]
     remote = backend.client.request("GET", f"/v1/security-groups/{group['id']}").body
     assert remote["ingress"][0]["cidr_blocks"] == ["198.51.100.0/24"]
+
+    # Detached: the cluster changes in place and falls back to the project's default group.
+    tf.write_main(config("198.51.100.0/24", attached=False))
+    apply_and_check(tf)
+    assert values(tf, CLUSTER)["id"] == cluster["id"]
+    groups = backend.client.request("GET", "/v1/security-groups").body["items"]
+    assert [g["cluster_ids"] for g in groups if g["is_default"]] == [[cluster["id"]]]
