@@ -18,6 +18,7 @@ from backend.api import (
     engine_routes,
     health,
     quotas,
+    security_groups,
     ssh_keys,
     volumes,
 )
@@ -117,6 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(ssh_keys.router)
     app.include_router(volumes.router)
+    app.include_router(security_groups.router)
     app.include_router(clusters.router)
     app.include_router(audit_events.router)
     app.include_router(engine_routes.router)

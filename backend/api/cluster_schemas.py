@@ -88,6 +88,11 @@ class Autoscaling(StrictModel):
         description="A node with no job for this many minutes is released (never below min_nodes)",
     )
 
+SECURITY_GROUPS_DOC = (
+    "Security groups whose rules the nodes enforce (traffic between the cluster's own nodes is always "
+    "allowed); empty: the project's default group (SSH in from anywhere, all out). Changes apply in place"
+)
+
 
 class Billing(StrictModel):
     type: Literal["on_demand", "reserved"] = Field(default="on_demand", description="on_demand or reserved")
@@ -109,6 +114,9 @@ class ClusterCreate(StrictModel):
     container: Container | None = Field(default=None, description="Single-node clusters only")
     ssh_key_ids: list[RefId] = Field(default_factory=list, max_length=64)
     volume_ids: list[RefId] = Field(default_factory=list, max_length=64)
+    security_group_ids: list[RefId] = Field(
+        default_factory=list, max_length=16, description=SECURITY_GROUPS_DOC
+    )
     billing: Billing | None = None
     labels: Labels = Field(default_factory=dict)
     deletion_protection: bool = False
@@ -134,6 +142,9 @@ class ClusterUpdate(StrictModel):
     container: Container | None = None
     ssh_key_ids: list[RefId] | None = Field(default=None, max_length=64)
     volume_ids: list[RefId] | None = Field(default=None, max_length=64)
+    security_group_ids: list[RefId] | None = Field(
+        default=None, max_length=16, description=SECURITY_GROUPS_DOC
+    )
     billing: Billing | None = None
     labels: Labels | None = None
     deletion_protection: bool | None = None
@@ -180,6 +191,7 @@ class ClusterOut(BaseModel):
     container: str | None
     ssh_key_ids: list[str]
     volume_ids: list[str]
+    security_group_ids: list[str] = Field(description="As written; empty: the project's default group")
     billing: BillingOut
     labels: dict[str, str]
     deletion_protection: bool

@@ -13,7 +13,10 @@ A rule names the request `schema`, the dotted `field` it blames, the error `code
 - `required_when`: while `when` holds the field must be set;
 - `ssh_key_type`: the first word of an OpenSSH key line is one of `allowed`;
 - `ssh_key_data`: the second word is base64 of a key blob that starts with the key type;
-- `ssh_rsa_bits`: an `ssh-rsa` key's modulus has at least `min_bits` bits.
+- `ssh_rsa_bits`: an `ssh-rsa` key's modulus has at least `min_bits` bits;
+- `security_rules`: each rule of a security group list: tcp / udp need `from_port`, `to_port` is not below
+  it, the `portless_protocols` take no port, every CIDR block is a network without host bits (checked in
+  `domain.security_groups`).
 `when` is one condition {"field", "op": "eq"|"ne"|"gt", "value", "default"}: `default` stands in for null.
 The rules of one field are checked in order and only the first broken one is reported.
 """
@@ -26,6 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from backend.domain.errors import FieldError
+from backend.domain.security_groups import PORTLESS_PROTOCOLS
 
 CLUSTER_NAME_PATTERN = r"[a-z]([a-z0-9-]{0,38}[a-z0-9])?"
 # Private keys in every form ssh-keygen, OpenSSL and PuTTY write: OpenSSH, PKCS#8, PKCS#1/SEC1, PPK.
@@ -79,6 +83,14 @@ RULES: tuple[Rule, ...] = (
          "a reserved term is paid up front for on-demand nodes: use billing.type = on_demand with "
          "capacity_type spot or spot_with_fallback, or capacity_type = on_demand with a reserved term",
          "not_allowed_when", {"value": "reserved", "when": _SPOT}),
+    *(
+        Rule("SecurityGroupCreate", direction, "invalid_security_rule", "Invalid Security Group Rule",
+             f"each {direction} rule: protocol tcp or udp needs from_port (to_port, if set, not below it); "
+             f"{' and '.join(PORTLESS_PROTOCOLS)} take no port; cidr_blocks are networks such as "
+             "10.0.0.0/8 without host bits", "security_rules",
+             {"portless_protocols": list(PORTLESS_PROTOCOLS)})
+        for direction in ("ingress", "egress")
+    ),
     Rule("SshKeyCreate", "public_key", "private_key", "Private Key Instead Of Public Key",
          "public_key holds a private key, which must never be shared: register the public half instead, "
          "the .pub file next to it (for example ~/.ssh/id_ed25519.pub)", "forbidden_pattern",
@@ -141,7 +153,7 @@ def broken_rules(schema: str, body: Mapping[str, Any]) -> list[FieldError]:
     """Every field-comparing rule of `schema` that `body` breaks (first per field), as FieldErrors."""
     errors: list[FieldError] = []
     for one in rules_of(schema):
-        if one.check.startswith("ssh_") or any(e.path == one.field for e in errors):
+        if one.check.startswith(("ssh_", "security_")) or any(e.path == one.field for e in errors):
             continue
         if broken(one, body):
             errors.append(FieldError(one.field, one.code, one.message))

@@ -249,7 +249,8 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
         if stage == S.DRIVERS:
             config = _config_applied(cluster, node)
             node.applied_config = {**node.applied_config, "ssh_key_ids": config["ssh_key_ids"],
-                                   "volume_ids": config["volume_ids"]}
+                                   "volume_ids": config["volume_ids"],
+                                   "security_rules": config.get("security_rules")}
         if stage in (S.RECONFIGURING, S.RECREATING_CONTAINER):
             config = _config_applied(cluster, node)
             node.applied_config = {**node.applied_config, **config}
@@ -311,8 +312,8 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
     if applied.get("container") != config["container"]:
         set_stage(ctx.session, cluster, node, S.RECREATING_CONTAINER, ctx.now)
         return True
-    wanted = (config["volume_ids"], config["ssh_key_ids"])
-    if (applied.get("volume_ids"), applied.get("ssh_key_ids")) != wanted:
+    wanted = (config["volume_ids"], config["ssh_key_ids"], config["security_rules"])
+    if (applied.get("volume_ids"), applied.get("ssh_key_ids"), applied.get("security_rules")) != wanted:
         set_stage(ctx.session, cluster, node, S.RECONFIGURING, ctx.now)
         return True
     return False

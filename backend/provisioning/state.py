@@ -9,11 +9,12 @@ from typing import Any
 
 import structlog
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from backend.domain.lifecycle import STAGE_STATUS, NodeStage, NodeStatus, check_transition
+from backend.domain.security_groups import DEFAULT_EGRESS, DEFAULT_INGRESS, effective_rules
 from backend.store.engine_models import EngineNode, NodeTransition, PhaseRecord, WorkItem
-from backend.store.models import Cluster
+from backend.store.models import Cluster, SecurityGroup
 
 log = structlog.get_logger("gpucloud.engine")
 
@@ -38,7 +39,43 @@ def desired_config(cluster: Cluster) -> dict[str, Any]:
         "ssh_key_ids": [link.ssh_key_id for link in cluster.ssh_key_links],
         "volume_ids": [link.volume_id for link in cluster.volume_links],
         "container": cluster.container,
+        "security_rules": security_rules(cluster),
     }
+
+
+def security_rules(cluster: Cluster) -> dict[str, list[dict[str, Any]]]:
+    """The firewall rules the cluster's nodes enforce: the union of its security groups, or of the
+    project's default group when it names none (its built-in rules until the group is created)."""
+    session = object_session(cluster)
+    if session is None:
+        raise ValueError(f"cluster {cluster.id} is not in a session")
+    # Read once per transaction (a pass asks for every node): groups change in other transactions only.
+    cache: tuple[Any, dict[Any, dict[str, list[dict[str, Any]]]]] | None = session.info.get("security_rules")
+    if cache is None or cache[0] is not session.get_transaction():
+        cache = session.info["security_rules"] = (session.get_transaction(), {})
+    key = (cluster.id, tuple(link.security_group_id for link in cluster.security_group_links))
+    if key not in cache[1]:
+        cache[1][key] = _read_security_rules(session, cluster)
+    return cache[1][key]
+
+
+def _read_security_rules(session: Session, cluster: Cluster) -> dict[str, list[dict[str, Any]]]:
+    ids = [link.security_group_id for link in cluster.security_group_links]
+    if ids:
+        found = {g.id: g for g in session.scalars(select(SecurityGroup).where(SecurityGroup.id.in_(ids)))}
+        groups: list[Any] = [found[i] for i in ids if i in found]
+    else:
+        default = session.scalars(
+            select(SecurityGroup)
+            .where(SecurityGroup.project_id == cluster.project_id, SecurityGroup.is_default.is_(True))
+            .order_by(SecurityGroup.id)
+            .limit(1)
+        ).first()
+        built_in = {"ingress": DEFAULT_INGRESS, "egress": DEFAULT_EGRESS}
+        groups = [default] if default is not None else [built_in]
+    return effective_rules([
+        g if isinstance(g, dict) else {"ingress": g.ingress, "egress": g.egress} for g in groups
+    ])
 
 
 def set_stage(session: Session, cluster: Cluster, node: EngineNode, stage: NodeStage, now: dt.datetime,

@@ -29,8 +29,17 @@ from backend.provisioning.engine import request_reconcile
 from backend.services import quotas
 from backend.services.clock import utcnow
 from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
+from backend.services.security_groups import ensure_default_group
 from backend.store.db import execute_core
-from backend.store.models import Cluster, ClusterSshKey, ClusterVolume, SshKey, Volume
+from backend.store.models import (
+    Cluster,
+    ClusterSecurityGroup,
+    ClusterSshKey,
+    ClusterVolume,
+    SecurityGroup,
+    SshKey,
+    Volume,
+)
 from backend.store.scoping import scope_filter
 
 # Fields a PATCH may not change (a different value needs a new cluster).
@@ -38,7 +47,11 @@ IMMUTABLE_FIELDS = ("region", "instance_type", "orchestrator", "interconnect", "
 IMMUTABLE_BILLING_FIELDS = ("type", "duration_days")
 DESTROYED = "DESTROYED"
 MICROS = Decimal(1_000_000)
-_LINKS_JOINED = (joinedload(Cluster.ssh_key_links), joinedload(Cluster.volume_links))
+_LINKS_JOINED = (
+    joinedload(Cluster.ssh_key_links),
+    joinedload(Cluster.volume_links),
+    joinedload(Cluster.security_group_links),
+)
 # The GET path reads with two prebuilt Core statements (built and cache-keyed once, no ORM instances):
 # the cluster row, then its SSH key and volume links together.
 _CLUSTER_ROW = select(Cluster.__table__).where(Cluster.id == bindparam("cluster_id"))
@@ -47,6 +60,9 @@ _CLUSTER_LINKS = union_all(
     .where(ClusterSshKey.cluster_id == bindparam("cluster_id")),
     select(literal("volume").label("kind"), ClusterVolume.volume_id.label("ref"), ClusterVolume.position)
     .where(ClusterVolume.cluster_id == bindparam("cluster_id")),
+    select(literal("security_group").label("kind"), ClusterSecurityGroup.security_group_id.label("ref"),
+           ClusterSecurityGroup.position)
+    .where(ClusterSecurityGroup.cluster_id == bindparam("cluster_id")),
 )
 
 
@@ -68,11 +84,14 @@ def scoped_labels(labels: Mapping[str, str], scope: Scope | None) -> dict[str, s
 def cluster_spec(row: Cluster) -> dict[str, Any]:
     """The declared spec of a stored cluster, as the API returns it."""
     return spec_of(
-        row, [link.ssh_key_id for link in row.ssh_key_links], [link.volume_id for link in row.volume_links]
+        row, [link.ssh_key_id for link in row.ssh_key_links], [link.volume_id for link in row.volume_links],
+        [link.security_group_id for link in row.security_group_links],
     )
 
 
-def spec_of(row: Any, ssh_key_ids: list[str], volume_ids: list[str]) -> dict[str, Any]:
+def spec_of(
+    row: Any, ssh_key_ids: list[str], volume_ids: list[str], security_group_ids: list[str]
+) -> dict[str, Any]:
     """The declared spec from a cluster row (ORM or Core, same column names) and its link ids."""
     return {
         "name": row.name,
@@ -84,6 +103,7 @@ def spec_of(row: Any, ssh_key_ids: list[str], volume_ids: list[str]) -> dict[str
         "container": row.container,
         "ssh_key_ids": ssh_key_ids,
         "volume_ids": volume_ids,
+        "security_group_ids": security_group_ids,
         "billing": {
             "type": row.billing_type,
             "duration_days": row.billing_duration_days,
@@ -133,7 +153,11 @@ def _check_spec(
     outside which new references are not found)."""
     full = apply_cluster_defaults(spec, catalog)
     errors = [FieldError(e.path, e.code, e.message) for e in validate_cluster_spec(full, catalog)]
-    kept = {*(current or {}).get("ssh_key_ids", []), *(current or {}).get("volume_ids", [])}
+    kept = {
+        *(current or {}).get("ssh_key_ids", []),
+        *(current or {}).get("volume_ids", []),
+        *(current or {}).get("security_group_ids", []),
+    }
     errors += _check_references(session, project_id, full, scope, kept)
     if not errors:
         errors += _check_cost(full, catalog, reserved_nodes, current)
@@ -144,7 +168,7 @@ def _check_spec(
     return full
 
 
-Referenced = TypeVar("Referenced", SshKey, Volume)
+Referenced = TypeVar("Referenced", SshKey, Volume, SecurityGroup)
 
 
 def _owned(
@@ -177,6 +201,15 @@ def _check_references(
     }
     errors = _check_list("ssh_key_ids", "SSH key", key_ids, keys)
     errors += _check_list("volume_ids", "volume", volume_ids, set(volumes))
+    group_ids = list(spec.get("security_group_ids") or [])
+    groups = {
+        r.id
+        for r in _owned(
+            session, SecurityGroup, [i for i in group_ids if is_id_of("security_group", i)], project_id,
+            scope, kept,
+        )
+    }
+    errors += _check_list("security_group_ids", "security group", group_ids, groups)
     region = spec.get("region")
     for index, ref in enumerate(volume_ids):
         if ref in volumes and volumes[ref] != region:
@@ -300,6 +333,10 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
     row.volume_links = [
         ClusterVolume(volume_id=ref, position=i) for i, ref in enumerate(spec.get("volume_ids") or [])
     ]
+    row.security_group_links = [
+        ClusterSecurityGroup(security_group_id=ref, position=i)
+        for i, ref in enumerate(spec.get("security_group_ids") or [])
+    ]
 
 
 def create_cluster(
@@ -334,6 +371,8 @@ def create_cluster(
     _apply(row, full)
     session.add(row)
     session.flush()
+    if not full.get("security_group_ids"):
+        ensure_default_group(session=session, project_id=project_id)
     request_reconcile(session, row.id, catalog=catalog)
     return row
 
@@ -381,7 +420,8 @@ def read_cluster(
     links = sorted(execute_core(session, _CLUSTER_LINKS, params), key=lambda link: link.position)
     ssh_key_ids = [link.ref for link in links if link.kind == "ssh_key"]
     volume_ids = [link.ref for link in links if link.kind == "volume"]
-    return row, spec_of(row, ssh_key_ids, volume_ids)
+    group_ids = [link.ref for link in links if link.kind == "security_group"]
+    return row, spec_of(row, ssh_key_ids, volume_ids, group_ids)
 
 
 def list_clusters(
@@ -489,6 +529,8 @@ def update_cluster(
         _apply(row, full)
         touch(row)
         session.flush()
+        if not full.get("security_group_ids"):
+            ensure_default_group(session=session, project_id=project_id)
         request_reconcile(session, row.id, remove_node_names=remove_node_names, catalog=catalog)
     return row
 

@@ -152,6 +152,10 @@ class Cluster(Versioned, Base):
     volume_links: Mapped[list[ClusterVolume]] = relationship(
         order_by="ClusterVolume.position", cascade="all, delete-orphan", lazy="selectin"
     )
+    # None: the project's default group applies (migration 0014_security_groups).
+    security_group_links: Mapped[list[ClusterSecurityGroup]] = relationship(
+        order_by="ClusterSecurityGroup.position", cascade="all, delete-orphan", lazy="selectin"
+    )
 
 
 Index("ix_clusters_project_id_id", Cluster.project_id, Cluster.id)
@@ -173,6 +177,37 @@ class ClusterVolume(Base):
 
     cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
     volume_id: Mapped[str] = mapped_column(ForeignKey("volumes.id"), primary_key=True, index=True)
+    position: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class SecurityGroup(Versioned, Base):
+    """Firewall rules for clusters' nodes (migration 0014_security_groups). `is_default`: the project's
+    default group, created when the first cluster without groups needs it, used by every such cluster."""
+
+    __tablename__ = "security_groups"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    description: Mapped[str | None] = mapped_column(String(256))
+    # Lists of rules as the API takes them (protocol, from_port, to_port, cidr_blocks, description).
+    ingress: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False, default=list)
+    egress: Mapped[list[dict[str, Any]]] = mapped_column(JSON, nullable=False, default=list)
+    is_default: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    # As SshKey.labels: the creating key's scope label, what team scopes filter on.
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict, server_default="{}")
+
+
+Index("ix_security_groups_project_id_id", SecurityGroup.project_id, SecurityGroup.id)
+
+
+class ClusterSecurityGroup(Base):
+    __tablename__ = "cluster_security_groups"
+
+    cluster_id: Mapped[str] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True)
+    security_group_id: Mapped[str] = mapped_column(
+        ForeignKey("security_groups.id"), primary_key=True, index=True
+    )
     position: Mapped[int] = mapped_column(Integer, nullable=False)
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import json
 import re
 import struct
@@ -42,8 +43,11 @@ from provider.framework.validators import (
 
 TABLE = Path(__file__).with_name("api_rules.json")
 # The request schemas whose rules resources check at plan time.
-SCHEMAS = ("ClusterCreate", "NodeActionIn", "SshKeyCreate", "VolumeCreate", "BudgetCreate")
+SCHEMAS = (
+    "ClusterCreate", "NodeActionIn", "SshKeyCreate", "VolumeCreate", "BudgetCreate", "SecurityGroupCreate"
+)
 FIELD_CHECKS = ("pattern", "forbidden_pattern", "ssh_key_type", "ssh_key_data", "ssh_rsa_bits")
+LIST_CHECKS = ("security_rules",)
 BETWEEN_FIELDS_CHECKS = ("not_allowed_when", "required_when")
 
 
@@ -81,6 +85,11 @@ def _flatten_into(fields: dict[str, Any], prefix: str, schema: Mapping[str, Any]
         resolved = _resolve(prop, components)
         if "properties" in resolved:
             _flatten_into(fields, f"{prefix}{name}.", resolved, components)
+            continue
+        items = resolved.get("items", {})
+        if "properties" in items:  # a list of objects: the list's own constraints, then `name[].field`
+            fields[prefix + name] = {k: v for k, v in resolved.items() if k != "items"}
+            _flatten_into(fields, f"{prefix}{name}[].", items, components)
         else:
             fields[prefix + name] = resolved
 
@@ -121,6 +130,7 @@ def field_validators(schema: str, field: str, *, text: Mapping[str, str] | None 
     found: list[Validator] = [
         _RuleValidator(r) for r in rules(schema, checks=FIELD_CHECKS) if r["field"] == field
     ]
+    found += [_RulesListValidator(r) for r in rules(schema, checks=LIST_CHECKS) if r["field"] == field]
     found += schema_validators(constraints(schema, field), text or {})
     return [first_failure(*found)] if len(found) > 1 else found
 
@@ -186,6 +196,62 @@ class _RuleValidator:
     def validate(self, value: Any, path: AttributePath, diags: Diagnostics) -> None:
         if isinstance(value, str) and not is_unknown(value) and field_rule_broken(self.rule, value):
             diags.error(self.rule["title"], _sentence(self.rule["message"]), path)
+
+
+class _RulesListValidator:
+    """A `security_rules` rule of the contract: each firewall rule of the list, reported at the element's
+    attribute at fault (ports against the protocol, CIDR blocks)."""
+
+    def __init__(self, rule: Mapping[str, Any]) -> None:
+        self.rule = rule
+        self.description = rule["message"]
+
+    def validate(self, value: Any, path: AttributePath, diags: Diagnostics) -> None:
+        if not isinstance(value, list):
+            return
+        for index, element in enumerate(value):
+            if isinstance(element, Mapping):
+                for attribute, at, problem in security_rule_problems(self.rule, element):
+                    where = path.element(index).attr(attribute)
+                    where = where if at is None else where.element(at)
+                    diags.error(self.rule["title"], _sentence(problem), where)
+
+
+def security_rule_problems(
+    rule: Mapping[str, Any], element: Mapping[str, Any]
+) -> list[tuple[str, int | None, str]]:
+    """(attribute, list index or None, problem) of one firewall rule; unknown values are not judged."""
+    protocol, low, high = element.get("protocol"), element.get("from_port"), element.get("to_port")
+    out: list[tuple[str, int | None, str]] = []
+    if not any(is_unknown(v) for v in (protocol, low, high)) and isinstance(protocol, str):
+        if protocol in rule["portless_protocols"]:
+            out += [(name, None, f"{name} is not allowed with protocol {protocol} (it matches every packet "
+                                 "of the protocol): remove it")
+                    for name, port in (("from_port", low), ("to_port", high)) if port is not None]
+        elif low is None:
+            needs = f"protocol {protocol} needs from_port (1-65535; to_port for a range)"
+            out.append(("from_port", None, needs))
+        elif high is not None and high < low:
+            backwards = f"to_port {high} is below from_port {low}; a range runs from low to high"
+            out.append(("to_port", None, backwards))
+    blocks = element.get("cidr_blocks")
+    for at, cidr in enumerate(blocks if isinstance(blocks, list) else []):
+        problem = None if is_unknown(cidr) or not isinstance(cidr, str) else cidr_problem(cidr)
+        if problem is not None:
+            out.append(("cidr_blocks", at, problem))
+    return out
+
+
+def cidr_problem(text: str) -> str | None:
+    """Why `text` is no network in CIDR notation (a host address with a prefix, say), or None."""
+    try:
+        ipaddress.ip_network(text, strict=True)
+    except ValueError as error:
+        if "host bits set" in str(error):
+            network = ipaddress.ip_network(text, strict=False)
+            return f"{text!r} has host bits set; write the network, {network}"
+        return f"{text!r} is not a CIDR block such as 10.0.0.0/8 or 2001:db8::/32"
+    return None
 
 
 def field_rule_broken(rule: Mapping[str, Any], value: str) -> bool:

@@ -61,6 +61,7 @@ PATCHABLE = {
     "node_count": "node_count",
     "container": "container",
     "ssh_key_ids": "ssh_key_ids",
+    "security_group_ids": "security_group_ids",
     "labels": "labels",
     "deletion_protection": "deletion_protection",
     "node_repair": "node_repair",
@@ -69,12 +70,12 @@ PATCHABLE = {
     "autoscaling": "autoscaling",
 }
 # Changes the engine has to carry out on the nodes (the update then waits for convergence).
-ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids")
+ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids", "security_group_ids")
 
 
-SETS = ("ssh_key_ids", "shared_volume_ids")
+SETS = ("ssh_key_ids", "shared_volume_ids", "security_group_ids")
 FAILURE_REASON = "failure_reason"  # private state: why the cluster is FAILED, as last read
-EMPTY_AS_NULL = ("ssh_key_ids", "shared_volume_ids", "labels")
+EMPTY_AS_NULL = ("ssh_key_ids", "shared_volume_ids", "security_group_ids", "labels")
 # A cluster saved while still converging (an interrupted or timed-out wait): the next plan resumes the
 # wait as an in-place update, with these attributes known only after it.
 CONVERGING_STATUSES = ("PENDING", "PROVISIONING", "CONFIGURING", "CONTAINER_CREATING")
@@ -402,8 +403,9 @@ class GpuClusterResource(Resource):
         }
         if plan.get("autoscaling") is not None:
             changes.pop("node_count", None)  # the engine's (the API moves it into a new range itself)
-        if "ssh_key_ids" in changes:
-            changes["ssh_key_ids"] = sorted(changes["ssh_key_ids"] or [])
+        for listed in ("ssh_key_ids", "security_group_ids"):
+            if listed in changes:
+                changes[listed] = sorted(changes[listed] or [])
         if "labels" in changes:
             changes["labels"] = changes["labels"] or {}
         if _differs("ttl", plan, state) or _differs("expires_at", plan, state):

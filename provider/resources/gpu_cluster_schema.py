@@ -285,8 +285,8 @@ CLUSTER_SCHEMA = Schema(
     "`nodes`...), so resources and providers configured from them are not disturbed.\n"
     "- **In place**: `name`, `node_count` (scaling), `autoscaling` (the range; the engine then moves "
     "`node_count`, see [engine.md](../engine.md#autoscaling)), `container`, `ssh_key_ids`, "
-    "`shared_volume_ids` "
-    "(attach/detach), `labels`, `deletion_protection`, `node_repair`, `max_hourly_cost_usd`, "
+    "`shared_volume_ids` (attach/detach), `security_group_ids`, `labels`, `deletion_protection`, "
+    "`node_repair`, `max_hourly_cost_usd`, "
     "`billing.on_expiry`. "
     "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `capacity_type` (moving "
     "running nodes between capacity types would interrupt them: a new cluster is the honest change), "
@@ -392,6 +392,14 @@ CLUSTER_SCHEMA = Schema(
             description="Ids of `gpucloud_shared_volume`s (same region) mounted on every node. Volumes are "
             "attached and detached in place.",
             validators=api("volume_ids", items="must be an id such as vol_0abc"),
+        ),
+        "security_group_ids": SetAttribute(
+            element_type=STRING,
+            optional=True,
+            description="Ids of `gpucloud_security_group`s whose rules the nodes enforce (traffic between "
+            "the cluster's own nodes is always allowed); unset or empty: the project's default group (SSH "
+            "in from anywhere, all out). Changes in place: the nodes' firewalls are reconfigured.",
+            validators=api("security_group_ids", items="must be an id such as sgr_0abc"),
         ),
         "billing": SingleNestedAttribute(
             optional=True,
@@ -503,6 +511,7 @@ SPEC_FIELDS = {
     "container": "container",
     "ssh_key_ids": "ssh_key_ids",
     "shared_volume_ids": "volume_ids",
+    "security_group_ids": "security_group_ids",
     "billing": "billing",
     "labels": "labels",
     "deletion_protection": "deletion_protection",
@@ -514,6 +523,9 @@ SPEC_FIELDS = {
     "idle_teardown_minutes": "idle_teardown_minutes",
     "autoscaling": "autoscaling",
 }
+
+
+SORTED_SETS = ("ssh_key_ids", "shared_volume_ids", "security_group_ids")
 
 
 def spec_from_plan(plan: dict[str, Any]) -> dict[str, Any]:
@@ -529,7 +541,7 @@ def spec_from_plan(plan: dict[str, Any]) -> dict[str, Any]:
             continue  # the engine's: the API starts the cluster at min_nodes
         if tf_name == "expires_at" and (plan.get("ttl") is not None or is_unknown(value)):
             continue  # computed from ttl by the API
-        spec[api_name] = sorted(value) if tf_name in ("ssh_key_ids", "shared_volume_ids") else value
+        spec[api_name] = sorted(value) if tf_name in SORTED_SETS else value
     return spec
 
 
@@ -680,6 +692,9 @@ def cluster_state(
         "container": body.get("container"),
         "ssh_key_ids": _empty_as(prior.get("ssh_key_ids"), sorted(body.get("ssh_key_ids") or [])),
         "shared_volume_ids": _empty_as(prior.get("shared_volume_ids"), sorted(body.get("volume_ids") or [])),
+        "security_group_ids": _empty_as(
+            prior.get("security_group_ids"), sorted(body.get("security_group_ids") or [])
+        ),
         "billing": {
             "type": billing.get("type") or "on_demand",
             "duration_days": billing.get("duration_days"),

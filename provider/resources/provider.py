@@ -51,6 +51,7 @@ from provider.resources.list_resources import (
     SshKeyListResource,
 )
 from provider.resources.quota_data_source import QuotaDataSource
+from provider.resources.security_group import SecurityGroupResource
 from provider.resources.shared_volume import SharedVolumeResource
 from provider.resources.ssh_key import SshKeyResource
 
@@ -65,6 +66,7 @@ RESOURCES: tuple[type[Resource], ...] = (
     SharedVolumeResource,
     GpuClusterResource,
     BudgetResource,
+    SecurityGroupResource,
 )
 DATA_SOURCES: tuple[type[DataSource], ...] = (
     RegionsDataSource,

@@ -36,6 +36,8 @@ def _bodies() -> dict[tuple[str, str], Any]:
         ("POST", "/v1/pricing/estimate"): CLUSTER,
         ("POST", "/v1/budgets"): {"name": "made", "amount_usd": "100"},
         ("PATCH", "/v1/budgets/{budget_id}"): {"amount_usd": "200"},
+        ("POST", "/v1/security-groups"): {"name": "made"},
+        ("PATCH", "/v1/security-groups/{security_group_id}"): {"name": "renamed"},
     }
 
 
@@ -44,8 +46,9 @@ def _world(admin: TestClient) -> dict[str, str]:
     volume = admin.post("/v1/volumes", json={"name": "v", "region": "us-east-1", "size_tib": 1}).json()["id"]
     cluster = admin.post("/v1/clusters", json={**CLUSTER, "ssh_key_ids": [key]}).json()["id"]
     budget = admin.post("/v1/budgets", json={"name": "b", "amount_usd": "1000"}).json()["id"]
+    group = admin.post("/v1/security-groups", json={"name": "g"}).json()["id"]
     return {"cluster_id": cluster, "volume_id": volume, "ssh_key_id": key, "budget_id": budget,
-            "file": "hosts", "name": "train-0"}
+            "security_group_id": group, "file": "hosts", "name": "train-0"}
 
 
 def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:
@@ -55,6 +58,7 @@ def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:
         f"/v1/volumes/{ids['volume_id']}",
         f"/v1/ssh-keys/{ids['ssh_key_id']}",
         f"/v1/budgets/{ids['budget_id']}",
+        f"/v1/security-groups/{ids['security_group_id']}",
     )
     return [admin.get(path).headers["ETag"] for path in paths]
 

@@ -61,7 +61,11 @@ RESOURCES: dict[str, tuple[str, str, dict[str, str], dict[str, Any]]] = {
         "/v1/volumes", "gpucloud_shared_volume", {}, {"name": "data", "region": "us-east-1", "size_tib": 1}
     ),
     "BudgetCreate": ("/v1/budgets", "gpucloud_budget", {}, {"name": "nlp", "amount_usd": 100}),
+    "SecurityGroupCreate": ("/v1/security-groups", "gpucloud_security_group", {}, {"name": "lab"}),
 }
+# Lists of objects (`ingress[].protocol` in the table): a breaking value goes into one valid element.
+OBJECT_LISTS = {"ingress", "egress"}
+VALID_RULE = {"protocol": "tcp", "from_port": 22, "cidr_blocks": ["0.0.0.0/0"]}
 
 # One body fragment breaking each x-gpucloud-rule, by (schema, code).
 RULE_BREAKERS: dict[tuple[str, str], Any] = {
@@ -79,6 +83,13 @@ RULE_BREAKERS: dict[tuple[str, str], Any] = {
         "public_key": "ssh-ed25519 " + rsa_key(2048).split()[1]  # the data holds another type
     },
     ("SshKeyCreate", "key_too_weak"): lambda: {"public_key": rsa_key(1024)},
+    # One rule per list: by (schema, code, field).
+    **{
+        ("SecurityGroupCreate", "invalid_security_rule", direction): lambda d=direction: {
+            d: [{"protocol": "icmp", "from_port": 8, "cidr_blocks": ["0.0.0.0/0"]}]
+        }
+        for direction in OBJECT_LISTS
+    },
 }
 
 # Candidates that break a `pattern` (the first that does is used).
@@ -156,6 +167,10 @@ def _violations(c: dict[str, Any]) -> Iterator[tuple[str, Any]]:
 
 def _nest(dotted: str, value: Any) -> dict[str, Any]:
     first, _, rest = dotted.partition(".")
+    if first.endswith("[]"):  # one element of a list of objects
+        return {first[:-2]: [{**VALID_RULE, **_nest(rest, value)}]}
+    if first in OBJECT_LISTS and not rest and isinstance(value, list):  # the list's own size
+        return {first: [VALID_RULE] * len(value)}
     return {first: _nest(rest, value) if rest else value}
 
 
@@ -166,7 +181,9 @@ def walk() -> Iterator[Any]:
                 yield pytest.param(schema, field, None, lambda f=field, v=value: _nest(f, v),
                                    id=f"{schema}.{field}.{keyword}")
     for rule in RULES:
-        breaker = RULE_BREAKERS.get((rule.schema, rule.code))
+        breaker = RULE_BREAKERS.get((rule.schema, rule.code, rule.field)) or RULE_BREAKERS.get(
+            (rule.schema, rule.code)
+        )
         assert breaker is not None, f"no breaker for rule {rule.schema}/{rule.code}: add one"
         yield pytest.param(rule.schema, rule.field, rule, breaker, id=f"{rule.schema}.{rule.code}")
 
@@ -187,6 +204,9 @@ def _config(schema: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         attr = renames.get(name, name)
         if isinstance(value, dict) and attr in ("billing", "label_filter", "autoscaling"):
             value = {**dict.fromkeys(resource.schema.attributes[attr].attributes), **value}
+        if attr in OBJECT_LISTS:
+            empty = dict.fromkeys(resource.schema.attributes[attr].attributes)
+            value = [{**empty, **element} for element in value]
         if isinstance(value, float):
             value = Decimal(str(value))
         config[attr] = value
@@ -220,18 +240,27 @@ def test_api_rules_walk_every_rule_is_refused_by_the_api_and_at_plan_time(
     body = _api_body(schema, breaker())
     response = api.post(RESOURCES[schema][0], json=body)
     assert response.status_code == 422, response.text
-    api_fields = [e["field"] for e in response.json()["errors"]]
+    # Element indexes as the table writes them: `ingress[0].protocol` is field `ingress[].protocol`.
+    api_errors = [(re.sub(r"\[\d+\]", "[]", e["field"]), e["code"]) for e in response.json()["errors"]]
+    api_fields = [f for f, _ in api_errors]
     assert any(f == field or f.startswith((field + ".", field + "[")) for f in api_fields), api_fields
+    # A rule on a list of objects blames the element's attribute at fault.
+    in_element = field in OBJECT_LISTS
     if rule is not None:
-        assert (rule.field, rule.code) in [(e["field"], e["code"]) for e in response.json()["errors"]]
+        assert any((f == rule.field or (in_element and f.startswith(rule.field + "[]."))) and c == rule.code
+                   for f, c in api_errors), api_errors
 
     renames = RESOURCES[schema][2]
-    first, *rest = field.split(".")
+    first, *rest = field.replace("[]", "").split(".")
     attribute_path = [renames.get(first, first), *rest]
     found = _provider_errors(schema, body)
-    assert any(path == attribute_path for path, _, _ in found), found
+
+    def blamed(path: list[str]) -> bool:
+        return path == attribute_path or (in_element and path[: len(attribute_path)] == attribute_path)
+
+    assert any(blamed(path) for path, _, _ in found), found
     if rule is not None:
-        assert any(path == attribute_path and summary == rule.title for path, summary, _ in found), found
+        assert any(blamed(path) and summary == rule.title for path, summary, _ in found), found
 
 
 # Rules needing the catalog or stored objects: (schema, field, code) -> body fragment breaking it.

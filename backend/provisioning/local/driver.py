@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -68,10 +69,10 @@ from backend.provisioning.local.node_setup import (
     volumes_dir,
 )
 from backend.provisioning.node_config import configure as node_config
-from backend.provisioning.node_config import slurm_control
+from backend.provisioning.node_config import firewall, slurm_control
 from backend.provisioning.node_config.shell import NodeCommandError, NodeShell
 from backend.provisioning.node_config.ssh import SshShell, close_all
-from backend.provisioning.state import live_nodes, utcnow
+from backend.provisioning.state import live_nodes, security_rules, utcnow
 from backend.provisioning.views import cluster_layout
 from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.models import Cluster, SshKey
@@ -116,6 +117,8 @@ class ClusterPlan:
     volumes: dict[str, Path]  # mount path -> host directory
     deleting: bool
     members: tuple[NodePlan, ...] = ()
+    # The security group rules every node enforces ({"ingress": [...], "egress": [...]}).
+    security_rules: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -276,7 +279,8 @@ class LocalDriver:
         return ClusterPlan(cluster.id, state.subnet, cluster.orchestrator, state.jumphost_ip is not None,
                            controller, files, hosts, keys, volumes,
                            cluster.deletion_requested_at is not None or state.rollback_reason is not None,
-                           tuple(NodePlan(n.name, instance_name(n), n.private_ip) for n in members))
+                           tuple(NodePlan(n.name, instance_name(n), n.private_ip) for n in members),
+                           security_rules(cluster))
 
     def _start(self, session: Session, request: OperationRequest, now: dt.datetime) -> _Job:
         cluster_id = request.cluster_id
@@ -385,8 +389,9 @@ class LocalDriver:
             shell_of(node).close()
         node.create(node_binds(node))
         start_sshd(node)
-        _wait_for_port(node.address, 22)
+        _wait_for_port(node.address, 22, cluster.management)
         node_config.configure(shell_of(node), self._node_config(cluster, plan))
+        firewall.apply(shell_of(node), self._firewall(cluster, plan))
 
     def _create_control_plane(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
         if not plan.multi_node or plan.controller is None:
@@ -445,7 +450,7 @@ class LocalDriver:
         if not node.exists():
             raise LocalHostError(f"node {node.name} does not exist")
         if not plan.multi_node:
-            _wait_for_port(node.address, 22)
+            _wait_for_port(node.address, 22, cluster.management)
         if plan.orchestrator != "slurm" or plan.controller is None:
             return
         controller = shell_of(self._node(cluster, plan.controller))
@@ -462,17 +467,30 @@ class LocalDriver:
 
     def _reconfigure(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         self._sync_volumes(cluster, plan, node)
+        script = self._firewall(cluster, plan)
+        for target in self._with_login(cluster, plan, node):
+            firewall.apply(shell_of(target), script)
+
+    @staticmethod
+    def _firewall(cluster: LocalCluster, plan: ClusterPlan) -> str:
+        """The nodes' nftables ruleset: the cluster's subnet but the host's address is the cluster (always
+        allowed), the rest is the security groups' to decide."""
+        return firewall.ruleset(plan.security_rules, peers=str(cluster.subnet), outsider=cluster.gateway,
+                                management=cluster.management)
+
+    def _with_login(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> list[LocalNode]:
+        """The node, and the jumphost (the login node) of a multi-node cluster, those that exist."""
+        targets = [node]
+        if plan.multi_node and plan.controller is not None:
+            targets.append(self._node(cluster, plan.controller))
+        return [target for target in targets if target.exists()]
 
     def _sync_volumes(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         """Keys and volumes in place, on this node and the jumphost (the login node of the cluster)."""
         self._lay_out(cluster, plan)
         config = self._node_config(cluster, plan)
-        targets = [node]
-        if plan.multi_node and plan.controller is not None:
-            targets.append(self._node(cluster, plan.controller))
-        for target in targets:
-            if target.exists():
-                node_config.set_access(shell_of(target), config)
+        for target in self._with_login(cluster, plan, node):
+            node_config.set_access(shell_of(target), config)
 
     def _release(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode,
                  why: str | None = None) -> None:
@@ -593,11 +611,13 @@ def _wait_for_controller(shell: NodeShell, seconds: float = 30.0) -> None:
     raise LocalHostError(f"slurmctld did not answer within {seconds:.0f} s ({output}); log: {log or 'none'}")
 
 
-def _wait_for_port(address: str, port: int, seconds: float = 30.0) -> None:
+def _wait_for_port(address: str, port: int, source: str, seconds: float = 30.0) -> None:
+    """Wait for `address:port` to accept a connection from `source` (the management address: a security
+    group may refuse the host's own)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection((address, port), timeout=1):
+            with socket.create_connection((address, port), timeout=1, source_address=(source, 0)):
                 return
         except OSError:
             time.sleep(0.1)

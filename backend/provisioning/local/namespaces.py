@@ -75,15 +75,25 @@ class LocalCluster:
         """The host's address on the cluster bridge: how this machine reaches the nodes."""
         return str(next(self.subnet.hosts()))
 
+    @property
+    def management(self) -> str:
+        """The backend's own address on the bridge (the subnet's second), where its provisioning SSH comes
+        from: a cloud's management network, which security groups never filter (the host's `gateway`,
+        what a user's ssh comes from, they do)."""
+        return str(self.subnet.network_address + 2)
+
     def up(self) -> None:
         """Create the bridge and directories (idempotent)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         _ensure_private_mount_dir(self.ns_dir)
         if run(["ip", "link", "show", self.bridge], check=False).returncode != 0:
             run(["ip", "link", "add", self.bridge, "type", "bridge"])
-        address = f"{self.gateway}/{self.subnet.prefixlen}"
-        if address not in run(["ip", "-o", "addr", "show", "dev", self.bridge]).stdout:
-            run(["ip", "addr", "add", address, "dev", self.bridge])
+        present = run(["ip", "-o", "addr", "show", "dev", self.bridge]).stdout
+        # The gateway first: it stays the primary address, the source of this machine's own connections.
+        for host in (self.gateway, self.management):
+            address = f"{host}/{self.subnet.prefixlen}"
+            if f" {address} " not in present:
+                run(["ip", "addr", "add", address, "dev", self.bridge])
         run(["ip", "link", "set", self.bridge, "up"])
 
     def node(self, name: str, address: str, instance: str | None = None) -> LocalNode:

@@ -47,8 +47,8 @@ PermitRootLogin no
 UsePAM no
 PidFile /run/sshd/sshd.pid
 Subsystem sftp internal-sftp
-# The backend configures the node as root, from the host's address on the cluster bridge only.
-Match Address {gateway}
+# The backend configures the node as root, from its addresses on the cluster bridge only.
+Match Address {gateway},{management}
     PermitRootLogin prohibit-password
 """
 
@@ -82,7 +82,8 @@ def prepare_cluster(cluster: LocalCluster) -> None:
              "-f", str(ssh / "new.ssh_host_ed25519_key")])
         (ssh / "new.ssh_host_ed25519_key.pub").rename(ssh / "ssh_host_ed25519_key.pub")
         (ssh / "new.ssh_host_ed25519_key").rename(ssh / "ssh_host_ed25519_key")  # last: marks it done
-    _write(ssh / "sshd_config", _SSHD_CONFIG.format(boot=BOOT_DIR, gateway=cluster.gateway))
+    _write(ssh / "sshd_config", _SSHD_CONFIG.format(boot=BOOT_DIR, gateway=cluster.gateway,
+                                                      management=cluster.management))
     _write(ssh / "authorized_keys" / "root", key.with_name("id_ed25519.pub").read_text())
     host_key = (ssh / "ssh_host_ed25519_key.pub").read_text().split()
     _write(ssh / "known_hosts", f"{host_key_alias(cluster)} {host_key[0]} {host_key[1]}\n")
@@ -112,7 +113,8 @@ def munge_key(cluster: LocalCluster) -> bytes:
 
 def node_shell(cluster: LocalCluster, name: str, address: str) -> SshShell:
     """A root shell on the node over SSH (one multiplexed connection per node, see node_config/ssh.py)."""
-    target = SshTarget(name, address, 22, cluster.dir / "ssh" / "known_hosts", host_key_alias(cluster))
+    target = SshTarget(name, address, 22, cluster.dir / "ssh" / "known_hosts", host_key_alias(cluster),
+                       source_address=cluster.management)
     return SshShell(target, identity(cluster.root), control_dir(cluster))
 
 

@@ -25,6 +25,7 @@ REQUIRED_PROGRAMS = {
     "sshd": "openssh-server", "ssh-keygen": "openssh-client",
     # Configuring a node over SSH: the client here, the tools the configuration scripts run on the node.
     "ssh": "openssh-client", "useradd": "passwd", "pgrep": "procps",
+    "nft": "nftables",  # security groups: each node's firewall
 }
 PMIX_LIBRARY = "/usr/lib/*/pmix2/lib/libpmix.so*"
 _SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")

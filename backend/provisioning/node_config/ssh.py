@@ -42,6 +42,7 @@ class SshTarget:
     known_hosts: Path  # the host keys to accept, nothing else
     host_key_alias: str | None = None  # the name the key is recorded under in known_hosts
     user: str = "root"
+    source_address: str | None = None  # connect from this local address (a management network's)
 
 
 class SshShell(NodeShell):
@@ -66,6 +67,8 @@ class SshShell(NodeShell):
         if self.target.host_key_alias is not None:
             options["HostKeyAlias"] = self.target.host_key_alias
         argv = ["ssh", "-F", "none", "-i", str(self.identity), "-p", str(self.target.port)]
+        if self.target.source_address is not None:
+            argv += ["-b", self.target.source_address]
         for key, value in options.items():
             argv += ["-o", f"{key}={value}"]
         return [*argv, f"{self.target.user}@{self.target.host}", "--", remote_command]

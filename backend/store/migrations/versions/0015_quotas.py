@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0015_quotas"
-down_revision = "0012_allocation_counters"
+down_revision = "0014_security_groups"
 branch_labels = None
 depends_on = None
 
