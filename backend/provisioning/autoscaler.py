@@ -24,10 +24,12 @@ from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog
 from backend.domain.ids import new_id
+from backend.domain.quotas import QuotaExceeded
 from backend.provisioning import allocator
 from backend.provisioning.driver import Job, NodeRun
 from backend.provisioning.engine import request_reconcile
 from backend.provisioning.state import aware, live_nodes, wake
+from backend.services import quotas
 from backend.store.engine_models import EngineCluster, PhaseRecord
 from backend.store.models import AuditEvent, Cluster
 
@@ -140,6 +142,24 @@ def free_nodes(session: Session, catalog: Catalog, cluster: Cluster) -> int:
     return free.get(state.fabric, 0)
 
 
+def within_quota(session: Session, catalog: Catalog, cluster: Cluster, decision: Decision) -> Decision:
+    """The scale-up cut to what the project's quotas allow (as a user's scale-up would be refused past
+    them); the quota lock, once taken, is held until the decision commits."""
+    spec = {"instance_type": cluster.instance_type, "region": cluster.region,
+            "node_count": cluster.node_count,
+            "billing": {"type": cluster.billing_type, "duration_days": cluster.billing_duration_days}}
+    capped = ""
+    for count in range(decision.node_count, cluster.node_count, -1):
+        try:
+            quotas.admit(session=session, catalog=catalog, project_id=cluster.project_id,
+                         spec={**spec, "node_count": count}, current=spec)
+        except QuotaExceeded as refused:
+            capped = f"; capped by quota {refused.extra.get('quota')}"
+            continue
+        return Decision(count, decision.remove, decision.reason + capped)
+    return Decision(cluster.node_count, decision.remove, decision.reason)
+
+
 def apply(session: Session, catalog: Catalog, cluster: Cluster, decision: Decision, *, members: Sequence[str],
           now: dt.datetime) -> bool:
     """Carry out a decision made on `members` (the node names it saw): False, and nothing done, when the
@@ -153,6 +173,11 @@ def apply(session: Session, catalog: Catalog, cluster: Cluster, decision: Decisi
         session.rollback()
         return False
     before = cluster.node_count
+    if decision.node_count > before:
+        decision = within_quota(session, catalog, cluster, decision)
+        if decision.node_count <= before:
+            session.rollback()  # the project's quotas leave no room: the next round looks again
+            return False
     cluster.node_count = decision.node_count
     cluster.generation += 1
     cluster.updated_at = now

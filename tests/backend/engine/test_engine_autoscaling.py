@@ -18,6 +18,7 @@ from backend.provisioning.driver import Job, NodeRun
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.worker import EngineWorker
+from backend.services import quotas
 from backend.store.models import AuditEvent, Cluster
 from tests.backend.engine.conftest import FAST, cluster_body, drain, get
 
@@ -110,6 +111,29 @@ def test_engine_autoscaling_grows_on_pending_jobs_and_releases_the_idle_nodes(
     assert admin.patch(f"/v1/clusters/{cluster['id']}", json={"autoscaling": None}).status_code == 200
     assert not stale([n["name"] for n in get(admin, cluster["id"])["nodes"]])
     assert get(admin, cluster["id"])["node_count"] == 1 and len(scaled(sessions, cluster["id"])) == 3
+
+
+def test_engine_autoscaling_scale_up_stops_at_the_projects_quota(
+    admin: TestClient, sessions: sessionmaker[Session]
+) -> None:
+    body = cluster_body(autoscaling={"min_nodes": 1, "max_nodes": 3, "scale_down_idle_minutes": 5})
+    del body["node_count"]
+    cluster = admin.post("/v1/clusters", json=body).json()
+    with sessions() as session, session.begin():
+        row = session.get(Cluster, cluster["id"])
+        assert row is not None
+        quotas.set_quota(session=session, project_id=row.project_id, changes={"max_gpus": 16})
+    driver = ModelledQueue(EngineSettings(**FAST))
+    worker = EngineWorker(sessions, EngineSettings(**FAST), driver=driver)
+    drain(worker)
+    driver.queue = [job(1, "RUNNING", "train-0"), job(2, "PENDING", reason="Resources"),
+                    job(3, "PENDING", reason="Resources")]
+    assert worker.autoscale() == 1
+    assert get(admin, cluster["id"])["node_count"] == 2  # 16 GPUs: room for one more 8-GPU node, not two
+    [event] = scaled(sessions, cluster["id"])
+    assert str(event["reason"]).endswith("adding 2; capped by quota max_gpus")
+    drain(worker)
+    assert worker.autoscale() == 0  # at the quota: the waiting job waits, no decision
 
 
 def test_api_autoscaling_rules_name_the_fields(admin: TestClient) -> None:
