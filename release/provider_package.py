@@ -285,7 +285,7 @@ def build(platform: str, *, version: str, out_dir: Path, wheels_dir: Path) -> Pa
 # --- signing ------------------------------------------------------------------------------------------
 
 
-def sign(out_dir: Path, *, version: str, key: str) -> Path:
+def sign(out_dir: Path, *, version: str, key: str, gnupg_home: Path | None = None) -> Path:
     """SHA256SUMS over the version's zips, its detached signature (gpg, binary) and the public key
     (`signing-key.asc`, ASCII armor): what the backend's registry serves. Returns the SHA256SUMS path."""
     zips = sorted(out_dir.glob(f"terraform-provider-{TYPE_NAME}_{version}_*.zip"))
@@ -294,6 +294,8 @@ def sign(out_dir: Path, *, version: str, key: str) -> Path:
     sums = out_dir / SHA256SUMS.format(type=TYPE_NAME, version=version)
     sums.write_text("".join(f"{hashlib.sha256(z.read_bytes()).hexdigest()}  {z.name}\n" for z in zips))
     gpg = ["gpg", "--batch", "--yes", "--quiet"]
+    if gnupg_home is not None:
+        gpg += ["--homedir", str(gnupg_home)]
     subprocess.run([*gpg, "--local-user", key, "--output", f"{sums}.sig", "--detach-sign", str(sums)],
                    check=True)
     subprocess.run([*gpg, "--armor", "--output", str(out_dir / "signing-key.asc"), "--export", key],
