@@ -141,6 +141,7 @@ def _pip_download(
 
 def download_wheels(platform: str, wheels_dir: Path) -> list[Path]:
     """The pinned wheels of `platform` for every supported CPython (pip skips those already there)."""
+    pinned = set(re.findall(r"--hash=sha256:([0-9a-f]{64})", REQUIREMENTS.read_text()))
     found: list[Path] = []
     for python in PYTHON_VERSIONS:
         destination = wheels_dir / platform / python
@@ -148,7 +149,9 @@ def download_wheels(platform: str, wheels_dir: Path) -> list[Path]:
             _pip_download(destination, platform, python, [], hashes=True, offline=True)
         except subprocess.CalledProcessError:
             _pip_download(destination, platform, python, [], hashes=True)
-        found += sorted(destination.glob("*.whl"))
+        # Only pinned files: the cache may still hold wheels of versions pinned before.
+        found += [wheel for wheel in sorted(destination.glob("*.whl"))
+                  if hashlib.sha256(wheel.read_bytes()).hexdigest() in pinned]
     return found
 
 
