@@ -4,7 +4,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo demo-destroy test testunit testacc lint typecheck generate bench clean
+.PHONY: venv demo demo-destroy test testunit testacc lint typecheck generate bench provider-package \
+        provider-packages clean
 
 venv: $(STAMP)
 
@@ -43,6 +44,13 @@ typecheck: $(STAMP)
 ## Rebuild generated files: gRPC stubs, proto/openapi.json, docs/.
 generate: $(STAMP)
 	bash scripts/generate.sh
+
+## Self-contained provider zips in dist/provider/: this machine's platform, or every target platform.
+provider-package: $(STAMP)
+	bash scripts/build-provider-package.sh
+
+provider-packages: $(STAMP)
+	bash scripts/build-provider-package.sh --platform linux_amd64 --platform linux_arm64 --platform darwin_arm64
 
 bench: $(STAMP)
 	bash scripts/with-postgres.sh $(PY) -m benchmarks

@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -55,39 +56,56 @@ def _cli(env: dict[str, str], *args: str) -> str:
     return done.stdout.strip()
 
 
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_healthy(
+    url: str, process: subprocess.Popen[bytes], log: Path, verify: ssl.SSLContext | bool = True
+) -> None:
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"the backend exited with {process.returncode}:\n{log.read_text()}")
         with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+            if httpx.get(f"{url}/healthz", timeout=2, verify=verify).status_code == 200:
                 return
         time.sleep(0.1)
     raise RuntimeError(f"the backend did not become healthy within {START_TIMEOUT}s:\n{log.read_text()}")
 
 
+@dataclass(frozen=True)
+class Tls:
+    """HTTPS for the backend: its certificate and key, and the CA that clients trust (SSL_CERT_FILE)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
+
 @contextlib.contextmanager
-def running_backend(data_dir: Path) -> Iterator[Backend]:
-    """Start the backend in `data_dir`; stop it (SIGTERM, then SIGKILL) when the block ends."""
+def running_backend(
+    data_dir: Path, *, env: dict[str, str] | None = None, tls: Tls | None = None
+) -> Iterator[Backend]:
+    """Start the backend in `data_dir` (extra `GPUCLOUD_*` settings in `env`; with `tls`, HTTPS at
+    https://localhost:PORT); stop it (SIGTERM, then SIGKILL) when the block ends."""
     port = _free_port()
     env = {
         **os.environ,
         "GPUCLOUD_DATA_DIR": str(data_dir),
         "GPUCLOUD_PORT": str(port),
         "GPUCLOUD_HOST": "127.0.0.1",
+        **(env or {}),
     }
     _cli(env, "create-project", "acceptance")
     api_key = _cli(env, "create-api-key", "--project", "acceptance", "--role", "admin")
     log = data_dir / "backend.log"
     with log.open("wb") as sink:
+        tls_flags = ["--tls-cert", str(tls.cert), "--tls-key", str(tls.key)] if tls else []
         process = subprocess.Popen(
-            [str(BACKEND), "serve"], env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+            [str(BACKEND), "serve", *tls_flags], env=env, stdout=sink, stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
-    url = f"http://127.0.0.1:{port}"
+    url = f"https://localhost:{port}" if tls else f"http://127.0.0.1:{port}"
     client = GpuCloudClient(url, api_key, max_retries=2)
     try:
-        _wait_healthy(url, process, log)
+        _wait_healthy(url, process, log, verify=ssl.create_default_context(cafile=tls.ca) if tls else True)
         yield Backend(url, api_key, client, data_dir, process)
     finally:
         client.close()

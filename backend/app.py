@@ -17,6 +17,7 @@ from backend.api import (
     console,
     engine_routes,
     health,
+    provider_registry,
     quotas,
     security_groups,
     ssh_keys,
@@ -33,6 +34,7 @@ from backend.domain.catalog import default_catalog
 from backend.logging import configure_logging
 from backend.provisioning.worker import EmbeddedWorker, start_embedded
 from backend.services.auth import Authenticator
+from backend.services.provider_packages import ProviderPackages
 from backend.services.rate_limit import AddressRateLimiter, RateLimiter
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
@@ -73,6 +75,9 @@ def build_state(settings: Settings, engine: Engine | None = None) -> AppState:
         ),
         metrics=Metrics(engine_sessions=read_sessions),
         read_limiter=CapacityLimiter(settings.read_threads),
+        provider_packages=ProviderPackages(
+            settings.provider_packages_dir, settings.provider_signing_key_file
+        ),
     )
 
 
@@ -116,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.gpucloud = state
     install_problem_handlers(app)
     app.include_router(health.router)
+    app.include_router(provider_registry.router)
     app.include_router(ssh_keys.router)
     app.include_router(volumes.router)
     app.include_router(security_groups.router)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,11 +25,8 @@ _KEEP = object()  # set-quota: an option not given keeps the quota's value
 def _settings(args: argparse.Namespace) -> Settings:
     from backend.settings import Settings
 
-    overrides = {
-        k: v
-        for k, v in (("host", getattr(args, "host", None)), ("port", getattr(args, "port", None)))
-        if v is not None
-    }
+    flags = (("host", "host"), ("port", "port"), ("tls_cert_file", "tls_cert"), ("tls_key_file", "tls_key"))
+    overrides = {name: getattr(args, flag) for name, flag in flags if getattr(args, flag, None) is not None}
     return Settings(**overrides)
 
 
@@ -73,18 +71,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if problem is not None:
         print(problem, file=sys.stderr)
         return 1
+    tls_problem = _tls_problem(settings)
+    if tls_problem is not None:
+        print(f"gpucloud-backend serve: {tls_problem}", file=sys.stderr)
+        return 2
     _prepare_store(settings)
     app = create_app(settings)
     uvicorn.run(
         app,
         host=settings.host,
         port=settings.port,
+        ssl_certfile=settings.tls_cert_file,
+        ssl_keyfile=settings.tls_key_file,
         access_log=False,
         log_level="warning",
         lifespan="on",
         http=ProblemH11Protocol,  # its 400 for an unparsable request is problem+json too
     )
     return 0
+
+
+def _tls_problem(settings: Settings) -> str | None:
+    """Why the TLS settings cannot work (one message naming the flag), or None."""
+    given = {"--tls-cert (GPUCLOUD_TLS_CERT_FILE)": settings.tls_cert_file,
+             "--tls-key (GPUCLOUD_TLS_KEY_FILE)": settings.tls_key_file}
+    missing = [name for name, path in given.items() if path is None]
+    if len(missing) == 1:
+        return f"HTTPS needs both a certificate and its key: {missing[0]} is not set"
+    for name, path in given.items():
+        if path is not None and not path.is_file():
+            return f"{name}: no such file {str(path)!r}"
+    return None
 
 
 def _local_driver_problems() -> str | None:
@@ -360,6 +377,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the HTTP API")
     serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1 or GPUCLOUD_HOST)")
     serve.add_argument("--port", type=int, default=None, help="listen port (default 8080 or GPUCLOUD_PORT)")
+    serve.add_argument("--tls-cert", type=Path, default=None, metavar="PEM",
+                       help="serve HTTPS with this certificate chain (default GPUCLOUD_TLS_CERT_FILE; "
+                       "Terraform's provider registry needs HTTPS)")
+    serve.add_argument("--tls-key", type=Path, default=None, metavar="PEM",
+                       help="the certificate's private key (default GPUCLOUD_TLS_KEY_FILE)")
     serve.set_defaults(func=cmd_serve)
     commands.add_parser("migrate", help="apply database migrations").set_defaults(func=cmd_migrate)
     project = commands.add_parser("create-project", help="create a project, print its id")

@@ -57,6 +57,15 @@ class Settings(BaseSettings):
     # `serve` runs the billing meter in-process unless disabled (deployments with a `billing-run`);
     # independent of `embedded_worker`: passes are idempotent, so a meter in every replica is safe.
     embedded_billing: bool = True
+    # The provider packages that the provider registry (`/.well-known/terraform.json`) and network
+    # mirror (`/v1/mirror/`) serve: a directory of signed zips (docs/installing.md). Unset: none.
+    provider_packages_dir: Path | None = None
+    # The ASCII-armored public key of the packages' signatures. Unset: signing-key.asc in that directory.
+    provider_signing_key_file: Path | None = None
+    # `serve` speaks HTTPS with this certificate (chain) and key, both PEM files; unset: plain HTTP
+    # (Terraform's registry protocols need HTTPS: set these or terminate TLS in front).
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
     # Base64url of 32 random bytes: the AES-256-GCM key of secrets stored in the database. Empty: the
     # key file `secret.key` in `data_dir` (created with mode 0600). Every process must use the same key.
     secret_key: str = Field(default="", repr=False)

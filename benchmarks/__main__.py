@@ -15,6 +15,7 @@ import traceback
 
 BENCHMARKS = [
     "launch",  # spawn to handshake line of the provider (benchmarks/launch.py, plugin helper)
+    "package_launch",  # the self-contained provider zip vs the mirror launcher, same run
     "plan_apply",  # terraform plan/apply, test provider vs built-in terraform_data
     "backend_load",  # HTTP API throughput and latency on SQLite and PostgreSQL vs a bare ASGI app
     "engine_throughput",  # provisioning engine: clusters reconciled per second, 1 and 2 workers

@@ -210,7 +210,9 @@ class Terraform:
             flags = ["-no-color"] if "-no-color" not in args else []
             if args[0] in _NO_INPUT_COMMANDS and not any(a.startswith("-input") for a in args):
                 flags.append("-input=false")
-            args = [args[0], *flags, *args[1:]]
+            # `providers lock`, `providers mirror`...: the flags follow the subcommand.
+            words = 2 if args[0] == "providers" and len(args) > 1 and not args[1].startswith("-") else 1
+            args = [*args[:words], *flags, *args[words:]]
         return [*self.install.command, *args]
 
     def run(

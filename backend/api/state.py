@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import anyio.to_thread
@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.api.metrics import Metrics
 from backend.domain.catalog import Catalog
 from backend.services.auth import Authenticator
+from backend.services.provider_packages import ProviderPackages
 from backend.services.rate_limit import AddressRateLimiter, RateLimiter
 from backend.settings import Settings
 
@@ -34,6 +35,8 @@ class AppState:
     metrics: Metrics
     # Bounds the threads of run_read (the default threadpool allows 40).
     read_limiter: CapacityLimiter
+    # What the provider registry and network mirror serve (none unless configured).
+    provider_packages: ProviderPackages = field(default_factory=lambda: ProviderPackages(None))
 
 
 def app_state(request: Request) -> AppState:

@@ -155,3 +155,14 @@ def test_cli_serve_answers_bad_body_framing_with_a_400_problem_and_closes(tmp_pa
             problem = json.loads(body)
             assert problem["status"] == 400 and problem["code"] == code, (framing, problem)
             assert problem["request_id"] == headers["x-request-id"]
+
+
+def test_cli_serve_refuses_half_a_tls_configuration(tmp_path: Path) -> None:
+    env = {**os.environ, "GPUCLOUD_DATA_DIR": str(tmp_path)}
+    cert = tmp_path / "cert.pem"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    only_cert = _run(env, "serve", "--tls-cert", str(cert))
+    assert only_cert.returncode == 2
+    assert "--tls-key (GPUCLOUD_TLS_KEY_FILE) is not set" in only_cert.stderr
+    missing = _run(env, "serve", "--tls-cert", str(cert), "--tls-key", str(tmp_path / "nope.pem"))
+    assert missing.returncode == 2 and "--tls-key (GPUCLOUD_TLS_KEY_FILE): no such file" in missing.stderr
