@@ -86,6 +86,11 @@ class ClusterCreate(StrictModel):
     ssh_key_ids: list[RefId] = Field(default_factory=list, max_length=64)
     volume_ids: list[RefId] = Field(default_factory=list, max_length=64)
     billing: Billing | None = None
+    reservation_id: RefId | None = Field(
+        default=None,
+        description="Draw the nodes from this capacity reservation (same region and instance type; "
+        "prepaid, so not metered on-demand); they go back to it when the cluster goes",
+    )
     labels: Labels = Field(default_factory=dict)
     deletion_protection: bool = False
     max_hourly_cost_usd: Money | None = Field(default=None, description="Refuse specs that would cost more")
@@ -109,6 +114,7 @@ class ClusterUpdate(StrictModel):
     ssh_key_ids: list[RefId] | None = Field(default=None, max_length=64)
     volume_ids: list[RefId] | None = Field(default=None, max_length=64)
     billing: Billing | None = None
+    reservation_id: RefId | None = Field(default=None, description="May only repeat its current value")
     labels: Labels | None = None
     deletion_protection: bool | None = None
     max_hourly_cost_usd: Money | None = None
@@ -151,6 +157,7 @@ class ClusterOut(BaseModel):
     ssh_key_ids: list[str]
     volume_ids: list[str]
     billing: BillingOut
+    reservation_id: str | None = None
     labels: dict[str, str]
     deletion_protection: bool
     max_hourly_cost_usd: float | None

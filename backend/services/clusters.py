@@ -28,12 +28,13 @@ from backend.domain.lifetime import parse_ttl
 from backend.provisioning.engine import request_reconcile
 from backend.services.clock import utcnow
 from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
+from backend.services.reservations import check_reservation
 from backend.store.db import execute_core
 from backend.store.models import Cluster, ClusterSshKey, ClusterVolume, SshKey, Volume
 from backend.store.scoping import scope_filter
 
 # Fields a PATCH may not change (a different value needs a new cluster).
-IMMUTABLE_FIELDS = ("region", "instance_type", "orchestrator", "interconnect")
+IMMUTABLE_FIELDS = ("region", "instance_type", "orchestrator", "interconnect", "reservation_id")
 IMMUTABLE_BILLING_FIELDS = ("type", "duration_days")
 DESTROYED = "DESTROYED"
 MICROS = Decimal(1_000_000)
@@ -88,6 +89,7 @@ def spec_of(row: Any, ssh_key_ids: list[str], volume_ids: list[str]) -> dict[str
             "duration_days": row.billing_duration_days,
             "on_expiry": row.billing_on_expiry,
         },
+        "reservation_id": row.reservation_id,
         "labels": dict(row.labels),
         "deletion_protection": row.deletion_protection,
         "max_hourly_cost_usd": (
@@ -124,6 +126,8 @@ def _check_spec(
     errors = [FieldError(e.path, e.code, e.message) for e in validate_cluster_spec(full, catalog)]
     kept = {*(current or {}).get("ssh_key_ids", []), *(current or {}).get("volume_ids", [])}
     errors += _check_references(session, project_id, full, scope, kept)
+    if full.get("reservation_id") not in (None, (current or {}).get("reservation_id")):
+        errors += check_reservation(session, project_id, full)
     if not errors:
         errors += _check_cost(full, catalog, reserved_nodes, current)
     if errors:
@@ -269,6 +273,7 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
     row.container = spec.get("container")
     row.billing_type, row.billing_duration_days = billing["type"], billing.get("duration_days")
     row.billing_on_expiry = billing.get("on_expiry")
+    row.reservation_id = spec.get("reservation_id")
     row.labels = dict(spec.get("labels") or {})
     row.deletion_protection = bool(spec.get("deletion_protection", False))
     ceiling = spec.get("max_hourly_cost_usd")
