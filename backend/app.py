@@ -17,6 +17,7 @@ from backend.api import (
     console,
     engine_routes,
     health,
+    reservations,
     ssh_keys,
     volumes,
 )
@@ -121,6 +122,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(engine_routes.router)
     app.include_router(billing.router)
     app.include_router(budgets.router)
+    app.include_router(reservations.router)
     app.include_router(console.router)
     install_openapi(app)
     app.add_middleware(
