@@ -337,6 +337,15 @@ CLUSTER_SCHEMA = Schema(
             description="How the cluster is billed. `type` and `duration_days` replace the cluster when "
             "changed; `on_expiry` changes in place. Default: on-demand.",
         ),
+        "reservation_id": StringAttribute(
+            optional=True,
+            description="Id of a `gpucloud_reservation` to draw the nodes from: same `region` and "
+            "`instance_type`, `node_count` within its free nodes, inside its term. Its nodes are prepaid "
+            "(not metered on-demand); destroying or replacing the cluster gives them back to the "
+            "reservation for the next cluster. Leave `billing` out. Changing it replaces the cluster.",
+            validators=api("reservation_id", pattern="must be an id such as rsv_0abc"),
+            plan_modifiers=[requires_replace()],
+        ),
         "labels": MapAttribute(
             element_type=STRING,
             optional=True,
@@ -421,6 +430,7 @@ SPEC_FIELDS = {
     "ssh_key_ids": "ssh_key_ids",
     "shared_volume_ids": "volume_ids",
     "billing": "billing",
+    "reservation_id": "reservation_id",
     "labels": "labels",
     "deletion_protection": "deletion_protection",
     "node_repair": "node_repair",
@@ -591,6 +601,7 @@ def cluster_state(
             "duration_days": billing.get("duration_days"),
             "on_expiry": billing.get("on_expiry") or "decommission",
         },
+        "reservation_id": body.get("reservation_id"),
         "labels": _empty_as(prior.get("labels"), dict(body.get("labels") or {})),
         "deletion_protection": bool(body.get("deletion_protection")),
         "node_repair": body.get("node_repair") or "auto",

@@ -50,6 +50,7 @@ from provider.resources.list_resources import (
     SharedVolumeListResource,
     SshKeyListResource,
 )
+from provider.resources.reservation import ReservationResource
 from provider.resources.shared_volume import SharedVolumeResource
 from provider.resources.ssh_key import SshKeyResource
 
@@ -64,6 +65,7 @@ RESOURCES: tuple[type[Resource], ...] = (
     SharedVolumeResource,
     GpuClusterResource,
     BudgetResource,
+    ReservationResource,
 )
 DATA_SOURCES: tuple[type[DataSource], ...] = (
     RegionsDataSource,
