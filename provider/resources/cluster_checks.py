@@ -136,7 +136,7 @@ def estimate(catalog: Catalog, plan: Mapping[str, Any]) -> CostEstimate | None:
         return None
     if kind != "reserved":
         drawn = plan.get("reservation_id")  # nodes of a capacity reservation are prepaid
-        if not known(drawn):
+        if is_unknown(drawn):
             return None
         return CostEstimate(_usd(Decimal(0) if drawn else on_demand * gpus), None)
     if not known(days):

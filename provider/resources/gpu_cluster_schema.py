@@ -259,7 +259,9 @@ CLUSTER_SCHEMA = Schema(
     "keys) show in the plan, and a deleted cluster is planned for creation.\n"
     "- **Reserved terms** are charged in full when the cluster first runs and never refunded: the plan "
     "shows `reservation.upfront_cost_usd`, and a plan that destroys or replaces a reserved cluster "
-    "before its term ends warns with the days left and the prepaid amount forfeited.\n"
+    "before its term ends warns with the days left and the prepaid amount forfeited. `billing = { type = "
+    "\"reserved\" }` is an implicit reservation of this one cluster; to keep a term across replacements "
+    "and hand nodes from one cluster to the next, book a `gpucloud_reservation` and set `reservation_id`.\n"
     "- **`-replace` and `deletion_protection`**: Terraform does not tell providers about `terraform "
     "apply -replace=...`, so the plan cannot refuse replacing a protected cluster; the apply fails at "
     "the delete, after resources depending on the cluster were already destroyed. Set "
@@ -335,7 +337,9 @@ CLUSTER_SCHEMA = Schema(
             default=dict(DEFAULT_BILLING),
             attributes=BILLING_ATTRIBUTES,
             description="How the cluster is billed. `type` and `duration_days` replace the cluster when "
-            "changed; `on_expiry` changes in place. Default: on-demand.",
+            "changed; `on_expiry` changes in place. Default: on-demand. A reserved term here belongs to "
+            "this cluster alone and is forfeited when it is replaced: for capacity that outlives "
+            "clusters use a `gpucloud_reservation` and `reservation_id` instead.",
         ),
         "reservation_id": StringAttribute(
             optional=True,

@@ -9,6 +9,7 @@ import itertools
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from backend.store.billing_models import UsageRecord
 from backend.store.db import make_engine, make_session_factory
 from backend.store.engine_models import Allocation
 from backend.store.models import Cluster
+from tests.backend.billing.test_worked_example import GUIDE
 from tests.backend.conftest import Tenant
 from tests.backend.engine.conftest import FAST, create, drain, get, install_catalog
 
@@ -173,3 +175,15 @@ def test_reservation_concurrent_draws_never_exceed_it(
         slots = list(session.scalars(select(Allocation.value).where(Allocation.kind == "slot")))
         assert len(slots) == len(set(slots)) == 4
         assert capacity.mismatches(session) == []
+
+
+def test_reservation_guide_shows_the_numbers_the_tests_check() -> None:
+    prices = default_price_book()
+    rate = prices.on_demand_gpu_hour("8xH100", "us-east-1") * (1 - prices.reserved_discount("8xH100", 1))
+    on_demand_day = prices.on_demand_gpu_hour("8xH100", "us-east-1") * 16 * 24
+    text = GUIDE.read_text(encoding="utf-8")
+    section = text[text.index("## Capacity reservations"):text.index("## Storage")]
+    assert rate == Decimal("3.591") and rate * 16 * 24 == Decimal(UPFRONT_USD)
+    upfront = Decimal(UPFRONT_USD).normalize()
+    for shown in (f"**{rate.normalize()}**", f"**{upfront:,}**", f"**{on_demand_day:,.2f}**"):
+        assert shown in section, f"docs/billing.md does not show {shown}"
