@@ -19,6 +19,8 @@ from tests.backend.keys import ed25519_key
 
 API_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 CLUSTER = {"name": "train", "region": "us-east-1", "instance_type": "1xH100", "node_count": 1}
+RESERVATION = {"name": "block", "region": "us-east-1", "instance_type": "1xH100", "node_count": 1,
+               "duration_days": 1}
 
 
 def _bodies() -> dict[tuple[str, str], Any]:
@@ -36,6 +38,7 @@ def _bodies() -> dict[tuple[str, str], Any]:
         ("POST", "/v1/pricing/estimate"): CLUSTER,
         ("POST", "/v1/budgets"): {"name": "made", "amount_usd": "100"},
         ("PATCH", "/v1/budgets/{budget_id}"): {"amount_usd": "200"},
+        ("POST", "/v1/reservations"): RESERVATION,
     }
 
 
@@ -44,8 +47,9 @@ def _world(admin: TestClient) -> dict[str, str]:
     volume = admin.post("/v1/volumes", json={"name": "v", "region": "us-east-1", "size_tib": 1}).json()["id"]
     cluster = admin.post("/v1/clusters", json={**CLUSTER, "ssh_key_ids": [key]}).json()["id"]
     budget = admin.post("/v1/budgets", json={"name": "b", "amount_usd": "1000"}).json()["id"]
+    reservation = admin.post("/v1/reservations", json=RESERVATION).json()["id"]
     return {"cluster_id": cluster, "volume_id": volume, "ssh_key_id": key, "budget_id": budget,
-            "file": "hosts", "name": "train-0"}
+            "reservation_id": reservation, "file": "hosts", "name": "train-0"}
 
 
 def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:
