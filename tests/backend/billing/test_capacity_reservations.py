@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.billing.clock import ManualClock
@@ -38,6 +38,7 @@ from backend.store.models import Cluster
 from tests.backend.billing.test_worked_example import GUIDE
 from tests.backend.conftest import Tenant
 from tests.backend.engine.conftest import FAST, create, drain, get, install_catalog
+from tests.backend.engine.test_engine_address_migration import migrate
 
 # docs/billing.md, "Capacity reservations": 2 x 8xH100 for 1 day at 3.99 x (1 - 0.10) per GPU-hour.
 UPFRONT_USD = "1378.944000"
@@ -187,3 +188,20 @@ def test_reservation_guide_shows_the_numbers_the_tests_check() -> None:
     upfront = Decimal(UPFRONT_USD).normalize()
     for shown in (f"**{rate.normalize()}**", f"**{upfront:,}**", f"**{on_demand_day:,.2f}**"):
         assert shown in section, f"docs/billing.md does not show {shown}"
+
+
+def test_reservation_migration_downgrades_and_upgrades(settings: Settings) -> None:
+    migrate(settings, "0012_allocation_counters", down=True)
+    engine = make_engine(settings)
+    try:
+        assert "capacity_reservations" not in inspect(engine).get_table_names()
+        assert "reservation_id" not in {c["name"] for c in inspect(engine).get_columns("clusters")}
+    finally:
+        engine.dispose()
+    migrate(settings, "head")
+    engine = make_engine(settings)
+    try:
+        assert "capacity_reservations" in inspect(engine).get_table_names()
+        assert "reservation_id" in {c["name"] for c in inspect(engine).get_columns("clusters")}
+    finally:
+        engine.dispose()
