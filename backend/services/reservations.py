@@ -96,13 +96,14 @@ def book_reservation(
 
 
 def _check_spec(catalog: Catalog, spec: ReservationSpec, now: datetime) -> None:
-    probe = apply_cluster_defaults(
-        {"name": "probe", "region": spec.region, "instance_type": spec.instance_type,
-         "node_count": spec.node_count}, catalog)
+    shape = {"name": "probe", "region": spec.region, "instance_type": spec.instance_type, "node_count": 1}
+    probe = apply_cluster_defaults(shape, catalog)
     errors = [
         FieldError("instance_type" if e.path == "interconnect" else e.path, e.code, e.message)
         for e in validate_cluster_spec(probe, catalog)
-        if e.path in ("region", "instance_type", "interconnect", "node_count")
+        # node_count's cluster rules (one node unless fabric-capable) do not apply: single-node
+        # clusters can draw a node each.
+        if e.path in ("region", "instance_type", "interconnect")
     ]
     if spec.starts_at is not None and spec.starts_at < now - START_SKEW:
         errors.append(FieldError("starts_at", "in_the_past", f"starts_at {spec.starts_at.isoformat()} has "

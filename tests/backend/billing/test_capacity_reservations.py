@@ -205,3 +205,23 @@ def test_reservation_migration_downgrades_and_upgrades(settings: Settings) -> No
         assert "reservation_id" in {c["name"] for c in inspect(engine).get_columns("clusters")}
     finally:
         engine.dispose()
+
+
+def test_reservation_bad_input_names_the_field(admin: TestClient) -> None:
+    for overrides, field in (
+        ({"region": "mars-1"}, "region"),
+        ({"instance_type": "8xH100-EFA", "region": "eu-north-1"}, "instance_type"),
+        ({"duration_days": 91}, "duration_days"),
+        ({"starts_at": "2020-01-01T00:00:00Z"}, "starts_at"),
+        ({"node_count": 100_000}, "node_count"),
+    ):
+        body = {"name": "b", "region": "us-east-1", "instance_type": "8xH100", "node_count": 1,
+                "duration_days": 1, **overrides}
+        response = admin.post("/v1/reservations", json=body)
+        assert response.status_code == 422, (overrides, response.text)
+        problem = response.json()
+        named = {problem.get("field"), *(e.get("field") for e in problem.get("errors", []))}
+        assert field in named, (overrides, response.text)
+    # Single-node shapes are reserved by the node: one per single-node cluster.
+    assert _book(admin, instance_type="1xH100", node_count=2, starts_at="2030-01-01T00:00:00Z")["status"] == (
+        "scheduled")
