@@ -19,6 +19,7 @@ from backend.api import (
     health,
     provider_registry,
     quotas,
+    reservations,
     security_groups,
     ssh_keys,
     volumes,
@@ -131,6 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(billing.router)
     app.include_router(budgets.router)
     app.include_router(quotas.router)
+    app.include_router(reservations.router)
     app.include_router(console.router)
     install_openapi(app)
     app.add_middleware(

@@ -6,6 +6,7 @@ with 422, published so clients can check a spec before sending it.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -19,8 +20,10 @@ from backend.api.schemas import READ_ERRORS
 from backend.api.state import app_state
 from backend.domain.catalog import Catalog
 from backend.domain.cluster_rules import rules_for
+from backend.provisioning import reservations
 from backend.provisioning.allocator import SLOT, pool_name
 from backend.provisioning.settings import offered_orchestrators
+from backend.store.billing_models import CapacityReservation
 from backend.store.engine_models import Allocation
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
@@ -54,7 +57,7 @@ class AvailabilityOut(BaseModel):
     fabric: str
     interconnect: str
     capacity_nodes: int
-    available_nodes: int = Field(description="Nodes free right now (not held by any cluster)")
+    available_nodes: int = Field(description="Nodes free now (held by no cluster or capacity reservation)")
     spot_capacity_nodes: int = Field(description="Nodes of the pool sold as spot (the region's spot share)")
 
 
@@ -86,9 +89,15 @@ class InstanceTypeList(BaseModel):
 
 
 def _held(session: Session) -> dict[str, int]:
+    """Slots per pool held by nodes, or by capacity reservations for the clusters that draw from them."""
     rows = session.execute(select(Allocation.pool, func.count()).where(Allocation.kind == SLOT)
                            .group_by(Allocation.pool))
-    return {pool: int(count) for pool, count in rows}
+    held = {pool: int(count) for pool, count in rows}
+    now = dt.datetime.now(dt.UTC)
+    for reservation in session.scalars(select(CapacityReservation).where(
+            CapacityReservation.ends_at > now, CapacityReservation.deleted_at.is_(None))):
+        held[reservation.pool] = held.get(reservation.pool, 0) + reservations.free_nodes(session, reservation)
+    return held
 
 
 def instance_types(catalog: Catalog, held: dict[str, int]) -> list[InstanceTypeOut]:

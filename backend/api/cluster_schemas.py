@@ -118,6 +118,11 @@ class ClusterCreate(StrictModel):
         default_factory=list, max_length=16, description=SECURITY_GROUPS_DOC
     )
     billing: Billing | None = None
+    reservation_id: RefId | None = Field(
+        default=None,
+        description="Draw the nodes from this capacity reservation (same region and instance type; "
+        "prepaid, so not metered on-demand); they go back to it when the cluster goes",
+    )
     labels: Labels = Field(default_factory=dict)
     deletion_protection: bool = False
     max_hourly_cost_usd: Money | None = Field(default=None, description="Refuse specs that would cost more")
@@ -146,6 +151,7 @@ class ClusterUpdate(StrictModel):
         default=None, max_length=16, description=SECURITY_GROUPS_DOC
     )
     billing: Billing | None = None
+    reservation_id: RefId | None = Field(default=None, description="May only repeat its current value")
     labels: Labels | None = None
     deletion_protection: bool | None = None
     max_hourly_cost_usd: Money | None = None
@@ -193,6 +199,7 @@ class ClusterOut(BaseModel):
     volume_ids: list[str]
     security_group_ids: list[str] = Field(description="As written; empty: the project's default group")
     billing: BillingOut
+    reservation_id: str | None = None
     labels: dict[str, str]
     deletion_protection: bool
     max_hourly_cost_usd: float | None

@@ -34,7 +34,7 @@ from backend.billing.meter import (
 )
 from backend.billing.pricing import PriceBook
 from backend.billing.storage_meter import usage_record
-from backend.store.billing_models import Reservation, SettledCluster, UsageRecord
+from backend.store.billing_models import CapacityReservation, Reservation, SettledCluster, UsageRecord
 from backend.store.engine_models import EngineCluster
 from backend.store.engine_models import NodeTransition as NodeTransitionRow
 from backend.store.models import Cluster
@@ -163,11 +163,15 @@ def cluster_segments(
     cluster: Cluster | None,
     reservation: Reservation | None,
     held: Sequence[tuple[datetime, datetime | None]] = (),
+    capacity_reservation: CapacityReservation | None = None,
 ) -> list[ComputeSegment]:
     """The cluster's running time split into reserved and on-demand segments; time inside `held`
-    (credit holds) is left out."""
+    (credit holds) is left out. A cluster drawing from `capacity_reservation` has every node covered
+    (it draws at most the reservation's nodes) until the reservation's term ends."""
     slots, coverage_end = 0, None
-    if reservation is not None:
+    if capacity_reservation is not None:
+        slots, coverage_end = UNLIMITED_SLOTS, ensure_utc(capacity_reservation.ends_at)
+    elif reservation is not None:
         slots = reservation.node_count
         coverage_end = ensure_utc(reservation.covered_until)
     elif cluster is not None and cluster.billing_type == "reserved":

@@ -2,6 +2,7 @@
 
 Hourly rate = the rate at which the cluster costs money while all its nodes run:
 - on-demand: node_count x GPUs per node x on-demand USD per GPU-hour;
+- drawing from a capacity reservation (`reservation_id`): 0, its nodes are prepaid;
 - reserved: the reserved nodes at the discounted GPU-hour rate (the up-front charge spread over the
   term) plus any nodes beyond the reserved size at the on-demand rate.
 Up-front = reserved nodes x GPUs x discounted rate x 24 x duration_days (rounded once to the micro-dollar).
@@ -59,8 +60,10 @@ def estimate_with_prices(
     gpus = prices.gpus_per_node(instance_type)
     on_demand = prices.on_demand_gpu_hour(instance_type, region)
     if billing_type != "reserved":
+        # Nodes drawn from a capacity reservation are prepaid by its up-front charge.
+        drawn = bool(spec.get("reservation_id"))
         return CostEstimate(
-            hourly_usd=quantize_usd(on_demand * gpus * node_count),
+            hourly_usd=quantize_usd(Decimal(0) if drawn else on_demand * gpus * node_count),
             upfront_usd=None,
             on_demand_gpu_hour_usd=on_demand,
             reserved_gpu_hour_usd=None,

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.billing import actions
 from backend.billing.budgets import check_budgets
+from backend.billing.capacity_reservations import due_charges, project_reservations
 from backend.billing.clock import Clock, ensure_utc
 from backend.billing.compute_meter import (
     CONVERT_TO_ON_DEMAND,
@@ -131,6 +132,10 @@ def meter_project(
     records = storage_records(volumes, project_id=project_id, prices=prices, cutoff=cutoff, now=now)
     usages = load_cluster_usage(session, project_id=project_id)
     accrued = storage_accrued_micros(volumes, prices=prices, cutoff=cutoff, now=now)
+    capacity = project_reservations(session, project_id)
+    upfront_due = due_charges(session, capacity, now=now)
+    records += upfront_due
+    result.reservations_started += len(upfront_due)
     for usage in usages:
         cluster = clusters.get(usage.cluster_id)
         if cluster is not None and usage.cluster_id not in reservations:
@@ -151,6 +156,7 @@ def meter_project(
             cluster=cluster,
             reservation=reservations.get(usage.cluster_id),
             held=held.get(usage.cluster_id, ()),
+            capacity_reservation=capacity.get(cluster.reservation_id or "") if cluster is not None else None,
         )
         records += compute_records(
             project_id=project_id, usage=usage, segments=segments, prices=prices, cutoff=cutoff, now=now

@@ -16,6 +16,7 @@ PREFIXES = {
     "audit_event": "aud",
     "budget": "bud",
     "security_group": "sgr",
+    "reservation": "rsv",
 }
 _BODY_LEN = 26
 ID_PATTERN = re.compile(r"^[a-z]{3}_[0-9a-hjkmnp-tv-z]{26}$")

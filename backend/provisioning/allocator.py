@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog, Fabric
 from backend.fabric import addressing
-from backend.provisioning import capacity
+from backend.provisioning import capacity, reservations
 from backend.store.engine_models import Allocation, AllocationCursor, EngineLock
 
 SLOT, PARTITION_KEY, SUBNET = "slot", "partition_key", "subnet"
@@ -78,19 +78,25 @@ def add_slots(session: Session, *, pool: str, slots: list[tuple[int, str]], clus
 
 
 def free_by_fabric(session: Session, catalog: Catalog, region: str, instance_type: str,
-                   interconnect: str) -> dict[str, int]:
-    """Free nodes of `instance_type` per fabric of the region with this interconnect."""
-    return {
-        f.name: capacity.free_nodes(session, f, instance_type, pool_name(region, f.name, instance_type))
-        for f in catalog.pools_for(region, instance_type, interconnect)
-    }
+                   interconnect: str, reservation_id: str | None = None) -> dict[str, int]:
+    """Free nodes of `instance_type` per fabric of the region with this interconnect, less what
+    capacity reservations hold there (but `reservation_id`'s)."""
+    now = dt.datetime.now(dt.UTC)
+    free = {}
+    for f in catalog.pools_for(region, instance_type, interconnect):
+        pool = pool_name(region, f.name, instance_type)
+        held = reservations.held_undrawn(session, pool, now, except_reservation=reservation_id)
+        free[f.name] = max(0, capacity.free_nodes(session, f, instance_type, pool) - held)
+    return free
 
 
 def place(session: Session, catalog: Catalog, *, region: str, instance_type: str, interconnect: str,
-          count: int, fabric_name: str | None = None, preferred_units: Iterable[int] = ()
-          ) -> tuple[Fabric, list[int]] | None:
+          count: int, fabric_name: str | None = None, preferred_units: Iterable[int] = (),
+          reservation_id: str | None = None) -> tuple[Fabric, list[int]] | None:
     """Lock the candidate pools and pick `count` slots on one fabric using the fewest SUs; None if no
-    fabric has room. `fabric_name` pins the fabric (scale-up and replacement stay on theirs)."""
+    fabric has room. `fabric_name` pins the fabric (scale-up and replacement stay on theirs). Slots
+    capacity reservations hold are not free, but to a cluster drawing from `reservation_id`."""
+    now = dt.datetime.now(dt.UTC)
     candidates = sorted(catalog.pools_for(region, instance_type, interconnect), key=lambda f: f.name)
     if fabric_name is not None:
         candidates = [f for f in candidates if f.name == fabric_name]
@@ -100,6 +106,9 @@ def place(session: Session, catalog: Catalog, *, region: str, instance_type: str
         lock(session, "pool:" + pool)
         geometry = (int(fabric.pools[instance_type]), fabric.nodes_per_su)
         counters = capacity.counters(session, pool, *geometry)
+        held = reservations.held_undrawn(session, pool, now, except_reservation=reservation_id)
+        if counters.free - held < count:
+            continue
         try:
             slots = capacity.choose(session, counters, count, list(preferred_units))
         except capacity.StaleCounters:
@@ -111,6 +120,23 @@ def place(session: Session, catalog: Catalog, *, region: str, instance_type: str
         if best is None or (units, -counters.free) < (best[0], best[1]):
             best = (units, -counters.free, fabric, slots)
     return None if best is None else (best[2], best[3])
+
+
+def reserve(session: Session, catalog: Catalog, *, region: str, instance_type: str, interconnect: str,
+            count: int, now: dt.datetime) -> Fabric | None:
+    """Lock the candidate pools and choose the fabric a new capacity reservation of `count` nodes holds
+    them on (the one with the most room left); None if none has `count` free that no other
+    reservation holds. The caller stores the reservation in this transaction, under the locks."""
+    best: tuple[int, Fabric] | None = None
+    for fabric in sorted(catalog.pools_for(region, instance_type, interconnect), key=lambda f: f.name):
+        pool = pool_name(region, fabric.name, instance_type)
+        lock(session, "pool:" + pool)
+        geometry = (int(fabric.pools[instance_type]), fabric.nodes_per_su)
+        held = reservations.held_undrawn(session, pool, now)
+        room = capacity.counters(session, pool, *geometry).free - held
+        if room >= count and (best is None or room > best[0]):
+            best = (room, fabric)
+    return None if best is None else best[1]
 
 
 PROBE_BATCH = 64  # candidates checked against the allocation rows per query

@@ -20,9 +20,18 @@ from backend.domain.lifecycle import ClusterPhase, NodeStatus
 from backend.fabric import addressing
 from backend.fabric.kubernetes import new_control_plane_credentials
 from backend.fabric.topology import slot_position
-from backend.provisioning import allocator, spot
+from backend.provisioning import allocator, reservations, spot
 from backend.provisioning.settings import configured_driver, local_address_range, offered_orchestrators
-from backend.provisioning.state import live_nodes, new_node, set_cluster_status, set_phase, utcnow, wake
+from backend.provisioning.state import (
+    aware,
+    live_nodes,
+    new_node,
+    set_cluster_status,
+    set_phase,
+    utcnow,
+    wake,
+)
+from backend.store.billing_models import CapacityReservation
 from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.models import Cluster
 
@@ -109,10 +118,12 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
     region = catalog.region(cluster.region)
     if itype is None or region is None:
         raise ValueError(f"cluster {cluster.id}: spec not validated against the catalog")
+    fabric_name = _draw(session, cluster, cluster.node_count, now)
     placed = allocator.place(session, catalog, region=cluster.region, instance_type=itype.name,
-                             interconnect=cluster.interconnect, count=cluster.node_count)
+                             interconnect=cluster.interconnect, count=cluster.node_count,
+                             fabric_name=fabric_name, reservation_id=cluster.reservation_id)
     if placed is None:
-        raise _no_capacity(session, catalog, cluster, cluster.node_count)
+        raise _no_capacity(session, catalog, cluster, cluster.node_count, fabric_name=fabric_name)
     fabric, slots = placed
     kinds, tickets = _capacity_kinds(session, catalog, cluster, fabric.name, spot_wanted=cluster.node_count,
                                      on_demand_wanted=cluster.node_count)
@@ -208,7 +219,8 @@ def add_replacement(session: Session, catalog: Catalog, cluster: Cluster, state:
     first = fabric.first_su_of(cluster.instance_type)
     placed = allocator.place(session, catalog, region=cluster.region, instance_type=cluster.instance_type,
                              interconnect=cluster.interconnect, count=1, fabric_name=state.fabric,
-                             preferred_units=[u - first for u in units])
+                             preferred_units=[u - first for u in units],
+                             reservation_id=cluster.reservation_id)
     kinds, tickets = _capacity_kinds(session, catalog, cluster, state.fabric,
                                      spot_wanted=int(failed.capacity_type == spot.SPOT), on_demand_wanted=1)
     if placed is None or not kinds:
@@ -233,7 +245,8 @@ def add_repair(session: Session, catalog: Catalog, cluster: Cluster, state: Engi
     def place(units: list[int]) -> tuple[Fabric, list[int]] | None:
         return allocator.place(session, catalog, region=cluster.region, instance_type=cluster.instance_type,
                                interconnect=cluster.interconnect, count=1, fabric_name=state.fabric,
-                               preferred_units=[u - first for u in units])
+                               preferred_units=[u - first for u in units],
+                               reservation_id=cluster.reservation_id)
 
     placed = place([failed.scalable_unit])
     if placed is not None and placed[1][0] // fabric.nodes_per_su != failed.scalable_unit - first:
@@ -274,9 +287,11 @@ def add_batch(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
     if not kinds:
         return []
     first = fabric.first_su_of(cluster.instance_type)
+    _draw(session, cluster, len(kinds), now)
     placed = allocator.place(session, catalog, region=cluster.region, instance_type=cluster.instance_type,
                              interconnect=cluster.interconnect, count=len(kinds), fabric_name=state.fabric,
-                             preferred_units=[n.scalable_unit - first for n in members])
+                             preferred_units=[n.scalable_unit - first for n in members],
+                             reservation_id=cluster.reservation_id)
     if placed is None:
         return None
     if state.jumphost_ip is None and cluster.node_count > 1:  # a single node grows into a cluster
@@ -319,6 +334,32 @@ def _spot_short(session: Session, catalog: Catalog, cluster: Cluster, fabric: st
             "available_nodes": free, "capacity_type": spot.SPOT}]})
 
 
+def _draw(session: Session, cluster: Cluster, count: int, now: dt.datetime) -> str | None:
+    """For a cluster drawing from a capacity reservation: check under the pool's lock that the
+    reservation is in its term and has `count` nodes no cluster draws (409 naming the field otherwise),
+    and return its fabric. None for other clusters."""
+    if cluster.reservation_id is None:
+        return None
+    reservation = session.get(CapacityReservation, cluster.reservation_id)
+    if reservation is None or reservation.project_id != cluster.project_id or reservation.deleted_at:
+        raise Conflict(f"capacity reservation {cluster.reservation_id} does not exist",
+                       field="reservation_id", code="reservation_not_found")
+    allocator.lock(session, "pool:" + reservation.pool)
+    starts, ends = aware(reservation.starts_at), aware(reservation.ends_at)
+    assert starts is not None and ends is not None
+    if not starts <= now < ends:
+        raise Conflict(f"capacity reservation {reservation.id} runs from {starts:%Y-%m-%dT%H:%M:%SZ} to "
+                       f"{ends:%Y-%m-%dT%H:%M:%SZ}; clusters draw from it only in its term",
+                       field="reservation_id", code="reservation_not_in_term")
+    free = reservations.free_nodes(session, reservation)
+    if count > free:
+        raise Conflict(f"capacity reservation {reservation.id} has {free} of {reservation.node_count} "
+                       f"nodes free; {count} requested (release nodes of its other clusters, or book more)",
+                       field="node_count", code="reservation_exhausted",
+                       extra={"reservation_free_nodes": free, "requested_nodes": count})
+    return reservation.pool.split("/")[1]
+
+
 def _remove_named(members: list[EngineNode], names: list[str], node_count: int, now: dt.datetime) -> None:
     by_name = {n.name: n for n in members}
     unknown = [name for name in names if name not in by_name]
@@ -338,7 +379,7 @@ def _remove_named(members: list[EngineNode], names: list[str], node_count: int, 
 def _no_capacity(session: Session, catalog: Catalog, cluster: Cluster, requested: int,
                  fabric_name: str | None = None) -> InsufficientCapacity:
     free = allocator.free_by_fabric(session, catalog, cluster.region, cluster.instance_type,
-                                    cluster.interconnect)
+                                    cluster.interconnect, cluster.reservation_id)
     if fabric_name is not None:
         free = {k: v for k, v in free.items() if k == fabric_name}
     most = max(free.values(), default=0)

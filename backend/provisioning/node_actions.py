@@ -107,5 +107,5 @@ def restart_workers(session: Session, cluster: Cluster, xid_nodes: set[str]) -> 
 
 def _free_nodes(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster) -> int:
     free = allocator.free_by_fabric(session, catalog, cluster.region, cluster.instance_type,
-                                    cluster.interconnect)
+                                    cluster.interconnect, cluster.reservation_id)
     return free.get(state.fabric, 0)

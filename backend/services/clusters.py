@@ -29,6 +29,7 @@ from backend.provisioning.engine import request_reconcile
 from backend.services import quotas
 from backend.services.clock import utcnow
 from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
+from backend.services.reservations import check_reservation
 from backend.services.security_groups import ensure_default_group
 from backend.store.db import execute_core
 from backend.store.models import (
@@ -43,7 +44,9 @@ from backend.store.models import (
 from backend.store.scoping import scope_filter
 
 # Fields a PATCH may not change (a different value needs a new cluster).
-IMMUTABLE_FIELDS = ("region", "instance_type", "orchestrator", "interconnect", "capacity_type")
+IMMUTABLE_FIELDS = (
+    "region", "instance_type", "orchestrator", "interconnect", "capacity_type", "reservation_id",
+)
 IMMUTABLE_BILLING_FIELDS = ("type", "duration_days")
 DESTROYED = "DESTROYED"
 MICROS = Decimal(1_000_000)
@@ -109,6 +112,7 @@ def spec_of(
             "duration_days": row.billing_duration_days,
             "on_expiry": row.billing_on_expiry,
         },
+        "reservation_id": row.reservation_id,
         "labels": dict(row.labels),
         "deletion_protection": row.deletion_protection,
         "max_hourly_cost_usd": (
@@ -159,6 +163,8 @@ def _check_spec(
         *(current or {}).get("security_group_ids", []),
     }
     errors += _check_references(session, project_id, full, scope, kept)
+    if full.get("reservation_id") not in (None, (current or {}).get("reservation_id")):
+        errors += check_reservation(session, project_id, full)
     if not errors:
         errors += _check_cost(full, catalog, reserved_nodes, current)
     if errors:
@@ -313,6 +319,7 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
     row.container = spec.get("container")
     row.billing_type, row.billing_duration_days = billing["type"], billing.get("duration_days")
     row.billing_on_expiry = billing.get("on_expiry")
+    row.reservation_id = spec.get("reservation_id")
     row.labels = dict(spec.get("labels") or {})
     row.deletion_protection = bool(spec.get("deletion_protection", False))
     ceiling = spec.get("max_hourly_cost_usd")

@@ -108,6 +108,39 @@ class Reservation(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
+class CapacityReservation(Base):
+    """Reserved capacity apart from clusters (migration 0016): `node_count` nodes of one instance type on one
+    fabric of a region for a term, paid up front once when the term starts. Its undrawn nodes are held in
+    the fabric's pool from booking until `ends_at` (admission leaves them to clusters that draw from it,
+    `backend.provisioning.reservations`); clusters with `reservation_id` draw from it and give their
+    nodes back when they go. Never updated but for `charged_at` and `deleted_at`."""
+
+    __tablename__ = "capacity_reservations"
+
+    id: Mapped[str] = mapped_column(String(30), primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
+    name: Mapped[str] = mapped_column(String(128), nullable=False)
+    region: Mapped[str] = mapped_column(String(64), nullable=False)
+    instance_type: Mapped[str] = mapped_column(String(64), nullable=False)
+    pool: Mapped[str] = mapped_column(String(160), nullable=False)  # region/fabric/instance type
+    node_count: Mapped[int] = mapped_column(Integer, nullable=False)
+    gpus_per_node: Mapped[int] = mapped_column(Integer, nullable=False)
+    duration_days: Mapped[int] = mapped_column(Integer, nullable=False)
+    starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    ends_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # Priced at booking, so the charge at starts_at never depends on a catalog read later.
+    discount: Mapped[Decimal] = mapped_column(Numeric(8, 6), nullable=False)
+    gpu_hour_usd: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)
+    upfront_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    charged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+Index("ix_capacity_reservations_pool_ends", CapacityReservation.pool, CapacityReservation.ends_at)
+Index("ix_capacity_reservations_project_id", CapacityReservation.project_id, CapacityReservation.id)
+
+
 class Invoice(Base):
     """A project's monthly summary, written once the month is over (the current month is computed live)."""
 

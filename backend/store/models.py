@@ -117,6 +117,8 @@ class Cluster(Versioned, Base):
     billing_type: Mapped[str] = mapped_column(String(16), nullable=False)
     billing_duration_days: Mapped[int | None] = mapped_column(Integer)
     billing_on_expiry: Mapped[str | None] = mapped_column(String(32))
+    # The capacity reservation it draws its nodes from (prepaid; migration 0016), fixed at create.
+    reservation_id: Mapped[str | None] = mapped_column(String(30), index=True)
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
     deletion_protection: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     # Money as integer micro-dollars (exact on every database).

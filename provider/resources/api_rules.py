@@ -44,7 +44,8 @@ from provider.framework.validators import (
 TABLE = Path(__file__).with_name("api_rules.json")
 # The request schemas whose rules resources check at plan time.
 SCHEMAS = (
-    "ClusterCreate", "NodeActionIn", "SshKeyCreate", "VolumeCreate", "BudgetCreate", "SecurityGroupCreate"
+    "ClusterCreate", "NodeActionIn", "SshKeyCreate", "VolumeCreate", "BudgetCreate", "SecurityGroupCreate",
+    "ReservationCreate",
 )
 FIELD_CHECKS = ("pattern", "forbidden_pattern", "ssh_key_type", "ssh_key_data", "ssh_rsa_bits")
 LIST_CHECKS = ("security_rules",)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, TypeGuard
 
-from provider.client import ApiError, GpuCloudClient
+from provider.client import ApiError, GpuCloudClient, NotFound
 from provider.cty import is_unknown
 from provider.framework import Context, root
 from provider.resources.api_rules import check_field_rules
@@ -135,7 +135,10 @@ def estimate(catalog: Catalog, plan: Mapping[str, Any]) -> CostEstimate | None:
     if not known(kind):
         return None
     if kind != "reserved":
-        return CostEstimate(_usd(on_demand * gpus), None)
+        drawn = plan.get("reservation_id")  # nodes of a capacity reservation are prepaid
+        if is_unknown(drawn):
+            return None
+        return CostEstimate(_usd(Decimal(0) if drawn else on_demand * gpus), None)
     if not known(days):
         return None
     rate = on_demand * (1 - catalog.reserved_discount(itype, int(days)))
@@ -220,6 +223,33 @@ def _check_orchestrator_offered(ctx: Context, itype: str, shape: Mapping[str, An
         f"{orchestrator} (its provisioning driver does not offer it).",
         root("orchestrator"),
     )
+
+
+def check_reservation(
+    ctx: Context, client: GpuCloudClient, plan: Mapping[str, Any], state: Mapping[str, Any] | None
+) -> None:
+    """A cluster drawing from a capacity reservation must match its region and instance type (errors
+    naming the attribute to change); an unknown id is a warning, as for other references."""
+    ref = plan.get("reservation_id")
+    if not known(ref) or ref is None or (state is not None and state.get("reservation_id") == ref):
+        return
+    try:
+        reservation = client.request("GET", f"/v1/reservations/{ref}").body
+    except NotFound:
+        ctx.reference_problem("Unknown Reservation", f"No capacity reservation with id \"{ref}\" in this "
+                              "project.", root("reservation_id"))
+        return
+    except ApiError:
+        return  # checked again by the API at apply
+    for attr in ("region", "instance_type"):
+        wanted, held = plan.get(attr), reservation.get(attr)
+        if known(wanted) and wanted != held:
+            ctx.error(
+                "Cluster Does Not Match Its Reservation",
+                f"Reservation {ref} holds {reservation.get('instance_type')} nodes in "
+                f"{reservation.get('region')}; set {attr} = \"{held}\" or draw from another reservation.",
+                root(attr),
+            )
 
 
 def check_capacity(

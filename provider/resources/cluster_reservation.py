@@ -51,6 +51,7 @@ def warn_if_term_forfeited(
         f"{action} cluster {state.get('id')} ends its reserved term early: {days} days are left (until "
         f"{term.get('ends_at')}) and about {_usd(forfeited, '1')} USD of the {_usd(Decimal(paid))} USD "
         "paid up front is forfeited (terms are not refunded). A replacement cluster starts a new term, "
-        "charged again in full when it first runs.",
+        "charged again in full when it first runs. A `gpucloud_reservation` drawn with `reservation_id` "
+        "keeps its term across replacements.",
         root("reservation"),
     )

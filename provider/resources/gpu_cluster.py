@@ -277,7 +277,8 @@ class GpuClusterResource(Resource):
             return
         creating = state is None
         prior_nodes = None if creating or state is None else state.get("node_count")
-        if creating or (known(plan.get("node_count")) and plan["node_count"] != prior_nodes):
+        drawn = plan.get("reservation_id") is not None  # its reservation holds its capacity
+        if not drawn and (creating or (known(plan.get("node_count")) and plan["node_count"] != prior_nodes)):
             checks.check_capacity(ctx, catalog, plan, prior_nodes)
         checks.check_autoscaling_capacity(ctx, catalog, plan, creating)
         cost = checks.estimate(catalog, plan)
@@ -301,6 +302,7 @@ class GpuClusterResource(Resource):
         """Keys and volumes named by known ids must exist; volumes must be in the cluster's region.
         Warnings (`reference_problem`): they must not block `terraform destroy`."""
         client = client_of(ctx)
+        checks.check_reservation(ctx, client, plan, state)
         for attr, getter, kind in (
             ("ssh_key_ids", client.get_ssh_key, "SSH key"),
             ("shared_volume_ids", client.get_volume, "shared volume"),

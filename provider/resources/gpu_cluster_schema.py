@@ -311,7 +311,9 @@ CLUSTER_SCHEMA = Schema(
     "keys) show in the plan, and a deleted cluster is planned for creation.\n"
     "- **Reserved terms** are charged in full when the cluster first runs and never refunded: the plan "
     "shows `reservation.upfront_cost_usd`, and a plan that destroys or replaces a reserved cluster "
-    "before its term ends warns with the days left and the prepaid amount forfeited.\n"
+    "before its term ends warns with the days left and the prepaid amount forfeited. `billing = { type = "
+    "\"reserved\" }` is an implicit reservation of this one cluster; to keep a term across replacements "
+    "and hand nodes from one cluster to the next, book a `gpucloud_reservation` and set `reservation_id`.\n"
     "- **`-replace` and `deletion_protection`**: Terraform does not tell providers about `terraform "
     "apply -replace=...`, so the plan cannot refuse replacing a protected cluster; the apply fails at "
     "the delete, after resources depending on the cluster were already destroyed. Set "
@@ -407,7 +409,18 @@ CLUSTER_SCHEMA = Schema(
             default=dict(DEFAULT_BILLING),
             attributes=BILLING_ATTRIBUTES,
             description="How the cluster is billed. `type` and `duration_days` replace the cluster when "
-            "changed; `on_expiry` changes in place. Default: on-demand.",
+            "changed; `on_expiry` changes in place. Default: on-demand. A reserved term here belongs to "
+            "this cluster alone and is forfeited when it is replaced: for capacity that outlives "
+            "clusters use a `gpucloud_reservation` and `reservation_id` instead.",
+        ),
+        "reservation_id": StringAttribute(
+            optional=True,
+            description="Id of a `gpucloud_reservation` to draw the nodes from: same `region` and "
+            "`instance_type`, `node_count` within its free nodes, inside its term. Its nodes are prepaid "
+            "(not metered on-demand); destroying or replacing the cluster gives them back to the "
+            "reservation for the next cluster. Leave `billing` out. Changing it replaces the cluster.",
+            validators=api("reservation_id", pattern="must be an id such as rsv_0abc"),
+            plan_modifiers=[requires_replace()],
         ),
         "labels": MapAttribute(
             element_type=STRING,
@@ -513,6 +526,7 @@ SPEC_FIELDS = {
     "shared_volume_ids": "volume_ids",
     "security_group_ids": "security_group_ids",
     "billing": "billing",
+    "reservation_id": "reservation_id",
     "labels": "labels",
     "deletion_protection": "deletion_protection",
     "node_repair": "node_repair",
@@ -700,6 +714,7 @@ def cluster_state(
             "duration_days": billing.get("duration_days"),
             "on_expiry": billing.get("on_expiry") or "decommission",
         },
+        "reservation_id": body.get("reservation_id"),
         "labels": _empty_as(prior.get("labels"), dict(body.get("labels") or {})),
         "deletion_protection": bool(body.get("deletion_protection")),
         "node_repair": body.get("node_repair") or "auto",

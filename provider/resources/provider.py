@@ -51,6 +51,7 @@ from provider.resources.list_resources import (
     SshKeyListResource,
 )
 from provider.resources.quota_data_source import QuotaDataSource
+from provider.resources.reservation import ReservationResource
 from provider.resources.security_group import SecurityGroupResource
 from provider.resources.shared_volume import SharedVolumeResource
 from provider.resources.ssh_key import SshKeyResource
@@ -67,6 +68,7 @@ RESOURCES: tuple[type[Resource], ...] = (
     GpuClusterResource,
     BudgetResource,
     SecurityGroupResource,
+    ReservationResource,
 )
 DATA_SOURCES: tuple[type[DataSource], ...] = (
     RegionsDataSource,

@@ -19,6 +19,8 @@ from tests.backend.keys import ed25519_key
 
 API_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 CLUSTER = {"name": "train", "region": "us-east-1", "instance_type": "1xH100", "node_count": 1}
+RESERVATION = {"name": "block", "region": "us-east-1", "instance_type": "1xH100", "node_count": 1,
+               "duration_days": 1}
 
 
 def _bodies() -> dict[tuple[str, str], Any]:
@@ -38,6 +40,7 @@ def _bodies() -> dict[tuple[str, str], Any]:
         ("PATCH", "/v1/budgets/{budget_id}"): {"amount_usd": "200"},
         ("POST", "/v1/security-groups"): {"name": "made"},
         ("PATCH", "/v1/security-groups/{security_group_id}"): {"name": "renamed"},
+        ("POST", "/v1/reservations"): RESERVATION,
     }
 
 
@@ -47,8 +50,9 @@ def _world(admin: TestClient) -> dict[str, str]:
     cluster = admin.post("/v1/clusters", json={**CLUSTER, "ssh_key_ids": [key]}).json()["id"]
     budget = admin.post("/v1/budgets", json={"name": "b", "amount_usd": "1000"}).json()["id"]
     group = admin.post("/v1/security-groups", json={"name": "g"}).json()["id"]
+    reservation = admin.post("/v1/reservations", json=RESERVATION).json()["id"]
     return {"cluster_id": cluster, "volume_id": volume, "ssh_key_id": key, "budget_id": budget,
-            "security_group_id": group, "file": "hosts", "name": "train-0"}
+            "security_group_id": group, "reservation_id": reservation, "file": "hosts", "name": "train-0"}
 
 
 def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0017_autoscaling"
-down_revision = "0015_quotas"
+down_revision = "0016_reservations"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,204 @@
+"""gpucloud_reservation: capacity reserved apart from clusters (instance type, region, node count, term),
+paid up front once for the whole term; `gpucloud_gpu_cluster`s draw from it with `reservation_id`."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from provider.client import ApiError
+from provider.framework import (
+    Context,
+    DiagnosticError,
+    Int64Attribute,
+    NumberAttribute,
+    Resource,
+    Schema,
+    State,
+    StringAttribute,
+    requires_replace,
+    use_state_for_unknown,
+)
+from provider.resources._common import (
+    api_error,
+    client_of,
+    configured,
+    create_done,
+    create_key,
+    number,
+    plan_create_key,
+    timestamp,
+)
+from provider.resources.api_rules import field_validators
+
+SUBJECT = "reservation"
+NAME_RULE = "must be 1-128 printable characters without leading or trailing spaces"
+
+
+def _rules(field: str, **text: str) -> Any:
+    return field_validators("ReservationCreate", field, text=text)
+
+
+def _path(reservation_id: str) -> str:
+    return f"/v1/reservations/{reservation_id}"
+
+
+def _stable() -> list[Any]:
+    return [use_state_for_unknown()]
+
+
+class ReservationResource(Resource):
+    type_name = "gpucloud_reservation"
+    import_id_attribute = "id"
+    schema = Schema(
+        description="Capacity reserved apart from clusters, as capacity blocks are sold: `node_count` nodes "
+        "of one instance type on one fabric of a region for a term of 1 to 90 days, held for you from "
+        "booking until the term ends (on-demand creates cannot take them). The whole term is charged once, "
+        "up front, at `starts_at`, at the catalog's reserved rate for its length. Clusters draw from it "
+        "with `reservation_id`; their nodes are prepaid, and destroying or replacing a cluster gives its "
+        "nodes back to the reservation for the next one, so the term is never forfeited. Every setting "
+        "replaces the reservation when changed (a new booking and a new charge); destroying it while "
+        "clusters draw from it fails.",
+        attributes={
+            # Required
+            "name": StringAttribute(
+                required=True,
+                description="Display name. Changing it replaces the reservation.",
+                validators=_rules("name", pattern=NAME_RULE),
+                plan_modifiers=[requires_replace()],
+            ),
+            "region": StringAttribute(
+                required=True,
+                description="Region of the capacity, e.g. `us-east-1`.",
+                validators=_rules("region", pattern="must be a catalog name such as us-east-1"),
+                plan_modifiers=[requires_replace()],
+            ),
+            "instance_type": StringAttribute(
+                required=True,
+                description="Instance type of the nodes, e.g. `8xH100`.",
+                validators=_rules("instance_type", pattern="must be a catalog name such as 8xH100"),
+                plan_modifiers=[requires_replace()],
+            ),
+            "node_count": Int64Attribute(
+                required=True,
+                description="Nodes held for the term (1 to 4096).",
+                validators=_rules("node_count"),
+                plan_modifiers=[requires_replace()],
+            ),
+            "duration_days": Int64Attribute(
+                required=True,
+                description="Term length in days (1 to 90); longer terms get deeper discounts.",
+                validators=_rules("duration_days"),
+                plan_modifiers=[requires_replace()],
+            ),
+            # Optional
+            "starts_at": StringAttribute(
+                optional=True,
+                computed=True,
+                description="When the term starts (RFC 3339, e.g. `\"2026-12-01T08:00:00Z\"`); clusters draw "
+                "from it and the charge is made from then. Default: when it is created.",
+                plan_modifiers=[use_state_for_unknown(), requires_replace()],
+            ),
+            # Computed
+            "id": StringAttribute(
+                computed=True, description="Identifier (`rsv_...`).", plan_modifiers=_stable()
+            ),
+            "ends_at": StringAttribute(
+                computed=True, description="When the term ends (`starts_at` + `duration_days`).",
+                plan_modifiers=_stable(),
+            ),
+            "fabric": StringAttribute(
+                computed=True, description="The fabric of the region whose nodes are held.",
+                plan_modifiers=_stable(),
+            ),
+            "upfront_cost_usd": NumberAttribute(
+                computed=True, description="The one charge for the whole term, made at `starts_at`.",
+                plan_modifiers=_stable(),
+            ),
+            "created_at": StringAttribute(
+                computed=True, description="When it was booked (RFC 3339, UTC).", plan_modifiers=_stable()
+            ),
+        },
+    )
+
+    def modify_plan(
+        self, ctx: Context, plan: State | None, state: State | None, config: State | None
+    ) -> State | None:
+        plan_create_key(ctx, state, plan)
+        return plan
+
+    def create(self, ctx: Context, plan: State) -> State | None:
+        try:
+            response = client_of(ctx).request(
+                "POST", "/v1/reservations", json=_body(plan), idempotency_key=create_key(ctx)
+            )
+        except ApiError as error:
+            api_error(ctx, "Error Creating Reservation", error, subject=SUBJECT, schema=self.schema)
+            return None
+        create_done(ctx)
+        return _state(response.body, plan)
+
+    def read(self, ctx: Context, state: State) -> State | None:
+        if not configured(ctx):
+            return state
+        try:
+            response = client_of(ctx).request("GET", _path(state["id"]))
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            api_error(ctx, "Error Reading Reservation", error, subject=SUBJECT)
+            return state
+        return _state(response.body, state)
+
+    def update(self, ctx: Context, plan: State, state: State) -> State | None:
+        return {**state, "name": plan["name"]}  # every setting replaces: nothing changes in place
+
+    def delete(self, ctx: Context, state: State) -> None:
+        try:
+            client_of(ctx).request("DELETE", _path(state["id"]))
+        except ApiError as error:
+            if error.status != 404:  # already gone: the goal of a delete
+                api_error(ctx, "Error Deleting Reservation", error, subject=SUBJECT)
+
+
+def _body(plan: State) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "name": plan["name"],
+        "region": plan["region"],
+        "instance_type": plan["instance_type"],
+        "node_count": int(plan["node_count"]),
+        "duration_days": int(plan["duration_days"]),
+    }
+    if isinstance(plan.get("starts_at"), str):
+        body["starts_at"] = plan["starts_at"]
+    return body
+
+
+def _instant(text: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def _state(body: Any, prior: State) -> State:
+    """State from the API object; the user's spelling of the same start instant stays."""
+    if not isinstance(body, dict):
+        raise DiagnosticError("Unexpected API Response", "The API answered without a reservation object.")
+    starts = timestamp(body["starts_at"])
+    known_start = prior.get("starts_at")
+    if isinstance(known_start, str) and _instant(known_start) == _instant(starts):
+        starts = known_start
+    return {
+        "id": body["id"],
+        "name": body["name"],
+        "region": body["region"],
+        "instance_type": body["instance_type"],
+        "node_count": int(body["node_count"]),
+        "duration_days": int(body["duration_days"]),
+        "starts_at": starts,
+        "ends_at": timestamp(body["ends_at"]),
+        "fabric": body["fabric"],
+        "upfront_cost_usd": number(body["upfront_usd"]),
+        "created_at": timestamp(body["created_at"]),
+    }
