@@ -299,6 +299,10 @@ PLAN_WARNINGS = {
 }
 # Error codes the backend raises that are no plan-time input rule, and why.
 NOT_PLAN_TIME = {
+    "reservation_mismatch": "needs the reservation read from the API: the plan checks it with a lookup "
+    "(cluster_checks.check_reservation), not with a rule of this table",
+    "conflicts_with_reservation": "billing or capacity_type beside reservation_id: refused at apply (422 "
+    "naming the field)",
     "duplicate": "an id listed twice: Terraform sets cannot hold duplicates",
     "immutable_field": "updates only: the provider plans a replacement instead",
     "no_price": "a catalog without a price: the operator's error, not the user's",
