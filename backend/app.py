@@ -17,6 +17,7 @@ from backend.api import (
     console,
     engine_routes,
     health,
+    reserved_ips,
     ssh_keys,
     volumes,
 )
@@ -117,6 +118,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ssh_keys.router)
     app.include_router(volumes.router)
     app.include_router(clusters.router)
+    app.include_router(reserved_ips.router)
     app.include_router(audit_events.router)
     app.include_router(engine_routes.router)
     app.include_router(billing.router)

@@ -93,6 +93,11 @@ class ClusterCreate(StrictModel):
     ttl: Ttl | None = None
     expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC)
     idle_teardown_minutes: IdleMinutes | None = None
+    reserved_ip_id: RefId | None = Field(
+        default=None,
+        description="A reserved IP of the cluster's region its login node answers on (default: a floating "
+        "address). Naming one another cluster holds moves it here; that cluster gets a floating address",
+    )
 
 
 class ClusterUpdate(StrictModel):
@@ -116,6 +121,9 @@ class ClusterUpdate(StrictModel):
     ttl: Ttl | None = Field(default=None, description=TTL_DOC + "; null clears the expiry")
     expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC + "; null clears it")
     idle_teardown_minutes: IdleMinutes | None = None
+    reserved_ip_id: RefId | None = Field(
+        default=None, description="A reserved IP to answer on (moved from its holder); null: floating address"
+    )
     remove_node_names: (
         list[Annotated[str, StringConstraints(max_length=80, pattern=r"^[a-z0-9-]+$")]] | None
     ) = Field(
@@ -126,7 +134,9 @@ class ClusterUpdate(StrictModel):
 
 
 # Fields whose null in a PATCH means "clear it"; for the others null means "leave unchanged".
-NULLABLE_FIELDS = ("container", "max_hourly_cost_usd", "ttl", "expires_at", "idle_teardown_minutes")
+NULLABLE_FIELDS = (
+    "container", "max_hourly_cost_usd", "ttl", "expires_at", "idle_teardown_minutes", "reserved_ip_id",
+)
 
 
 class BillingOut(BaseModel):
@@ -158,6 +168,7 @@ class ClusterOut(BaseModel):
     ttl: str | None
     expires_at: datetime | None
     idle_teardown_minutes: int | None
+    reserved_ip_id: str | None = None
     warnings: list[str] = Field(
         default_factory=list,
         description="Conditions to act on, such as an expiry that deletion_protection blocked",

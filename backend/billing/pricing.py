@@ -50,6 +50,8 @@ class PriceBook:
     regions: frozenset[str]
     storage_tib_hour_usd: Decimal
     regional_storage_tib_hour_usd: Mapping[str, Decimal] = field(default_factory=dict)
+    reserved_ip_hour_usd: Decimal = Decimal(0)
+    reserved_ip_attached_hour_usd: Decimal = Decimal(0)
 
     def instance(self, instance_type: str) -> InstancePrice:
         try:
@@ -99,6 +101,11 @@ class PriceBook:
         """USD per TiB-hour of shared storage in `region`."""
         self._check_region(region)
         return self.regional_storage_tib_hour_usd.get(region, self.storage_tib_hour_usd)
+
+    def reserved_ip_hour(self, region: str, *, attached: bool) -> Decimal:
+        """USD per hour of a reserved IP in `region`: the lower rate while a cluster holds it."""
+        self._check_region(region)
+        return self.reserved_ip_attached_hour_usd if attached else self.reserved_ip_hour_usd
 
 
 def discount_tiers(pairs: Mapping[int, Decimal | str | int]) -> tuple[DiscountTier, ...]:

@@ -116,6 +116,10 @@ class Catalog:
     # Minimum term in days -> fractional discount off on-demand for reserved capacity.
     reserved_discounts: Mapping[int, Decimal] = field(default_factory=dict)
     storage_usd_per_tib_hour: Decimal = Decimal("0.1122")
+    # A reserved public IP per hour: while it waits unattached, and (the lower rate) while a cluster's
+    # login node answers on it.
+    reserved_ip_usd_per_hour: Decimal = Decimal("0.0050")
+    reserved_ip_attached_usd_per_hour: Decimal = Decimal("0.0025")
 
     def region(self, name: str) -> Region | None:
         return next((r for r in self.regions if r.name == name), None)
@@ -243,6 +247,8 @@ def catalog_to_dict(catalog: Catalog) -> dict[str, Any]:
         ],
         "reserved_discounts": {str(k): str(v) for k, v in catalog.reserved_discounts.items()},
         "storage_usd_per_tib_hour": str(catalog.storage_usd_per_tib_hour),
+        "reserved_ip_usd_per_hour": str(catalog.reserved_ip_usd_per_hour),
+        "reserved_ip_attached_usd_per_hour": str(catalog.reserved_ip_attached_usd_per_hour),
     }
 
 
@@ -259,6 +265,8 @@ def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
         )
         discounts = {int(k): Decimal(str(v)) for k, v in data.get("reserved_discounts", {}).items()}
         storage = Decimal(str(data.get("storage_usd_per_tib_hour", "0.1122")))
+        ip_prices = {key: Decimal(str(data[key])) for key in
+                     ("reserved_ip_usd_per_hour", "reserved_ip_attached_usd_per_hour") if key in data}
     except (KeyError, TypeError) as exc:
         raise ValueError(f"invalid catalog document: {exc}") from exc
     region_names = {r.name for r in regions}
@@ -272,7 +280,7 @@ def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
         if unknown:
             raise ValueError(f"fabric {fabric.name}: unknown instance types {sorted(unknown)}")
     check_address_plan(regions, fabrics)
-    return Catalog(regions, fabrics, types, discounts, storage)
+    return Catalog(regions, fabrics, types, discounts, storage, **ip_prices)
 
 
 def _network(owner: str, field_name: str, value: object, max_prefix: int) -> ipaddress.IPv4Network:

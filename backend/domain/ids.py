@@ -15,6 +15,7 @@ PREFIXES = {
     "api_key": "key",
     "audit_event": "aud",
     "budget": "bud",
+    "reserved_ip": "rip",
 }
 _BODY_LEN = 26
 ID_PATTERN = re.compile(r"^[a-z]{3}_[0-9a-hjkmnp-tv-z]{26}$")

@@ -23,7 +23,7 @@ from backend.provisioning import allocator
 from backend.provisioning.settings import configured_driver, local_address_range, offered_orchestrators
 from backend.provisioning.state import live_nodes, new_node, set_cluster_status, set_phase, utcnow, wake
 from backend.store.engine_models import EngineCluster, EngineNode
-from backend.store.models import Cluster
+from backend.store.models import Cluster, ReservedIp
 
 
 class InsufficientCapacity(Conflict):
@@ -122,16 +122,21 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
         pkey_pool, partition_key = found
         allocator.add(session, kind=allocator.PARTITION_KEY, pool=pkey_pool, value=partition_key,
                       cluster_id=cluster.id, node_id=None, now=now)
+    reserved = session.get(ReservedIp, cluster.reserved_ip_id) if cluster.reserved_ip_id else None
     addresses = allocator.next_addresses(session, catalog, region.name, fabric.name,
-                                         override=local_address_range())
+                                         override=local_address_range(), public=reserved is None)
     if addresses is None:
         raise InsufficientCapacity(f"region {region.name} has run out of addresses for fabric {fabric.name}",
                                    field="region")
     subnet, public_ip = addresses
     allocator.add(session, kind=allocator.SUBNET, pool=allocator.ADDRESS_POOL, value=subnet,
                   cluster_id=cluster.id, node_id=None, now=now)
-    allocator.add(session, kind=allocator.PUBLIC_IP, pool=allocator.ADDRESS_POOL, value=public_ip,
-                  cluster_id=cluster.id, node_id=None, now=now)
+    if reserved is not None:  # the login node answers on the cluster's reserved IP
+        public_ip = reserved.address
+    else:
+        assert public_ip is not None
+        allocator.add(session, kind=allocator.PUBLIC_IP, pool=allocator.ADDRESS_POOL, value=public_ip,
+                      cluster_id=cluster.id, node_id=None, now=now)
     multi_node = cluster.node_count > 1
     jumphost_ip = _add_jumphost_ip(session, cluster, subnet, now) if multi_node else None
     state = EngineCluster(

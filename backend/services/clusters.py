@@ -22,12 +22,13 @@ from backend.billing.reports import reserved_node_count
 from backend.domain.access import Scope
 from backend.domain.catalog import Catalog
 from backend.domain.cluster_rules import apply_cluster_defaults, validate_cluster_spec
-from backend.domain.errors import Conflict, FieldError, Forbidden, NotFound, validation_failed
+from backend.domain.errors import Conflict, FieldError, NotFound, validation_failed
 from backend.domain.ids import is_id_of, new_id
 from backend.domain.lifetime import parse_ttl
 from backend.provisioning.engine import request_reconcile
+from backend.services import reserved_ips
 from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
+from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, scoped_labels, touch
 from backend.store.db import execute_core
 from backend.store.models import Cluster, ClusterSshKey, ClusterVolume, SshKey, Volume
 from backend.store.scoping import scope_filter
@@ -47,21 +48,6 @@ _CLUSTER_LINKS = union_all(
     select(literal("volume").label("kind"), ClusterVolume.volume_id.label("ref"), ClusterVolume.position)
     .where(ClusterVolume.cluster_id == bindparam("cluster_id")),
 )
-
-
-def scoped_labels(labels: Mapping[str, str], scope: Scope | None) -> dict[str, str]:
-    """The labels a scoped caller's cluster gets: its scope label added when absent; another value for
-    that label is refused (403 naming it), so a team key cannot hand a cluster to another team."""
-    if scope is None or labels.get(scope.key) == scope.value:
-        return dict(labels)
-    if scope.key not in labels:
-        return {**labels, scope.key: scope.value}
-    raise Forbidden(
-        f"this API key is scoped to {scope}: labels.{scope.key} must be {scope.value!r} (or left out, "
-        "and it is set to that)",
-        field=f"labels.{scope.key}",
-        code="out_of_scope",
-    )
 
 
 def cluster_spec(row: Cluster) -> dict[str, Any]:
@@ -97,6 +83,7 @@ def spec_of(row: Any, ssh_key_ids: list[str], volume_ids: list[str]) -> dict[str
         "ttl": row.ttl,
         "expires_at": row.expires_at,
         "idle_teardown_minutes": row.idle_teardown_minutes,
+        "reserved_ip_id": row.reserved_ip_id,
     }
 
 
@@ -124,6 +111,10 @@ def _check_spec(
     errors = [FieldError(e.path, e.code, e.message) for e in validate_cluster_spec(full, catalog)]
     kept = {*(current or {}).get("ssh_key_ids", []), *(current or {}).get("volume_ids", [])}
     errors += _check_references(session, project_id, full, scope, kept)
+    errors += reserved_ips.check_reference(
+        session, project_id=project_id, scope=scope, reserved_ip_id=full.get("reserved_ip_id"),
+        region=str(full.get("region")), kept=(current or {}).get("reserved_ip_id"),
+    )
     if not errors:
         errors += _check_cost(full, catalog, reserved_nodes, current)
     if errors:
@@ -314,6 +305,7 @@ def create_cluster(
     _apply(row, full)
     session.add(row)
     session.flush()
+    reserved_ips.assign(session, catalog, cluster=row, reserved_ip_id=full.get("reserved_ip_id"))
     request_reconcile(session, row.id, catalog=catalog)
     return row
 
@@ -443,6 +435,7 @@ def update_cluster(
     if full["node_count"] > current["node_count"]:
         check_admission_allowed(session, project_id=project_id, what="scaling up", field="node_count")
     if full != current:
+        reserved_ips.assign(session, catalog, cluster=row, reserved_ip_id=full.get("reserved_ip_id"))
         _apply(row, full)
         touch(row)
         session.flush()

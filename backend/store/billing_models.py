@@ -139,6 +139,24 @@ class BillingAccount(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
+class ReservedIpEvent(Base):
+    """A reserved IP's history, append-only: reserved, attached, detached, released (migration
+    0013_reserved_ips). Written by the reserved IP service in the transaction of the change; billing
+    meters reserved and attached hours from it. Rows outlive their address."""
+
+    __tablename__ = "reserved_ip_events"
+
+    id: Mapped[int] = mapped_column(SERIAL, primary_key=True, autoincrement=True)
+    reserved_ip_id: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False,
+                                            index=True)
+    region: Mapped[str] = mapped_column(String(64), nullable=False)
+    # reserved | attached | detached | released
+    event: Mapped[str] = mapped_column(String(16), nullable=False)
+    cluster_id: Mapped[str | None] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
 class VolumeEvent(Base):
     """A volume's history, append-only: created, resized, deleted, each with the size from then on.
 

@@ -36,6 +36,9 @@ def _bodies() -> dict[tuple[str, str], Any]:
         ("POST", "/v1/pricing/estimate"): CLUSTER,
         ("POST", "/v1/budgets"): {"name": "made", "amount_usd": "100"},
         ("PATCH", "/v1/budgets/{budget_id}"): {"amount_usd": "200"},
+        ("POST", "/v1/reserved-ips"): {"region": "us-east-1"},
+        ("PATCH", "/v1/reserved-ips/{reserved_ip_id}"): {"name": "renamed"},
+        ("POST", "/v1/clusters/{cluster_id}/reserve-ip"): {"name": "kept"},
     }
 
 
@@ -44,8 +47,9 @@ def _world(admin: TestClient) -> dict[str, str]:
     volume = admin.post("/v1/volumes", json={"name": "v", "region": "us-east-1", "size_tib": 1}).json()["id"]
     cluster = admin.post("/v1/clusters", json={**CLUSTER, "ssh_key_ids": [key]}).json()["id"]
     budget = admin.post("/v1/budgets", json={"name": "b", "amount_usd": "1000"}).json()["id"]
+    reserved_ip = admin.post("/v1/reserved-ips", json={"region": "us-east-1"}).json()["id"]
     return {"cluster_id": cluster, "volume_id": volume, "ssh_key_id": key, "budget_id": budget,
-            "file": "hosts", "name": "train-0"}
+            "reserved_ip_id": reserved_ip, "file": "hosts", "name": "train-0"}
 
 
 def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:
@@ -55,6 +59,7 @@ def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:
         f"/v1/volumes/{ids['volume_id']}",
         f"/v1/ssh-keys/{ids['ssh_key_id']}",
         f"/v1/budgets/{ids['budget_id']}",
+        f"/v1/reserved-ips/{ids['reserved_ip_id']}",
     )
     return [admin.get(path).headers["ETag"] for path in paths]
 
