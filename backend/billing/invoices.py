@@ -38,7 +38,8 @@ def month_totals(session: Session, *, project_id: str, period: str) -> dict[str,
         )
         .group_by(UsageRecord.kind)
     ).all()
-    totals = {"compute_on_demand": 0, "compute_reserved": 0, "reservation": 0, "storage": 0, "lines": 0}
+    totals = {"compute_on_demand": 0, "compute_reserved": 0, "reservation": 0, "storage": 0, "reserved_ip": 0,
+              "lines": 0}
     for kind, amount, count in rows:
         totals[kind] = totals.get(kind, 0) + int(amount or 0)
         totals["lines"] += int(count)
@@ -74,7 +75,8 @@ def _invoice(project_id: str, period: str, totals: dict[str, int], now: datetime
         compute_on_demand_micros=on_demand,
         reserved_micros=totals["reservation"],
         storage_micros=totals["storage"],
-        total_micros=on_demand + totals["reservation"] + totals["storage"],
+        reserved_ip_micros=totals["reserved_ip"],
+        total_micros=on_demand + totals["reservation"] + totals["storage"] + totals["reserved_ip"],
         line_count=totals["lines"],
         issued_at=now,
     )

@@ -37,6 +37,7 @@ class UsageKind(StrEnum):
     COMPUTE_ON_DEMAND = "compute_on_demand"
     COMPUTE_RESERVED = "compute_reserved"
     STORAGE = "storage"
+    RESERVED_IP = "reserved_ip"
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,8 @@ class Invoice(Base):
     compute_on_demand_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
     reserved_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
     storage_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    # Migration 0013_reserved_ips (invoices issued before have none).
+    reserved_ip_micros: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
     total_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
     line_count: Mapped[int] = mapped_column(Integer, nullable=False)
     issued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)

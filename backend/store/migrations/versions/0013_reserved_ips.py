@@ -1,6 +1,7 @@
 """Reserved public IPs: `reserved_ips` (an address the project holds until it releases it), the cluster
 whose login node answers on one (`clusters.reserved_ip_id`, unique: an address is never on two
-clusters) and the history billing meters reserved and attached hours from (`reserved_ip_events`).
+clusters), the history billing meters reserved and attached hours from (`reserved_ip_events`) and their
+line on invoices (`billing_invoices.reserved_ip_micros`).
 
 Existing clusters keep their floating addresses (reserved_ip_id NULL).
 
@@ -54,11 +55,14 @@ def upgrade() -> None:
     op.create_index("ix_reserved_ip_events_project_id", "reserved_ip_events", ["project_id"])
     op.add_column("clusters", sa.Column("reserved_ip_id", sa.String(length=30), nullable=True))
     op.create_index("ix_clusters_reserved_ip_id", "clusters", ["reserved_ip_id"], unique=True)
+    op.add_column("billing_invoices", sa.Column("reserved_ip_micros", sa.BigInteger(), server_default="0",
+                                                nullable=False))
 
 
 def downgrade() -> None:
     # Plain ALTER TABLE DROP COLUMN (SQLite >= 3.35): a batch copy of `clusters` would drop the table,
     # and with foreign keys on that deletes every row that references a cluster.
+    op.drop_column("billing_invoices", "reserved_ip_micros")
     op.drop_index("ix_clusters_reserved_ip_id", table_name="clusters")
     op.drop_column("clusters", "reserved_ip_id")
     op.drop_index("ix_reserved_ip_events_project_id", table_name="reserved_ip_events")
