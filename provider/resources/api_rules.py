@@ -42,7 +42,9 @@ from provider.framework.validators import (
 
 TABLE = Path(__file__).with_name("api_rules.json")
 # The request schemas whose rules resources check at plan time.
-SCHEMAS = ("ClusterCreate", "NodeActionIn", "SshKeyCreate", "VolumeCreate", "BudgetCreate")
+SCHEMAS = (
+    "ClusterCreate", "NodeActionIn", "SshKeyCreate", "VolumeCreate", "BudgetCreate", "ReservedIpCreate",
+)
 FIELD_CHECKS = ("pattern", "forbidden_pattern", "ssh_key_type", "ssh_key_data", "ssh_rsa_bits")
 BETWEEN_FIELDS_CHECKS = ("not_allowed_when", "required_when")
 
