@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.provisioning.worker import EngineWorker
 from backend.settings import Settings
 from backend.store.engine_models import Allocation, AllocationCursor, EngineCluster
+from tests.backend.access_keys import client_for, make_key
 from tests.backend.conftest import make_tenant
 from tests.backend.engine.conftest import cluster_body, drain, get
 
@@ -62,6 +63,11 @@ def test_reserved_ip_lifecycle_echoes_input_and_refuses_bad_input(
     unknown = admin.post("/v1/reserved-ips", json={"region": "mars-1"})
     assert unknown.status_code == 422 and (unknown.json()["field"], unknown.json()["code"]) == ("region",
                                                                                                "unknown_region")
+    vision = client_for(admin, make_key(settings, "acme", "admin", scope="team=vision"))
+    assert vision.get(f"/v1/reserved-ips/{ip['id']}").status_code == 404  # no team label: not vision's
+    theirs = vision.post("/v1/reserved-ips", json={"region": "us-east-1"}).json()
+    assert theirs["labels"] == {"team": "vision"}
+    assert vision.get("/v1/reserved-ips").json()["items"] == [theirs]
     other = make_tenant(settings, "other")
     foreign = TestClient(admin.app, headers={"Authorization": f"Bearer {other.admin_key}"})
     assert foreign.get(f"/v1/reserved-ips/{ip['id']}").status_code == 404
