@@ -19,7 +19,7 @@ from backend.domain.lifecycle import ClusterPhase, NodeStatus
 from backend.fabric import addressing
 from backend.fabric.kubernetes import new_control_plane_credentials
 from backend.fabric.topology import slot_position
-from backend.provisioning import allocator
+from backend.provisioning import allocator, public_address
 from backend.provisioning.settings import configured_driver, local_address_range, offered_orchestrators
 from backend.provisioning.state import live_nodes, new_node, set_cluster_status, set_phase, utcnow, wake
 from backend.store.engine_models import EngineCluster, EngineNode
@@ -49,6 +49,7 @@ def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: S
             raise Conflict("deletion_protection is enabled on this cluster; set it to false first",
                            field="deletion_protection", code="deletion_protected")
         if state is None or state.finished:  # nothing (left) to tear down, e.g. a rolled-back create
+            public_address.let_go_at_end(session, cluster, now)
             set_cluster_status(cluster, str(NodeStatus.DESTROYED), None)
             set_phase(session, cluster, str(ClusterPhase.DELETED), now)
         return

@@ -13,10 +13,12 @@ import datetime as dt
 from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
+from backend.billing.reserved_ip_history import DETACHED, record_reserved_ip_event
 from backend.domain.catalog import Catalog
 from backend.domain.errors import Conflict
 from backend.provisioning import allocator
 from backend.store.engine_models import Allocation, EngineCluster, EngineNode
+from backend.store.models import Cluster, ReservedIp
 
 
 def _placed(session: Session, cluster_id: str) -> EngineCluster | None:
@@ -76,3 +78,14 @@ def give_up_floating(session: Session, *, cluster_id: str, region: str) -> str |
     allocator.lock_region_addresses(session, region)
     _drop_floating(session, cluster_id)
     return state.public_ip
+
+
+def let_go_at_end(session: Session, cluster: Cluster, now: dt.datetime) -> None:
+    """A cluster that has ended (torn down, rolled back) gives its reserved IP back to the project: it
+    stays reserved, billed at the unattached rate from `now`."""
+    if cluster.reserved_ip_id is None:
+        return
+    reserved = session.get(ReservedIp, cluster.reserved_ip_id)
+    if reserved is not None:
+        record_reserved_ip_event(session, reserved_ip=reserved, event=DETACHED, at=now, cluster_id=cluster.id)
+    cluster.reserved_ip_id = None

@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from backend.billing.reserved_ip_history import DETACHED, record_reserved_ip_event
 from backend.domain.catalog import Catalog
 from backend.domain.lifecycle import (
     ClusterPhase,
@@ -22,7 +21,7 @@ from backend.domain.lifecycle import (
     derive_bring_up_phase,
     derive_cluster_status,
 )
-from backend.provisioning import allocator, lifetime
+from backend.provisioning import allocator, lifetime, public_address
 from backend.provisioning.driver import Operation, OperationRequest, OpKind, ProvisioningDriver
 from backend.provisioning.engine import add_repair, add_replacement
 from backend.provisioning.node_health import in_repair
@@ -36,7 +35,7 @@ from backend.provisioning.state import (
     set_stage,
 )
 from backend.store.engine_models import EngineCluster, EngineNode, Step
-from backend.store.models import Cluster, ReservedIp
+from backend.store.models import Cluster
 
 S = NodeStage
 BRING_UP_ORDER = [S.BOOTING, S.FABRIC, S.DRIVERS, S.VOLUMES, S.JOINING, S.ACCEPTANCE, S.ACCEPTED, S.CONTAINER,
@@ -565,12 +564,7 @@ def _teardown(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: l
     if remaining or state.control_plane == "releasing":
         return
     allocator.release_cluster(ctx.session, cluster.id)
-    if cluster.reserved_ip_id is not None:  # a reserved IP outlives its cluster: it stays the project's
-        reserved = ctx.session.get(ReservedIp, cluster.reserved_ip_id)
-        if reserved is not None:
-            record_reserved_ip_event(ctx.session, reserved_ip=reserved, event=DETACHED, at=ctx.now,
-                                     cluster_id=cluster.id)
-        cluster.reserved_ip_id = None
+    public_address.let_go_at_end(ctx.session, cluster, ctx.now)  # a reserved IP outlives its cluster
     state.finished = True
     if rollback:
         set_phase(ctx.session, cluster, str(ClusterPhase.FAILED), ctx.now, "everything released")

@@ -155,3 +155,16 @@ def test_cluster_reserve_ip_keeps_its_address_and_the_pool_skips_it(
     assert _login(admin, other["id"]) != address
     assert _reserve(admin)["address"] != address
     _no_address_twice(sessions)
+
+
+def test_reserved_ip_stays_reserved_when_its_clusters_create_rolls_back(
+    admin: TestClient, make_worker: Callable[..., EngineWorker]
+) -> None:
+    ip = _reserve(admin)
+    cluster = _cluster(admin, "doomed", reserved_ip_id=ip["id"])
+    drain(make_worker(simulation_boot_failure_rate=1.0, engine_max_replacements=0))
+    assert get(admin, cluster["id"])["status"] == "FAILED"
+    after = admin.get(f"/v1/reserved-ips/{ip['id']}").json()
+    assert (after["cluster_id"], after["status"], after["address"]) == (None, "reserved", ip["address"])
+    assert admin.delete(f"/v1/clusters/{cluster['id']}").status_code == 202
+    assert admin.delete(f"/v1/reserved-ips/{ip['id']}").status_code == 204
