@@ -20,6 +20,7 @@ from backend.api import (
     provider_registry,
     quotas,
     reservations,
+    reserved_ips,
     security_groups,
     ssh_keys,
     volumes,
@@ -127,6 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(volumes.router)
     app.include_router(security_groups.router)
     app.include_router(clusters.router)
+    app.include_router(reserved_ips.router)
     app.include_router(audit_events.router)
     app.include_router(engine_routes.router)
     app.include_router(billing.router)

@@ -48,7 +48,9 @@ _WRITE: dict[int | str, dict[str, Any]] = {
 UsdAmount = Annotated[
     Decimal, Strict(False), Field(gt=0, le=Decimal("10000000"), max_digits=14, decimal_places=6)
 ]
-UsageKindName = Literal["compute_on_demand", "compute_spot", "compute_reserved", "reservation", "storage"]
+UsageKindName = Literal[
+    "compute_on_demand", "compute_spot", "compute_reserved", "reservation", "storage", "reserved_ip"
+]
 RefFilter = Annotated[str | None, Query(max_length=64, pattern=r"^[a-z]{3}_[0-9a-z_-]+$")]
 _clock = SystemClock()
 
@@ -109,6 +111,7 @@ class InvoiceOut(BaseModel):
     compute_on_demand_usd: str
     reserved_upfront_usd: str
     storage_usd: str
+    reserved_ip_usd: str = Field(description="Reserved public IPs, reserved and attached hours")
     total_usd: str
     line_count: int
     issued_at: datetime | None

@@ -44,6 +44,10 @@ class RegionOut(BaseModel):
     interconnects: list[str]
     fabrics: list[FabricOut]
     storage_usd_per_tib_hour: str
+    reserved_ip_usd_per_hour: str = Field(description="A reserved public IP per hour while unattached")
+    reserved_ip_attached_usd_per_hour: str = Field(
+        description="A reserved public IP per hour while a cluster's login node answers on it"
+    )
 
 
 class ReservedPriceOut(BaseModel):
@@ -134,7 +138,7 @@ def instance_types(catalog: Catalog, held: dict[str, int]) -> list[InstanceTypeO
 
 @router.get("/regions", response_model=RegionList, responses=READ_ERRORS)
 def list_regions(request: Request, principal: Reader) -> Response:
-    """Regions with their fabrics (scalable units, leaves, spines) and storage price."""
+    """Regions with their fabrics (scalable units, leaves, spines), storage and reserved IP prices."""
     catalog = app_state(request).catalog
     items = [
         RegionOut(
@@ -143,6 +147,8 @@ def list_regions(request: Request, principal: Reader) -> Response:
                                spines=f.spines, nodes_per_scalable_unit=f.nodes_per_su)
                      for f in catalog.fabrics_in(r.name)],
             storage_usd_per_tib_hour=str(catalog.storage_usd_per_tib_hour),
+            reserved_ip_usd_per_hour=str(catalog.reserved_ip_usd_per_hour),
+            reserved_ip_attached_usd_per_hour=str(catalog.reserved_ip_attached_usd_per_hour),
         )
         for r in catalog.regions
     ]

@@ -132,6 +132,11 @@ class ClusterCreate(StrictModel):
     expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC)
     idle_teardown_minutes: IdleMinutes | None = None
     autoscaling: Autoscaling | None = Field(default=None, description=AUTOSCALING_DOC)
+    reserved_ip_id: RefId | None = Field(
+        default=None,
+        description="A reserved IP of the cluster's region its login node answers on (default: a floating "
+        "address). Naming one another cluster holds moves it here; that cluster gets a floating address",
+    )
 
 
 class ClusterUpdate(StrictModel):
@@ -161,6 +166,9 @@ class ClusterUpdate(StrictModel):
     expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC + "; null clears it")
     idle_teardown_minutes: IdleMinutes | None = None
     autoscaling: Autoscaling | None = Field(default=None, description=AUTOSCALING_DOC + "; null turns it off")
+    reserved_ip_id: RefId | None = Field(
+        default=None, description="A reserved IP to answer on (moved from its holder); null: floating address"
+    )
     remove_node_names: (
         list[Annotated[str, StringConstraints(max_length=80, pattern=r"^[a-z0-9-]+$")]] | None
     ) = Field(
@@ -172,7 +180,8 @@ class ClusterUpdate(StrictModel):
 
 # Fields whose null in a PATCH means "clear it"; for the others null means "leave unchanged".
 NULLABLE_FIELDS = (
-    "container", "max_hourly_cost_usd", "ttl", "expires_at", "idle_teardown_minutes", "autoscaling"
+    "container", "max_hourly_cost_usd", "ttl", "expires_at", "idle_teardown_minutes", "autoscaling",
+    "reserved_ip_id",
 )
 
 
@@ -211,6 +220,7 @@ class ClusterOut(BaseModel):
     autoscaling: dict[str, int] | None = Field(
         default=None, description="min_nodes, max_nodes and scale_down_idle_minutes (null: fixed node_count)"
     )
+    reserved_ip_id: str | None = None
     warnings: list[str] = Field(
         default_factory=list,
         description="Conditions to act on, such as an expiry that deletion_protection blocked",

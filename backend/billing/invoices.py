@@ -38,7 +38,8 @@ def month_totals(session: Session, *, project_id: str, period: str) -> dict[str,
         )
         .group_by(UsageRecord.kind)
     ).all()
-    kinds = ("compute_on_demand", "compute_spot", "compute_reserved", "reservation", "storage", "lines")
+    kinds = ("compute_on_demand", "compute_spot", "compute_reserved", "reservation", "storage", "reserved_ip",
+             "lines")
     totals = dict.fromkeys(kinds, 0)
     for kind, amount, count in rows:
         totals[kind] = totals.get(kind, 0) + int(amount or 0)
@@ -75,7 +76,8 @@ def _invoice(project_id: str, period: str, totals: dict[str, int], now: datetime
         compute_on_demand_micros=on_demand,
         reserved_micros=totals["reservation"],
         storage_micros=totals["storage"],
-        total_micros=on_demand + totals["reservation"] + totals["storage"],
+        reserved_ip_micros=totals["reserved_ip"],
+        total_micros=on_demand + totals["reservation"] + totals["storage"] + totals["reserved_ip"],
         line_count=totals["lines"],
         issued_at=now,
     )

@@ -42,6 +42,7 @@ class UsageKind(StrEnum):
     COMPUTE_RESERVED = "compute_reserved"
     COMPUTE_SPOT = "compute_spot"
     STORAGE = "storage"
+    RESERVED_IP = "reserved_ip"
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,8 @@ class PriceBook:
     regional_storage_tib_hour_usd: Mapping[str, Decimal] = field(default_factory=dict)
     # Fractional discount off on-demand for spot capacity (0.60: spot costs 40 % of on-demand).
     spot_discount: Decimal = Decimal(0)
+    reserved_ip_hour_usd: Decimal = Decimal(0)
+    reserved_ip_attached_hour_usd: Decimal = Decimal(0)
 
     def instance(self, instance_type: str) -> InstancePrice:
         try:
@@ -111,6 +113,11 @@ class PriceBook:
         """USD per TiB-hour of shared storage in `region`."""
         self._check_region(region)
         return self.regional_storage_tib_hour_usd.get(region, self.storage_tib_hour_usd)
+
+    def reserved_ip_hour(self, region: str, *, attached: bool) -> Decimal:
+        """USD per hour of a reserved IP in `region`: the lower rate while a cluster holds it."""
+        self._check_region(region)
+        return self.reserved_ip_attached_hour_usd if attached else self.reserved_ip_hour_usd
 
 
 def discount_tiers(pairs: Mapping[int, Decimal | str | int]) -> tuple[DiscountTier, ...]:

@@ -21,6 +21,8 @@ def price_book_from_catalog(catalog: Catalog) -> PriceBook:
         regions=frozenset(r.name for r in catalog.regions),
         storage_tib_hour_usd=catalog.storage_usd_per_tib_hour,
         spot_discount=catalog.spot_discount,
+        reserved_ip_hour_usd=catalog.reserved_ip_usd_per_hour,
+        reserved_ip_attached_hour_usd=catalog.reserved_ip_attached_usd_per_hour,
     )
 
 

@@ -25,7 +25,7 @@ from backend.domain.access import Scope
 from backend.store.billing_models import Invoice, Reservation, UsageRecord
 from backend.store.db import execute_core
 from backend.store.engine_models import EngineCluster
-from backend.store.models import Cluster, Volume
+from backend.store.models import Cluster, ReservedIp, Volume
 from backend.store.scoping import scope_filter
 
 
@@ -64,16 +64,20 @@ def usage_query(project_id: str, filters: UsageFilter) -> Select[UsageRecord]:
     if filters.end is not None:
         query = query.where(UsageRecord.period_start < filters.end)
     if filters.scope is not None:
-        # Clusters stay in the store after deletion; a deleted volume does not, so its lines show to
-        # unscoped keys only.
+        # Clusters stay in the store after deletion; a deleted volume or released IP does not, so its
+        # lines show to unscoped keys only.
         team_clusters = select(Cluster.id).where(
             Cluster.project_id == project_id, scope_filter(Cluster.labels, filters.scope)
         )
         team_volumes = select(Volume.id).where(
             Volume.project_id == project_id, scope_filter(Volume.labels, filters.scope)
         )
+        team_addresses = select(ReservedIp.id).where(
+            ReservedIp.project_id == project_id, scope_filter(ReservedIp.labels, filters.scope)
+        )
         query = query.where(
-            or_(UsageRecord.cluster_id.in_(team_clusters), UsageRecord.resource_id.in_(team_volumes))
+            or_(UsageRecord.cluster_id.in_(team_clusters), UsageRecord.resource_id.in_(team_volumes),
+                UsageRecord.resource_id.in_(team_addresses))
         )
     return query
 
@@ -134,6 +138,7 @@ def invoices_view(session: Session, *, project_id: str, now: datetime) -> list[d
             "compute_reserved": 0,
             "reservation": invoice.reserved_micros,
             "storage": invoice.storage_micros,
+            "reserved_ip": invoice.reserved_ip_micros,
             "lines": invoice.line_count,
         }
         items.append(_invoice_item(invoice.period, "closed", closed, issued_at=ensure_utc(invoice.issued_at)))
@@ -146,7 +151,7 @@ def _invoice_item(
     start, end = month_bounds(period)
     # Metered compute, spot included (closed invoices store it as one column).
     compute = totals["compute_on_demand"] + totals.get("compute_spot", 0) + totals["compute_reserved"]
-    total = compute + totals["reservation"] + totals["storage"]
+    total = compute + totals["reservation"] + totals["storage"] + totals["reserved_ip"]
     return {
         "period": period,
         "status": status,
@@ -155,6 +160,7 @@ def _invoice_item(
         "compute_on_demand_usd": str(micros_to_usd(compute)),
         "reserved_upfront_usd": str(micros_to_usd(totals["reservation"])),
         "storage_usd": str(micros_to_usd(totals["storage"])),
+        "reserved_ip_usd": str(micros_to_usd(totals["reserved_ip"])),
         "total_usd": str(micros_to_usd(total)),
         "line_count": totals["lines"],
         "issued_at": issued_at,

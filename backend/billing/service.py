@@ -1,7 +1,8 @@
 """The periodic metering job: charge usage exactly once, start and expire reserved terms, enforce credits.
 
 One pass (`run_metering`) walks every project, each in its own transaction:
-1. storage: final TiB-hour slices of every volume's size segments (from its history) charged;
+1. storage: final TiB-hour slices of every volume's size segments (from its history) charged, and the
+   final hour slices of every reserved IP's rate segments (reserved or attached, from its history);
 2. compute: reserved terms started (and charged up front) for reserved clusters that reached RUNNING,
    final node hour slices charged (reserved nodes at 0, nodes beyond the reservation on-demand);
 3. reserved terms past their end: `on_expiry` carried out (decommission | convert_to_on_demand);
@@ -43,6 +44,11 @@ from backend.billing.invoices import issue_invoices
 from backend.billing.ledger import PendingCharge, balance_micros, charge_usage
 from backend.billing.money import micros_to_usd
 from backend.billing.pricing import PriceBook
+from backend.billing.reserved_ip_meter import (
+    load_reserved_ip_usage,
+    reserved_ip_accrued_micros,
+    reserved_ip_records,
+)
 from backend.billing.settings import BillingSettings
 from backend.billing.storage_meter import load_volume_usage, storage_accrued_micros, storage_records
 from backend.store.billing_models import BillingAccount, CreditHold, Reservation
@@ -136,6 +142,9 @@ def meter_project(
     upfront_due = due_charges(session, capacity, now=now)
     records += upfront_due
     result.reservations_started += len(upfront_due)
+    addresses = load_reserved_ip_usage(session, project_id=project_id)
+    records += reserved_ip_records(addresses, project_id=project_id, prices=prices, cutoff=cutoff, now=now)
+    accrued += reserved_ip_accrued_micros(addresses, prices=prices, cutoff=cutoff, now=now)
     for usage in usages:
         cluster = clusters.get(usage.cluster_id)
         if cluster is not None and usage.cluster_id not in reservations:

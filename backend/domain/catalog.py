@@ -121,6 +121,10 @@ class Catalog:
     storage_usd_per_tib_hour: Decimal = Decimal("0.1122")
     # Fractional discount off on-demand for spot capacity (0.60 = spot costs 40 % of on-demand).
     spot_discount: Decimal = Decimal("0.60")
+    # A reserved public IP per hour: while it waits unattached, and (the lower rate) while a cluster's
+    # login node answers on it.
+    reserved_ip_usd_per_hour: Decimal = Decimal("0.0050")
+    reserved_ip_attached_usd_per_hour: Decimal = Decimal("0.0025")
 
     def region(self, name: str) -> Region | None:
         return next((r for r in self.regions if r.name == name), None)
@@ -256,6 +260,8 @@ def catalog_to_dict(catalog: Catalog) -> dict[str, Any]:
         "reserved_discounts": {str(k): str(v) for k, v in catalog.reserved_discounts.items()},
         "storage_usd_per_tib_hour": str(catalog.storage_usd_per_tib_hour),
         "spot_discount": str(catalog.spot_discount),
+        "reserved_ip_usd_per_hour": str(catalog.reserved_ip_usd_per_hour),
+        "reserved_ip_attached_usd_per_hour": str(catalog.reserved_ip_attached_usd_per_hour),
     }
 
 
@@ -276,6 +282,8 @@ def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
         discounts = {int(k): Decimal(str(v)) for k, v in data.get("reserved_discounts", {}).items()}
         storage = Decimal(str(data.get("storage_usd_per_tib_hour", "0.1122")))
         spot_discount = Decimal(str(data.get("spot_discount", "0.60")))
+        ip_prices = {key: Decimal(str(data[key])) for key in
+                     ("reserved_ip_usd_per_hour", "reserved_ip_attached_usd_per_hour") if key in data}
     except (KeyError, TypeError) as exc:
         raise ValueError(f"invalid catalog document: {exc}") from exc
     region_names = {r.name for r in regions}
@@ -294,7 +302,7 @@ def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
     if not Decimal(0) <= spot_discount < Decimal(1):
         raise ValueError(f"spot_discount must be in [0, 1), got {spot_discount}")
     check_address_plan(regions, fabrics)
-    return Catalog(regions, fabrics, types, discounts, storage, spot_discount)
+    return Catalog(regions, fabrics, types, discounts, storage, spot_discount, **ip_prices)
 
 
 def _network(owner: str, field_name: str, value: object, max_prefix: int) -> ipaddress.IPv4Network:

@@ -17,6 +17,7 @@ PREFIXES = {
     "budget": "bud",
     "security_group": "sgr",
     "reservation": "rsv",
+    "reserved_ip": "rip",
 }
 _BODY_LEN = 26
 ID_PATTERN = re.compile(r"^[a-z]{3}_[0-9a-hjkmnp-tv-z]{26}$")

@@ -8,7 +8,8 @@ Pools: slots per (region, fabric, instance type), partition keys per (region, fa
 unique everywhere, not per region: subnets and public IPs sit in the one pool `ADDRESS_POOL` (regions'
 blocks are disjoint, so the lock per region suffices), private IPs in the pool of their subnet. Values
 are chosen against every pool of their kind, so rows a store kept from before the address plan (0004)
-are never handed out again either.
+are never handed out again either. Reserved IPs (`reserved_ips`, 0013) are public addresses held by a
+project rather than a cluster: a public IP is chosen against them too, under the same region lock.
 
 Nothing here reads every held value (admission must not slow as the fleet grows): slots are chosen on
 free-slot counters per pool and SU (`capacity`), partition keys, subnets and public IPs by probing the
@@ -31,6 +32,7 @@ from backend.domain.catalog import Catalog, Fabric
 from backend.fabric import addressing
 from backend.provisioning import capacity, reservations
 from backend.store.engine_models import Allocation, AllocationCursor, EngineLock
+from backend.store.models import ReservedIp
 
 SLOT, PARTITION_KEY, SUBNET = "slot", "partition_key", "subnet"
 PUBLIC_IP, PRIVATE_IP = "public_ip", "private_ip"
@@ -143,11 +145,13 @@ PROBE_BATCH = 64  # candidates checked against the allocation rows per query
 
 
 def next_free(session: Session, *, cursor: str, kind: str, pool: str | None, first: int, last: int,
-              value_of: Callable[[int], str], skip: Callable[[int], int] = lambda n: n) -> str | None:
+              value_of: Callable[[int], str], skip: Callable[[int], int] = lambda n: n,
+              held_elsewhere: Callable[[list[str]], set[str]] | None = None) -> str | None:
     """The first value of `kind` held in no pool (in `pool` if given) at or after the cursor's position
     in the numbered range `first..last`, wrapping round once; moves the cursor past it. `skip(n)` says
-    where a number in a range not to hand out ends (n itself when it is allowed). None when every
-    number is held. Caller holds the lock that serialises the range."""
+    where a number in a range not to hand out ends (n itself when it is allowed); `held_elsewhere`,
+    which of some values are held outside the allocation rows. None when every number is held. Caller
+    holds the lock that serialises the range."""
     mark = session.get(AllocationCursor, cursor)
     start = mark.position if mark is not None and first <= mark.position <= last else first
     number, seen = start, 0
@@ -164,6 +168,8 @@ def next_free(session: Session, *, cursor: str, kind: str, pool: str | None, fir
             seen += 1
             number = number + 1 if number < last else first
         held = capacity.held_values(session, kind, list(batch), pool)
+        if held_elsewhere is not None:
+            held |= held_elsewhere(list(batch))
         for value, found in batch.items():
             if value not in held:
                 position = found + 1 if found < last else first
@@ -204,28 +210,41 @@ def _next_subnet(session: Session, block: str, skip: Iterable[str]) -> str | Non
                      skip=skip_to)
 
 
-def _next_public_ip(session: Session, block: str) -> str | None:
+def _reserved(session: Session, values: list[str]) -> set[str]:
+    return set(session.scalars(select(ReservedIp.address).where(ReservedIp.address.in_(values))))
+
+
+def next_public_ip(session: Session, block: str) -> str | None:
+    """The next address of the public `block` held by no cluster and reserved by no project (caller
+    holds the region's address lock: `lock_region_addresses`)."""
     network = ipaddress.ip_network(block)
     base, size = int(network.network_address), network.num_addresses
     first, last = (1, size - 2) if size > 2 else (0, size - 1)  # as `hosts()`: /31 and /32 have no broadcast
     return next_free(session, cursor=f"{PUBLIC_IP}:{block}", kind=PUBLIC_IP, pool=None, first=first,
-                     last=last, value_of=lambda n: str(ipaddress.ip_address(base + n)))
+                     last=last, value_of=lambda n: str(ipaddress.ip_address(base + n)),
+                     held_elsewhere=lambda values: _reserved(session, values))
+
+
+def lock_region_addresses(session: Session, region: str) -> None:
+    """Serialise the choice of the region's public addresses (floating and reserved) and subnets."""
+    lock(session, f"addresses:{region}")
 
 
 def next_addresses(session: Session, catalog: Catalog, region: str, fabric: str, *,
-                   override: str | None = None) -> tuple[str, str] | None:
+                   override: str | None = None, public: bool = True) -> tuple[str, str | None] | None:
     """Lock the region's addresses and choose (subnet, public IP) for a cluster on `fabric`: the next
     free /22 of the fabric's block (or of `override`, a block every region shares) and the next free
-    address of the region's public block, held by no cluster anywhere; None when either has run out."""
-    lock(session, f"addresses:{region}")
+    address of the region's public block, held by no cluster anywhere (None with `public` False: the
+    cluster takes a reserved IP); None when either has run out."""
+    lock_region_addresses(session, region)
     if override is not None:
         lock(session, "addresses:shared-override")  # regions draw from one block: serialise them
     block, skip = (override, ()) if override is not None else catalog.subnet_block(region, fabric)
     home = catalog.region(region)
     assert home is not None
     subnet = _next_subnet(session, block, skip)
-    public_ip = _next_public_ip(session, home.public_cidr)
-    return None if subnet is None or public_ip is None else (subnet, public_ip)
+    public_ip = next_public_ip(session, home.public_cidr) if public else None
+    return None if subnet is None or (public and public_ip is None) else (subnet, public_ip)
 
 
 def next_private_ip(session: Session, subnet: str, first_offset: int) -> str:

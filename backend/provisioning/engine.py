@@ -20,7 +20,7 @@ from backend.domain.lifecycle import ClusterPhase, NodeStatus
 from backend.fabric import addressing
 from backend.fabric.kubernetes import new_control_plane_credentials
 from backend.fabric.topology import slot_position
-from backend.provisioning import allocator, reservations, spot
+from backend.provisioning import allocator, public_address, reservations, spot
 from backend.provisioning.settings import configured_driver, local_address_range, offered_orchestrators
 from backend.provisioning.state import (
     aware,
@@ -33,7 +33,7 @@ from backend.provisioning.state import (
 )
 from backend.store.billing_models import CapacityReservation
 from backend.store.engine_models import EngineCluster, EngineNode
-from backend.store.models import Cluster
+from backend.store.models import Cluster, ReservedIp
 
 
 class InsufficientCapacity(Conflict):
@@ -59,6 +59,7 @@ def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: S
             raise Conflict("deletion_protection is enabled on this cluster; set it to false first",
                            field="deletion_protection", code="deletion_protected")
         if state is None or state.finished:  # nothing (left) to tear down, e.g. a rolled-back create
+            public_address.let_go_at_end(session, cluster, now)
             set_cluster_status(cluster, str(NodeStatus.DESTROYED), None)
             set_phase(session, cluster, str(ClusterPhase.DELETED), now)
         return
@@ -138,16 +139,21 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
         pkey_pool, partition_key = found
         allocator.add(session, kind=allocator.PARTITION_KEY, pool=pkey_pool, value=partition_key,
                       cluster_id=cluster.id, node_id=None, now=now)
+    reserved = session.get(ReservedIp, cluster.reserved_ip_id) if cluster.reserved_ip_id else None
     addresses = allocator.next_addresses(session, catalog, region.name, fabric.name,
-                                         override=local_address_range())
+                                         override=local_address_range(), public=reserved is None)
     if addresses is None:
         raise InsufficientCapacity(f"region {region.name} has run out of addresses for fabric {fabric.name}",
                                    field="region")
     subnet, public_ip = addresses
     allocator.add(session, kind=allocator.SUBNET, pool=allocator.ADDRESS_POOL, value=subnet,
                   cluster_id=cluster.id, node_id=None, now=now)
-    allocator.add(session, kind=allocator.PUBLIC_IP, pool=allocator.ADDRESS_POOL, value=public_ip,
-                  cluster_id=cluster.id, node_id=None, now=now)
+    if reserved is not None:  # the login node answers on the cluster's reserved IP
+        public_ip = reserved.address
+    else:
+        assert public_ip is not None
+        allocator.add(session, kind=allocator.PUBLIC_IP, pool=allocator.ADDRESS_POOL, value=public_ip,
+                      cluster_id=cluster.id, node_id=None, now=now)
     multi_node = cluster.node_count > 1
     jumphost_ip = _add_jumphost_ip(session, cluster, subnet, now) if multi_node else None
     state = EngineCluster(

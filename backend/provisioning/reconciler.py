@@ -21,7 +21,7 @@ from backend.domain.lifecycle import (
     derive_bring_up_phase,
     derive_cluster_status,
 )
-from backend.provisioning import allocator, lifetime, spot
+from backend.provisioning import allocator, lifetime, public_address, spot
 from backend.provisioning.driver import Operation, OperationRequest, OpKind, ProvisioningDriver
 from backend.provisioning.engine import add_batch, add_repair, add_replacement
 from backend.provisioning.node_health import in_repair
@@ -648,6 +648,7 @@ def _teardown(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: l
     if remaining or state.control_plane == "releasing":
         return
     allocator.release_cluster(ctx.session, cluster.id)
+    public_address.let_go_at_end(ctx.session, cluster, ctx.now)  # a reserved IP outlives its cluster
     state.finished = True
     if rollback:
         set_phase(ctx.session, cluster, str(ClusterPhase.FAILED), ctx.now, "everything released")

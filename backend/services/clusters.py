@@ -22,13 +22,13 @@ from backend.billing.reports import reserved_node_count
 from backend.domain.access import Scope
 from backend.domain.catalog import Catalog
 from backend.domain.cluster_rules import apply_cluster_defaults, validate_cluster_spec
-from backend.domain.errors import Conflict, FieldError, Forbidden, NotFound, validation_failed
+from backend.domain.errors import Conflict, FieldError, NotFound, validation_failed
 from backend.domain.ids import is_id_of, new_id
 from backend.domain.lifetime import parse_ttl
 from backend.provisioning.engine import request_reconcile
-from backend.services import quotas
+from backend.services import quotas, reserved_ips
 from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
+from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, scoped_labels, touch
 from backend.services.reservations import check_reservation
 from backend.services.security_groups import ensure_default_group
 from backend.store.db import execute_core
@@ -67,21 +67,6 @@ _CLUSTER_LINKS = union_all(
            ClusterSecurityGroup.position)
     .where(ClusterSecurityGroup.cluster_id == bindparam("cluster_id")),
 )
-
-
-def scoped_labels(labels: Mapping[str, str], scope: Scope | None) -> dict[str, str]:
-    """The labels a scoped caller's cluster gets: its scope label added when absent; another value for
-    that label is refused (403 naming it), so a team key cannot hand a cluster to another team."""
-    if scope is None or labels.get(scope.key) == scope.value:
-        return dict(labels)
-    if scope.key not in labels:
-        return {**labels, scope.key: scope.value}
-    raise Forbidden(
-        f"this API key is scoped to {scope}: labels.{scope.key} must be {scope.value!r} (or left out, "
-        "and it is set to that)",
-        field=f"labels.{scope.key}",
-        code="out_of_scope",
-    )
 
 
 def cluster_spec(row: Cluster) -> dict[str, Any]:
@@ -124,6 +109,7 @@ def spec_of(
         "expires_at": row.expires_at,
         "idle_teardown_minutes": row.idle_teardown_minutes,
         "autoscaling": autoscaling_of(row),
+        "reserved_ip_id": row.reserved_ip_id,
     }
 
 
@@ -165,6 +151,10 @@ def _check_spec(
     errors += _check_references(session, project_id, full, scope, kept)
     if full.get("reservation_id") not in (None, (current or {}).get("reservation_id")):
         errors += check_reservation(session, project_id, full)
+    errors += reserved_ips.check_reference(
+        session, project_id=project_id, scope=scope, reserved_ip_id=full.get("reserved_ip_id"),
+        region=str(full.get("region")), kept=(current or {}).get("reserved_ip_id"),
+    )
     if not errors:
         errors += _check_cost(full, catalog, reserved_nodes, current)
     if errors:
@@ -380,6 +370,7 @@ def create_cluster(
     session.flush()
     if not full.get("security_group_ids"):
         ensure_default_group(session=session, project_id=project_id)
+    reserved_ips.assign(session, catalog, cluster=row, reserved_ip_id=full.get("reserved_ip_id"))
     request_reconcile(session, row.id, catalog=catalog)
     return row
 
@@ -533,6 +524,7 @@ def update_cluster(
         check_admission_allowed(session, project_id=project_id, what="scaling up", field="node_count")
         quotas.admit(session=session, catalog=catalog, project_id=project_id, spec=full, current=current)
     if full != current:
+        reserved_ips.assign(session, catalog, cluster=row, reserved_ip_id=full.get("reserved_ip_id"))
         _apply(row, full)
         touch(row)
         session.flush()

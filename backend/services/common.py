@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Select
@@ -10,7 +10,7 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from sqlalchemy.orm.interfaces import ORMOption
 
 from backend.domain.access import Scope
-from backend.domain.errors import NotFound, PreconditionFailed
+from backend.domain.errors import Forbidden, NotFound, PreconditionFailed
 from backend.domain.etags import etag_for, if_match_satisfied
 from backend.domain.ids import is_id_of
 from backend.services.clock import utcnow
@@ -49,6 +49,21 @@ def get_owned(
     if row is None or row.project_id != project_id or not in_scope(scope, getattr(row, "labels", None)):
         raise NotFound(f"no {label} with id {row_id!r}", field=field)
     return row
+
+
+def scoped_labels(labels: Mapping[str, str], scope: Scope | None) -> dict[str, str]:
+    """The labels a scoped caller's cluster gets: its scope label added when absent; another value for
+    that label is refused (403 naming it), so a team key cannot hand a cluster to another team."""
+    if scope is None or labels.get(scope.key) == scope.value:
+        return dict(labels)
+    if scope.key not in labels:
+        return {**labels, scope.key: scope.value}
+    raise Forbidden(
+        f"this API key is scoped to {scope}: labels.{scope.key} must be {scope.value!r} (or left out, "
+        "and it is set to that)",
+        field=f"labels.{scope.key}",
+        code="out_of_scope",
+    )
 
 
 def in_scope(scope: Scope | None, labels: Any) -> bool:

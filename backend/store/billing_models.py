@@ -152,6 +152,8 @@ class Invoice(Base):
     compute_on_demand_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
     reserved_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
     storage_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    # Migration 0013_reserved_ips (invoices issued before have none).
+    reserved_ip_micros: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
     total_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
     line_count: Mapped[int] = mapped_column(Integer, nullable=False)
     issued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
@@ -170,6 +172,24 @@ class BillingAccount(Base):
     prepaid: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     exhausted_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
+class ReservedIpEvent(Base):
+    """A reserved IP's history, append-only: reserved, attached, detached, released (migration
+    0013_reserved_ips). Written by the reserved IP service in the transaction of the change; billing
+    meters reserved and attached hours from it. Rows outlive their address."""
+
+    __tablename__ = "reserved_ip_events"
+
+    id: Mapped[int] = mapped_column(SERIAL, primary_key=True, autoincrement=True)
+    reserved_ip_id: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False,
+                                            index=True)
+    region: Mapped[str] = mapped_column(String(64), nullable=False)
+    # reserved | attached | detached | released
+    event: Mapped[str] = mapped_column(String(16), nullable=False)
+    cluster_id: Mapped[str | None] = mapped_column(String(64))
+    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
 class VolumeEvent(Base):

@@ -147,6 +147,9 @@ class Cluster(Versioned, Base):
     status_reason: Mapped[str | None] = mapped_column(Text)
     # Set when the user asks for deletion; the engine tears down and marks the cluster DESTROYED.
     deletion_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    # The reserved IP the login node answers on (migration 0013_reserved_ips); NULL: a floating address
+    # from the region's pool. Unique: an address is never on two clusters; cleared when the cluster ends.
+    reserved_ip_id: Mapped[str | None] = mapped_column(ID)
 
     ssh_key_links: Mapped[list[ClusterSshKey]] = relationship(
         order_by="ClusterSshKey.position", cascade="all, delete-orphan", lazy="selectin"
@@ -160,6 +163,24 @@ class Cluster(Versioned, Base):
     )
 
 
+class ReservedIp(Versioned, Base):
+    """A public address held by the project until released (migration 0013_reserved_ips). Its holder is
+    the cluster whose `reserved_ip_id` names it; unattached addresses are in no allocation row, so the
+    allocator skips the addresses listed here too."""
+
+    __tablename__ = "reserved_ips"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True)
+    project_id: Mapped[str] = mapped_column(ForeignKey("projects.id", ondelete="CASCADE"), nullable=False)
+    name: Mapped[str | None] = mapped_column(String(128))
+    region: Mapped[str] = mapped_column(String(64), nullable=False)
+    address: Mapped[str] = mapped_column(String(45), nullable=False, unique=True)
+    # User labels plus, for a scoped key, its scope label (as clusters'): what team scopes filter on.
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict, server_default="{}")
+
+
+Index("ix_reserved_ips_project_id_id", ReservedIp.project_id, ReservedIp.id)
+Index("ix_clusters_reserved_ip_id", Cluster.reserved_ip_id, unique=True)
 Index("ix_clusters_project_id_id", Cluster.project_id, Cluster.id)
 Index("ix_volumes_project_id_id", Volume.project_id, Volume.id)
 Index("ix_ssh_keys_project_id_id", SshKey.project_id, SshKey.id)

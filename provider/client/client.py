@@ -89,6 +89,11 @@ class GpuCloudClient(HttpCore):
     def delete_volume(self, volume_id: str, *, if_match: str | None = None) -> None:
         self.request("DELETE", f"/v1/volumes/{_seg(volume_id)}", if_match=if_match)
 
+    # ---- reserved IPs ------------------------------------------------------------------------------
+
+    def get_reserved_ip(self, reserved_ip_id: str) -> Body:
+        return self._body(self.request("GET", f"/v1/reserved-ips/{_seg(reserved_ip_id)}"))
+
     # ---- clusters ----------------------------------------------------------------------------------
 
     def create_cluster(self, spec: Mapping[str, Any], *, idempotency_key: str) -> Body:

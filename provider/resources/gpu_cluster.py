@@ -68,6 +68,7 @@ PATCHABLE = {
     "max_hourly_cost_usd": "max_hourly_cost_usd",
     "idle_teardown_minutes": "idle_teardown_minutes",
     "autoscaling": "autoscaling",
+    "reserved_ip_id": "reserved_ip_id",
 }
 # Changes the engine has to carry out on the nodes (the update then waits for convergence).
 ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids", "security_group_ids")
@@ -329,6 +330,30 @@ class GpuClusterResource(Resource):
                         "a cluster can only mount volumes of its own region.",
                         root(attr),
                     )
+        self._check_reserved_ip(ctx, plan, state)
+
+    @staticmethod
+    def _check_reserved_ip(ctx: Context, plan: State, state: State | None) -> None:
+        """A newly named reserved IP must exist and be in the cluster's region (a warning at plan, as for
+        keys and volumes)."""
+        ref, region = plan.get("reserved_ip_id"), plan.get("region")
+        if not known(ref) or ref is None or ref == (state or {}).get("reserved_ip_id"):
+            return
+        try:
+            found = client_of(ctx).get_reserved_ip(ref)
+        except NotFound:
+            ctx.reference_problem("Unknown Reserved IP", f"No reserved IP with id \"{ref}\" in this project.",
+                                  root("reserved_ip_id"))
+            return
+        except ApiError:
+            return  # checked again by the API at apply
+        if known(region) and found.get("region") != region:
+            ctx.reference_problem(
+                "Reserved IP In Another Region",
+                f"Reserved IP {ref} ({found.get('address')}) is in {found.get('region')}, the cluster in "
+                f"{region}; reserve an IP in {region}.",
+                root("reserved_ip_id"),
+            )
 
     # -- apply ----------------------------------------------------------------------------------------
 

@@ -187,8 +187,10 @@ BILLING_ATTRIBUTES: dict[str, Attribute] = {
 
 # What each runtime value follows on an in-place change: it keeps its prior value in the plan unless one
 # of these changes (node names and the login/controller host derive from the cluster name).
-NODES_FOLLOW = ("name", "node_count", "shared_volume_ids", "container", "ssh_key_ids")
+NODES_FOLLOW = ("name", "node_count", "shared_volume_ids", "container", "ssh_key_ids", "reserved_ip_id")
 HOSTS_FOLLOW = ("name", "node_count")
+# The login address (and the Kubernetes API endpoint on it) is the reserved IP, or a floating one.
+ADDRESS_FOLLOWS = (*HOSTS_FOLLOW, "reserved_ip_id")
 # Planned unknown again while the cluster is not RUNNING: they are still changing.
 RUNTIME_ATTRIBUTES = ("nodes", "login", "slurm", "kubernetes", "nccl_env", "reservation")
 
@@ -232,8 +234,8 @@ def computed_attributes() -> dict[str, Attribute]:
         "login": SingleNestedAttribute(
             computed=True,
             attributes=LOGIN_ATTRIBUTES,
-            description="How to log in (SSH).",
-            plan_modifiers=_keep(*HOSTS_FOLLOW),
+            description="How to log in (SSH): the reserved IP when `reserved_ip_id` is set.",
+            plan_modifiers=_keep(*ADDRESS_FOLLOWS),
         ),
         "slurm": SingleNestedAttribute(
             computed=True,
@@ -246,7 +248,7 @@ def computed_attributes() -> dict[str, Attribute]:
             attributes=KUBERNETES_ATTRIBUTES,
             description="Kubernetes API details (Kubernetes clusters only). Credentials come from the "
             "`gpucloud_cluster_credentials` ephemeral resource, never from state.",
-            plan_modifiers=_keep("node_count"),
+            plan_modifiers=_keep("node_count", "reserved_ip_id"),
         ),
         "nccl_env": MapAttribute(
             element_type=STRING,
@@ -285,8 +287,8 @@ CLUSTER_SCHEMA = Schema(
     "`nodes`...), so resources and providers configured from them are not disturbed.\n"
     "- **In place**: `name`, `node_count` (scaling), `autoscaling` (the range; the engine then moves "
     "`node_count`, see [engine.md](../engine.md#autoscaling)), `container`, `ssh_key_ids`, "
-    "`shared_volume_ids` (attach/detach), `security_group_ids`, `labels`, `deletion_protection`, "
-    "`node_repair`, `max_hourly_cost_usd`, "
+    "`shared_volume_ids` (attach/detach), `security_group_ids`, `reserved_ip_id`, `labels`, "
+    "`deletion_protection`, `node_repair`, `max_hourly_cost_usd`, "
     "`billing.on_expiry`. "
     "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `capacity_type` (moving "
     "running nodes between capacity types would interrupt them: a new cluster is the honest change), "
@@ -500,6 +502,16 @@ CLUSTER_SCHEMA = Schema(
             "many minutes (1 to 43200). Changes in place.",
             validators=api("idle_teardown_minutes"),
         ),
+        "reserved_ip_id": StringAttribute(
+            optional=True,
+            description="A `gpucloud_reserved_ip` of the cluster's region for the login node to answer on "
+            "(`login` follows it). Unset, the cluster has a floating address from the region's pool. "
+            "Changes in place: setting it moves the address here, from another cluster of the project if "
+            "one holds it (that cluster gets a floating address), so moving an IP between two clusters "
+            "in one apply works in either order; unsetting it gives this cluster a fresh floating address "
+            "and the IP stays reserved.",
+            validators=api("reserved_ip_id"),
+        ),
         "wait_for_running": BoolAttribute(
             optional=True,
             computed=True,
@@ -536,6 +548,7 @@ SPEC_FIELDS = {
     "expires_at": "expires_at",
     "idle_teardown_minutes": "idle_teardown_minutes",
     "autoscaling": "autoscaling",
+    "reserved_ip_id": "reserved_ip_id",
 }
 
 
@@ -726,6 +739,7 @@ def cluster_state(
         "expires_at": _same_instant(prior.get("expires_at"), body.get("expires_at")),
         "idle_teardown_minutes": body.get("idle_teardown_minutes"),
         "autoscaling": _autoscaling_state(body.get("autoscaling")),
+        "reserved_ip_id": body.get("reserved_ip_id"),
         "wait_for_running": prior.get("wait_for_running") if prior.get("wait_for_running") is not None
         else True,
         "timeouts": prior.get("timeouts"),

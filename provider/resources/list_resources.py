@@ -35,6 +35,7 @@ from provider.framework import (
 from provider.framework.validators import string_length, string_one_of
 from provider.resources._common import api_error, client_of
 from provider.resources.gpu_cluster import GpuClusterResource
+from provider.resources.reserved_ip import ReservedIpResource
 from provider.resources.shared_volume import SharedVolumeResource
 from provider.resources.ssh_key import SshKeyResource
 
@@ -150,5 +151,29 @@ class SshKeyListResource(ListResource):
     def list(self, ctx: Context, config: State, *, include_state: bool) -> Iterator[ListResult]:
         yield from _listed(
             ctx, "/v1/ssh-keys", config, "SSH Key", lambda body: SshKeyResource.state_from_api(body, {}),
+            include_state=include_state,
+        )
+
+
+class ReservedIpListResource(ListResource):
+    type_name = "gpucloud_reserved_ip"
+    schema = Schema(
+        description="Finds the project's reserved IPs for `terraform query` (for example one made by "
+        "`POST /v1/clusters/{id}/reserve-ip`), filtered by region, name prefix and labels (the attributes "
+        "of the list block's `config` block).",
+        attributes={
+            "region": _region("reserved IP"),
+            "name_prefix": _name_prefix("reserved IP"),
+            "labels": MapAttribute(
+                element_type=STRING,
+                optional=True,
+                description="Only reserved IPs that carry every one of these labels with the same value.",
+            ),
+        },
+    )
+
+    def list(self, ctx: Context, config: State, *, include_state: bool) -> Iterator[ListResult]:
+        yield from _listed(
+            ctx, "/v1/reserved-ips", config, "Reserved IP", ReservedIpResource.state_from_api,
             include_state=include_state,
         )

@@ -47,11 +47,13 @@ from provider.resources.data_sources import (
 from provider.resources.gpu_cluster import GpuClusterResource
 from provider.resources.list_resources import (
     GpuClusterListResource,
+    ReservedIpListResource,
     SharedVolumeListResource,
     SshKeyListResource,
 )
 from provider.resources.quota_data_source import QuotaDataSource
 from provider.resources.reservation import ReservationResource
+from provider.resources.reserved_ip import ReservedIpResource
 from provider.resources.security_group import SecurityGroupResource
 from provider.resources.shared_volume import SharedVolumeResource
 from provider.resources.ssh_key import SshKeyResource
@@ -69,6 +71,7 @@ RESOURCES: tuple[type[Resource], ...] = (
     BudgetResource,
     SecurityGroupResource,
     ReservationResource,
+    ReservedIpResource,
 )
 DATA_SOURCES: tuple[type[DataSource], ...] = (
     RegionsDataSource,
@@ -83,6 +86,7 @@ LIST_RESOURCES: tuple[type[ListResource], ...] = (
     SshKeyListResource,
     SharedVolumeListResource,
     GpuClusterListResource,
+    ReservedIpListResource,
 )
 ACTIONS: tuple[type[Action], ...] = (ClusterNodeAction, ClusterRestartWorkers)
 
@@ -101,7 +105,8 @@ class GpuCloudProvider(Provider):
     type_name = "gpucloud"
     version = "0.1.0"
     schema = Schema(
-        description="Provision GPU clusters, shared volumes and SSH keys on a gpucloud control plane.",
+        description="Provision GPU clusters, shared volumes, SSH keys and reserved IPs on a gpucloud "
+        "control plane.",
         attributes={
             "endpoint": StringAttribute(
                 optional=True,

@@ -41,6 +41,9 @@ def _bodies() -> dict[tuple[str, str], Any]:
         ("POST", "/v1/security-groups"): {"name": "made"},
         ("PATCH", "/v1/security-groups/{security_group_id}"): {"name": "renamed"},
         ("POST", "/v1/reservations"): RESERVATION,
+        ("POST", "/v1/reserved-ips"): {"region": "us-east-1"},
+        ("PATCH", "/v1/reserved-ips/{reserved_ip_id}"): {"name": "renamed"},
+        ("POST", "/v1/clusters/{cluster_id}/reserve-ip"): {"name": "kept"},
     }
 
 
@@ -51,8 +54,10 @@ def _world(admin: TestClient) -> dict[str, str]:
     budget = admin.post("/v1/budgets", json={"name": "b", "amount_usd": "1000"}).json()["id"]
     group = admin.post("/v1/security-groups", json={"name": "g"}).json()["id"]
     reservation = admin.post("/v1/reservations", json=RESERVATION).json()["id"]
+    reserved_ip = admin.post("/v1/reserved-ips", json={"region": "us-east-1"}).json()["id"]
     return {"cluster_id": cluster, "volume_id": volume, "ssh_key_id": key, "budget_id": budget,
-            "security_group_id": group, "reservation_id": reservation, "file": "hosts", "name": "train-0"}
+            "security_group_id": group, "reservation_id": reservation, "reserved_ip_id": reserved_ip,
+            "file": "hosts", "name": "train-0"}
 
 
 def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:
@@ -63,6 +68,7 @@ def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:
         f"/v1/ssh-keys/{ids['ssh_key_id']}",
         f"/v1/budgets/{ids['budget_id']}",
         f"/v1/security-groups/{ids['security_group_id']}",
+        f"/v1/reserved-ips/{ids['reserved_ip_id']}",
     )
     return [admin.get(path).headers["ETag"] for path in paths]
 

@@ -74,6 +74,9 @@ class FakeClusterApi:
         "vol_two": {"id": "vol_two", "region": "us-east-1"},
     })
     ssh_keys: dict[str, dict[str, Any]] = field(default_factory=lambda: {"key_a": {"id": "key_a"}})
+    reserved_ips: dict[str, dict[str, Any]] = field(default_factory=lambda: {
+        "rip_west": {"id": "rip_west", "region": "us-west-2", "address": "198.18.64.7"},
+    })
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
     idempotency: dict[str, str] = field(default_factory=dict)
     fail_next_create: bool = False
@@ -115,6 +118,8 @@ class FakeClusterApi:
             return self._found(self.ssh_keys.get(parts[1]))
         if parts[0] == "volumes" and len(parts) == 2:
             return self._found(self.volumes.get(parts[1]))
+        if parts[0] == "reserved-ips" and len(parts) == 2:
+            return self._found(self.reserved_ips.get(parts[1]))
         if parts == ["clusters"] and method == "POST":
             return self._create(request, body)
         if parts == ["clusters"]:

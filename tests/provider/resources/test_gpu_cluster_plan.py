@@ -332,6 +332,19 @@ def test_gpu_cluster_plan_changes_that_alter_runtime_values_plan_them_unknown():
     assert relabelled is not None and is_unknown(relabelled["nodes"]) and is_unknown(relabelled["login"])
 
 
+def test_gpu_cluster_plan_reserved_ip_change_plans_the_address_unknown_and_checks_the_reference():
+    prior = state_of(**RUNTIME)
+    moved, ctx = plan(config_of(prior, reserved_ip_id="rip_west"), prior)
+    assert moved is not None and not errors(ctx)
+    assert all(is_unknown(moved[n]) for n in ("login", "nodes", "kubernetes"))
+    assert moved["slurm"] == prior["slurm"] and moved["nccl_env"] == prior["nccl_env"]
+    assert "is in us-west-2, the cluster in us-east-1" in warnings(ctx)["reserved_ip_id"]
+    _, ctx = plan(config_of(prior, reserved_ip_id="rip_gone"), prior)
+    assert "No reserved IP with id" in warnings(ctx)["reserved_ip_id"]
+    _, ctx = plan(config_of(prior, reserved_ip_id="not an id"), prior)
+    assert "reserved_ip_id" in errors(ctx)
+
+
 def test_gpu_cluster_plan_cost_above_a_lowered_limit_warns_unless_the_change_raises_it():
     prior = state_of(max_hourly_cost_usd=100)
     planned, ctx = plan(config_of(prior, max_hourly_cost_usd=10), prior)  # 31.92 USD/h now

@@ -137,7 +137,7 @@ def test_provider_schema_offers_identity_and_list_resources_but_no_state_moves()
     server = ProviderServer(GpuCloudProvider())
     schema = server.get_provider_schema(pb.GetProviderSchema.Request())
     assert not schema.server_capabilities.move_resource_state  # no gpucloud resource takes moved state
-    typed = {"gpucloud_gpu_cluster", "gpucloud_shared_volume", "gpucloud_ssh_key"}
+    typed = {"gpucloud_gpu_cluster", "gpucloud_shared_volume", "gpucloud_ssh_key", "gpucloud_reserved_ip"}
     assert set(schema.list_resource_schemas) == typed
     request = pb.GetResourceIdentitySchemas.Request()
     identities = server.get_resource_identity_schemas(request).identity_schemas

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014_security_groups"
-down_revision = "0012_allocation_counters"
+down_revision = "0013_reserved_ips"
 branch_labels = None
 depends_on = None
 
