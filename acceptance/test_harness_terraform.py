@@ -150,7 +150,9 @@ def test_harness_ctrl_c_stops_a_running_apply(terraform: TerraformFactory, tf_ve
     finally:
         running.kill()
     assert result.returncode == 1
-    assert "Interrupt received" in result.output
+    # Terraform says it caught the interrupt, unless the provisioner's `sleep` (same process group)
+    # died of it first and the apply failed on that before Terraform's own handler printed anything.
+    assert "Interrupt received" in result.output or "signal: interrupt" in result.output
     assert result.seconds < 30
 
 
