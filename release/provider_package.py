@@ -82,8 +82,9 @@ def launcher_text(version: str, platform: str) -> str:
     )
 
 
-def boot_module_text(cache_tag: str) -> str:
+def boot_module_text(cache_tag: str, version: str, platform: str) -> str:
     """Checks the interpreter, keeps bytecode out of the package directory, starts the provider."""
+    description = f"{TYPE_NAME}/{TYPE_NAME} {version} {platform} package"
     supported = ", ".join(repr((3, int(v.split(".")[1]))) for v in PYTHON_VERSIONS)
     return f'''"""Start the gpucloud provider from this package (written by release/provider_package.py)."""
 import sys
@@ -105,9 +106,17 @@ else:
     cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     sys.pycache_prefix = os.path.join(cache, "gpucloud-provider", "pycache")
 
-from provider.plugin.main import main
+# Served warm when it can be (a per-user daemon that forks a pre-imported provider per launch, the same
+# path as the mirror launcher's: provider/plugin/warm_client.py), else cold in this process.
+import hashlib
+import json
+import os.path
 
-main()
+from provider.plugin.warm_client import launch
+
+paths = [os.path.abspath(sys.path[-1])]  # this package's lib/ (the daemon runs in /)
+key = hashlib.sha256(json.dumps([{description!r}, "provider.plugin.main", sys.executable, paths]).encode())
+launch("provider.plugin.main", key.hexdigest()[:24], paths)
 '''
 
 
@@ -276,7 +285,8 @@ def build(platform: str, *, version: str, out_dir: Path, wheels_dir: Path) -> Pa
     files = wheel_files(download_wheels(platform, wheels_dir))
     files.update(provider_files())
     # The bytecode is compiled by this interpreter (sys.executable), so its tag is known beforehand.
-    files[f"lib/{BOOT_MODULE}.py"] = boot_module_text(sys.implementation.cache_tag).encode()
+    boot = boot_module_text(sys.implementation.cache_tag, version, platform)
+    files[f"lib/{BOOT_MODULE}.py"] = boot.encode()
     compile_bytecode(files)
     launcher = f"terraform-provider-{TYPE_NAME}_v{version}"
     files[launcher] = launcher_text(version, platform).encode()

@@ -237,6 +237,13 @@ def _start_daemon(launch_module: str, key: str, paths: list[str], directory: str
             os.dup2(null, fd)  # never hold Terraform's pipes: it waits for their EOF
         os.closerange(3, 65536)
         os.chdir("/")  # never pin the directory of the Terraform run that happened to start it
-        os.execve(sys.executable, [sys.executable, "-I", "-S", "-c", code], env)
+        flags = ["-I", "-S"]
+        # The launcher's bytecode settings (a registry package writes none into its own directory:
+        # lock files hold that directory's hash).
+        if sys.dont_write_bytecode:
+            flags.append("-B")
+        if sys.pycache_prefix:
+            flags += ["-X", f"pycache_prefix={sys.pycache_prefix}"]
+        os.execve(sys.executable, [sys.executable, *flags, "-c", code], env)
     finally:
         os._exit(127)
