@@ -75,8 +75,12 @@ resource "gpucloud_gpu_cluster" "spotty" {
 
 
 def running_nodes(backend: Backend, cluster_id: str) -> dict[str, str]:
+    """The running nodes' capacity, once the cluster has settled (every node RUNNING, the cluster too: the
+    stand-in joining reconfigures the others, and a plan during that waits for the cluster instead)."""
     body = backend.client.get_cluster(cluster_id)
-    return {n["name"]: n["capacity_type"] for n in body["nodes"] if n["status"] == "RUNNING"}
+    if body["status"] != "RUNNING" or any(n["status"] != "RUNNING" for n in body["nodes"]):
+        return {}
+    return {n["name"]: n["capacity_type"] for n in body["nodes"]}
 
 
 def test_acc_spot_cluster_with_fallback_plans_clean_through_a_preemption(

@@ -11,6 +11,7 @@ import re
 import secrets
 import time
 from typing import Any
+from urllib.parse import parse_qsl
 
 import structlog
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -50,6 +51,17 @@ def is_json_media_type(content_type: bytes) -> bool:
     return media_type == b"application/json" or (
         media_type.startswith(b"application/") and media_type.endswith(b"+json")
     )
+
+
+def _repeated_query_parameter(query_string: bytes) -> ApiError | None:
+    """No query parameter of this API is a list: one given twice is refused, not silently "last wins"."""
+    seen: set[str] = set()
+    for name, _ in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+        if name in seen:
+            return BadRequest(f"query parameter {name} is given more than once: give it once",
+                              field=name, code="repeated_query_parameter")
+        seen.add(name)
+    return None
 
 
 class RequestMiddleware:
@@ -117,6 +129,7 @@ class RequestMiddleware:
 
         try:
             problem = self._framing_problem(content_length, transfer_encoding, content_type)
+            problem = problem or _repeated_query_parameter(scope.get("query_string", b""))
             if problem is None and over_budget is not None and not has_credentials:
                 problem = over_budget
             if problem is not None:

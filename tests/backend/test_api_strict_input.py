@@ -125,3 +125,11 @@ def test_strict_input_both_content_length_and_transfer_encoding_is_400(admin: Te
     assert response.status_code == 400 and response.headers["connection"] == "close"
     assert response.json()["code"] == "ambiguous_framing" and response.json()["field"] == "Transfer-Encoding"
     _nothing_stored(admin)
+
+
+def test_strict_input_a_query_parameter_given_twice_is_400_not_last_wins(admin: TestClient) -> None:
+    response = admin.get("/v1/clusters", params=[("page_size", "abc"), ("page_size", "5")])
+    assert response.status_code == 400, response.text
+    body = response.json()
+    assert (body["code"], body["field"]) == ("repeated_query_parameter", "page_size")
+    assert admin.get("/v1/clusters", params={"page_size": "5"}).status_code == 200
