@@ -82,12 +82,24 @@ class LocalCluster:
         what a user's ssh comes from, they do)."""
         return str(self.subnet.network_address + 2)
 
+    @property
+    def mac(self) -> str:
+        """The bridge's own MAC, fixed (locally administered, derived from the cluster key). A bridge
+        whose MAC was never set takes the lowest MAC of its ports and changes it whenever a node's veth
+        comes or goes: the nodes keep the old one for the host's addresses in their neighbour tables, and
+        what they send there is dropped until the entry is probed again (STALE, DELAY 5 s, unicast probes:
+        a user's ssh from `.1` timed out after a scale while the backend's `.2` had been re-resolved)."""
+        digest = hashlib.sha256(f"bridge/{self.key}".encode()).digest()
+        return ":".join(f"{byte:02x}" for byte in (0x02, *digest[:5]))
+
     def up(self) -> None:
         """Create the bridge and directories (idempotent)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         _ensure_private_mount_dir(self.ns_dir)
         if run(["ip", "link", "show", self.bridge], check=False).returncode != 0:
-            run(["ip", "link", "add", self.bridge, "type", "bridge"])
+            run(["ip", "link", "add", self.bridge, "address", self.mac, "type", "bridge"])
+        elif f" {self.mac} " not in run(["ip", "-o", "link", "show", self.bridge]).stdout:
+            run(["ip", "link", "set", self.bridge, "address", self.mac])  # made before its MAC was pinned
         present = run(["ip", "-o", "addr", "show", "dev", self.bridge]).stdout
         # The gateway first: it stays the primary address, the source of this machine's own connections.
         for host in (self.gateway, self.management):

@@ -7,6 +7,7 @@ them); nothing here is mocked. Every address lives inside namespaces this test m
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 import uuid
@@ -133,3 +134,59 @@ def test_local_nodes_booted_then_configured_over_ssh_run_slurm_jobs_and_leave_no
     assert cluster.bridge not in run(["ip", "-br", "link"]).stdout
     assert str(cluster.dir) not in Path("/proc/self/mountinfo").read_text()
     assert not cluster.dir.exists()
+
+
+def test_local_cluster_bridge_keeps_its_mac_as_nodes_come_and_go(cluster: LocalCluster) -> None:
+    """A bridge left to choose takes its lowest port's MAC and changes it as nodes' veths come and go:
+    the nodes' neighbour entries for the host's addresses then point at a MAC nobody answers on (a user's
+    ssh to the login timed out after a scale). Its MAC is pinned instead."""
+    cluster.up()
+
+    def bridge_mac() -> str:
+        return Path(f"/sys/class/net/{cluster.bridge}/address").read_text().strip()
+
+    assert bridge_mac() == cluster.mac
+    first, second = cluster.node("n-0", "10.0.4.10"), cluster.node("n-1", "10.0.4.11")
+    for node, mac in ((first, "00:00:5e:00:53:02"), (second, "00:00:5e:00:53:01")):
+        node.create([])
+        run(["ip", "link", "set", node.veth, "address", mac])  # lower than any the kernel picks
+        assert bridge_mac() == cluster.mac
+    second.destroy()
+    assert bridge_mac() == cluster.mac
+    cluster.up()  # idempotent
+    assert bridge_mac() == cluster.mac
+
+
+def test_local_user_reaches_the_login_from_the_gateway_after_a_node_joins(cluster: LocalCluster) -> None:
+    """The failure the pinned MAC prevents, end to end: a node joins (its veth's MAC is the lowest), the
+    backend's next packet to the login comes from `.2` (the host's ARP then names `.2` only), and the
+    login must still answer a user's connection from `.1` at once."""
+    cluster.up()
+    login, worker = cluster.node("login", "10.0.4.4"), cluster.node("n-0", "10.0.4.10")
+    for node, mac in ((login, "00:00:5e:00:53:10"), (worker, "00:00:5e:00:53:05")):
+        node.create([])
+        run(["ip", "link", "set", node.veth, "address", mac])  # the lowest: an unpinned bridge took it
+    listener = subprocess.Popen(["ip", "netns", "exec", login.netns, "python3", "-c",
+                                 "import socket, time; s = socket.socket(); s.bind(('0.0.0.0', 22)); "
+                                 "s.listen(50); time.sleep(60)"])
+    try:
+        def connect(source: str) -> None:
+            deadline = time.monotonic() + 10
+            while True:
+                try:
+                    with socket.create_connection(("10.0.4.4", 22), timeout=3, source_address=(source, 0)):
+                        return
+                except ConnectionRefusedError:  # the listener is not up yet
+                    assert time.monotonic() < deadline
+                    time.sleep(0.1)
+
+        connect(cluster.gateway)
+        connect(cluster.management)
+        joined = cluster.node("n-1", "10.0.4.11")
+        joined.create([])
+        run(["ip", "link", "set", joined.veth, "address", "00:00:5e:00:53:01"])
+        connect(cluster.management)  # the backend configures the new node and the login
+        connect(cluster.gateway)  # the user's ssh: timed out (3 s here) when the bridge's MAC followed
+    finally:
+        listener.kill()
+        listener.wait()
