@@ -224,7 +224,7 @@ def test_acc_local_driver_backend_killed_mid_create_scale_and_delete_converges(
     cluster_id = wait_for_cluster(backend, "sturdy")
     deadline = time.monotonic() + 60
     while not ours(cluster_id)["namespaces"]:  # in the middle of the bring-up
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, backend.client.get_cluster(cluster_id)  # says why, if it failed
         time.sleep(0.05)
     restart(backend, {"GPUCLOUD_DRIVER": "local"})
     assert "Apply complete!" in running.wait(timeout=300, check=True).output
