@@ -256,16 +256,16 @@ def test_acc_console_tour(
 def test_acc_console_pages(
     browser: webdriver.Chrome, backend: Backend, world: dict[str, Any], artifacts: Path
 ) -> None:
-    browser.find_element(By.CSS_SELECTOR, "#nav a[href='#/volumes']").click()
+    visible(browser, "#nav a[href='#/volumes']").click()
     wait_for(browser, lambda d: VOLUME_PROBE in texts(d, "td[data-label=Name]"), "volume probe not shown")
     browser.save_screenshot(str(artifacts / "page-volumes.png"))
 
-    browser.find_element(By.CSS_SELECTOR, "#nav a[href='#/ssh-keys']").click()
+    visible(browser, "#nav a[href='#/ssh-keys']").click()
     wait_for(browser, lambda d: KEY_PROBE in texts(d, "td[data-label=Name]"), "key probe not shown")
     assert LOG_PROBE in texts(browser, "td[data-label=Comment]")
     browser.save_screenshot(str(artifacts / "page-ssh-keys.png"))
 
-    browser.find_element(By.CSS_SELECTOR, "#nav a[href='#/billing']").click()
+    visible(browser, "#nav a[href='#/billing']").click()
     visible(browser, "svg.chart")
     assert len(browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.bar")) >= 14  # one bar per day
     browser.save_screenshot(str(artifacts / "page-billing.png"))
