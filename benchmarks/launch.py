@@ -243,12 +243,16 @@ def _rpc_latencies(channel: Any, calls: int) -> tuple[float, float]:
 def tls_cost(calls: int = RPC_CALLS) -> dict[str, Any]:
     """Per-RPC cost of the three transports, in-process: plaintext, grpcio TLS, ssl-terminated mTLS."""
     import socket
-    import threading
 
     import grpc
 
     from benchmarks.stats import table
-    from provider.plugin.grpc_server import MAX_MESSAGE_BYTES, build_grpc_server
+    from provider.plugin.grpc_server import (
+        MAX_MESSAGE_BYTES,
+        start_grpc_server,
+        start_loop_thread,
+        stop_grpc_server,
+    )
     from provider.plugin.selfsigned import generate_server_certificate
     from provider.plugin.tls_terminator import TlsTerminator, server_ssl_context
     from tests.provider.plugin.launching import make_client_certificate
@@ -258,16 +262,17 @@ def tls_cost(calls: int = RPC_CALLS) -> dict[str, Any]:
     client_cert = make_client_certificate()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-tls-") as directory:
-        server = build_grpc_server(
-            _EchoProvider(), on_shutdown=lambda: None, stopping=threading.Event(), max_workers=8
-        )
+        loop = start_loop_thread()
         plain_path = os.path.join(directory, "plain.sock")
-        server.add_insecure_port("unix:" + plain_path)
         native_path = os.path.join(directory, "native.sock")
-        server.add_secure_port(
-            "unix:" + native_path, grpc.ssl_server_credentials([(server_cert.key_pem, server_cert.pem)])
-        )
-        server.start()
+        servers = [
+            start_grpc_server(_EchoProvider(), "unix:" + plain_path, loop=loop, on_shutdown=lambda: None,
+                              max_workers=8),
+            start_grpc_server(
+                _EchoProvider(), "unix:" + native_path, loop=loop, on_shutdown=lambda: None, max_workers=8,
+                credentials=grpc.ssl_server_credentials([(server_cert.key_pem, server_cert.pem)]),
+            ),
+        ]
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         terminated_path = os.path.join(directory, "terminated.sock")
         listener.bind(terminated_path)
@@ -295,7 +300,8 @@ def tls_cost(calls: int = RPC_CALLS) -> dict[str, Any]:
             with channel:
                 small, large = _rpc_latencies(channel, calls)
             results[name] = {"small_rpc_median_ms": round(small, 3), "large_rpc_ms": round(large, 1)}
-        server.stop(0)
+        for server in servers:
+            stop_grpc_server(server, loop)
     print(f"transport cost, in-process: {calls} health checks, and ReadResource echoing 8 MiB (ms)")
     rows = [
         [name, f"{r['small_rpc_median_ms']:.3f}", f"{r['large_rpc_ms']:.1f}"] for name, r in results.items()

@@ -47,6 +47,7 @@ class SimpleResource(Resource):
     """Required `value`, computed `id`; no remote object (used by the plan/apply benchmark)."""
 
     type_name = "conformance_simple"
+    blocking = False  # no remote object: nothing to wait for
     schema = Schema(
         description="The smallest resource: a value and an id.",
         attributes={

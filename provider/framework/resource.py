@@ -60,6 +60,9 @@ class Resource:
     # Resource identity (Terraform 1.12+): declare it to support `import { identity = {...} }` and
     # `terraform query`. By default each identity attribute is the same-named state attribute.
     identity_schema: IdentitySchema | None = None
+    # False only when no hook of this resource ever waits (no network, files or sleeps): its plan, apply,
+    # read and import RPCs are then served on the plugin's event loop instead of a worker thread.
+    blocking: ClassVar[bool] = True
 
     def create(self, ctx: Context, plan: State) -> State | None:
         raise NotImplementedError

@@ -58,6 +58,19 @@ log = logging.getLogger("provider.framework")
 
 R = TypeVar("R", bound=Message)
 
+# RPCs whose work never waits: the framework's own, or hooks that must not do I/O (validation, state
+# upgrades). The plugin serves them on its event loop, saving a thread hand-off each (see `runs_inline`).
+NON_BLOCKING_RPCS = frozenset({
+    "GetMetadata", "GetProviderSchema", "GetResourceIdentitySchemas", "GetFunctions", "StopProvider",
+    "ValidateProviderConfig", "ValidateResourceConfig", "ValidateDataResourceConfig",
+    "ValidateEphemeralResourceConfig", "ValidateListResourceConfig", "ValidateActionConfig",
+    "UpgradeResourceState", "UpgradeResourceIdentity",
+})
+# RPCs that run a resource's own hooks: non-blocking only for a resource declared `blocking = False`.
+RESOURCE_RPCS = frozenset({
+    "PlanResourceChange", "ApplyResourceChange", "ReadResource", "ImportResourceState",
+})
+
 
 def _rpc(response: Callable[[], R]) -> Callable[[Callable[[Any, Any], R]], Callable[..., R]]:
     """Catch everything: an exception becomes an error diagnostic on an otherwise empty response."""
@@ -94,6 +107,15 @@ class ProviderServer:
         self._provider_data: Any = None
         self._terraform_version = ""
         self._schema_response: pb.GetProviderSchema.Response | None = None
+
+    def runs_inline(self, rpc: str, request: Any) -> bool:
+        """Whether serving `rpc` never waits, so the plugin may run it on its event loop."""
+        if rpc in NON_BLOCKING_RPCS:
+            return True
+        if rpc in RESOURCE_RPCS:
+            resource = self._resources.get(request.type_name)
+            return resource is not None and not resource.blocking
+        return False
 
     # -- helpers -------------------------------------------------------------------------------------
 
@@ -219,6 +241,8 @@ class ProviderServer:
     @_rpc(pb.ConfigureProvider.Response)
     def configure_provider(self, request: pb.ConfigureProvider.Request) -> pb.ConfigureProvider.Response:
         self._terraform_version = request.terraform_version
+        if self._stop.is_set():  # stopped during an earlier command of a long-lived (debug) process
+            self._stop = threading.Event()
         config = decode_value(request.config, self.provider.schema.cty_type)
         ctx = self._context()
         data = self.provider.configure(ctx, config if config is not None else {})
@@ -229,9 +253,10 @@ class ProviderServer:
     def stop_provider(
         self, request: pb.StopProvider.Request, _context: Any = None
     ) -> pb.StopProvider.Response:
-        # Cancel in-flight work; later calls (e.g. in a long-lived debug process) get a fresh event.
-        stopping, self._stop = self._stop, threading.Event()
-        stopping.set()
+        # Cancel in-flight work and whatever Terraform still sends in this command: it may send an
+        # ApplyResourceChange it had already decided on after StopProvider (Ctrl-C right at "Creating...").
+        # The next command's ConfigureProvider starts afresh (a long-lived debug process serves many).
+        self._stop.set()
         log.info("StopProvider: cancelling in-flight operations")
         return pb.StopProvider.Response()
 

@@ -31,22 +31,22 @@ def reattach_value(provider_address: str, *, pid: int, socket_path: str) -> str:
 
 
 def serve_debug(make_server: Callable[[], object], *, provider_address: str) -> None:
-    from provider.plugin.launch import MAX_WORKERS, build_provider
+    from provider.plugin.launch import MAX_PARALLEL_RPCS, build_provider
     from provider.plugin.log import configure_logging
 
     configure_logging(os.environ, provider_address=provider_address)
-    from provider.plugin.grpc_server import build_grpc_server
+    from provider.plugin.grpc_server import start_grpc_server, start_loop_thread, stop_grpc_server
 
     directory = socket_directory()
     socket_path = os.path.join(directory, "plugin.sock")
     stopping = threading.Event()
     try:
         # Shutdown is ignored: the process outlives the terraform commands that attach to it.
-        server = build_grpc_server(
-            build_provider(make_server), on_shutdown=lambda: None, stopping=stopping, max_workers=MAX_WORKERS
+        loop = start_loop_thread()
+        server = start_grpc_server(
+            build_provider(make_server), "unix:" + socket_path, loop=loop, on_shutdown=lambda: None,
+            max_workers=MAX_PARALLEL_RPCS,
         )
-        server.add_insecure_port("unix:" + socket_path)
-        server.start()
         value = reattach_value(provider_address, pid=os.getpid(), socket_path=socket_path)
         sys.stdout.write(
             "Provider started in debug mode. To attach Terraform, set in the shell you run terraform in:\n\n"
@@ -59,6 +59,6 @@ def serve_debug(make_server: Callable[[], object], *, provider_address: str) -> 
             signal.signal(signo, lambda _signo, _frame: stopping.set())
         while not stopping.wait(3600):
             pass
-        server.stop(0)
+        stop_grpc_server(server, loop)
     finally:
         shutil.rmtree(directory, ignore_errors=True)

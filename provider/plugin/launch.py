@@ -6,8 +6,9 @@ listen backlog until the gRPC side is ready, so the work after the line overlaps
 1. magic cookie and protocol version (stdlib only);
 2. private 0700 directory, fresh server certificate (pure-Python ECDSA, ~2 ms), listening socket;
 3. the handshake line on stdout; stdout is then pointed at stderr so nothing else can corrupt it;
-4. the TLS terminator (it accepts and handshakes Terraform's connection meanwhile), then logging,
-   grpcio, the provider itself and the gRPC server on a private socket, to which the relay then connects;
+4. the TLS terminator's event loop (it accepts and handshakes Terraform's connection meanwhile), then
+   logging, grpcio, the provider itself and the grpc.aio server on that loop and a private socket, to
+   which the relay then connects;
 5. wait for GRPCController/Shutdown (or SIGTERM), remove the directory, exit at once.
 
 Only this module's callees import grpc, and only in step 4.
@@ -34,11 +35,9 @@ if TYPE_CHECKING:
     import threading
     from typing import Any, NoReturn
 
-# Terraform's -parallelism defaults to 10; allow far more, plus the streams that each pin a worker
-# for the whole connection (GRPCStdio, GRPCBroker, a health Watch) and the controller.
+# Worker threads for RPCs that may wait (the others run on the event loop): Terraform's -parallelism
+# defaults to 10; allow far more.
 MAX_PARALLEL_RPCS = 64
-PINNED_STREAMS = 4
-MAX_WORKERS = MAX_PARALLEL_RPCS + PINNED_STREAMS
 ORPHAN_CHECK_INTERVAL_S = 2.0
 host_pid: int | None = os.getppid()  # taken at import, before the host could have died; None: not watched
 on_exit: Callable[[int], None] | None = None  # the warm path reports the exit code to its launcher
@@ -150,12 +149,14 @@ def _serve_in(
         grpc_path = os.path.join(directory, "grpc.sock")
         terminator = TlsTerminator(listener, grpc_path, context, backend_listening=False)
         terminator.start()
-        runtime = _start_runtime(make_server, environ, grpc_path=grpc_path, provider_address=provider_address)
+        runtime = _start_runtime(
+            make_server, environ, grpc_path=grpc_path, provider_address=provider_address, loop=terminator.loop
+        )
         terminator.backend_ready()
     else:
         # TF_DISABLE_PLUGIN_TLS: grpcio serves the public socket itself, so it must exist first.
         runtime = _start_runtime(
-            make_server, environ, grpc_path=public_path, provider_address=provider_address
+            make_server, environ, grpc_path=public_path, provider_address=provider_address, loop=None
         )
         _announce(public_path, protocol_version, "")
 
@@ -188,20 +189,22 @@ class _Runtime:
 
 
 def _start_runtime(
-    make_server: MakeServer, environ: Any, *, grpc_path: str, provider_address: str
+    make_server: MakeServer, environ: Any, *, grpc_path: str, provider_address: str, loop: Any
 ) -> _Runtime:
+    """Logging, the provider and the gRPC server, on `loop` (the terminator's) or a loop of its own."""
     import threading
 
     from provider.plugin.log import configure_logging
 
     configure_logging(environ, provider_address=provider_address)
-    from provider.plugin.grpc_server import build_grpc_server
+    from provider.plugin.grpc_server import start_grpc_server, start_loop_thread
 
     shutdown = threading.Event()
     provider = build_provider(make_server)
-    server = build_grpc_server(provider, on_shutdown=shutdown.set, stopping=shutdown, max_workers=MAX_WORKERS)
-    server.add_insecure_port("unix:" + grpc_path)
-    server.start()
+    server = start_grpc_server(
+        provider, "unix:" + grpc_path, loop=loop or start_loop_thread(), on_shutdown=shutdown.set,
+        max_workers=MAX_PARALLEL_RPCS,
+    )
     return _Runtime(server, grpc_path, shutdown)
 
 

@@ -5,19 +5,22 @@
 (the framework promises none) becomes an error diagnostic in the RPC's own response type, never a
 gRPC error: Terraform shows diagnostics to the user but reports gRPC errors as a crashed plugin.
 Server-streaming RPCs (ListResource, InvokeAction) delegate to a method returning an iterator of
-messages; a failure there ends the stream with one message carrying the error. Each RPC runs inside
-`request_fields`, so every log line it causes carries `tf_rpc`, `tf_req_id` and the type it is about,
-as in Go providers.
+messages; a failure there ends the stream with one message carrying the error. The server is
+grpc.aio's: `AsyncProviderServicer` runs each RPC on the event loop or in a worker thread. Each RPC
+runs inside `request_fields`, so every log line it causes carries `tf_rpc`, `tf_req_id` and the type
+it is about, as in Go providers.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import functools
 import logging
 import re
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import Executor
 from typing import Any
 
 import grpc
@@ -193,85 +196,122 @@ class UnavailableProvider:
         return [answer] if method.server_streaming else answer
 
 
+class AsyncProviderServicer:
+    """tfplugin6.Provider for the grpc.aio server: each RPC of `DelegatingProviderServicer`, served on
+    the event loop when the provider says it never waits (`runs_inline`), else in a worker thread, so a
+    slow API call or a long wait in one RPC holds up no other."""
+
+    def __init__(self, delegate: object, executor: Executor) -> None:
+        self.serving = DelegatingProviderServicer(delegate)
+        self.executor = executor
+        self.runs_inline: Callable[[str, Message], bool] = getattr(
+            delegate, "runs_inline", lambda _rpc, _request: False
+        )
+
+    def in_worker(self, function: Callable[..., Any], *args: Any) -> Any:
+        """`function(*args)` in a worker thread."""
+        return asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+
+
+def _async_handler(method: MethodDescriptor) -> Callable[..., Any]:
+    name = method.name
+    if method.server_streaming:
+
+        async def stream(
+            self: AsyncProviderServicer, request: Message, context: Any
+        ) -> AsyncIterator[Message]:
+            messages = getattr(self.serving, name)(request, context)
+            # Every step in one context: the generator sets context variables (its log fields) in one
+            # step and resets them in another, maybe in another worker thread.
+            steps = contextvars.copy_context()
+            while (message := await self.in_worker(steps.run, next, messages, None)) is not None:
+                yield message
+
+        stream.__name__ = name
+        return stream
+
+    async def unary(self: AsyncProviderServicer, request: Message, context: Any) -> Message:
+        serve = getattr(self.serving, name)
+        if self.runs_inline(name, request):
+            return serve(request, context)  # type: ignore[no-any-return]
+        response: Message = await self.in_worker(serve, request, context)
+        return response
+
+    unary.__name__ = name
+    return unary
+
+
+for _method in PROVIDER_SERVICE.methods:
+    setattr(AsyncProviderServicer, _method.name, _async_handler(_method))
+
+
+async def _until_cancelled() -> None:
+    """Hold a stream open until the client ends it (grpc.aio then cancels the handler)."""
+    await asyncio.get_running_loop().create_future()
+
+
 class ControllerServicer(grpc_controller_pb2_grpc.GRPCControllerServicer):
     """plugin.GRPCController: Shutdown asks the process to exit (the caller does it promptly)."""
 
     def __init__(self, on_shutdown: Callable[[], None]) -> None:
         self._on_shutdown = on_shutdown
 
-    def Shutdown(
-        self, request: grpc_controller_pb2.Empty, context: grpc.ServicerContext
+    async def Shutdown(
+        self, request: grpc_controller_pb2.Empty, context: Any
     ) -> grpc_controller_pb2.Empty:
         log.debug("shutdown requested by the host")
         self._on_shutdown()
         return grpc_controller_pb2.Empty()
 
 
-def _wait_until_rpc_ends(context: grpc.ServicerContext, stopping: threading.Event) -> None:
-    ended = threading.Event()
-    context.add_callback(ended.set)
-    while context.is_active() and not stopping.is_set():
-        ended.wait(1.0)
-
-
 class StdioServicer(grpc_stdio_pb2_grpc.GRPCStdioServicer):
-    """plugin.GRPCStdio: nothing to forward (logs go straight to stderr); holds the stream open.
+    """plugin.GRPCStdio: nothing to forward (logs go straight to stderr); holds the stream open."""
 
-    The open stream pins one worker thread for the life of the connection.
-    """
-
-    def __init__(self, stopping: threading.Event) -> None:
-        self._stopping = stopping
-
-    def StreamStdio(
-        self, request: empty_pb2.Empty, context: grpc.ServicerContext
-    ) -> Iterator[grpc_stdio_pb2.StdioData]:
-        _wait_until_rpc_ends(context, self._stopping)
-        yield from ()
+    async def StreamStdio(
+        self, request: empty_pb2.Empty, context: Any
+    ) -> AsyncIterator[grpc_stdio_pb2.StdioData]:
+        await _until_cancelled()
+        return
+        yield  # an async generator that sends nothing
 
 
 class BrokerServicer(grpc_broker_pb2_grpc.GRPCBrokerServicer):
     """plugin.GRPCBroker: providers open no side connections; drain the host's stream until it closes."""
 
-    def StartStream(
-        self, request_iterator: Iterator[grpc_broker_pb2.ConnInfo], context: grpc.ServicerContext
-    ) -> Iterator[grpc_broker_pb2.ConnInfo]:
-        try:
-            for conn_info in request_iterator:
-                log.debug("ignoring broker request for service %d", conn_info.service_id)
-        except grpc.RpcError:
-            pass  # the host hung up
-        yield from ()
+    async def StartStream(
+        self, request_iterator: AsyncIterator[grpc_broker_pb2.ConnInfo], context: Any
+    ) -> AsyncIterator[grpc_broker_pb2.ConnInfo]:
+        async for conn_info in request_iterator:
+            log.debug("ignoring broker request for service %d", conn_info.service_id)
+        return
+        yield  # an async generator that sends nothing
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):
     """grpc.health.v1.Health: the plugin is serving as long as the process is up."""
 
-    def __init__(self, stopping: threading.Event) -> None:
-        self._stopping = stopping
-
-    def Check(
-        self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext
+    async def Check(
+        self, request: health_pb2.HealthCheckRequest, context: Any
     ) -> health_pb2.HealthCheckResponse:
         if request.service not in ("", HEALTH_SERVICE_NAME):
-            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
-    def Watch(
-        self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext
-    ) -> Iterator[health_pb2.HealthCheckResponse]:
+    async def Watch(
+        self, request: health_pb2.HealthCheckRequest, context: Any
+    ) -> AsyncIterator[health_pb2.HealthCheckResponse]:
         statuses = health_pb2.HealthCheckResponse
         known = request.service in ("", HEALTH_SERVICE_NAME)
         yield statuses(status=statuses.SERVING if known else statuses.SERVICE_UNKNOWN)
-        _wait_until_rpc_ends(context, self._stopping)
+        await _until_cancelled()
 
 
 def register_services(
-    server: grpc.Server, provider: object, *, on_shutdown: Callable[[], None], stopping: threading.Event
+    server: grpc.aio.Server, provider: object, *, on_shutdown: Callable[[], None], executor: Executor
 ) -> None:
-    servicer: Any = DelegatingProviderServicer(provider)
+    servicer: Any = AsyncProviderServicer(provider, executor)
     tfplugin6_pb2_grpc.add_ProviderServicer_to_server(servicer, server)
     grpc_controller_pb2_grpc.add_GRPCControllerServicer_to_server(ControllerServicer(on_shutdown), server)
-    grpc_stdio_pb2_grpc.add_GRPCStdioServicer_to_server(StdioServicer(stopping), server)
+    grpc_stdio_pb2_grpc.add_GRPCStdioServicer_to_server(StdioServicer(), server)
     grpc_broker_pb2_grpc.add_GRPCBrokerServicer_to_server(BrokerServicer(), server)
-    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(stopping), server)
+    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(), server)

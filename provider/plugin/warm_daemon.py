@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import os
 import signal
 import socket
@@ -45,7 +46,7 @@ REQUEST_TIMEOUT_S = 5.0
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # Loaded by every launch after the handshake line; importing them here is what makes a launch warm.
 WARM_IMPORTS = (
-    "grpc", "grpc._server", "grpc._interceptor", "ssl", "logging", "concurrent.futures", "traceback",
+    "grpc", "grpc.aio", "asyncio", "ssl", "logging", "concurrent.futures", "traceback",
     "provider.plugin.grpc_server", "provider.plugin.services", "provider.plugin.log",
     "provider.plugin.tls_terminator", "provider.plugin.selfsigned",
 )
@@ -98,6 +99,10 @@ def _warm_up(launch_module: str) -> Any:
             make()
     for extra in getattr(module, "WARM_IMPORTS", ()):
         importlib.import_module(extra)
+    # What is imported now lives as long as every child: keep it out of their garbage collections
+    # (a full collection would walk all of grpcio's and the provider's objects) and their copied pages.
+    gc.collect()
+    gc.freeze()
     return module
 
 

@@ -309,3 +309,37 @@ def test_server_advertises_move_resource_state_only_when_a_resource_moves_state(
     assert not schema.server_capabilities.move_resource_state
     assert not server.get_metadata(pb.GetMetadata.Request()).server_capabilities.move_resource_state
     assert ProviderServer(SampleProvider())._capabilities().move_resource_state  # ThingResource moves
+
+
+def test_server_runs_inline_only_what_never_waits(server, provider, monkeypatch):
+    thing = ThingResource.type_name
+    assert server.runs_inline("ValidateResourceConfig", pb.ValidateResourceConfig.Request(type_name=thing))
+    assert server.runs_inline("UpgradeResourceState", pb.UpgradeResourceState.Request(type_name=thing))
+    assert not server.runs_inline("ConfigureProvider", pb.ConfigureProvider.Request())
+    assert not server.runs_inline("ReadDataSource", pb.ReadDataSource.Request(type_name="sample_data"))
+    # A resource's own hooks may call an API: in a worker thread unless it declares it never waits.
+    plan = pb.PlanResourceChange.Request(type_name=thing)
+    assert not server.runs_inline("PlanResourceChange", plan)
+    monkeypatch.setattr(ThingResource, "blocking", False)
+    assert server.runs_inline("PlanResourceChange", plan)
+    assert server.runs_inline("ApplyResourceChange", pb.ApplyResourceChange.Request(type_name=thing))
+    assert not server.runs_inline("PlanResourceChange", pb.PlanResourceChange.Request(type_name="none"))
+
+
+def test_server_stop_is_final_until_the_next_command_configures(server, provider):
+    # Terraform may send an ApplyResourceChange it had already decided on after StopProvider (Ctrl-C
+    # right at "Creating..."): it is cancelled too. A later ConfigureProvider (the next command in a
+    # long-lived debug process) starts afresh.
+    config = thing(name="slow")
+    apply = pb.ApplyResourceChange.Request(
+        type_name="sample_thing",
+        prior_state=dv(None),
+        planned_state=dv({**config, "id": UNKNOWN, "zone": "a"}),
+        config=dv(config),
+    )
+    server.stop_provider(pb.StopProvider.Request())
+    (diag,) = server.apply_resource_change(apply).diagnostics
+    assert diag.summary == "Operation Cancelled"
+    config = dv({"endpoint": None}, provider.schema.cty_type)
+    server.configure_provider(pb.ConfigureProvider.Request(config=config))
+    assert not server._context().cancelled

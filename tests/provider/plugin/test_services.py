@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
+from typing import Any
 from unittest import mock
 
 import grpc
@@ -16,6 +19,7 @@ from provider._proto import grpc_controller_pb2, health_pb2, tfplugin6_pb2
 from provider.plugin.log import configure_logging
 from provider.plugin.services import (
     PROVIDER_SERVICE,
+    AsyncProviderServicer,
     ControllerServicer,
     DelegatingProviderServicer,
     HealthServicer,
@@ -142,20 +146,78 @@ def test_unavailable_provider_explains_itself_on_every_rpc(method: object) -> No
 
 def test_controller_shutdown_calls_back() -> None:
     called = threading.Event()
-    ControllerServicer(called.set).Shutdown(grpc_controller_pb2.Empty(), None)  # type: ignore[arg-type]
+    asyncio.run(ControllerServicer(called.set).Shutdown(grpc_controller_pb2.Empty(), None))
     assert called.is_set()
 
 
 def test_health_check_knows_only_the_plugin_service() -> None:
-    servicer = HealthServicer(threading.Event())
-    context = mock.Mock()
+    servicer = HealthServicer()
+    context = mock.AsyncMock()
     for name in ("", "plugin"):
-        response = servicer.Check(health_pb2.HealthCheckRequest(service=name), context)
+        response = asyncio.run(servicer.Check(health_pb2.HealthCheckRequest(service=name), context))
         assert response.status == health_pb2.HealthCheckResponse.SERVING
     context.abort.side_effect = grpc.RpcError()
     with pytest.raises(grpc.RpcError):
-        servicer.Check(health_pb2.HealthCheckRequest(service="other"), context)
+        asyncio.run(servicer.Check(health_pb2.HealthCheckRequest(service="other"), context))
     assert context.abort.call_args.args[0] == grpc.StatusCode.NOT_FOUND
+
+
+class _ThreadRecordingDelegate:
+    """Answers PlanResourceChange and ListResource, noting the thread each ran in."""
+
+    def __init__(self, inline: bool) -> None:
+        self.inline = inline
+        self.threads: list[str] = []
+
+    def runs_inline(self, rpc: str, request: object) -> bool:
+        return self.inline and rpc == "PlanResourceChange"
+
+    def plan_resource_change(self, request: object) -> tfplugin6_pb2.PlanResourceChange.Response:
+        self.threads.append(threading.current_thread().name)
+        return tfplugin6_pb2.PlanResourceChange.Response()
+
+    def list_resource(self, request: object) -> Iterator[tfplugin6_pb2.ListResource.Event]:
+        for name in ("a", "b"):
+            self.threads.append(threading.current_thread().name)
+            yield tfplugin6_pb2.ListResource.Event(display_name=name)
+
+
+class _ThreadPerCallExecutor(Executor):
+    """Every call in a new thread: a stream's steps never share one (they may in a real pool)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        threading.Thread(target=run, name="rpc-worker").start()
+        return future
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_async_servicer_runs_an_rpc_on_the_loop_only_when_the_provider_says_it_never_waits(
+    inline: bool,
+) -> None:
+    delegate = _ThreadRecordingDelegate(inline)
+
+    async def serve() -> list[str]:
+        with _ThreadPerCallExecutor() as executor:
+            servicer = AsyncProviderServicer(delegate, executor)
+            response = await servicer.PlanResourceChange(tfplugin6_pb2.PlanResourceChange.Request(), None)
+            assert not response.diagnostics
+            listing = servicer.ListResource(tfplugin6_pb2.ListResource.Request(), None)
+            events = [event async for event in listing]
+            return [event.display_name for event in events]
+
+    assert asyncio.run(serve()) == ["a", "b"]
+    plan_thread, *list_threads = delegate.threads
+    assert plan_thread == "MainThread" if inline else plan_thread.startswith("rpc")
+    assert all(name.startswith("rpc") for name in list_threads)  # streams always run in workers
+    assert len(list_threads) == 2  # each step in its own thread, the log fields set and reset fine
 
 
 @pytest.fixture
