@@ -179,13 +179,18 @@ def test_acc_cli_logs_tail_and_follow_until_ctrl_c(backend: Backend, home: Path,
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
     environment.update(backend.provider_env, PYTHONPATH=str(REPO), HOME=str(home))
     command = [sys.executable, "-m", "provider.cli.main", "logs", "ops", "-f", "--tail", "2", "--json"]
+    # Started with SIGINT ignored, as a shell starts a background job: Ctrl-C must still end it.
+    ignore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731
     with subprocess.Popen(command, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True) as process:
+                          text=True, preexec_fn=ignore_sigint) as process:
         assert process.stdout is not None and process.stderr is not None
         first = [json.loads(process.stdout.readline()) for _ in range(2)]  # the tail, streamed
         process.send_signal(signal.SIGINT)
-        rest = process.stderr.read()
-        assert process.wait(timeout=30) == 130, rest
+        try:
+            _, rest = process.communicate(timeout=30)
+        finally:
+            process.kill()  # still running only when Ctrl-C failed: fail, do not hang
+        assert process.returncode == 130, rest
     assert [line["line"] for line in first] == tail["lines"]
     assert {line["source"] for line in first} == {"controller"}
     assert "interrupted" in rest and "Traceback" not in rest
@@ -261,8 +266,11 @@ def test_acc_cli_ctrl_c_stops_watching_but_not_the_create(backend: Backend, home
         assert first.startswith("Creating watched"), first
         process.stderr.readline()  # the first status line: now watching
         process.send_signal(signal.SIGINT)
-        rest = process.stderr.read()
-        assert process.wait(timeout=30) == 130, rest
+        try:
+            _, rest = process.communicate(timeout=30)
+        finally:
+            process.kill()  # still running only when Ctrl-C failed: fail, do not hang
+        assert process.returncode == 130, rest
     cluster_id = first.split("(")[1].split(")")[0]
     assert f"Resume with: gpucloud cluster info {cluster_id} --wait" in rest and "Traceback" not in rest
     resumed = ok_json(gpucloud(home, "cluster", "info", cluster_id, "--wait", "--json", backend=backend))

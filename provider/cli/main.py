@@ -7,6 +7,7 @@ Exit codes: 0 ok; 1 an API or usage error (one line on stderr with the API's mes
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -132,6 +133,9 @@ def error_line(error: ApiError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Ctrl-C (SIGINT) ends a command even when we were started with SIGINT ignored, as a shell does for
+    # a background job: `logs -f` would otherwise wait for the server forever.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         result = cli.main(args=argv, prog_name=PROG, standalone_mode=False, complete_var=COMPLETE_VAR)
     except click.exceptions.Exit as done:
