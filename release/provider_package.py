@@ -108,14 +108,13 @@ else:
 
 # Served warm when it can be (a per-user daemon that forks a pre-imported provider per launch, the same
 # path as the mirror launcher's: provider/plugin/warm_client.py), else cold in this process.
-import hashlib
-import json
+import hashlib  # not json: it imports `re`, milliseconds on every launch
 import os.path
 
 from provider.plugin.warm_client import launch
 
 paths = [os.path.abspath(sys.path[-1])]  # this package's lib/ (the daemon runs in /)
-key = hashlib.sha256(json.dumps([{description!r}, "provider.plugin.main", sys.executable, paths]).encode())
+key = hashlib.sha256("\\0".join([{description!r}, "provider.plugin.main", sys.executable, *paths]).encode())
 launch("provider.plugin.main", key.hexdigest()[:24], paths)
 '''
 
