@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import signal
 import threading
-from types import FrameType
 
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
@@ -65,11 +63,7 @@ def start_embedded(sessions: sessionmaker[Session], settings: BillingSettings | 
 
 def run_forever(sessions: sessionmaker[Session], settings: BillingSettings | None = None) -> None:
     """Run the metering loop in the foreground until SIGTERM or SIGINT."""
+    from backend.signals import run_until_stop_signal
+
     loop = MeteringLoop(sessions=sessions, settings=settings)
-
-    def _stop(_signum: int, _frame: FrameType | None) -> None:
-        loop.stop(timeout=0)
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    loop.run()
+    run_until_stop_signal(loop.run, lambda: loop.stop(timeout=0), name="billing-metering")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import signal
 import socket
 import threading
 import uuid
@@ -285,19 +284,15 @@ def start_embedded(settings: Any, session_factory: sessionmaker[Session]) -> Emb
 def run_forever(settings: Any) -> None:
     """`gpucloud-backend worker`: one worker in the foreground until SIGTERM / SIGINT."""
     from backend.logging import configure_logging
+    from backend.signals import run_until_stop_signal
     from backend.store.db import make_engine, make_session_factory
 
     configure_logging(settings.log_level)
     engine = make_engine(settings)
     worker = EngineWorker(make_session_factory(engine, write=True), EngineSettings())
 
-    def _stop(_signum: int, _frame: object) -> None:
-        worker.stop_event.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
     worker.heartbeat()
     try:
-        worker.run()
+        run_until_stop_signal(worker.run, worker.stop_event.set, name="engine-worker")
     finally:
         engine.dispose()

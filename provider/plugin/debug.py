@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import sys
-import threading
 from collections.abc import Callable
 
 from provider.plugin.handshake import APP_PROTOCOL_VERSION, socket_directory
@@ -30,6 +29,14 @@ def reattach_value(provider_address: str, *, pid: int, socket_path: str) -> str:
     return json.dumps({provider_address: entry}, separators=(",", ":"))
 
 
+class _Stopped(Exception):
+    pass
+
+
+def _stop(_signo: int, _frame: object) -> None:
+    raise _Stopped
+
+
 def serve_debug(make_server: Callable[[], object], *, provider_address: str) -> None:
     from provider.plugin.launch import MAX_PARALLEL_RPCS, build_provider
     from provider.plugin.log import configure_logging
@@ -39,7 +46,6 @@ def serve_debug(make_server: Callable[[], object], *, provider_address: str) -> 
 
     directory = socket_directory()
     socket_path = os.path.join(directory, "plugin.sock")
-    stopping = threading.Event()
     try:
         # Shutdown is ignored: the process outlives the terraform commands that attach to it.
         loop = start_loop_thread()
@@ -55,9 +61,14 @@ def serve_debug(make_server: Callable[[], object], *, provider_address: str) -> 
         )
         sys.stdout.flush()
         # Explicit handlers: a shell starting us in the background would otherwise leave SIGINT ignored.
+        # They raise rather than set an event: a handler runs in this thread, maybe inside `Event.wait`
+        # holding the event's own lock, and setting that event there would deadlock.
         for signo in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signo, lambda _signo, _frame: stopping.set())
-        while not stopping.wait(3600):
+            signal.signal(signo, _stop)
+        try:
+            while True:
+                signal.pause()
+        except _Stopped:
             pass
         stop_grpc_server(server, loop)
     finally:

@@ -75,8 +75,8 @@ def _serve_for_terraform(make_server: MakeServer, *, provider_address: str) -> N
 
     # Ctrl-C reaches the whole process group; Terraform turns it into StopProvider for us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # SIGTERM before the server runs still removes the socket directory (replaced once serving).
-    signal.signal(signal.SIGTERM, _terminate_during_startup)
+    # SIGTERM, at any point, ends serving and still removes the socket directory.
+    signal.signal(signal.SIGTERM, _terminate)
     directory = socket_directory(environ)
     exit_code = 0
     try:
@@ -116,7 +116,7 @@ class _Terminated(BaseException):
     pass
 
 
-def _terminate_during_startup(_signo: int, _frame: object) -> None:
+def _terminate(_signo: int, _frame: object) -> None:
     raise _Terminated
 
 
@@ -181,8 +181,12 @@ class _Runtime:
         self._shutdown = shutdown
 
     def wait_for_shutdown(self) -> None:
-        """Until Shutdown or SIGTERM, or until Terraform itself is gone (killed: nobody would stop us)."""
-        signal.signal(signal.SIGTERM, lambda _signo, _frame: self._shutdown.set())
+        """Until Shutdown or SIGTERM, or until Terraform itself is gone (killed: nobody would stop us).
+
+        SIGTERM keeps its start-up handler, which raises `_Terminated` out of this wait: a handler that
+        set `_shutdown` could deadlock, since it runs in this thread, maybe while `wait` holds the event's
+        own lock.
+        """
         while not self._shutdown.wait(ORPHAN_CHECK_INTERVAL_S):
             if host_pid is not None and os.getppid() != host_pid:
                 break
