@@ -133,8 +133,7 @@ class _Connection:
         self.handshaken = False
         self.closed = False
         self.to_client = _Outbox(self, client)
-        self.to_backend: _Outbox | None = None
-        self.pending_plaintext = bytearray()  # decrypted before the backend was connected
+        self.to_backend = _Outbox(self, None)  # queues until the backend is connected
         self.handshake_timer = self.loop.call_later(_HANDSHAKE_TIMEOUT_S, self.close)
         self.loop.add_reader(client.fileno(), self.client_readable)
 
@@ -164,7 +163,7 @@ class _Connection:
             return
         self.flush_tls()  # TLS 1.3 may answer post-handshake messages
         if plaintext:
-            self.send_backend(bytes(plaintext))
+            self.to_backend.send(bytes(plaintext))
 
     def _handshake(self) -> bool:
         try:
@@ -202,20 +201,8 @@ class _Connection:
             self.close()
             return
         self.backend = backend
-        self.to_backend = _Outbox(self, backend)
         self.loop.add_reader(backend.fileno(), self.backend_readable)
-        self.loop.add_reader(self.client.fileno(), self.client_readable)  # paused if much was pending
-        if self.pending_plaintext:
-            data, self.pending_plaintext = bytes(self.pending_plaintext), bytearray()
-            self.send_backend(data)
-
-    def send_backend(self, data: bytes) -> None:
-        if self.to_backend is None:
-            self.pending_plaintext += data
-            if len(self.pending_plaintext) > _HIGH_WATER:
-                self.loop.remove_reader(self.client.fileno())
-            return
-        self.to_backend.send(data)
+        self.to_backend.attach(backend)
 
     # backend -> client
     def backend_readable(self) -> None:
@@ -265,16 +252,22 @@ class _Connection:
 
 
 class _Outbox:
-    """Bytes for one non-blocking socket: sent at once where the socket takes them, else queued."""
+    """Bytes for one non-blocking socket: sent at once where the socket takes them, else queued (also
+    while there is no socket yet: `attach` gives it)."""
 
-    def __init__(self, connection: _Connection, sock: socket.socket) -> None:
+    def __init__(self, connection: _Connection, sock: socket.socket | None) -> None:
         self.connection = connection
         self.sock = sock
         self.queued = bytearray()
         self.closing = False
 
-    def send(self, data: bytes) -> None:
+    def attach(self, sock: socket.socket) -> None:
+        self.sock = sock
         if self.queued:
+            self.connection.loop.add_writer(sock.fileno(), self.writable)
+
+    def send(self, data: bytes) -> None:
+        if self.queued or self.sock is None:
             self.queued += data
         else:
             try:
@@ -292,6 +285,7 @@ class _Outbox:
             self.connection.pause_source(self)
 
     def writable(self) -> None:
+        assert self.sock is not None  # registered only once attached
         try:
             sent = self.sock.send(self.queued)
         except (BlockingIOError, InterruptedError):
