@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 
-from provider.plugin.services import register_services
+from provider.plugin.services import AsyncProviderServicer, register_services
 
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # grpcio's 4 MiB default is too small for large states
 
@@ -37,7 +37,8 @@ def start_grpc_server(
 ) -> grpc.aio.Server:
     """Build and start the server on `loop` (running in another thread); returns once it listens.
 
-    Worker threads are created on demand, so a large `max_workers` costs nothing idle.
+    `provider` is the provider server, or an `AsyncProviderServicer` to attach one to later. Worker
+    threads are created on demand, so a large `max_workers` costs nothing idle.
     """
 
     async def start() -> grpc.aio.Server:
@@ -47,8 +48,10 @@ def start_grpc_server(
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ],
         )
-        executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc")
-        register_services(server, provider, on_shutdown=on_shutdown, executor=executor)
+        servicer = provider if isinstance(provider, AsyncProviderServicer) else AsyncProviderServicer(
+            provider, ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="rpc")
+        )
+        register_services(server, servicer, on_shutdown=on_shutdown)
         if credentials is None:
             server.add_insecure_port(address)
         else:

@@ -41,6 +41,7 @@ MAX_PARALLEL_RPCS = 64
 ORPHAN_CHECK_INTERVAL_S = 2.0
 host_pid: int | None = os.getppid()  # taken at import, before the host could have died; None: not watched
 on_exit: Callable[[int], None] | None = None  # the warm path reports the exit code to its launcher
+staged: Staged | None = None  # a warm spare's set-up done ahead of its launch (see `Staged`)
 
 MakeServer = Callable[[], object]
 
@@ -77,12 +78,13 @@ def _serve_for_terraform(make_server: MakeServer, *, provider_address: str) -> N
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # SIGTERM, at any point, ends serving and still removes the socket directory.
     signal.signal(signal.SIGTERM, _terminate)
-    directory = socket_directory(environ)
+    ready = take_staged(environ)
+    directory = ready.directory if ready is not None else socket_directory(environ)
     exit_code = 0
     try:
         _serve_in(
             directory, make_server, environ=environ, protocol_version=protocol_version,
-            provider_address=provider_address,
+            provider_address=provider_address, ready=ready,
         )
     except _Terminated:
         pass
@@ -121,46 +123,125 @@ def _terminate(_signo: int, _frame: object) -> None:
 
 
 def _serve_in(
-    directory: str, make_server: MakeServer, *, environ: Any, protocol_version: int, provider_address: str
+    directory: str, make_server: MakeServer, *, environ: Any, protocol_version: int, provider_address: str,
+    ready: Staged | None,
 ) -> None:
     public_path = os.path.join(directory, "plugin.sock")
     client_ca_pem = environ.get("PLUGIN_CLIENT_CERT") or None
-    use_tls = client_ca_pem is not None or not environ.get("TF_DISABLE_PLUGIN_TLS")
+    use_tls = _uses_tls(environ)
 
-    if use_tls:
-        from provider.plugin.selfsigned import generate_server_certificate
-
-        certificate = generate_server_certificate()
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(public_path)
-        listener.listen(128)
+    if ready is not None:
+        ready.trust(client_ca_pem)
+        _announce(public_path, protocol_version, ready.certificate.handshake_text())
+        terminator, runtime = ready.terminator, ready.runtime
+        runtime.serve(make_server, environ, provider_address=provider_address)
+        terminator.backend_ready()
+    elif use_tls:
+        certificate, listener = _listen_tls(public_path)
         _announce(public_path, protocol_version, certificate.handshake_text())
-
-        from provider.plugin.tls_terminator import TlsTerminator, server_ssl_context
-
-        context = server_ssl_context(
-            cert_pem=certificate.pem,
-            key_pem=certificate.key_pem,
-            directory=directory,
-            client_ca_pem=client_ca_pem,
-        )
-        # Terraform connects as soon as it reads the handshake line: its TLS handshake runs in the
-        # terminator's thread while grpcio and the provider load here; the relay holds its bytes until then.
-        grpc_path = os.path.join(directory, "grpc.sock")
-        terminator = TlsTerminator(listener, grpc_path, context, backend_listening=False)
-        terminator.start()
-        runtime = _start_runtime(
-            make_server, environ, grpc_path=grpc_path, provider_address=provider_address, loop=terminator.loop
-        )
+        # Terraform connects as soon as it reads the handshake line: its TLS handshake runs on the
+        # terminator's loop while grpcio and the provider load here; the relay holds its bytes until then.
+        terminator = _start_relay(directory, certificate, listener, client_ca_pem)
+        runtime = _start_runtime(os.path.join(directory, "grpc.sock"), terminator.loop)
+        runtime.serve(make_server, environ, provider_address=provider_address)
         terminator.backend_ready()
     else:
         # TF_DISABLE_PLUGIN_TLS: grpcio serves the public socket itself, so it must exist first.
-        runtime = _start_runtime(
-            make_server, environ, grpc_path=public_path, provider_address=provider_address, loop=None
-        )
+        runtime = _start_runtime(public_path, None)
+        runtime.serve(make_server, environ, provider_address=provider_address)
         _announce(public_path, protocol_version, "")
 
     runtime.wait_for_shutdown()
+
+
+def _uses_tls(environ: Any) -> bool:
+    return bool(environ.get("PLUGIN_CLIENT_CERT")) or not environ.get("TF_DISABLE_PLUGIN_TLS")
+
+
+class Staged:
+    """The part of a TLS launch that does not depend on its host, set up ahead by a warm spare
+    (provider.plugin.warm_daemon) while nobody waits: private directory, server certificate, public
+    socket, TLS relay and gRPC server, ~10 ms of a launch.
+
+    A spare serves one launch, so nothing here is shared. Until `trust` loads the host's client
+    certificate, the relay requires one that nothing can satisfy; no one can know the socket's path
+    before the handshake line anyway.
+    """
+
+    def __init__(self) -> None:
+        self.base = _directory_base(os.environ)
+        self.directory = socket_directory(os.environ)
+        try:
+            self.certificate, listener = _listen_tls(os.path.join(self.directory, "plugin.sock"))
+            self.terminator = _start_relay(self.directory, self.certificate, listener, None, verify=True)
+            self.runtime = _start_runtime(os.path.join(self.directory, "grpc.sock"), self.terminator.loop)
+        except BaseException:
+            _remove_directory(self.directory)
+            raise
+
+    def fits(self, environ: Any) -> bool:
+        """Whether this launch would have set up the same: TLS, and its directory under the same TMPDIR."""
+        return _uses_tls(environ) and _directory_base(environ) == self.base
+
+    def trust(self, client_ca_pem: str | None) -> None:
+        """Require the host's client certificate (or, without one, none: server-authenticated TLS)."""
+        import ssl
+
+        context = self.terminator.context
+        if client_ca_pem:
+            context.load_verify_locations(cadata=client_ca_pem)
+        else:
+            context.verify_mode = ssl.CERT_NONE
+
+    def discard(self) -> None:
+        _remove_directory(self.directory)
+
+
+def take_staged(environ: Any) -> Staged | None:
+    """The staged set-up, if there is one and it fits this launch (any other is discarded)."""
+    global staged
+    ready, staged = staged, None
+    if ready is not None and not ready.fits(environ):
+        ready.discard()
+        return None
+    return ready
+
+
+def _directory_base(environ: Any) -> str:
+    return str(environ.get("TMPDIR") or "/tmp")  # as socket_directory chooses it
+
+
+def _listen_tls(public_path: str) -> tuple[Any, socket.socket]:
+    """A fresh server certificate and the public socket, listening (Terraform's connection waits there)."""
+    from provider.plugin.selfsigned import generate_server_certificate
+
+    certificate = generate_server_certificate()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(public_path)
+    listener.listen(128)
+    return certificate, listener
+
+
+def _start_relay(
+    directory: str, certificate: Any, listener: socket.socket, client_ca_pem: str | None, *,
+    verify: bool = False,
+) -> Any:
+    """The TLS terminator, accepting on `listener` and relaying to grpc.sock in `directory`; with
+    `verify`, a client certificate is required even before a `client_ca_pem` is known."""
+    from provider.plugin.tls_terminator import TlsTerminator, server_ssl_context
+
+    context = server_ssl_context(
+        cert_pem=certificate.pem, key_pem=certificate.key_pem, directory=directory,
+        client_ca_pem=client_ca_pem,
+    )
+    if verify:
+        import ssl
+
+        context.verify_mode = ssl.CERT_REQUIRED
+    grpc_path = os.path.join(directory, "grpc.sock")
+    terminator = TlsTerminator(listener, grpc_path, context, backend_listening=False)
+    terminator.start()
+    return terminator
 
 
 def _announce(address: str, protocol_version: int, cert_b64: str) -> None:
@@ -173,12 +254,19 @@ def _announce(address: str, protocol_version: int, cert_b64: str) -> None:
 
 
 class _Runtime:
-    """The gRPC server plus the event that ends the process."""
+    """The gRPC server, the provider it serves, and the event that ends the process."""
 
-    def __init__(self, server: Any, grpc_path: str, shutdown: threading.Event) -> None:
+    def __init__(self, server: Any, servicer: Any, shutdown: threading.Event) -> None:
         self.server = server
-        self.grpc_path = grpc_path
+        self.servicer = servicer
         self._shutdown = shutdown
+
+    def serve(self, make_server: MakeServer, environ: Any, *, provider_address: str) -> None:
+        """Configure logging for this launch, then build the provider and serve it."""
+        from provider.plugin.log import configure_logging
+
+        configure_logging(environ, provider_address=provider_address)
+        self.servicer.attach(build_provider(make_server))
 
     def wait_for_shutdown(self) -> None:
         """Until Shutdown or SIGTERM, or until Terraform itself is gone (killed: nobody would stop us).
@@ -192,24 +280,22 @@ class _Runtime:
                 break
 
 
-def _start_runtime(
-    make_server: MakeServer, environ: Any, *, grpc_path: str, provider_address: str, loop: Any
-) -> _Runtime:
-    """Logging, the provider and the gRPC server, on `loop` (the terminator's) or a loop of its own."""
+def _start_runtime(grpc_path: str, loop: Any) -> _Runtime:
+    """The gRPC server listening on `grpc_path`, on `loop` (the terminator's) or a loop of its own; it
+    serves a provider once `_Runtime.serve` has built one."""
     import threading
+    from concurrent.futures import ThreadPoolExecutor
 
-    from provider.plugin.log import configure_logging
-
-    configure_logging(environ, provider_address=provider_address)
     from provider.plugin.grpc_server import start_grpc_server, start_loop_thread
+    from provider.plugin.services import AsyncProviderServicer
 
     shutdown = threading.Event()
-    provider = build_provider(make_server)
+    servicer = AsyncProviderServicer(None, ThreadPoolExecutor(MAX_PARALLEL_RPCS, thread_name_prefix="rpc"))
     server = start_grpc_server(
-        provider, "unix:" + grpc_path, loop=loop or start_loop_thread(), on_shutdown=shutdown.set,
+        servicer, "unix:" + grpc_path, loop=loop or start_loop_thread(), on_shutdown=shutdown.set,
         max_workers=MAX_PARALLEL_RPCS,
     )
-    return _Runtime(server, grpc_path, shutdown)
+    return _Runtime(server, servicer, shutdown)
 
 
 def build_provider(make_server: MakeServer) -> object:

@@ -199,11 +199,17 @@ class UnavailableProvider:
 class AsyncProviderServicer:
     """tfplugin6.Provider for the grpc.aio server: each RPC of `DelegatingProviderServicer`, served on
     the event loop when the provider says it never waits (`runs_inline`), else in a worker thread, so a
-    slow API call or a long wait in one RPC holds up no other."""
+    slow API call or a long wait in one RPC holds up no other.
 
-    def __init__(self, delegate: object, executor: Executor) -> None:
-        self.serving = DelegatingProviderServicer(delegate)
+    The delegate may come later (`attach`): a warm launch starts its server before the provider is
+    built; no RPC can reach it before then."""
+
+    def __init__(self, delegate: object | None, executor: Executor) -> None:
         self.executor = executor
+        self.attach(delegate or UnavailableProvider("Provider Not Ready", "The provider is still starting."))
+
+    def attach(self, delegate: object) -> None:
+        self.serving = DelegatingProviderServicer(delegate)
         self.runs_inline: Callable[[str, Message], bool] = getattr(
             delegate, "runs_inline", lambda _rpc, _request: False
         )
@@ -307,10 +313,10 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
 
 
 def register_services(
-    server: grpc.aio.Server, provider: object, *, on_shutdown: Callable[[], None], executor: Executor
+    server: grpc.aio.Server, servicer: AsyncProviderServicer, *, on_shutdown: Callable[[], None]
 ) -> None:
-    servicer: Any = AsyncProviderServicer(provider, executor)
-    tfplugin6_pb2_grpc.add_ProviderServicer_to_server(servicer, server)
+    # Its RPC methods are generated from the service descriptor, which mypy cannot see.
+    tfplugin6_pb2_grpc.add_ProviderServicer_to_server(servicer, server)  # type: ignore[arg-type]
     grpc_controller_pb2_grpc.add_GRPCControllerServicer_to_server(ControllerServicer(on_shutdown), server)
     grpc_stdio_pb2_grpc.add_GRPCStdioServicer_to_server(StdioServicer(), server)
     grpc_broker_pb2_grpc.add_GRPCBrokerServicer_to_server(BrokerServicer(), server)

@@ -10,15 +10,18 @@ GPUCLOUD_PROVIDER_WARM_IDLE_S (default 300 s).
 Per connection: the peer must be this uid (SO_PEERCRED); the request carries Terraform's stdio fds,
 argv, environment, cwd and umask. If any imported source file changed since start-up (an upgrade in
 place), the daemon answers "stale", removes its socket and exits; the launcher goes cold. Otherwise
-it answers "accepted" and forks. The child takes the received fds as 0/1/2, replaces its environment,
-and runs the launch module's `main()` exactly as a cold launch would; it watches the connection
-(launcher gone: SIGTERM to itself, the provider's orderly exit) and sends its exit code on it last.
-The daemon never runs provider code for a launch itself and never serves RPCs, so a child inherits
-no per-launch state; killing the daemon leaves running children serving to the end.
+it answers "accepted" and hands the launch to its spare: a child forked after the previous launch,
+which has set up meanwhile what no launch depends on (`Spare`; if it died, a child is forked now).
+The child takes the received fds as 0/1/2, replaces its environment, and runs the launch module's
+`main()` as a cold launch would; it watches the connection (launcher gone: SIGTERM to itself, the
+provider's orderly exit) and sends its exit code on it last. The daemon never runs provider code for
+a launch itself and never serves RPCs, so a child inherits no per-launch state; killing the daemon
+leaves running children serving to the end (and ends the waiting spare).
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
 import fcntl
 import gc
@@ -47,8 +50,8 @@ MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # Loaded by every launch after the handshake line; importing them here is what makes a launch warm.
 WARM_IMPORTS = (
     "grpc", "grpc.aio", "asyncio", "ssl", "logging", "concurrent.futures", "traceback",
-    "provider.plugin.grpc_server", "provider.plugin.services", "provider.plugin.log",
-    "provider.plugin.tls_terminator", "provider.plugin.selfsigned",
+    "provider.plugin.launch", "provider.plugin.grpc_server", "provider.plugin.services",
+    "provider.plugin.log", "provider.plugin.tls_terminator", "provider.plugin.selfsigned",
 )
 
 
@@ -56,9 +59,10 @@ class Request:
     """One launch: the launcher's stdio fds and process context."""
 
     def __init__(self, fds: list[int], key: str, cwd: str, umask: int, argv: list[str],
-                 environ: dict[bytes, bytes]) -> None:
+                 environ: dict[bytes, bytes], payload: bytes = b"") -> None:
         self.fds, self.key, self.cwd, self.umask = fds, key, cwd, umask
         self.argv, self.environ = argv, environ
+        self.payload = payload  # as the launcher sent it: what the daemon forwards to a spare
 
 
 def main(launch_module: str, key: str) -> None:
@@ -150,33 +154,50 @@ def _unlink(path: str) -> None:
 def serve(listener: socket.socket, module: Any, *, key: str, fingerprint: dict[str, tuple[int, int]],
           idle_s: float, lock: int) -> None:
     last_used = time.monotonic()
-    while time.monotonic() - last_used < idle_s:
-        _reap_children()
-        try:
-            connection, _ = listener.accept()
-        except TimeoutError:
-            continue
-        last_used = time.monotonic()
-        with connection:
-            request = receive(connection, key)
-            if request is None:
+    spare: Spare | None = None
+    try:
+        while time.monotonic() - last_used < idle_s:
+            _reap_children()
+            if spare is None:
+                spare = Spare.fork(listener, lock, module, key)
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
                 continue
-            if not _unchanged(fingerprint):
+            last_used = time.monotonic()
+            with connection:
+                request = receive(connection, key)
+                if request is None:
+                    continue
+                if not _unchanged(fingerprint):
+                    _close_fds(request.fds)
+                    _unlink(listener.getsockname())  # before answering: the launcher may start a fresh daemon
+                    _send(connection, STALE)
+                    return
+                if not _send(connection, ACCEPTED):
+                    _close_fds(request.fds)
+                    continue
+                if not spare.take(connection, request):
+                    _fork_provider(connection, listener, lock, request, module)
+                spare = None
                 _close_fds(request.fds)
-                _unlink(listener.getsockname())  # before answering: the launcher may start a fresh daemon
-                _send(connection, STALE)
-                return
-            _fork_provider(connection, listener, lock, request, module)
+    finally:
+        if spare is not None:
+            spare.close()
 
 
-def receive(connection: socket.socket, key: str) -> Request | None:
-    """The launcher's request, or None (closing any received fds) if it is not one we serve."""
+def receive(connection: socket.socket, key: str, *, descriptors: int = 3,
+            timeout: float | None = REQUEST_TIMEOUT_S) -> Request | None:
+    """The launcher's request, or None (closing any received fds) if it is not one we serve.
+
+    A spare receives the same request from the daemon, with the launcher's connection as a fourth fd.
+    """
     fds: list[int] = []
     try:
         if peer_uid(connection) != os.getuid():
             return None  # another user's process: never serve it
-        connection.settimeout(REQUEST_TIMEOUT_S)
-        data, ancillary, _flags, _address = connection.recvmsg(65536, socket.CMSG_SPACE(3 * 4))
+        connection.settimeout(timeout)
+        data, ancillary, _flags, _address = connection.recvmsg(65536, socket.CMSG_SPACE(descriptors * 4))
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds += [int.from_bytes(payload[i:i + 4], sys.byteorder) for i in range(0, len(payload), 4)]
@@ -192,7 +213,7 @@ def receive(connection: socket.socket, key: str) -> Request | None:
                 raise ValueError("truncated request")
             rest += chunk
         request = parse_request(bytes(rest), fds)
-        if request.key != key or len(fds) != 3:
+        if request.key != key or len(fds) != descriptors:
             raise ValueError("wrong key or descriptors")
         return request
     except (OSError, ValueError):
@@ -212,15 +233,13 @@ def parse_request(payload: bytes, fds: list[int]) -> Request:
         if separator:
             environ[name] = value
     return Request(fds, fields[1].decode(), fields[2].decode("utf-8", "surrogateescape"), int(fields[3]),
-                   argv, environ)
+                   argv, environ, payload)
 
 
 def _fork_provider(
     connection: socket.socket, listener: socket.socket, lock: int, request: Request, module: Any
 ) -> None:
-    if not _send(connection, ACCEPTED):
-        _close_fds(request.fds)
-        return
+    """No spare to take this launch (it died): fork its provider now."""
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -231,7 +250,72 @@ def _fork_provider(
             run_child(connection, request, module)
         finally:
             os._exit(1)
-    _close_fds(request.fds)
+
+
+class Spare:
+    """A child forked ahead of the next launch, which sets up what does not depend on it meanwhile.
+
+    A launch's private directory, server certificate, TLS relay and gRPC server (`launch.Staged`,
+    ~10 ms) do not depend on the host that launches it, so a spare builds them while nobody waits,
+    then blocks until the daemon hands it a launch (the launcher's request and connection, over a
+    socket pair). It serves that one launch only: nothing it set up is shared. When the daemon exits,
+    the pair closes, and a spare still waiting removes its directory and exits.
+    """
+
+    def __init__(self, pid: int, channel: socket.socket) -> None:
+        self.pid, self.channel = pid, channel
+
+    @classmethod
+    def fork(cls, listener: socket.socket, lock: int, module: Any, key: str) -> Spare:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                listener.close()
+                os.close(lock)  # the daemon's flock: a child outliving it must not block the next daemon
+                ours.close()
+                _wait_as_spare(theirs, module, key)
+            finally:
+                os._exit(1)
+        theirs.close()
+        return cls(pid, ours)
+
+    def take(self, connection: socket.socket, request: Request) -> bool:
+        """Hand the launch to the spare; False if it is gone (the caller forks instead)."""
+        message = len(request.payload).to_bytes(4, "big") + request.payload
+        fds = [*request.fds, connection.fileno()]
+        try:
+            sent = self.channel.sendmsg(
+                [message], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())]
+            )
+            if sent < len(message):  # (sendall(b"") still sends: EPIPE once the spare has read and closed)
+                self.channel.sendall(message[sent:])
+            return True
+        except OSError:
+            return False
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+def _wait_as_spare(channel: socket.socket, module: Any, key: str) -> None:
+    from provider.plugin import launch
+
+    if _serves_a_provider(module):
+        # If this fails, the launch sets up everything itself (and reports what fails).
+        with contextlib.suppress(Exception):
+            launch.staged = launch.Staged()
+    request = receive(channel, key, descriptors=4, timeout=None)
+    channel.close()
+    if request is None:  # the daemon exited
+        _discard_staged()
+        os._exit(0)
+    connection = socket.socket(fileno=request.fds.pop())
+    run_child(connection, request, module)
 
 
 def run_child(connection: socket.socket, request: Request, module: Any) -> None:
@@ -270,7 +354,21 @@ def run_child(connection: socket.socket, request: Request, module: Any) -> None:
         report(exc.code if isinstance(exc.code, int) else 1)
     except BaseException:
         report(1)
+    _discard_staged()  # a launch that ended before taking it (a failed handshake)
     os._exit(0)
+
+
+def _serves_a_provider(module: Any) -> bool:
+    """Whether the launch module serves through provider.plugin.launch (what `_warm_up` also builds)."""
+    return hasattr(module, "make_server") or hasattr(module, "make_provider_server")
+
+
+def _discard_staged() -> None:
+    from provider.plugin import launch
+
+    if launch.staged is not None:
+        launch.staged.discard()
+        launch.staged = None
 
 
 def _send(connection: socket.socket, data: bytes) -> bool:

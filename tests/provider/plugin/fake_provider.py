@@ -48,6 +48,9 @@ class FakeProviderServer:
         return tfplugin6_pb2.ApplyResourceChange.Response(new_state=request.planned_state)
 
 
+make_server = FakeProviderServer  # what tells the warm daemon this module serves a provider
+
+
 def main() -> None:
     import sys
 

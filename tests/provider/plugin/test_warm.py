@@ -14,8 +14,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
+from provider._proto import grpc_controller_pb2, grpc_controller_pb2_grpc, health_pb2, health_pb2_grpc
 from provider.plugin.install import write_mirror
 from provider.plugin.warm_client import (
     ACCEPTED,
@@ -24,6 +26,13 @@ from provider.plugin.warm_client import (
     lock_path,
     runtime_directory,
     socket_path,
+)
+from tests.provider.plugin.launching import (
+    ClientCertificate,
+    LaunchedPlugin,
+    launched,
+    make_client_certificate,
+    terraform_environment,
 )
 
 LAUNCH_MODULE = "tests.provider.plugin.warm_echo"
@@ -37,7 +46,7 @@ def base() -> Iterator[Path]:
     try:
         yield directory
     finally:
-        for lock in directory.glob("gpucloud-provider-*/warm-*.lock"):
+        for lock in directory.rglob("warm-*.lock"):
             with contextlib.suppress(ValueError, ProcessLookupError):
                 os.kill(int(lock.read_text() or "0") or -1, signal.SIGKILL)
         shutil.rmtree(directory, ignore_errors=True)
@@ -228,3 +237,60 @@ def test_warm_daemon_that_cannot_start_means_a_cold_launch(base: Path) -> None:
     launch = Launch(launcher, _env(base))
     assert not launch.warm and launch.finish(4) == 4  # served cold, in the launcher itself
     assert time.monotonic() - started < DAEMON_START_WAIT_S  # gave up once the daemon's lock was free
+
+
+def _health(plugin: LaunchedPlugin, cert: ClientCertificate | None) -> int:
+    with plugin.channel(cert) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return int(stub.Check(health_pb2.HealthCheckRequest(service="plugin"), timeout=20).status)
+
+
+def _shutdown(plugin: LaunchedPlugin, cert: ClientCertificate | None) -> None:
+    with plugin.channel(cert) as channel, contextlib.suppress(grpc.RpcError):
+        grpc_controller_pb2_grpc.GRPCControllerStub(channel).Shutdown(grpc_controller_pb2.Empty(), timeout=20)
+    assert plugin.process.wait(10) == 0
+
+
+def test_warm_spare_set_up_ahead_serves_exactly_as_a_cold_launch(base: Path) -> None:
+    """Launches after the first are served by spares that set up their TLS relay and gRPC server before
+    the launch came (launch.Staged): the client certificate is still checked, TF_DISABLE_PLUGIN_TLS and
+    another TMPDIR are still honoured, and no socket directory outlives its launch or the daemon."""
+    launcher = [str(write_mirror(base / "mirror", namespace="gpucloud", type_name="fake", version="1.0.0",
+                                 launch_module="tests.provider.plugin.fake_provider"))]
+    runtime, elsewhere = base / "run", base / "elsewhere"
+    runtime.mkdir(mode=0o700)
+    elsewhere.mkdir(mode=0o700)
+    client = make_client_certificate()
+
+    def env(cert: ClientCertificate | None, tmpdir: Path = base, **extra: str) -> dict[str, str]:
+        return terraform_environment(cert, TMPDIR=str(tmpdir), XDG_RUNTIME_DIR=str(runtime),
+                                     GPUCLOUD_PROVIDER_WARM_IDLE_S="30", **extra)
+
+    serving = int(health_pb2.HealthCheckResponse.SERVING)
+    for _ in range(3):  # the first launch starts the daemon; the later ones get a spare each
+        with launched(launcher, env(client)) as plugin:
+            assert Path(plugin.handshake.address).parent.parent == base
+            for wrong in (make_client_certificate(), None):
+                with pytest.raises(grpc.RpcError):
+                    _health(plugin, wrong)
+            assert _health(plugin, client) == serving
+            _shutdown(plugin, client)
+    with launched(launcher, env(None)) as plugin:  # a host without mutual TLS: server-authenticated
+        assert plugin.handshake.server_cert_der is not None and _health(plugin, None) == serving
+        _shutdown(plugin, None)
+    with launched(launcher, env(None, TF_DISABLE_PLUGIN_TLS="1")) as plugin:
+        assert plugin.handshake.server_cert_der is None and _health(plugin, None) == serving
+        _shutdown(plugin, None)
+    with launched(launcher, env(client, elsewhere)) as plugin:  # not where the spare set up: done afresh
+        assert Path(plugin.handshake.address).parent.parent == elsewhere
+        assert _health(plugin, client) == serving
+        _shutdown(plugin, client)
+    assert list(elsewhere.glob("tfplugin-*")) == []
+    (lock,) = runtime.glob("gpucloud-provider/warm-*.lock")
+    waiting = list(base.glob("tfplugin-*"))
+    assert len(waiting) == 1  # only the next launch's spare has one
+    os.kill(int(lock.read_text()), signal.SIGTERM)
+    deadline = time.monotonic() + 10
+    while any(path.exists() for path in waiting) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(base.glob("tfplugin-*")) == []  # the spare saw the daemon go and cleaned up
