@@ -241,57 +241,68 @@ def _rpc_latencies(channel: Any, calls: int) -> tuple[float, float]:
 
 
 def tls_cost(calls: int = RPC_CALLS) -> dict[str, Any]:
-    """Per-RPC cost of the three transports, in-process: plaintext, grpcio TLS, ssl-terminated mTLS."""
+    """Per-RPC cost of the transports, in-process: grpcio's server (the provider's before the HTTP/2
+    server), and ours in plaintext and behind mutual TLS."""
+    import asyncio
     import socket
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
     import grpc
 
     from benchmarks.stats import table
-    from provider.plugin.grpc_server import (
-        MAX_MESSAGE_BYTES,
-        start_grpc_server,
-        start_loop_thread,
-        stop_grpc_server,
-    )
+    from provider._proto import health_pb2_grpc, tfplugin6_pb2_grpc
+    from provider.plugin.http2 import MAX_MESSAGE_BYTES, GrpcServer
     from provider.plugin.selfsigned import generate_server_certificate
+    from provider.plugin.services import AsyncProviderServicer, HealthServicer, register_services
     from provider.plugin.tls_terminator import TlsTerminator, server_ssl_context
     from tests.provider.plugin.launching import make_client_certificate
 
     limits = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
     server_cert = generate_server_certificate()
     client_cert = make_client_certificate()
+    executor = ThreadPoolExecutor(8)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-tls-") as directory:
-        loop = start_loop_thread()
-        plain_path = os.path.join(directory, "plain.sock")
-        native_path = os.path.join(directory, "native.sock")
-        servers = [
-            start_grpc_server(_EchoProvider(), "unix:" + plain_path, loop=loop, on_shutdown=lambda: None,
-                              max_workers=8),
-            start_grpc_server(
-                _EchoProvider(), "unix:" + native_path, loop=loop, on_shutdown=lambda: None, max_workers=8,
-                credentials=grpc.ssl_server_credentials([(server_cert.key_pem, server_cert.pem)]),
-            ),
-        ]
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        terminated_path = os.path.join(directory, "terminated.sock")
-        listener.bind(terminated_path)
-        listener.listen(16)
-        context = server_ssl_context(
-            cert_pem=server_cert.pem,
-            key_pem=server_cert.key_pem,
-            directory=directory,
-            client_ca_pem=client_cert.cert_pem.decode(),
-        )
-        TlsTerminator(listener, plain_path, context).start()
+        grpcio_path = os.path.join(directory, "grpcio.sock")
+        loop = asyncio.new_event_loop()
+        threading.Thread(target=loop.run_forever, daemon=True).start()
+
+        async def start_grpcio() -> Any:
+            server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                                              ("grpc.max_send_message_length", MAX_MESSAGE_BYTES)])
+            echo: Any = AsyncProviderServicer(_EchoProvider(), executor)  # RPC methods made at import
+            tfplugin6_pb2_grpc.add_ProviderServicer_to_server(echo, server)
+            health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(), server)  # type: ignore[arg-type]
+            server.add_insecure_port("unix:" + grpcio_path)
+            await server.start()
+            return server
+
+        grpcio_server = asyncio.run_coroutine_threadsafe(start_grpcio(), loop).result()
+        ours = GrpcServer()
+        register_services(ours, AsyncProviderServicer(_EchoProvider(), executor), on_shutdown=lambda: None)
+        paths = {}
+        for name, context in (
+            ("plain", None),
+            ("mtls", server_ssl_context(cert_pem=server_cert.pem, key_pem=server_cert.key_pem,
+                                        directory=directory, client_ca_pem=client_cert.cert_pem.decode())),
+        ):
+            paths[name] = os.path.join(directory, f"{name}.sock")
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(paths[name])
+            listener.listen(16)
+            terminator = TlsTerminator(listener, context)
+            terminator.start()
+            terminator.serve(ours)
         secure = [("grpc.ssl_target_name_override", "localhost"), *limits]
+        plain = {
+            "grpcio's server, plaintext (before)": grpcio_path,
+            "ours (h2 on the loop), plaintext": paths["plain"],
+        }
         channels = {
-            "plaintext, grpcio direct": grpc.insecure_channel("unix:" + plain_path, options=limits),
-            "server-auth TLS by grpcio": grpc.secure_channel(
-                "unix:" + native_path, grpc.ssl_channel_credentials(server_cert.pem), options=secure
-            ),
-            "mutual TLS by ssl -> grpcio (ours)": grpc.secure_channel(
-                "unix:" + terminated_path,
+            **{name: grpc.insecure_channel("unix:" + path, options=limits) for name, path in plain.items()},
+            "ours, mutual TLS by ssl (what Terraform gets)": grpc.secure_channel(
+                "unix:" + paths["mtls"],
                 grpc.ssl_channel_credentials(server_cert.pem, client_cert.key_pem, client_cert.cert_pem),
                 options=secure,
             ),
@@ -300,8 +311,7 @@ def tls_cost(calls: int = RPC_CALLS) -> dict[str, Any]:
             with channel:
                 small, large = _rpc_latencies(channel, calls)
             results[name] = {"small_rpc_median_ms": round(small, 3), "large_rpc_ms": round(large, 1)}
-        for server in servers:
-            stop_grpc_server(server, loop)
+        asyncio.run_coroutine_threadsafe(grpcio_server.stop(0), loop).result()
     print(f"transport cost, in-process: {calls} health checks, and ReadResource echoing 8 MiB (ms)")
     rows = [
         [name, f"{r['small_rpc_median_ms']:.3f}", f"{r['large_rpc_ms']:.1f}"] for name, r in results.items()

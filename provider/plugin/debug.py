@@ -38,21 +38,19 @@ def _stop(_signo: int, _frame: object) -> None:
 
 
 def serve_debug(make_server: Callable[[], object], *, provider_address: str) -> None:
-    from provider.plugin.launch import MAX_PARALLEL_RPCS, build_provider
-    from provider.plugin.log import configure_logging
-
-    configure_logging(os.environ, provider_address=provider_address)
-    from provider.plugin.grpc_server import start_grpc_server, start_loop_thread, stop_grpc_server
+    from provider.plugin.launch import listen, start_runtime
+    from provider.plugin.tls_terminator import TlsTerminator
 
     directory = socket_directory()
     socket_path = os.path.join(directory, "plugin.sock")
     try:
-        # Shutdown is ignored: the process outlives the terraform commands that attach to it.
-        loop = start_loop_thread()
-        server = start_grpc_server(
-            build_provider(make_server), "unix:" + socket_path, loop=loop, on_shutdown=lambda: None,
-            max_workers=MAX_PARALLEL_RPCS,
-        )
+        # Plaintext, as go-plugin's reattach mode. Shutdown only sets the runtime's event, which
+        # nobody waits for: the process outlives the terraform commands that attach to it.
+        runtime = start_runtime()
+        runtime.serve(make_server, os.environ, provider_address=provider_address)
+        terminator = TlsTerminator(listen(socket_path), None)
+        terminator.start()
+        terminator.serve(runtime.server)
         value = reattach_value(provider_address, pid=os.getpid(), socket_path=socket_path)
         sys.stdout.write(
             "Provider started in debug mode. To attach Terraform, set in the shell you run terraform in:\n\n"
@@ -70,6 +68,5 @@ def serve_debug(make_server: Callable[[], object], *, provider_address: str) -> 
                 signal.pause()
         except _Stopped:
             pass
-        stop_grpc_server(server, loop)
     finally:
         shutil.rmtree(directory, ignore_errors=True)

@@ -7,11 +7,12 @@ listen backlog until the gRPC side is ready, so the work after the line overlaps
 2. private 0700 directory, fresh server certificate (pure-Python ECDSA, ~2 ms), listening socket;
 3. the handshake line on stdout; stdout is then pointed at stderr so nothing else can corrupt it;
 4. the TLS terminator's event loop (it accepts and handshakes Terraform's connection meanwhile), then
-   logging, grpcio, the provider itself and the grpc.aio server on that loop and a private socket, to
-   which the relay then connects;
+   the gRPC services, logging and the provider itself, which the loop then serves (provider.plugin.http2);
 5. wait for GRPCController/Shutdown (or SIGTERM), remove the directory, exit at once.
 
-Only this module's callees import grpc, and only in step 4.
+A warm launch (provider.plugin.warm_daemon) finds step 2 and the loop and services of step 4 set up
+ahead (`Staged`, by a spare child). Only this module's callees import the HTTP/2 server and the
+provider, in step 4.
 """
 
 from __future__ import annotations
@@ -128,29 +129,26 @@ def _serve_in(
 ) -> None:
     public_path = os.path.join(directory, "plugin.sock")
     client_ca_pem = environ.get("PLUGIN_CLIENT_CERT") or None
-    use_tls = _uses_tls(environ)
-
     if ready is not None:
         ready.trust(client_ca_pem)
         _announce(public_path, protocol_version, ready.certificate.handshake_text())
         terminator, runtime = ready.terminator, ready.runtime
-        runtime.serve(make_server, environ, provider_address=provider_address)
-        terminator.backend_ready()
-    elif use_tls:
-        certificate, listener = _listen_tls(public_path)
-        _announce(public_path, protocol_version, certificate.handshake_text())
-        # Terraform connects as soon as it reads the handshake line: its TLS handshake runs on the
-        # terminator's loop while grpcio and the provider load here; the relay holds its bytes until then.
-        terminator = _start_relay(directory, certificate, listener, client_ca_pem)
-        runtime = _start_runtime(os.path.join(directory, "grpc.sock"), terminator.loop)
-        runtime.serve(make_server, environ, provider_address=provider_address)
-        terminator.backend_ready()
     else:
-        # TF_DISABLE_PLUGIN_TLS: grpcio serves the public socket itself, so it must exist first.
-        runtime = _start_runtime(public_path, None)
-        runtime.serve(make_server, environ, provider_address=provider_address)
-        _announce(public_path, protocol_version, "")
+        listener = listen(public_path)
+        if _uses_tls(environ):
+            from provider.plugin.selfsigned import generate_server_certificate
 
+            certificate = generate_server_certificate()
+            _announce(public_path, protocol_version, certificate.handshake_text())
+            terminator = _start_terminator(listener, directory, certificate, client_ca_pem)
+        else:  # TF_DISABLE_PLUGIN_TLS: plaintext HTTP/2 on the public socket
+            _announce(public_path, protocol_version, "")
+            terminator = _start_terminator(listener, None, None, None)
+        # Terraform connects as soon as it reads the handshake line: its TLS handshake runs on the
+        # terminator's loop while the provider loads here; what it sends waits until `serve`.
+        runtime = start_runtime()
+    runtime.serve(make_server, environ, provider_address=provider_address)
+    terminator.serve(runtime.server)
     runtime.wait_for_shutdown()
 
 
@@ -169,12 +167,15 @@ class Staged:
     """
 
     def __init__(self) -> None:
+        from provider.plugin.selfsigned import generate_server_certificate
+
         self.base = _directory_base(os.environ)
         self.directory = socket_directory(os.environ)
         try:
-            self.certificate, listener = _listen_tls(os.path.join(self.directory, "plugin.sock"))
-            self.terminator = _start_relay(self.directory, self.certificate, listener, None, verify=True)
-            self.runtime = _start_runtime(os.path.join(self.directory, "grpc.sock"), self.terminator.loop)
+            self.certificate = generate_server_certificate()
+            listener = listen(os.path.join(self.directory, "plugin.sock"))
+            self.terminator = _start_terminator(listener, self.directory, self.certificate, None, verify=True)
+            self.runtime = start_runtime()
         except BaseException:
             _remove_directory(self.directory)
             raise
@@ -211,35 +212,34 @@ def _directory_base(environ: Any) -> str:
     return str(environ.get("TMPDIR") or "/tmp")  # as socket_directory chooses it
 
 
-def _listen_tls(public_path: str) -> tuple[Any, socket.socket]:
-    """A fresh server certificate and the public socket, listening (Terraform's connection waits there)."""
-    from provider.plugin.selfsigned import generate_server_certificate
-
-    certificate = generate_server_certificate()
+def listen(path: str) -> socket.socket:
+    """The plugin's socket, listening: a connection made before the server is ready waits in the backlog."""
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(public_path)
+    listener.bind(path)
     listener.listen(128)
-    return certificate, listener
+    return listener
 
 
-def _start_relay(
-    directory: str, certificate: Any, listener: socket.socket, client_ca_pem: str | None, *,
+def _start_terminator(
+    listener: socket.socket, directory: str | None, certificate: Any, client_ca_pem: str | None, *,
     verify: bool = False,
 ) -> Any:
-    """The TLS terminator, accepting on `listener` and relaying to grpc.sock in `directory`; with
-    `verify`, a client certificate is required even before a `client_ca_pem` is known."""
+    """The connection loop on `listener`: TLS with `certificate` (its key file goes into `directory`),
+    or plaintext without one. With `verify`, a client certificate is required even before a
+    `client_ca_pem` is known."""
     from provider.plugin.tls_terminator import TlsTerminator, server_ssl_context
 
-    context = server_ssl_context(
-        cert_pem=certificate.pem, key_pem=certificate.key_pem, directory=directory,
-        client_ca_pem=client_ca_pem,
-    )
-    if verify:
-        import ssl
+    context = None
+    if certificate is not None and directory is not None:
+        context = server_ssl_context(
+            cert_pem=certificate.pem, key_pem=certificate.key_pem, directory=directory,
+            client_ca_pem=client_ca_pem,
+        )
+        if verify:
+            import ssl
 
-        context.verify_mode = ssl.CERT_REQUIRED
-    grpc_path = os.path.join(directory, "grpc.sock")
-    terminator = TlsTerminator(listener, grpc_path, context, backend_listening=False)
+            context.verify_mode = ssl.CERT_REQUIRED
+    terminator = TlsTerminator(listener, context)
     terminator.start()
     return terminator
 
@@ -254,7 +254,7 @@ def _announce(address: str, protocol_version: int, cert_b64: str) -> None:
 
 
 class _Runtime:
-    """The gRPC server, the provider it serves, and the event that ends the process."""
+    """The gRPC services, the provider they serve, and the event that ends the process."""
 
     def __init__(self, server: Any, servicer: Any, shutdown: threading.Event) -> None:
         self.server = server
@@ -280,21 +280,18 @@ class _Runtime:
                 break
 
 
-def _start_runtime(grpc_path: str, loop: Any) -> _Runtime:
-    """The gRPC server listening on `grpc_path`, on `loop` (the terminator's) or a loop of its own; it
-    serves a provider once `_Runtime.serve` has built one."""
+def start_runtime() -> _Runtime:
+    """The gRPC services, serving a provider once `_Runtime.serve` has built one."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from provider.plugin.grpc_server import start_grpc_server, start_loop_thread
-    from provider.plugin.services import AsyncProviderServicer
+    from provider.plugin.http2 import GrpcServer
+    from provider.plugin.services import AsyncProviderServicer, register_services
 
     shutdown = threading.Event()
     servicer = AsyncProviderServicer(None, ThreadPoolExecutor(MAX_PARALLEL_RPCS, thread_name_prefix="rpc"))
-    server = start_grpc_server(
-        servicer, "unix:" + grpc_path, loop=loop or start_loop_thread(), on_shutdown=shutdown.set,
-        max_workers=MAX_PARALLEL_RPCS,
-    )
+    server = GrpcServer()
+    register_services(server, servicer, on_shutdown=shutdown.set)
     return _Runtime(server, servicer, shutdown)
 
 

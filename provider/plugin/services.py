@@ -6,7 +6,8 @@
 gRPC error: Terraform shows diagnostics to the user but reports gRPC errors as a crashed plugin.
 Server-streaming RPCs (ListResource, InvokeAction) delegate to a method returning an iterator of
 messages; a failure there ends the stream with one message carrying the error. The server is
-grpc.aio's: `AsyncProviderServicer` runs each RPC on the event loop or in a worker thread. Each RPC
+`provider.plugin.http2`'s: `AsyncProviderServicer` runs each RPC on its event loop or in a worker
+thread. Each RPC
 runs inside `request_fields`, so every log line it causes carries `tf_rpc`, `tf_req_id` and the type
 it is about, as in Go providers.
 """
@@ -23,7 +24,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from typing import Any
 
-import grpc
 from google.protobuf import empty_pb2
 from google.protobuf.descriptor import MethodDescriptor
 from google.protobuf.message import Message
@@ -31,16 +31,12 @@ from google.protobuf.message_factory import GetMessageClass
 
 from provider._proto import (
     grpc_broker_pb2,
-    grpc_broker_pb2_grpc,
     grpc_controller_pb2,
-    grpc_controller_pb2_grpc,
     grpc_stdio_pb2,
-    grpc_stdio_pb2_grpc,
     health_pb2,
-    health_pb2_grpc,
     tfplugin6_pb2,
-    tfplugin6_pb2_grpc,
 )
+from provider.plugin.http2 import NOT_FOUND, GrpcServer
 from provider.plugin.log import TRACE, request_fields
 
 log = logging.getLogger("gpucloud.plugin")
@@ -125,7 +121,7 @@ def _delegating_handler(method: MethodDescriptor) -> Callable[..., Any]:
         return _delegating_stream_handler(method)
     attribute = snake_case(method.name)
 
-    def handle(self: DelegatingProviderServicer, request: Message, context: grpc.ServicerContext) -> Message:
+    def handle(self: DelegatingProviderServicer, request: Message, context: Any) -> Message:
         with request_fields(method.name, **type_field(method.name, request)):
             started = time.monotonic()
             log.log(TRACE, "Received request")
@@ -147,7 +143,7 @@ def _delegating_stream_handler(method: MethodDescriptor) -> Callable[..., Iterat
     attribute = snake_case(method.name)
 
     def handle(
-        self: DelegatingProviderServicer, request: Message, context: grpc.ServicerContext
+        self: DelegatingProviderServicer, request: Message, context: Any
     ) -> Iterator[Message]:
         with request_fields(method.name, **type_field(method.name, request)):
             started = time.monotonic()
@@ -197,7 +193,7 @@ class UnavailableProvider:
 
 
 class AsyncProviderServicer:
-    """tfplugin6.Provider for the grpc.aio server: each RPC of `DelegatingProviderServicer`, served on
+    """tfplugin6.Provider for the HTTP/2 server: each RPC of `DelegatingProviderServicer`, served on
     the event loop when the provider says it never waits (`runs_inline`), else in a worker thread, so a
     slow API call or a long wait in one RPC holds up no other.
 
@@ -252,11 +248,11 @@ for _method in PROVIDER_SERVICE.methods:
 
 
 async def _until_cancelled() -> None:
-    """Hold a stream open until the client ends it (grpc.aio then cancels the handler)."""
+    """Hold a stream open until the client ends it (the server then cancels the handler)."""
     await asyncio.get_running_loop().create_future()
 
 
-class ControllerServicer(grpc_controller_pb2_grpc.GRPCControllerServicer):
+class ControllerServicer:
     """plugin.GRPCController: Shutdown asks the process to exit (the caller does it promptly)."""
 
     def __init__(self, on_shutdown: Callable[[], None]) -> None:
@@ -270,7 +266,7 @@ class ControllerServicer(grpc_controller_pb2_grpc.GRPCControllerServicer):
         return grpc_controller_pb2.Empty()
 
 
-class StdioServicer(grpc_stdio_pb2_grpc.GRPCStdioServicer):
+class StdioServicer:
     """plugin.GRPCStdio: nothing to forward (logs go straight to stderr); holds the stream open."""
 
     async def StreamStdio(
@@ -281,7 +277,7 @@ class StdioServicer(grpc_stdio_pb2_grpc.GRPCStdioServicer):
         yield  # an async generator that sends nothing
 
 
-class BrokerServicer(grpc_broker_pb2_grpc.GRPCBrokerServicer):
+class BrokerServicer:
     """plugin.GRPCBroker: providers open no side connections; drain the host's stream until it closes."""
 
     async def StartStream(
@@ -293,14 +289,14 @@ class BrokerServicer(grpc_broker_pb2_grpc.GRPCBrokerServicer):
         yield  # an async generator that sends nothing
 
 
-class HealthServicer(health_pb2_grpc.HealthServicer):
+class HealthServicer:
     """grpc.health.v1.Health: the plugin is serving as long as the process is up."""
 
     async def Check(
         self, request: health_pb2.HealthCheckRequest, context: Any
     ) -> health_pb2.HealthCheckResponse:
         if request.service not in ("", HEALTH_SERVICE_NAME):
-            await context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}")
+            await context.abort(NOT_FOUND, f"unknown service {request.service!r}")
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
     async def Watch(
@@ -313,11 +309,11 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
 
 
 def register_services(
-    server: grpc.aio.Server, servicer: AsyncProviderServicer, *, on_shutdown: Callable[[], None]
+    server: GrpcServer, servicer: AsyncProviderServicer, *, on_shutdown: Callable[[], None]
 ) -> None:
-    # Its RPC methods are generated from the service descriptor, which mypy cannot see.
-    tfplugin6_pb2_grpc.add_ProviderServicer_to_server(servicer, server)  # type: ignore[arg-type]
-    grpc_controller_pb2_grpc.add_GRPCControllerServicer_to_server(ControllerServicer(on_shutdown), server)
-    grpc_stdio_pb2_grpc.add_GRPCStdioServicer_to_server(StdioServicer(), server)
-    grpc_broker_pb2_grpc.add_GRPCBrokerServicer_to_server(BrokerServicer(), server)
-    health_pb2_grpc.add_HealthServicer_to_server(HealthServicer(), server)
+    server.add_service(PROVIDER_SERVICE, servicer)
+    server.add_service(grpc_controller_pb2.DESCRIPTOR.services_by_name["GRPCController"],
+                       ControllerServicer(on_shutdown))
+    server.add_service(grpc_stdio_pb2.DESCRIPTOR.services_by_name["GRPCStdio"], StdioServicer())
+    server.add_service(grpc_broker_pb2.DESCRIPTOR.services_by_name["GRPCBroker"], BrokerServicer())
+    server.add_service(health_pb2.DESCRIPTOR.services_by_name["Health"], HealthServicer())

@@ -1,19 +1,19 @@
-"""TLS for the plugin socket, terminated by Python's `ssl` module in front of a private gRPC socket.
+"""The plugin socket: TLS terminated by Python's `ssl` module, HTTP/2 served on the same event loop.
 
-Why not grpcio's own TLS: when Terraform asks for a client certificate (mutual TLS, always, unless
+Why not grpcio's TLS: when Terraform asks for a client certificate (mutual TLS, always, unless
 TF_DISABLE_PLUGIN_TLS is set), its certificate is ECDSA P-521 and BoringSSL inside grpcio does not
 offer the matching signature algorithm in its CertificateRequest, so Terraform sends no certificate
-and the handshake fails. OpenSSL (the `ssl` module) offers ecdsa_secp521r1_sha512. So: the public
+and the handshake fails. OpenSSL (the `ssl` module) offers ecdsa_secp521r1_sha512. So the public
 socket is served here (handshake, client-certificate check, ALPN h2 which grpc-go requires), and the
-decrypted bytes are relayed to grpcio listening in plaintext on a socket inside the same 0700
-directory. Both sockets are reachable only by this user. Costs: docs/plugin-tls.md.
+decrypted bytes of each connection go straight to a `GrpcConnection` (provider.plugin.http2) on the
+same loop: an RPC crosses no socket and no Python thread after the one it arrived on. Without a TLS
+context (TF_DISABLE_PLUGIN_TLS, debug mode) the same loop serves plaintext. Costs: docs/plugin-tls.md.
 
-Relaying runs on one asyncio event loop in a daemon thread, the loop the gRPC server's handlers run on
-too (provider.plugin.grpc_server), so an RPC crosses no Python thread. Per connection the loop
-watches two non-blocking sockets and moves bytes through an `ssl.SSLObject` over memory buffers: one
-recv, one decrypt (or encrypt) and one send per chunk, without asyncio's transport and stream layers,
-which cost more than the copying itself. The terminator starts before grpcio is imported, so
-Terraform's TLS handshake overlaps the imports; `backend_ready()` releases the relay.
+The loop runs in a daemon thread and watches each connection's non-blocking socket, moving bytes
+through an `ssl.SSLObject` over memory buffers: one recv and one decrypt per chunk in, one encrypt and
+one send per answer out, without asyncio's transport and stream layers, which cost more than the
+copying itself. The terminator starts before the provider is imported, so Terraform's TLS handshake
+overlaps the imports; `serve(server)` then lets the bytes through.
 """
 
 from __future__ import annotations
@@ -25,10 +25,14 @@ import socket
 import ssl
 import threading
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from provider.plugin.http2 import GrpcConnection, GrpcServer
+
 log = logging.getLogger("gpucloud.plugin.tls")
 
 _CHUNK = 256 * 1024
-_HIGH_WATER = 4 * 1024 * 1024  # bytes queued for one side before reading from the other pauses
+_HIGH_WATER = 4 * 1024 * 1024  # bytes queued for Terraform before we stop reading its requests
 _HANDSHAKE_TIMEOUT_S = 30.0
 
 
@@ -57,42 +61,35 @@ def server_ssl_context(
 
 
 class TlsTerminator:
-    """Accepts TLS on `listener` and relays each connection to the unix socket at `backend_path`."""
+    """Accepts connections on `listener` (TLS with `context`, plaintext without one) and serves each with
+    `GrpcConnection` on one event loop thread."""
 
-    def __init__(
-        self,
-        listener: socket.socket,
-        backend_path: str,
-        context: ssl.SSLContext,
-        *,
-        backend_listening: bool = True,
-    ) -> None:
-        """With `backend_listening=False`, relaying waits for `backend_ready()` (TLS is accepted before)."""
+    def __init__(self, listener: socket.socket, context: ssl.SSLContext | None) -> None:
         self._listener = listener
-        self.backend_path = backend_path
         self.context = context
-        self.loop = asyncio.new_event_loop()  # public: the gRPC server is started on it
+        self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="plugin-loop", daemon=True)
         self._started = threading.Event()
         self._startup_error: BaseException | None = None
-        self.backend_listening = backend_listening
-        self.waiting: list[_Connection] = []  # handshaken before the backend listened
+        self.server: GrpcServer | None = None
+        self.waiting: list[_Connection] = []  # accepted (and handshaken) before there was a server
 
     def start(self) -> None:
+        """Accept (and handshake) from now on; bytes wait for `serve`."""
         self._thread.start()
         self._started.wait()
         if self._startup_error is not None:
             raise self._startup_error
 
-    def backend_ready(self) -> None:
-        """The gRPC server listens now: relay connections accepted before this (and all later ones)."""
-        self.loop.call_soon_threadsafe(self._release)
+    def serve(self, server: GrpcServer) -> None:
+        """Serve connections accepted before (and all later ones) with `server`; from any thread."""
+        self.loop.call_soon_threadsafe(self._serve, server)
 
-    def _release(self) -> None:
-        self.backend_listening = True
+    def _serve(self, server: GrpcServer) -> None:
+        self.server = server
         waiting, self.waiting = self.waiting, []
         for connection in waiting:
-            connection.connect_backend()
+            connection.start_serving()
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -119,25 +116,30 @@ class TlsTerminator:
 
 
 class _Connection:
-    """One client connection: TLS on `client`, plaintext on `backend` (the gRPC server's socket)."""
+    """One client connection: TLS (if any) on `client`, HTTP/2 served by a `GrpcConnection`."""
 
     def __init__(self, terminator: TlsTerminator, client: socket.socket) -> None:
         self.terminator = terminator
         self.loop = terminator.loop
         self.client = client
-        self.backend: socket.socket | None = None
         client.setblocking(False)
-        self.incoming = ssl.MemoryBIO()
-        self.outgoing = ssl.MemoryBIO()
-        self.tls = terminator.context.wrap_bio(self.incoming, self.outgoing, server_side=True)
-        self.handshaken = False
         self.closed = False
+        self.grpc: GrpcConnection | None = None
+        self.early = bytearray()  # plaintext received before there was a server
         self.to_client = _Outbox(self, client)
-        self.to_backend = _Outbox(self, None)  # queues until the backend is connected
-        self.handshake_timer = self.loop.call_later(_HANDSHAKE_TIMEOUT_S, self.close)
+        if terminator.context is None:
+            self.tls: ssl.SSLObject | None = None
+            self.handshaken = True
+            self.handshake_timer: asyncio.TimerHandle | None = None
+            self._accepted()
+        else:
+            self.incoming = ssl.MemoryBIO()
+            self.outgoing = ssl.MemoryBIO()
+            self.tls = terminator.context.wrap_bio(self.incoming, self.outgoing, server_side=True)
+            self.handshaken = False
+            self.handshake_timer = self.loop.call_later(_HANDSHAKE_TIMEOUT_S, self.close)
         self.loop.add_reader(client.fileno(), self.client_readable)
 
-    # client -> backend
     def client_readable(self) -> None:
         try:
             data = self.client.recv(_CHUNK)
@@ -148,6 +150,9 @@ class _Connection:
             return
         if not data:
             self.close()
+            return
+        if self.tls is None:
+            self.received(data)
             return
         self.incoming.write(data)
         if not self.handshaken and not self._handshake():
@@ -163,9 +168,16 @@ class _Connection:
             return
         self.flush_tls()  # TLS 1.3 may answer post-handshake messages
         if plaintext:
-            self.to_backend.send(bytes(plaintext))
+            self.received(bytes(plaintext))
+
+    def received(self, plaintext: bytes) -> None:
+        if self.grpc is not None:
+            self.grpc.data_received(plaintext)
+        else:
+            self.early += plaintext
 
     def _handshake(self) -> bool:
+        assert self.tls is not None and self.handshake_timer is not None
         try:
             self.tls.do_handshake()
         except ssl.SSLWantReadError:
@@ -181,43 +193,32 @@ class _Connection:
         log.debug("TLS connection accepted (client certificate: %s)",
                   "verified" if self.tls.getpeercert() else "none")
         self.flush_tls()
-        if self.terminator.backend_listening:
-            self.connect_backend()
-        else:
-            self.terminator.waiting.append(self)
+        self._accepted()
         return True
 
-    def connect_backend(self) -> None:
+    def _accepted(self) -> None:
+        if self.terminator.server is not None:
+            self.start_serving()
+        else:
+            self.terminator.waiting.append(self)
+
+    def start_serving(self) -> None:
         if self.closed:
             return
-        backend = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            backend.settimeout(_HANDSHAKE_TIMEOUT_S)  # a unix connect with backlog room is immediate
-            backend.connect(self.terminator.backend_path)
-            backend.setblocking(False)
-        except OSError:
-            log.error("cannot reach the gRPC server at %s", self.terminator.backend_path, exc_info=True)
-            backend.close()
-            self.close()
-            return
-        self.backend = backend
-        self.loop.add_reader(backend.fileno(), self.backend_readable)
-        self.to_backend.attach(backend)
+        from provider.plugin.http2 import GrpcConnection  # h2: not before the TLS handshake can start
 
-    # backend -> client
-    def backend_readable(self) -> None:
-        assert self.backend is not None
-        try:
-            data = self.backend.recv(_CHUNK)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self.to_client.close_when_sent()
+        assert self.terminator.server is not None
+        self.grpc = GrpcConnection(self.terminator.server, self.send, self.close)
+        if self.early:
+            early, self.early = bytes(self.early), bytearray()
+            self.grpc.data_received(early)
+
+    def send(self, plaintext: bytes) -> None:
+        if self.tls is None:
+            self.to_client.send(plaintext)
             return
         try:
-            self.tls.write(data)
+            self.tls.write(plaintext)
         except ssl.SSLError:
             self.close()
             return
@@ -227,47 +228,39 @@ class _Connection:
         if data := self.outgoing.read():
             self.to_client.send(data)
 
-    # flow control: an outbox over its high water mark pauses reading from the other side
-    def pause_source(self, outbox: _Outbox) -> None:
-        source = self.backend if outbox is self.to_client else self.client
-        if source is not None:
-            self.loop.remove_reader(source.fileno())
+    # flow control: while Terraform does not read our answers, stop reading its requests
+    def pause_source(self, _outbox: _Outbox) -> None:
+        self.loop.remove_reader(self.client.fileno())
 
-    def resume_source(self, outbox: _Outbox) -> None:
-        if outbox is self.to_client and self.backend is not None:
-            self.loop.add_reader(self.backend.fileno(), self.backend_readable)
-        elif outbox is not self.to_client:
-            self.loop.add_reader(self.client.fileno(), self.client_readable)
+    def resume_source(self, _outbox: _Outbox) -> None:
+        self.loop.add_reader(self.client.fileno(), self.client_readable)
 
     def close(self) -> None:
         if self.closed:
             return
         self.closed = True
-        self.handshake_timer.cancel()
-        for sock in (self.client, self.backend):
-            if sock is not None and sock.fileno() >= 0:
-                self.loop.remove_reader(sock.fileno())
-                self.loop.remove_writer(sock.fileno())
-                sock.close()
+        if self.handshake_timer is not None:
+            self.handshake_timer.cancel()
+        if self.grpc is not None:
+            self.grpc.connection_lost()
+        if self.client.fileno() >= 0:
+            self.loop.remove_reader(self.client.fileno())
+            self.loop.remove_writer(self.client.fileno())
+            self.client.close()
 
 
 class _Outbox:
-    """Bytes for one non-blocking socket: sent at once where the socket takes them, else queued (also
-    while there is no socket yet: `attach` gives it)."""
+    """Bytes for one non-blocking socket: sent at once where the socket takes them, else queued."""
 
-    def __init__(self, connection: _Connection, sock: socket.socket | None) -> None:
+    def __init__(self, connection: _Connection, sock: socket.socket) -> None:
         self.connection = connection
         self.sock = sock
         self.queued = bytearray()
-        self.closing = False
-
-    def attach(self, sock: socket.socket) -> None:
-        self.sock = sock
-        if self.queued:
-            self.connection.loop.add_writer(sock.fileno(), self.writable)
 
     def send(self, data: bytes) -> None:
-        if self.queued or self.sock is None:
+        if self.connection.closed:
+            return
+        if self.queued:
             self.queued += data
         else:
             try:
@@ -285,7 +278,6 @@ class _Outbox:
             self.connection.pause_source(self)
 
     def writable(self) -> None:
-        assert self.sock is not None  # registered only once attached
         try:
             sent = self.sock.send(self.queued)
         except (BlockingIOError, InterruptedError):
@@ -300,13 +292,5 @@ class _Outbox:
                 self.connection.resume_source(self)
             return
         self.connection.loop.remove_writer(self.sock.fileno())
-        if self.closing:
-            self.connection.close()
-        elif was_high:
+        if was_high:
             self.connection.resume_source(self)
-
-    def close_when_sent(self) -> None:
-        """The other side ended: close the connection once what is queued here has gone out."""
-        self.closing = True
-        if not self.queued:
-            self.connection.close()

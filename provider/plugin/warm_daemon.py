@@ -1,7 +1,7 @@
 """The per-user warm daemon: imports the provider once, then forks one fresh provider per launch.
 
 Started detached by the launcher (`warm_client`) on first use, with a scrubbed environment. It takes
-`warm-KEY.lock` (one daemon per key; it holds the daemon's pid), imports grpcio and the provider
+`warm-KEY.lock` (one daemon per key; it holds the daemon's pid), imports the gRPC server and the provider
 (and builds one throwaway provider server, which loads every lazily imported module, and the launch
 module's own `WARM_IMPORTS`, e.g. the HTTP client a cold launch imports only when configured),
 binds `warm-KEY.sock` in the user's 0700 runtime directory and serves until idle for
@@ -49,9 +49,9 @@ REQUEST_TIMEOUT_S = 5.0
 MAX_REQUEST_BYTES = 4 * 1024 * 1024
 # Loaded by every launch after the handshake line; importing them here is what makes a launch warm.
 WARM_IMPORTS = (
-    "grpc", "grpc.aio", "asyncio", "ssl", "logging", "concurrent.futures", "traceback",
-    "provider.plugin.launch", "provider.plugin.grpc_server", "provider.plugin.services",
-    "provider.plugin.log", "provider.plugin.tls_terminator", "provider.plugin.selfsigned",
+    "asyncio", "ssl", "logging", "concurrent.futures", "traceback", "provider.plugin.launch",
+    "provider.plugin.http2", "provider.plugin.services", "provider.plugin.log",
+    "provider.plugin.tls_terminator", "provider.plugin.selfsigned",
 )
 
 
@@ -104,7 +104,7 @@ def _warm_up(launch_module: str) -> Any:
     for extra in getattr(module, "WARM_IMPORTS", ()):
         importlib.import_module(extra)
     # What is imported now lives as long as every child: keep it out of their garbage collections
-    # (a full collection would walk all of grpcio's and the provider's objects) and their copied pages.
+    # (a full collection would walk all of the server's and the provider's objects) and their copied pages.
     gc.collect()
     gc.freeze()
     return module

@@ -159,7 +159,7 @@ def test_health_check_knows_only_the_plugin_service() -> None:
     context.abort.side_effect = grpc.RpcError()
     with pytest.raises(grpc.RpcError):
         asyncio.run(servicer.Check(health_pb2.HealthCheckRequest(service="other"), context))
-    assert context.abort.call_args.args[0] == grpc.StatusCode.NOT_FOUND
+    assert context.abort.call_args.args[0] == grpc.StatusCode.NOT_FOUND.value[0]
 
 
 class _ThreadRecordingDelegate:
