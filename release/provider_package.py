@@ -44,7 +44,7 @@ DEFAULT_OUT = REPO / "dist" / "provider"
 DEFAULT_WHEELS = REPO / "build" / "provider-wheels"
 PYTHON_VERSIONS = ("3.11", "3.12", "3.13", "3.14")
 # pip's --platform tags per Terraform platform: manylinux2014 (glibc 2.17) and macOS 11, as the wheels
-# of grpcio and msgpack are published.
+# of msgpack and protobuf are published.
 PLATFORM_TAGS = {
     "linux_amd64": ("manylinux_2_17_x86_64", "manylinux2014_x86_64"),
     "linux_arm64": ("manylinux_2_17_aarch64", "manylinux2014_aarch64"),
@@ -52,8 +52,10 @@ PLATFORM_TAGS = {
 }
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # the earliest a zip can say: no build time leaks in
 BOOT_MODULE = "gpucloud_provider_boot"
-# Parts of the provider the plugin never imports (the CLI is `pip install gpucloud`).
+# Parts of the provider the plugin never imports (the CLI is `pip install gpucloud`; the gRPC client
+# stubs need grpcio, which the plugin does not: it serves with provider/plugin/http2.py).
 EXCLUDED_SOURCE = ("provider/cli/",)
+EXCLUDED_SUFFIX = "_pb2_grpc.py"
 SHA256SUMS = "terraform-provider-{type}_{version}_SHA256SUMS"
 
 
@@ -224,7 +226,9 @@ def provider_files() -> dict[str, bytes]:
     ).stdout.decode().split("\0")
     files = {}
     for name in filter(None, listed):
-        if name.startswith(EXCLUDED_SOURCE) or not name.endswith((".py", ".json")):
+        if name.startswith(EXCLUDED_SOURCE) or name.endswith(EXCLUDED_SUFFIX):
+            continue
+        if not name.endswith((".py", ".json")):
             continue
         files[f"lib/{name}"] = (REPO / name).read_bytes()
     return files

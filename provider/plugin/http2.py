@@ -36,6 +36,7 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024  # large states: far above gRPC's customar
 # Our receive windows, per stream and for the connection: large enough that a big request never waits
 # for a WINDOW_UPDATE round trip (h2 sends those as `acknowledge_received_data` is called).
 RECEIVE_WINDOW = 16 * 1024 * 1024
+MAX_FRAME_SIZE = 1024 * 1024  # a large state in 64 frames rather than 512
 
 # grpc.StatusCode numbers (grpcio's enum carries them as value[0]).
 OK, UNKNOWN, NOT_FOUND, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL = 0, 2, 5, 8, 12, 13
@@ -90,13 +91,18 @@ class GrpcConnection:
         self.streams: dict[int, _Stream] = {}
         self.h2 = h2.connection.H2Connection(config=_CONFIG)
         self.h2.encoder = _UnindexedEncoder()  # type: ignore[assignment]
-        self.h2.initiate_connection()
+        # Our limits go into the first SETTINGS frame and count from the start: the client may use them
+        # as soon as it reads them, before its ACK reaches us (a later `update_settings` would make h2
+        # reject, until that ACK, frames the client was already allowed to send).
         codes = h2.settings.SettingCodes
-        self.h2.update_settings({  # in force once the client acknowledges them
+        self.h2.local_settings = h2.settings.Settings(client=False, initial_values={
             codes.INITIAL_WINDOW_SIZE: RECEIVE_WINDOW,
+            codes.MAX_FRAME_SIZE: MAX_FRAME_SIZE,
             codes.MAX_CONCURRENT_STREAMS: 1000,
-            codes.MAX_FRAME_SIZE: 1024 * 1024,  # a large state in 64 frames rather than 512
+            codes.MAX_HEADER_LIST_SIZE: 64 * 1024,
         })
+        self.h2.max_inbound_frame_size = MAX_FRAME_SIZE
+        self.h2.initiate_connection()
         self.h2.increment_flow_control_window(RECEIVE_WINDOW - self.h2.inbound_flow_control_window)
         self.closed = False
         self.flush()
@@ -284,6 +290,8 @@ class _Stream:
 
     # responses
     def send_message(self, message: Any) -> None:
+        if self.connection.closed:
+            return
         payload = self.handler.response_serializer(message)
         if not self.headers_sent:
             self.connection.h2.send_headers(self.stream_id, _RESPONSE_HEADERS)
