@@ -177,8 +177,8 @@ def relay_cost_out_of_process(calls: int = 1000) -> dict[str, float]:
 
     client_cert = make_client_certificate()
     modes = {
-        "mutual TLS, ssl relay -> grpcio (default)": terraform_environment(client_cert),
-        "plaintext, grpcio direct (TF_DISABLE_PLUGIN_TLS)": terraform_environment(
+        "mutual TLS by ssl, h2 on the loop (default)": terraform_environment(client_cert),
+        "plaintext, h2 on the loop (TF_DISABLE_PLUGIN_TLS)": terraform_environment(
             None, TF_DISABLE_PLUGIN_TLS="1"
         ),
     }
