@@ -23,7 +23,6 @@ from typing import Any, NoReturn
 
 import h2.config
 import h2.connection
-import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
@@ -315,8 +314,9 @@ class _Stream:
 
 class _UnindexedEncoder:
     """HPACK for our responses without the dynamic table: the same headers are then the same bytes every
-    time, so a block is encoded once and reused (h2's stateful encoder took ~40 us per block, a quarter of
-    an RPC). The client's decoder is not affected: nothing is ever added to its table."""
+    time, so a block is encoded once and reused instead of re-encoded by h2's stateful encoder, twice per
+    RPC (5 % of a small RPC's server time, measured in-process). The client's decoder is not affected:
+    nothing is ever added to its table."""
 
     header_table_size = 4096  # h2 sets the client's HEADER_TABLE_SIZE here; no table is used
 

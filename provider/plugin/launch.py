@@ -96,7 +96,7 @@ def _serve_for_terraform(make_server: MakeServer, *, provider_address: str) -> N
         exit_code = 1
     finally:
         _remove_directory(directory)
-    # os._exit, without stopping the gRPC server first: it ends grpcio's threads at once, and Terraform
+    # os._exit, without stopping the server first: it ends the loop and worker threads at once, and Terraform
     # waits for this exit after every launch (it kills a plugin only after 2 s).
     if on_exit is not None:
         on_exit(exit_code)
