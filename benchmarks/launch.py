@@ -5,7 +5,7 @@ spawned with the environment Terraform sets (magic cookie, protocol versions, a 
 certificate for mutual TLS). Figures, over LAUNCHES launches each:
 
 - handshake: spawn until the handshake line is read (what Terraform waits for before connecting);
-- ready: spawn until a health check over mutual TLS is answered (grpcio and the provider loaded;
+- ready: spawn until a health check over mutual TLS is answered (the server and the provider loaded;
   includes this client's own channel set-up);
 - baseline: spawn until exit of `python -c pass` with the same interpreter, in the same run.
 

@@ -9,7 +9,7 @@ that machine load hits both alike:
 - package: this machine's zip built by release/provider_package.py (wheels from PyPI, cached in
   build/provider-wheels) and unpacked as Terraform unpacks it, shipped bytecode only.
 
-Figures: spawn -> handshake line, and spawn -> health check answered over mutual TLS (grpcio and the
+Figures: spawn -> handshake line, and spawn -> health check answered over mutual TLS (the server and the
 provider loaded), and the CPU time the process used to get there (user + system: what the start-up
 costs, unlike wall time nearly unaffected by other load on the machine). Also the package's size and
 whether a rebuild is byte-identical.

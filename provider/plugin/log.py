@@ -130,4 +130,7 @@ def configure_logging(
     # DEBUG stay readable during long waits.
     for chatty in ("httpx", "httpcore"):
         logging.getLogger(chatty).setLevel(level if level <= TRACE else max(level, logging.WARNING))
+    # hpack (under our HTTP/2 server) logs every header block and header at DEBUG: protocol internals,
+    # ~10 lines per RPC, never of use in a provider log.
+    logging.getLogger("hpack").setLevel(max(level, logging.WARNING))
     logging.captureWarnings(True)

@@ -85,7 +85,7 @@ def test_formatter_writes_hclog_fields_extras_and_exceptions() -> None:
 def restore_root_logger() -> Iterator[None]:
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
-    chatty = {name: logging.getLogger(name).level for name in ("httpx", "httpcore")}
+    chatty = {name: logging.getLogger(name).level for name in ("httpx", "httpcore", "hpack")}
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
@@ -116,7 +116,9 @@ def test_configure_logging_keeps_one_line_per_request_out_of_info_and_debug() ->
     assert messages == ["gpu cluster c: RUNNING", "gpu cluster c: RUNNING"]
     configure_logging({"TF_LOG_PROVIDER": "trace"}, stream=stream)
     logging.getLogger("httpx").info("HTTP Request: shown at trace")
+    logging.getLogger("hpack.hpack").debug("Decoded (b':path', b'/tfplugin6.Provider/PlanResourceChange')")
     assert "shown at trace" in stream.getvalue()
+    assert "Decoded" not in stream.getvalue()  # HTTP/2 header compression internals: never
 
 
 @pytest.mark.usefixtures("restore_root_logger")
