@@ -7,9 +7,8 @@ gRPC error: Terraform shows diagnostics to the user but reports gRPC errors as a
 Server-streaming RPCs (ListResource, InvokeAction) delegate to a method returning an iterator of
 messages; a failure there ends the stream with one message carrying the error. The server is
 `provider.plugin.http2`'s: `AsyncProviderServicer` runs each RPC on its event loop or in a worker
-thread. Each RPC
-runs inside `request_fields`, so every log line it causes carries `tf_rpc`, `tf_req_id` and the type
-it is about, as in Go providers.
+thread. Each RPC runs inside `request_fields`, so every log line it causes carries `tf_rpc`,
+`tf_req_id` and the type it is about, as in Go providers.
 """
 
 from __future__ import annotations
