@@ -255,7 +255,7 @@ def tls_cost(calls: int = RPC_CALLS) -> dict[str, Any]:
     from provider.plugin.http2 import MAX_MESSAGE_BYTES, GrpcServer
     from provider.plugin.selfsigned import generate_server_certificate
     from provider.plugin.services import AsyncProviderServicer, HealthServicer, register_services
-    from provider.plugin.tls_terminator import TlsTerminator, server_ssl_context
+    from provider.plugin.tls_terminator import TlsTerminator, server_ssl_context, trust_client
     from tests.provider.plugin.launching import make_client_certificate
 
     limits = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
@@ -281,12 +281,10 @@ def tls_cost(calls: int = RPC_CALLS) -> dict[str, Any]:
         grpcio_server = asyncio.run_coroutine_threadsafe(start_grpcio(), loop).result()
         ours = GrpcServer()
         register_services(ours, AsyncProviderServicer(_EchoProvider(), executor), on_shutdown=lambda: None)
+        mtls = server_ssl_context(cert_pem=server_cert.pem, key_pem=server_cert.key_pem, directory=directory)
+        trust_client(mtls, client_cert.cert_pem.decode())
         paths = {}
-        for name, context in (
-            ("plain", None),
-            ("mtls", server_ssl_context(cert_pem=server_cert.pem, key_pem=server_cert.key_pem,
-                                        directory=directory, client_ca_pem=client_cert.cert_pem.decode())),
-        ):
+        for name, context in (("plain", None), ("mtls", mtls)):
             paths[name] = os.path.join(directory, f"{name}.sock")
             listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             listener.bind(paths[name])

@@ -208,7 +208,7 @@ class _Stream:
         self.headers_sent = False
         self.pending = bytearray()
         self.trailers: list[tuple[bytes, bytes]] | None = None
-        self.context = _Context(self)
+        self.context = _Context()
 
     # requests
     def received(self, data: bytes) -> None:
@@ -283,7 +283,6 @@ class _Stream:
             yield self.handler.request_deserializer(message)
 
     def cancel(self) -> None:
-        self.context.is_cancelled = True
         if self.task is not None:
             self.task.cancel()
 
@@ -367,20 +366,8 @@ class _Abort(Exception):
 
 
 class _Context:
-    """What handlers use of grpc.aio's ServicerContext."""
-
-    def __init__(self, stream: _Stream) -> None:
-        self.stream = stream
-        self.is_cancelled = False
+    """What our handlers use of grpc.aio's ServicerContext: `abort`. (grpc-timeout is not enforced:
+    Terraform sets none on plugin RPCs.)"""
 
     async def abort(self, code: Any, details: str = "") -> NoReturn:
         raise _Abort(code.value[0] if hasattr(code, "value") else int(code), details)
-
-    def cancelled(self) -> bool:
-        return self.is_cancelled
-
-    def done(self) -> bool:
-        return self.stream.trailers is not None or self.is_cancelled
-
-    def time_remaining(self) -> float | None:
-        return None  # grpc-timeout is not enforced: Terraform sets none on plugin RPCs

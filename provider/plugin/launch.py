@@ -137,13 +137,16 @@ def _serve_in(
         listener = listen(public_path)
         if _uses_tls(environ):
             from provider.plugin.selfsigned import generate_server_certificate
+            from provider.plugin.tls_terminator import trust_client
 
             certificate = generate_server_certificate()
             _announce(public_path, protocol_version, certificate.handshake_text())
-            terminator = _start_terminator(listener, directory, certificate, client_ca_pem)
+            context = _tls_context(directory, certificate)
+            trust_client(context, client_ca_pem)
+            terminator = _start_terminator(listener, context)
         else:  # TF_DISABLE_PLUGIN_TLS: plaintext HTTP/2 on the public socket
             _announce(public_path, protocol_version, "")
-            terminator = _start_terminator(listener, None, None, None)
+            terminator = _start_terminator(listener, None)
         # Terraform connects as soon as it reads the handshake line: its TLS handshake runs on the
         # terminator's loop while the provider loads here; what it sends waits until `serve`.
         runtime = start_runtime()
@@ -174,7 +177,7 @@ class Staged:
         try:
             self.certificate = generate_server_certificate()
             listener = listen(os.path.join(self.directory, "plugin.sock"))
-            self.terminator = _start_terminator(listener, self.directory, self.certificate, None, verify=True)
+            self.terminator = _start_terminator(listener, _tls_context(self.directory, self.certificate))
             self.runtime = start_runtime()
         except BaseException:
             _remove_directory(self.directory)
@@ -186,13 +189,9 @@ class Staged:
 
     def trust(self, client_ca_pem: str | None) -> None:
         """Require the host's client certificate (or, without one, none: server-authenticated TLS)."""
-        import ssl
+        from provider.plugin.tls_terminator import trust_client
 
-        context = self.terminator.context
-        if client_ca_pem:
-            context.load_verify_locations(cadata=client_ca_pem)
-        else:
-            context.verify_mode = ssl.CERT_NONE
+        trust_client(self.terminator.context, client_ca_pem)
 
     def discard(self) -> None:
         _remove_directory(self.directory)
@@ -220,25 +219,17 @@ def listen(path: str) -> socket.socket:
     return listener
 
 
-def _start_terminator(
-    listener: socket.socket, directory: str | None, certificate: Any, client_ca_pem: str | None, *,
-    verify: bool = False,
-) -> Any:
-    """The connection loop on `listener`: TLS with `certificate` (its key file goes into `directory`),
-    or plaintext without one. With `verify`, a client certificate is required even before a
-    `client_ca_pem` is known."""
-    from provider.plugin.tls_terminator import TlsTerminator, server_ssl_context
+def _tls_context(directory: str, certificate: Any) -> Any:
+    """Our TLS context (its key file goes into `directory`): no client verifies until `trust_client`."""
+    from provider.plugin.tls_terminator import server_ssl_context
 
-    context = None
-    if certificate is not None and directory is not None:
-        context = server_ssl_context(
-            cert_pem=certificate.pem, key_pem=certificate.key_pem, directory=directory,
-            client_ca_pem=client_ca_pem,
-        )
-        if verify:
-            import ssl
+    return server_ssl_context(cert_pem=certificate.pem, key_pem=certificate.key_pem, directory=directory)
 
-            context.verify_mode = ssl.CERT_REQUIRED
+
+def _start_terminator(listener: socket.socket, context: Any) -> Any:
+    """The connection loop on `listener`: TLS with `context`, or plaintext without one."""
+    from provider.plugin.tls_terminator import TlsTerminator
+
     terminator = TlsTerminator(listener, context)
     terminator.start()
     return terminator

@@ -36,10 +36,9 @@ _HIGH_WATER = 4 * 1024 * 1024  # bytes queued for Terraform before we stop readi
 _HANDSHAKE_TIMEOUT_S = 30.0
 
 
-def server_ssl_context(
-    *, cert_pem: bytes, key_pem: bytes, directory: str, client_ca_pem: str | None
-) -> ssl.SSLContext:
-    """TLS server context with our certificate; requires a client certificate signed by `client_ca_pem`.
+def server_ssl_context(*, cert_pem: bytes, key_pem: bytes, directory: str) -> ssl.SSLContext:
+    """TLS server context with our certificate. It requires a client certificate that nothing verifies
+    until `trust_client` says which host to trust (a warm spare builds it before it knows).
 
     `load_cert_chain` only reads files, so the key is written (0600) into the private socket directory,
     which is removed when the process exits.
@@ -54,10 +53,17 @@ def server_ssl_context(
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert_path, key_path)
     context.set_alpn_protocols(["h2"])
-    if client_ca_pem:
-        context.verify_mode = ssl.CERT_REQUIRED
-        context.load_verify_locations(cadata=client_ca_pem)
+    context.verify_mode = ssl.CERT_REQUIRED
     return context
+
+
+def trust_client(context: ssl.SSLContext, client_ca_pem: str | None) -> None:
+    """Require a client certificate signed by `client_ca_pem` (Terraform's PLUGIN_CLIENT_CERT); without
+    one, none: server-authenticated TLS, for a host that does not do mutual TLS."""
+    if client_ca_pem:
+        context.load_verify_locations(cadata=client_ca_pem)
+    else:
+        context.verify_mode = ssl.CERT_NONE
 
 
 class TlsTerminator:
@@ -229,10 +235,10 @@ class _Connection:
             self.to_client.send(data)
 
     # flow control: while Terraform does not read our answers, stop reading its requests
-    def pause_source(self, _outbox: _Outbox) -> None:
+    def pause_reading(self) -> None:
         self.loop.remove_reader(self.client.fileno())
 
-    def resume_source(self, _outbox: _Outbox) -> None:
+    def resume_reading(self) -> None:
         self.loop.add_reader(self.client.fileno(), self.client_readable)
 
     def close(self) -> None:
@@ -275,7 +281,7 @@ class _Outbox:
             self.queued += data[sent:]
             self.connection.loop.add_writer(self.sock.fileno(), self.writable)
         if len(self.queued) > _HIGH_WATER:
-            self.connection.pause_source(self)
+            self.connection.pause_reading()
 
     def writable(self) -> None:
         try:
@@ -289,8 +295,8 @@ class _Outbox:
         del self.queued[:sent]
         if self.queued:
             if was_high and len(self.queued) <= _HIGH_WATER:
-                self.connection.resume_source(self)
+                self.connection.resume_reading()
             return
         self.connection.loop.remove_writer(self.sock.fileno())
         if was_high:
-            self.connection.resume_source(self)
+            self.connection.resume_reading()

@@ -11,7 +11,7 @@ Per connection: the peer must be this uid (SO_PEERCRED); the request carries Ter
 argv, environment, cwd and umask. If any imported source file changed since start-up (an upgrade in
 place), the daemon answers "stale", removes its socket and exits; the launcher goes cold. Otherwise
 it answers "accepted" and hands the launch to its spare: a child forked after the previous launch,
-which has set up meanwhile what no launch depends on (`Spare`; if it died, a child is forked now).
+which has set up meanwhile what no launch depends on (`Spare`; if it died, a fresh one is forked).
 The child takes the received fds as 0/1/2, replaces its environment, and runs the launch module's
 `main()` as a cold launch would; it watches the connection (launcher gone: SIGTERM to itself, the
 provider's orderly exit) and sends its exit code on it last. The daemon never runs provider code for
@@ -59,7 +59,7 @@ class Request:
     """One launch: the launcher's stdio fds and process context."""
 
     def __init__(self, fds: list[int], key: str, cwd: str, umask: int, argv: list[str],
-                 environ: dict[bytes, bytes], payload: bytes = b"") -> None:
+                 environ: dict[bytes, bytes], payload: bytes) -> None:
         self.fds, self.key, self.cwd, self.umask = fds, key, cwd, umask
         self.argv, self.environ = argv, environ
         self.payload = payload  # as the launcher sent it: what the daemon forwards to a spare
@@ -177,8 +177,8 @@ def serve(listener: socket.socket, module: Any, *, key: str, fingerprint: dict[s
                 if not _send(connection, ACCEPTED):
                     _close_fds(request.fds)
                     continue
-                if not spare.take(connection, request):
-                    _fork_provider(connection, listener, lock, request, module)
+                if not spare.take(connection, request):  # the spare died: a fresh one takes the launch
+                    Spare.fork(listener, lock, module, key).take(connection, request)
                 spare = None
                 _close_fds(request.fds)
     finally:
@@ -236,22 +236,6 @@ def parse_request(payload: bytes, fds: list[int]) -> Request:
                    argv, environ, payload)
 
 
-def _fork_provider(
-    connection: socket.socket, listener: socket.socket, lock: int, request: Request, module: Any
-) -> None:
-    """No spare to take this launch (it died): fork its provider now."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        listener.close()
-        os.close(lock)  # the flock is the daemon's: a child outliving it must not block the next daemon
-        try:
-            run_child(connection, request, module)
-        finally:
-            os._exit(1)
-
-
 class Spare:
     """A child forked ahead of the next launch, which sets up what does not depend on it meanwhile.
 
@@ -262,16 +246,15 @@ class Spare:
     the pair closes, and a spare still waiting removes its directory and exits.
     """
 
-    def __init__(self, pid: int, channel: socket.socket) -> None:
-        self.pid, self.channel = pid, channel
+    def __init__(self, channel: socket.socket) -> None:
+        self.channel = channel
 
     @classmethod
     def fork(cls, listener: socket.socket, lock: int, module: Any, key: str) -> Spare:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
+        if os.fork() == 0:
             try:
                 listener.close()
                 os.close(lock)  # the daemon's flock: a child outliving it must not block the next daemon
@@ -280,7 +263,7 @@ class Spare:
             finally:
                 os._exit(1)
         theirs.close()
-        return cls(pid, ours)
+        return cls(ours)
 
     def take(self, connection: socket.socket, request: Request) -> bool:
         """Hand the launch to the spare; False if it is gone (the caller forks instead)."""

@@ -218,6 +218,20 @@ def test_warm_daemon_refuses_another_users_connection(base: Path) -> None:
     assert answer == b"-" and answer != ACCEPTED  # closed without serving
 
 
+def test_warm_dead_spare_means_a_fresh_one_takes_the_launch(base: Path) -> None:
+    launcher = _launcher(base, "1.0.0")
+    first = Launch(launcher, _env(base))
+    assert first.warm and first.finish(0) == 0
+    daemon = _daemon_pid(base)
+    children = [int(pid) for pid in Path(f"/proc/{daemon}/task/{daemon}/children").read_text().split()]
+    (spare,) = [pid for pid in children if pid != first.pid and _alive(pid)]  # the next launch's, waiting
+    os.kill(spare, signal.SIGKILL)
+    assert _wait_gone(spare)
+    second = Launch(launcher, _env(base, GPUCLOUD_API_KEY="key-second"))
+    assert second.warm and second.pid != spare and second.ppid == daemon
+    assert second.api_key == "key-second" and second.finish(5) == 5
+
+
 def test_warm_killed_launcher_ends_its_provider(base: Path) -> None:
     launcher = _launcher(base, "1.0.0")
     launch = Launch(launcher, _env(base))
