@@ -7,7 +7,6 @@ backend refuses to start without them, so a missing package fails this test, it 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import subprocess
@@ -21,6 +20,7 @@ from acceptance.backend import BACKEND, Backend, running_backend
 from acceptance.cluster_backend import kill, restart
 from acceptance.gpucloud_steps import GpuCloudTerraform, apply_and_check, gpucloud_tf, values
 from backend.provisioning.local import preflight
+from backend.provisioning.local.namespaces import LocalCluster
 
 __all__ = ["gpucloud_tf"]
 
@@ -51,26 +51,19 @@ def backend() -> Iterator[Backend]:
 
 
 def remove_by_hand(local: Path) -> None:
-    """What docs/local-driver.md tells an operator to do after a failure: remove every namespace, its
-    processes and bridge under the driver's directory, and the SSH connection masters to the nodes
-    (nothing is left after a passing test)."""
+    """Remove whatever the driver left under its directory after a failure: every node (its init, so its
+    whole PID namespace, its cgroup and network namespace), the bridges and exports, and the SSH connection
+    masters to the nodes (docs/local-driver.md, "Cleaning up by hand"; a passing test leaves nothing)."""
     for socket in sorted((local / "ssh" / "ctl").glob("*/*")) if (local / "ssh" / "ctl").exists() else []:
         subprocess.run(["ssh", "-o", f"ControlPath={socket}", "-O", "exit", "node"], check=False,
                        capture_output=True)
-    ns_dir = local / "ns"
-    for ns_file in sorted(ns_dir.glob("gpc-*.mnt")) if ns_dir.exists() else []:
-        netns = ns_file.name.removesuffix(".mnt")
-        pids = subprocess.run(["ip", "netns", "pids", netns], capture_output=True, text=True, check=False)
-        if pids.stdout.split():
-            subprocess.run(["kill", "-9", *pids.stdout.split()], check=False)
-        subprocess.run(["ip", "netns", "del", netns], check=False, capture_output=True)
-        for suffix in (".mnt", ".uts"):
-            subprocess.run(["umount", str(ns_dir / f"{netns}{suffix}")], check=False, capture_output=True)
-    for cluster in (local / "clusters").glob("*") if (local / "clusters").exists() else []:
-        bridge = f"gpcb{hashlib.sha256(cluster.name.encode()).hexdigest()[:8]}"
-        subprocess.run(["ip", "link", "del", bridge], check=False, capture_output=True)
-    with contextlib.suppress(FileNotFoundError):
-        subprocess.run(["umount", str(ns_dir)], check=False, capture_output=True)
+    for cluster_dir in sorted((local / "clusters").glob("*")) if (local / "clusters").exists() else []:
+        cluster = LocalCluster(local, cluster_dir.name, "10.0.0.0/30")
+        instances = {node.name for node in (cluster_dir / "nodes").glob("*")} | set(cluster.node_names())
+        for instance in instances:
+            cluster.node(instance, "0.0.0.0").destroy()
+        subprocess.run(["ip", "link", "del", cluster.bridge], check=False, capture_output=True)
+        subprocess.run(["umount", "-R", "-l", str(cluster.exports)], check=False, capture_output=True)
 
 
 def config(node_count: int, keys: list[tuple[str, str]], logins: tuple[str, ...] = ("alice", "bob"),

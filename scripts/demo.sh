@@ -139,11 +139,6 @@ down() {
     kill "$(cat "$demo/backend.pid")" 2>/dev/null || true
     rm -f "$demo/backend.pid"
   fi
-  # The local driver keeps its namespace files on a private bind mount: release it, so `rm -rf .demo`
-  # (make clean) works once the clusters are gone.
-  if mountpoint -q "$GPUCLOUD_DATA_DIR/local/ns" 2>/dev/null; then
-    umount "$GPUCLOUD_DATA_DIR/local/ns" 2>/dev/null || true  # busy: a cluster is still there
-  fi
   rm -f "$demo/driver"
 }
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
+from backend.api.cluster_nodes import driver
 from backend.api.deps import Reader, Writer
 from backend.api.listing import page_args, page_body
 from backend.api.schemas import (
@@ -28,6 +29,7 @@ from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
 from backend.domain.catalog import Catalog
 from backend.domain.etags import etag_for
+from backend.provisioning.driver import volume_store_of
 from backend.services import volumes
 from backend.store.models import Volume
 
@@ -188,4 +190,8 @@ def delete_volume(volume_id: str, request: Request, principal: Writer, if_match:
         )
         return WriteOutcome(KIND, volume_id, None, 204)
 
-    return run_write(request, principal, action="volume.delete", operation=operation)
+    response = run_write(request, principal, action="volume.delete", operation=operation)
+    store = volume_store_of(driver())
+    if response.status_code == 204 and store is not None:  # committed: its data goes too
+        store.delete_volume_data(volume_id)
+    return response

@@ -235,3 +235,14 @@ class PartitionSource(Protocol):
 def partitions_of(driver: object) -> PartitionSource | None:
     """The driver as a partition source (a real scheduler to ask), or None when it has none."""
     return driver if callable(getattr(driver, "cluster_partitions", None)) else None  # type: ignore[return-value]
+
+
+class VolumeStore(Protocol):
+    def delete_volume_data(self, volume_id: str) -> None:
+        """Remove a deleted volume's data where the driver keeps it (idempotent)."""
+        ...
+
+
+def volume_store_of(driver: object) -> VolumeStore | None:
+    """The driver as the keeper of volume data (real storage to free), or None when it keeps none."""
+    return driver if callable(getattr(driver, "delete_volume_data", None)) else None  # type: ignore[return-value]

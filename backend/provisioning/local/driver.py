@@ -29,6 +29,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import hashlib
+import shutil
 import socket
 import threading
 import time
@@ -255,6 +256,13 @@ class LocalDriver:
     def volume_dir(self, volume_id: str) -> Path:
         return volumes_dir(self.root) / volume_id
 
+    def delete_volume_data(self, volume_id: str) -> None:
+        """A deleted volume's data goes with it (the API deletes only volumes attached to no live cluster;
+        a node still holding its mount until its detach is carried out sees an empty directory)."""
+        directory = self.volume_dir(volume_id)
+        if directory.parent == volumes_dir(self.root):  # an id, never a path of its own
+            shutil.rmtree(directory, ignore_errors=True)
+
     def plan(self, session: Session, cluster_id: str) -> ClusterPlan:
         cluster = session.get(Cluster, cluster_id)
         state = session.get(EngineCluster, cluster_id)
@@ -369,6 +377,7 @@ class LocalDriver:
         for directory in plan.volumes.values():
             directory.mkdir(parents=True, exist_ok=True)
             directory.chmod(0o1777)  # every cluster's ubuntu user has its own uid
+        cluster.export_volumes(plan.volumes.values())
         prepare_cluster(cluster)
 
     def _node_config(self, cluster: LocalCluster, plan: ClusterPlan) -> node_config.NodeConfig:

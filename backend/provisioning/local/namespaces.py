@@ -1,23 +1,28 @@
 """Nodes as Linux namespaces on this machine: the hardware layer of the `local` driver.
 
-A node is a network namespace (`ip netns`, cabled by a veth to its cluster's bridge) plus a mount and
-a UTS namespace kept alive by bind-mounting them onto files, so they outlive every process (the backend
-included) and can be entered again after a restart. Its hostname is the node name; its mount namespace
-gives it what a machine of its own would have on its disk: its own `/etc` (an overlay of the host's, whose
-changes land in the node's directory: the cluster's users exist only inside its nodes), a private /tmp,
-and whatever `create` is told to bind (state directories, boot files). The driver enters a node only to
-boot it (namespaces, sshd); it is configured over SSH like any server (`backend.provisioning.node_config`).
+A node is what a container runtime or one of kind's nodes is, made with the kernel's own tools: a network
+namespace (`ip netns`, cabled by a veth to its cluster's bridge) plus PID, mount, UTS and IPC namespaces
+held by the node's init (pid 1 inside, a reaper), a root file system of its own (`pivot_root`: the host's
+programs and libraries read-only, its own `/etc` overlay, `/var`, `/run`, `/tmp`, `/var/tmp`, `/dev`,
+`/dev/shm`, `/proc`), and a cgroup v2 group where the host has one. A tenant in the node sees and signals
+its node's processes only and reaches no path of the host's but those bound in; releasing the node kills
+its init (which ends every process of the PID namespace, double-forked and user-namespaced ones
+included) and the cgroup (`cgroup.kill`). The driver enters a node only to boot it (init, sshd); it is
+configured over SSH like any server (`backend.provisioning.node_config`).
 
 Everything here is derived from names: the same cluster key and node name always give the same
-namespace, bridge and veth, so a crashed backend finds what it made (`exists`) and removes it whole.
+namespace, bridge, veth, cgroup and directory, and the init is found from the system (pid 1 of a PID
+namespace inside the node's network namespace), so a crashed backend finds what it made and removes it whole.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import ipaddress
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -28,6 +33,24 @@ from pathlib import Path
 
 NETNS_PREFIX = "gpc-"  # every namespace this driver makes, so `ip netns list` shows what is ours
 _COMMAND_TIMEOUT_SECONDS = 30.0
+_BOOT_SECONDS = 30.0
+# The only environment a node's init and daemons start with: nothing of the backend's (its settings and
+# secrets) enters a node.
+NODE_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
+# pid 1 of a node: reaps the orphans its PID namespace hands it, and ends (taking the node with it) on
+# SIGTERM. Python, since every host of this driver has it and it is a dozen lines; ~8 MB per node.
+_INIT = """import os, signal
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, signal.SIGTERM})
+while signal.sigwait({signal.SIGCHLD, signal.SIGTERM}) == signal.SIGCHLD:
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+"""
+# The devices of a node's /dev (name, major, minor), as a container runtime gives them.
+_DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("urandom", 1, 9),
+            ("tty", 5, 0))
 
 
 class LocalHostError(RuntimeError):
@@ -59,15 +82,14 @@ def _short(*parts: str) -> str:
 
 
 class LocalCluster:
-    """One cluster's share of the host: a bridge on `subnet` (the host takes its first address)
-    and a state directory under `root`."""
+    """One cluster's share of the host: a bridge on `subnet` (the host takes its first address), a state
+    directory under `root`, and the exports its nodes mount their volumes from."""
 
     def __init__(self, root: Path, cluster_key: str, subnet: str) -> None:
         self.root = root
         self.key = cluster_key
         self.subnet = ipaddress.IPv4Network(subnet)
         self.dir = root / "clusters" / cluster_key
-        self.ns_dir = root / "ns"
         self.bridge = f"gpcb{_short(cluster_key)}"
 
     @property
@@ -78,9 +100,16 @@ class LocalCluster:
     @property
     def management(self) -> str:
         """The backend's own address on the bridge (the subnet's second), where its provisioning SSH comes
-        from: a cloud's management network, which security groups never filter (the host's `gateway`,
-        what a user's ssh comes from, they do)."""
+        from: a cloud's management network. Nodes accept the backend's SSH from it and nothing else; what
+        they send to it (or to `gateway`) is the security groups' to decide like any destination."""
         return str(self.subnet.network_address + 2)
+
+    @property
+    def exports(self) -> Path:
+        """The volumes this cluster may mount, one bind each (`export_volumes`): a shared mount whose
+        changes reach every node (each node holds a slave copy), so a node sees its cluster's volumes and
+        no other."""
+        return self.dir / "exports"
 
     @property
     def mac(self) -> str:
@@ -93,9 +122,12 @@ class LocalCluster:
         return ":".join(f"{byte:02x}" for byte in (0x02, *digest[:5]))
 
     def up(self) -> None:
-        """Create the bridge and directories (idempotent)."""
+        """Create the bridge, directories and the exports mount (idempotent)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        _ensure_private_mount_dir(self.ns_dir)
+        self.exports.mkdir(mode=0o700, exist_ok=True)
+        if not _is_mountpoint(self.exports):
+            run(["mount", "--bind", str(self.exports), str(self.exports)])
+        run(["mount", "--make-shared", str(self.exports)])
         if run(["ip", "link", "show", self.bridge], check=False).returncode != 0:
             run(["ip", "link", "add", self.bridge, "address", self.mac, "type", "bridge"])
         elif f" {self.mac} " not in run(["ip", "-o", "link", "show", self.bridge]).stdout:
@@ -108,31 +140,45 @@ class LocalCluster:
                 run(["ip", "addr", "add", address, "dev", self.bridge])
         run(["ip", "link", "set", self.bridge, "up"])
 
+    def export_volumes(self, volumes: Iterable[Path]) -> None:
+        """Export exactly `volumes` (host directories, named by volume id) to the cluster's nodes: binds
+        added for new ones, removed for the rest (a node's own mount of a volume outlives its export until
+        the node unmounts it)."""
+        wanted = {source.name: source for source in volumes}
+        for name, source in wanted.items():
+            target = self.exports / name
+            target.mkdir(exist_ok=True)
+            if not _is_mountpoint(target):
+                run(["mount", "--bind", str(source), str(target)])
+        for entry in self.exports.iterdir():
+            if entry.name not in wanted:
+                _unmount(entry)
+                entry.rmdir()
+
     def node(self, name: str, address: str, instance: str | None = None) -> LocalNode:
         return LocalNode(self, name, address, instance)
 
     def node_names(self) -> list[str]:
-        """Instance names of this cluster's nodes that exist now (from the namespace files, not memory)."""
+        """Instance names of this cluster's nodes that exist now (their network namespaces)."""
         prefix = f"{NETNS_PREFIX}{self.key}-"
-        found = {entry.name.removeprefix(prefix).removesuffix(".mnt")
-                 for entry in self.ns_dir.glob(f"{prefix}*.mnt")} if self.ns_dir.exists() else set()
-        # A node half made when the backend died may have its network namespace and no files yet.
         listed = run(["ip", "netns", "list"], check=False).stdout.splitlines()
-        found |= {line.split()[0].removeprefix(prefix) for line in listed if line.startswith(prefix)}
-        return sorted(found)
+        return sorted(line.split()[0].removeprefix(prefix) for line in listed if line.startswith(prefix))
 
     def down(self) -> None:
-        """Remove every node, the bridge and the state directory: nothing of the cluster remains."""
+        """Remove every node, the bridge, the exports and the state directory: nothing of the cluster
+        remains (the volumes' own directories stay: they are the volumes')."""
         for instance in self.node_names():
             LocalNode(self, instance, "0.0.0.0").destroy()
         run(["ip", "link", "del", self.bridge], check=False)
+        if self.exports.exists():
+            _unmount(self.exports)  # never remove a tree that still has a volume bound into it
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class LocalNode:
-    """One node: persistent net, mount and UTS namespaces named after the cluster key and the node's
-    instance name (the node name by default; a replacement with the same node name is another instance,
-    so the one being released and the one booting never share a namespace). The hostname is `name`."""
+    """One node: its namespaces, cgroup and directory, named after the cluster key and the node's instance
+    name (the node name by default; a replacement with the same node name is another instance, so the one
+    being released and the one booting never share anything). The hostname is `name`."""
 
     def __init__(self, cluster: LocalCluster, name: str, address: str, instance: str | None = None) -> None:
         self.cluster = cluster
@@ -140,21 +186,24 @@ class LocalNode:
         self.address = address
         self.instance = instance or name
         self.netns = f"{NETNS_PREFIX}{cluster.key}-{self.instance}"
-        self.mnt_file = cluster.ns_dir / f"{self.netns}.mnt"
-        self.uts_file = cluster.ns_dir / f"{self.netns}.uts"
         self.dir = cluster.dir / "nodes" / self.instance
         self.veth = f"gpcv{_short(cluster.key, self.instance)}"
+        cgroups = _cgroup_root()
+        self.cgroup = cgroups / self.netns if cgroups is not None else None
 
     def exists(self) -> bool:
-        """Made whole: a node half made when the backend died lacks the marker written last."""
-        return (Path("/run/netns", self.netns).exists() and _is_mountpoint(self.mnt_file)
-                and (self.dir / "made").exists())
+        """Booted whole and running: its init lives (a node half made when the backend died lacks the
+        marker written last; a powered-off node has its files but no init)."""
+        return (Path("/run/netns", self.netns).exists() and (self.dir / "made").exists()
+                and self.init_pid() is not None)
 
     def create(self, binds: Iterable[Bind]) -> None:
-        """Make the namespaces, cable the node and lay out its file system (idempotent)."""
+        """Boot the node: namespaces, cabling, its init and root file system (idempotent). Its directory
+        (the node's disk) is kept from an earlier boot."""
         if self.exists():
             return
-        self._remove_namespaces()  # a half-made node from a crash: start it over
+        (self.dir / "made").unlink(missing_ok=True)
+        self._remove_namespaces()  # a half-made or powered-off node: start its machine over
         run(["ip", "netns", "add", self.netns])
         run(["ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns", self.netns])
         run(["ip", "link", "set", self.veth, "master", self.cluster.bridge, "up"])
@@ -168,40 +217,56 @@ class LocalNode:
                      ["link", "set", "eth0", "up"], ["link", "set", "lo", "up"]):
             run(["ip", "-n", self.netns, *argv])
         run(["ip", "neigh", "flush", "to", self.address, "dev", self.cluster.bridge], check=False)
-        self.mnt_file.touch()
-        self.uts_file.touch()
-        etc, work = self.dir / "etc", self.dir / "etc-work"
-        for directory in (etc, work):
-            directory.mkdir(parents=True, exist_ok=True)
-        # /etc first (binds may land in it), then the binds: a source under the host's /tmp must be
-        # mounted before the node's own /tmp hides it.
-        script = [f"hostname {self.name}",
-                  f"mount -t overlay overlay -o lowerdir=/etc,upperdir='{etc}',workdir='{work}' /etc",
-                  *(_bind_command(bind) for bind in binds), "mount -t tmpfs -o mode=1777 tmpfs /tmp"]
-        run(["unshare", f"--mount={self.mnt_file}", f"--uts={self.uts_file}", "--propagation", "private",
-             "sh", "-ec", "; ".join(script)])
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lay_out_disk()
+        booted = self.dir / "var" / ".booted"
+        booted.unlink(missing_ok=True)
+        (self.dir / "init.pid").unlink(missing_ok=True)
+        if self.cgroup is not None:
+            self.cgroup.mkdir(parents=True, exist_ok=True)
+        # The init's parent (`unshare`) stays on the host, waiting for it; both end together.
+        boot = ["nsenter", f"--net=/run/netns/{self.netns}", "unshare", "--pid", "--fork", "--mount", "--uts",
+                "--ipc", "--propagation", "slave", "sh", "-ec", _boot_script(self, binds)]
+        self._detached(boot, self.dir / "log" / "boot.out")
+        deadline = time.monotonic() + _BOOT_SECONDS
+        while not (booted.exists() and self.init_pid() is not None):
+            if time.monotonic() > deadline:
+                log = (self.dir / "log" / "boot.out").read_text(errors="replace")[-800:]
+                raise LocalHostError(f"node {self.name} did not boot within {_BOOT_SECONDS:.0f} s: {log}")
+            time.sleep(0.01)
         (self.dir / "made").touch()
 
+    def init_pid(self) -> int | None:
+        """The host pid of the node's init: pid 1 of its PID namespace, inside the node's network namespace
+        (the pid its boot recorded, checked against the system, so a reused pid is never taken for it)."""
+        try:
+            pid = int((self.dir / "init.pid").read_text())
+            status = Path(f"/proc/{pid}/status").read_text()
+            in_node = os.stat(f"/proc/{pid}/ns/net").st_ino == os.stat(f"/run/netns/{self.netns}").st_ino
+        except (OSError, ValueError):
+            return None
+        nspids = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+        return pid if in_node and len(nspids) > 1 and nspids[-1] == "1" else None
+
     def enter_argv(self, argv: Sequence[str], *, user: str | None = None) -> list[str]:
-        """The host command that runs `argv` inside this node (as `user` when given)."""
-        prefix = ["nsenter", f"--net=/run/netns/{self.netns}", f"--mount={self.mnt_file}",
-                  f"--uts={self.uts_file}"]
+        """The host command that runs `argv` inside this node, in its root (as `user` when given)."""
+        pid = self.init_pid()
+        if pid is None:
+            raise LocalHostError(f"node {self.name} is not running")
+        prefix = ["nsenter", "-t", str(pid), "--net", "--mount", "--uts", "--ipc", "--pid", "--root", "--wd"]
         if user is not None:
             prefix += ["runuser", "-u", user, "--"]
         return [*prefix, *argv]
 
     def start_daemon(self, argv: Sequence[str]) -> None:
-        """Start a long-running process inside the node, detached from the backend (`setsid --fork`:
-        not our child, so it survives a backend restart and is never left a zombie of ours). Its output
-        goes to the node's log directory. Does nothing when that program already runs in the node."""
+        """Start a long-running process inside the node, detached from the backend (not our child, so it
+        survives a backend restart and is never left a zombie of ours), in the node's cgroup, with the
+        node's environment only. Its output goes to the node's log directory. Does nothing when that
+        program already runs in the node."""
         command = argv[list(argv).index("--") + 1:] if argv[0] == "runuser" else argv
         program = Path(command[0]).name
         if self.running(program):
             return
-        with (self.dir / "log" / f"{program}.out").open("ab") as log:
-            subprocess.run(["setsid", "--fork", *self.enter_argv(argv)], stdin=subprocess.DEVNULL,
-                           stdout=log, stderr=subprocess.STDOUT, check=True, timeout=_COMMAND_TIMEOUT_SECONDS)
+        self._detached(self.enter_argv(argv), self.dir / "log" / f"{program}.out")
 
     def running(self, program: str) -> list[int]:
         """Pids of `program` running in the node: read from the system, so it holds after a restart."""
@@ -215,51 +280,152 @@ class LocalNode:
         return found
 
     def pids(self) -> list[int]:
-        """Every process in the node's network namespace."""
+        """Every process in the node's network namespace (the init's host-side parent included)."""
         done = run(["ip", "netns", "pids", self.netns], check=False)
         return [int(pid) for pid in done.stdout.split()] if done.returncode == 0 else []
 
     def stop_processes(self, *, grace_seconds: float = 5.0) -> None:
-        """SIGTERM every process of the node, then SIGKILL what is left after the grace period."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            for pid in self.pids():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            deadline = time.monotonic() + (grace_seconds if sig == signal.SIGTERM else 2.0)
-            while self.pids() and time.monotonic() < deadline:
-                time.sleep(0.1)
+        """SIGTERM the node's processes but its init, then end the node: SIGKILL to the init (the kernel
+        then kills every process of its PID namespace), to its cgroup (`cgroup.kill`) and to anything left
+        in its network namespace. Its files stay (a powered-off node keeps its disk)."""
+        init = self.init_pid()
+        keep = {init, _parent(init)} if init is not None else set()
+        deadline = time.monotonic() + grace_seconds
+        for pid in set(self.pids()) - keep:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        while set(self.pids()) - keep and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.cgroup is not None and (self.cgroup / "cgroup.kill").exists():
+            (self.cgroup / "cgroup.kill").write_text("1")
+        for pid in [*([init] if init is not None else []), *self.pids()]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5.0
+        while (self.pids() or self._cgroup_populated()) and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def destroy(self) -> None:
-        """Stop its processes and remove its namespaces, veth and directory (idempotent)."""
+        """Stop its processes and remove its namespaces, veth, cgroup and directory (idempotent)."""
         self._remove_namespaces()
+        if self.cgroup is not None and self.cgroup.exists():
+            with contextlib.suppress(OSError):
+                self.cgroup.rmdir()
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _remove_namespaces(self) -> None:
+        self.stop_processes()
         if Path("/run/netns", self.netns).exists():
-            self.stop_processes()
             run(["ip", "netns", "del", self.netns], check=False)
-        for ns_file in (self.mnt_file, self.uts_file):
-            if _is_mountpoint(ns_file):
-                run(["umount", str(ns_file)], check=False)
-            ns_file.unlink(missing_ok=True)
         run(["ip", "link", "del", self.veth], check=False)
+
+    def _cgroup_populated(self) -> bool:
+        events = self.cgroup / "cgroup.events" if self.cgroup is not None else None
+        return events is not None and events.exists() and "populated 1" in events.read_text()
+
+    def _lay_out_disk(self) -> None:
+        """The node's disk on the host: its /etc overlay's layers, its /var and root's home."""
+        for sub in ("etc", "etc-work", "log", "rootfs", "var/lib", "var/log", "var/spool", "var/cache",
+                    "var/tmp"):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+        for link, target in (("var/run", "/run"), ("var/lock", "/run/lock")):
+            if not (self.dir / link).is_symlink():
+                (self.dir / link).symlink_to(target)
+
+    def _detached(self, argv: Sequence[str], log_path: Path) -> None:
+        """Run `argv` detached (`setsid --fork`), with the node's environment only, in the node's cgroup."""
+        join = str(self.cgroup / "cgroup.procs") if self.cgroup is not None else ""
+        with log_path.open("ab") as log:
+            subprocess.run(["setsid", "--fork", "env", "-i", *NODE_ENV, "sh", "-c",
+                            '[ -z "$1" ] || echo 0 > "$1"; shift; exec "$@"', "join", join, *argv],
+                           stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, check=True,
+                           timeout=_COMMAND_TIMEOUT_SECONDS)
+
+
+def _boot_script(node: LocalNode, binds: Iterable[Bind]) -> str:
+    """What the node's init runs before it becomes the reaper: record its host pid, set the hostname, build
+    the node's root in a tmpfs (the host's programs read-only, its own /etc, /var, /run, /tmp, /var/tmp,
+    /dev, /dev/shm, /proc, /sys, then `binds`), switch to it with `pivot_root` and let go of the host's."""
+    q = shlex.quote
+    node_dir = node.dir
+    script = [
+        f"read -r pid _ < /proc/self/stat; echo \"$pid\" > {q(str(node_dir / 'init.pid'))}",
+        f"hostname {q(node.name)}",
+        f"mount -t tmpfs -o mode=0755,nosuid,nodev rootfs {q(str(node_dir / 'rootfs'))}",
+        f"cd {q(str(node_dir / 'rootfs'))}",
+        "mkdir usr etc var run tmp dev proc sys home root mnt",
+        # Merged /usr: /bin, /lib... are links into it; elsewhere they are directories of their own.
+        "for d in bin sbin lib lib32 lib64 libx32; do if [ -L /$d ]; then ln -s \"$(readlink /$d)\" $d; "
+        "elif [ -d /$d ]; then mkdir $d; mount --bind /$d $d; mount -o remount,bind,ro,nosuid,nodev $d; fi; "
+        "done",
+        "mount --bind /usr usr; mount -o remount,bind,ro,nosuid,nodev usr",
+        f"mount -t overlay overlay -o lowerdir=/etc,upperdir={q(str(node_dir / 'etc'))},"
+        f"workdir={q(str(node_dir / 'etc-work'))} etc",
+        f"mount --bind {q(str(node_dir / 'var'))} var",
+        "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs var/tmp",
+        "mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs run; mkdir -m 1777 run/lock",
+        "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs tmp",
+        "mount -t tmpfs -o mode=0755,nosuid,noexec tmpfs dev",
+        *(f"mknod -m 666 dev/{name} c {major} {minor}" for name, major, minor in _DEVICES),
+        "mkdir dev/pts dev/shm",
+        "mount -t devpts -o newinstance,ptmxmode=0666,mode=0620,gid=5 devpts dev/pts",
+        "ln -s pts/ptmx dev/ptmx; ln -s /proc/self/fd dev/fd",
+        "ln -s /proc/self/fd/0 dev/stdin; ln -s /proc/self/fd/1 dev/stdout; ln -s /proc/self/fd/2 dev/stderr",
+        "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs dev/shm",
+        "mount -t proc -o nosuid,nodev,noexec proc proc",
+        "mount -t sysfs -o ro,nosuid,nodev,noexec sysfs sys",
+        # slurmd 22.05 refuses to start without the host's cgroup mounts (v1 or v2, not hybrid):
+        # the host's, read-only (a node's processes are held by its PID namespace and cgroup instead).
+        "if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup sys/fs/cgroup; "
+        "for m in $(findmnt -rn -o TARGET -R \"$PWD/sys/fs/cgroup\"); do mount -o remount,bind,ro \"$m\"; "
+        "done; fi",
+        *(_bind_command(bind) for bind in binds),
+        "mkdir .host; pivot_root . .host; cd /; umount -l /.host; rmdir /.host",
+        ": > /var/.booted",
+        f"exec /usr/bin/python3 -I -S -c {q(_INIT)}",
+    ]
+    return "\n".join(script)
 
 
 def _bind_command(bind: Bind) -> str:
-    kind = "-p" if bind.source.is_dir() else ""
-    make_target = f"mkdir {kind} '{bind.target}'" if bind.source.is_dir() else f"touch '{bind.target}'"
-    remount = f" && mount -o remount,bind,ro '{bind.target}'" if bind.read_only else ""
-    return (f"{{ [ -e '{bind.target}' ] || {make_target}; }} && mount --bind '{bind.source}' '{bind.target}'"
-            f"{remount}")
+    """Bind a host path into the node's root being built (the current directory), with what is mounted
+    below it (the volumes exported to the cluster before the node boots)."""
+    source, target = shlex.quote(str(bind.source)), shlex.quote(f".{bind.target}")
+    make_target = f"mkdir -p {target}" if bind.source.is_dir() else f"touch {target}"
+    remount = f" && mount -o remount,bind,ro {target}" if bind.read_only else ""
+    return f"{{ [ -e {target} ] || {make_target}; }} && mount --rbind {source} {target}{remount}"
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@functools.cache
+def _cgroup_root() -> Path | None:
+    """Where node cgroups go: `gpucloud/` in the host's cgroup v2 hierarchy, or None without one (then a
+    node's PID namespace alone ends its processes)."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        if fields[fields.index("-") + 1] == "cgroup2":
+            root = Path(fields[4]) / "gpucloud"
+            try:
+                root.mkdir(exist_ok=True)
+            except OSError:
+                return None
+            return root if (root / "cgroup.procs").exists() else None
+    return None
+
+
+def _unmount(path: Path) -> None:
+    """Unmount `path` and everything below it; raise if anything stays mounted there."""
+    if _is_mountpoint(path):
+        run(["umount", "-R", "-l", str(path)], check=False)
+    if _is_mountpoint(path):
+        raise LocalHostError(f"{path} is still mounted; unmount it before removing it")
 
 
 def _is_mountpoint(path: Path) -> bool:
     return path.exists() and run(["mountpoint", "-q", str(path)], check=False).returncode == 0
-
-
-def _ensure_private_mount_dir(path: Path) -> None:
-    """Namespace files must sit on a private mount, or binding a namespace onto them is refused."""
-    path.mkdir(parents=True, exist_ok=True)
-    if not _is_mountpoint(path):
-        run(["mount", "--bind", str(path), str(path)])
-    run(["mount", "--make-private", str(path)])

@@ -8,11 +8,13 @@ SSH by `backend.provisioning.node_config`, as on any server: `node_shell` is how
 
 Per cluster, the host keeps the secrets and identities it hands to nodes: the SSH host key (one per
 cluster; the backend's known_hosts pins it), the munge key (0600, pushed to each node over SSH), the
-`ubuntu` uid, and the shared home directory.
+`ubuntu` uid (a host uid of the cluster's own: no other cluster, host account or subordinate range has
+it, so the kernel keeps one cluster's processes and files from another's), and the shared home directory.
 """
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import os
 import pwd
@@ -53,15 +55,52 @@ Match Address {gateway},{management}
 """
 
 
+# Cluster users' host uids (and gids, the same number): far above the host's accounts and the subordinate
+# ranges `useradd` hands out (100000 + 65536 per user), below the 32-bit limit of every tool.
+CLUSTER_UIDS = range(2_000_000, 3_000_000)
+
+
 def cluster_uid(cluster: LocalCluster) -> int:
-    """The `ubuntu` user's uid in this cluster: the first one the host does not use, chosen once."""
+    """The `ubuntu` user's uid (and gid) in this cluster, chosen once and never given to another cluster."""
     recorded = cluster.dir / "uid"
     if recorded.exists():
         return int(recorded.read_text())
-    taken = {entry.pw_uid for entry in pwd.getpwall()}
-    uid = next(candidate for candidate in range(1000, 60000) if candidate not in taken)
+    uid = _allocate_uid(cluster.root, cluster.key)
     _replace(recorded, lambda path: path.write_text(str(uid)))
     return uid
+
+
+def _allocate_uid(root: Path, owner: str) -> int:
+    """The first free cluster uid: each allocation is a file `uids/<uid>` under the driver's directory, made
+    with O_EXCL (two clusters booting at once never share one) and kept after its cluster goes (files it
+    left on a volume are never owned by a later cluster's user)."""
+    allocations = root / "uids"
+    allocations.mkdir(mode=0o700, exist_ok=True)
+    taken = _host_ids()
+    for candidate in CLUSTER_UIDS:
+        if candidate in taken:
+            continue
+        try:
+            descriptor = os.open(allocations / str(candidate), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(owner)
+        return candidate
+    raise RuntimeError(f"every cluster uid in {CLUSTER_UIDS.start}-{CLUSTER_UIDS.stop - 1} is taken")
+
+
+def _host_ids() -> set[int]:
+    """The uids and gids this host uses: its accounts, groups and subordinate id ranges."""
+    taken = {entry.pw_uid for entry in pwd.getpwall()} | {entry.gr_gid for entry in grp.getgrall()}
+    for table in (Path("/etc/subuid"), Path("/etc/subgid")):
+        lines = table.read_text().splitlines() if table.exists() else []
+        for fields in (line.split(":") for line in lines):
+            if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
+                start = int(fields[1])
+                taken.update(range(max(start, CLUSTER_UIDS.start),
+                                   min(start + int(fields[2]), CLUSTER_UIDS.stop)))
+    return taken
 
 
 def identity(root: Path) -> Path:
@@ -124,9 +163,10 @@ def control_dir(cluster: LocalCluster) -> Path:
 
 
 def node_binds(node: LocalNode) -> list[Bind]:
-    """A node's own disk: root's home, empty state directories for its daemons (their owners are set
-    when the node is configured), its stand-in GPUs and kernel log, the boot files of its sshd, and the
-    storage it mounts from (configuration mounts the home and volumes from `EXPORTS`)."""
+    """What boot binds into a node's root: root's home, state directories for its daemons (their owners
+    are set when the node is configured), its stand-in GPUs and kernel log, the boot files of its sshd,
+    and the storage it mounts from (configuration mounts the home and volumes from `EXPORTS`: the
+    cluster's home and the volumes exported to the cluster, no other)."""
     node_dir = node.dir
     for sub in ("lib", "log", "run", "munge-run", "munge-lib", "munge-log"):
         (node_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -134,13 +174,11 @@ def node_binds(node: LocalNode) -> list[Bind]:
     (node_dir / "root").mkdir(mode=0o700, exist_ok=True)
     (node_dir / "xid.log").touch()
     _stand_in_gpus(node_dir / "lib" / "gpus")
-    volumes = volumes_dir(node.cluster.root)
-    volumes.mkdir(parents=True, exist_ok=True)
     # Root's only, like a file server's mounts: made in the node's own /etc (the upper layer of its overlay).
     (node_dir / "etc" / "gpucloud").mkdir(parents=True, mode=0o700, exist_ok=True)
     return [
         Bind(node.cluster.dir / "home", f"{EXPORTS}/home"),
-        Bind(volumes, f"{EXPORTS}/volumes"),
+        Bind(node.cluster.exports, f"{EXPORTS}/volumes"),
         Bind(node.cluster.dir / "ssh", BOOT_DIR, read_only=True),
         Bind(node_dir / "lib", "/var/lib/slurm"),
         Bind(node_dir / "log", "/var/log/slurm"),
@@ -157,7 +195,7 @@ def node_binds(node: LocalNode) -> list[Bind]:
 
 
 def start_sshd(node: LocalNode) -> None:
-    """The node's sshd, started as its init would (the one thing boot runs in the node)."""
+    """The node's sshd, started as its init would (the one daemon boot runs in the node)."""
     node.start_daemon(["/usr/sbin/sshd", "-D", "-e", "-f", f"{BOOT_DIR}/sshd_config"])
 
 

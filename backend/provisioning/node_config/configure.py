@@ -74,9 +74,11 @@ def configure(shell: NodeShell, config: NodeConfig) -> None:
     user, uid = shlex.quote(config.user), config.uid
     script = [
         _OWN,
-        # No password, but not a locked account either (`*`, not `!`): sshd refuses locked accounts.
-        f"id -u {user} >/dev/null 2>&1 || useradd --no-create-home --uid {uid} --user-group --password '*' "
-        f"--home-dir /home/{user} --shell /bin/bash {user}",
+        # The group has the user's number too. No password, but not a locked account either (`*`, not
+        # `!`: sshd refuses locked accounts); no lastlog/faillog entry (sparse files sized by the uid).
+        f"getent group {user} >/dev/null || groupadd --gid {uid} {user}",
+        f"id -u {user} >/dev/null 2>&1 || useradd --no-create-home --no-log-init --uid {uid} --gid {uid} "
+        f"--password '*' --home-dir /home/{user} --shell /bin/bash {user}",
         _mount_script([config.home] if config.home is not None else []),
         f"install -d -o {user} -g {user} -m 750 /home/{user}",
         *(f"install -d -o {owner} -g {owner} {' '.join(dirs)}" for owner, dirs in STATE_DIRS.items()),

@@ -3,8 +3,10 @@
 
 What the rules never decide: loopback, replies to connections already accepted (established/related),
 traffic with the other machines of the cluster (`peers`: its subnet, Slurm, NCCL, the jumphost to its
-workers) and the provisioning address the backend configures the node from (`management`). Everything
-else entering the node must match an ingress rule, everything leaving it an egress rule.
+workers) and the backend's SSH from its provisioning address (`management`, port 22 in, its replies
+out; nothing the node opens to that address is allowed by it). Everything else entering the node must
+match an ingress rule, everything leaving it an egress rule: the host's own addresses included, so a
+host service listening on every address is as far from a node as the security group says.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ def ruleset(rules: Mapping[str, Sequence[Mapping[str, Any]]], *, peers: str, out
             management: str | None) -> str:
     """The nftables script for `rules` ({"ingress": [...], "egress": [...]}, rules as the API has them):
     `peers` is the cluster's network, `outsider` an address in it that is not the cluster's (the host's
-    on a shared bridge), `management` the backend's address."""
-    peer = f"ip saddr {peers}" + (f" ip saddr != {outsider}" if outsider else "")
-    peer_out = f"ip daddr {peers}" + (f" ip daddr != {outsider}" if outsider else "")
+    on a shared bridge), `management` the backend's address (in `peers` or not: never a peer)."""
+    strangers = [address for address in (outsider, management) if address]
+    excluded = f" != {{ {', '.join(strangers)} }}" if strangers else ""
+    peer = f"ip saddr {peers}" + (f" ip saddr{excluded}" if excluded else "")
+    peer_out = f"ip daddr {peers}" + (f" ip daddr{excluded}" if excluded else "")
     lines = [
         f"table inet {TABLE}",
         f"delete table inet {TABLE}",
@@ -36,7 +40,7 @@ def ruleset(rules: Mapping[str, Sequence[Mapping[str, Any]]], *, peers: str, out
         f"    {peer} accept",
     ]
     if management:
-        lines.append(f"    ip saddr {management} accept")
+        lines.append(f"    ip saddr {management} tcp dport 22 accept")
     lines += [f"    {line}" for rule in rules.get("ingress", []) for line in _matches(rule, "saddr")]
     lines += [
         "  }",
@@ -46,8 +50,6 @@ def ruleset(rules: Mapping[str, Sequence[Mapping[str, Any]]], *, peers: str, out
         "    ct state established,related accept",
         f"    {peer_out} accept",
     ]
-    if management:
-        lines.append(f"    ip daddr {management} accept")
     lines += [f"    {line}" for rule in rules.get("egress", []) for line in _matches(rule, "daddr")]
     lines += ["  }", "}", ""]
     return "\n".join(lines)

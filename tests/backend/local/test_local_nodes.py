@@ -41,7 +41,6 @@ def cluster() -> Iterator[LocalCluster]:
         yield local
     finally:
         tear_down(local)
-        subprocess.run(["umount", str(local.ns_dir)], check=False, capture_output=True)
         subprocess.run(["rm", "-rf", str(root)], check=False)
 
 
