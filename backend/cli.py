@@ -41,14 +41,27 @@ def _migrate(settings: Settings) -> None:
         engine.dispose()
 
 
+def _prepare_data_dir(settings: Settings, *, create: bool = True) -> None:
+    """Before a command opens the store or the key file: refuse an unsafe data dir (DataDirError, which
+    `_run` prints as one message; nothing is created or changed), create a missing one 0700, tighten one
+    that others can read (and say so). The rules and why: backend/store/data_dir.py."""
+    from backend.store.data_dir import prepare_data_dir
+
+    tightened = prepare_data_dir(settings.data_dir, create=create)
+    if tightened:
+        print(f"gpucloud-backend: others could read the data dir; tightened {', '.join(tightened)}",
+              file=sys.stderr)
+
+
 def _prepare_store(settings: Settings) -> None:
-    """Before a long-running process starts: an SQLite store is created and migrated (one machine owns
-    the file); any other store must already be at this version's schema, migrated once by `migrate`
-    (replicas migrating at start would race each other, and an old replica could start on a newer
-    schema). Raises SchemaNotCurrent with the command to run."""
+    """Before a long-running process starts: the data dir is checked, then an SQLite store is created and
+    migrated (one machine owns the file); any other store must already be at this version's schema,
+    migrated once by `migrate` (replicas migrating at start would race each other, and an old replica
+    could start on a newer schema). Raises SchemaNotCurrent with the command to run."""
     from backend.store.db import make_engine
     from backend.store.migrate import check_schema_current
 
+    _prepare_data_dir(settings)
     if settings.is_sqlite:
         _migrate(settings)
         return
@@ -125,11 +138,13 @@ def _driver_problem() -> str | None:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Say, for every driver, whether it can run here and what to do when not; exit 1 when the
-    configured one cannot."""
+    """Say, for every driver, whether it can run here and what to do when not, and whether the data dir
+    is safe to use; exit 1 when the configured driver cannot run or the data dir is unsafe."""
     from backend.provisioning.settings import DRIVER_ORCHESTRATORS, EngineSettings
+    from backend.store.data_dir import data_dir_problems
 
-    del args
+    data_dir = _settings(args).data_dir.expanduser()
+    unsafe = data_dir_problems(data_dir)
     configured = EngineSettings().driver
     local = _local_driver_problems()
     verdicts = {"simulated": None, "local": local}
@@ -137,10 +152,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         mark = " (configured: GPUCLOUD_DRIVER)" if name == configured else ""
         problem = verdicts.get(name)
         print(f"{name}{mark}: " + ("ok" if problem is None else f"cannot run here: {problem}"))
+    print(f"data dir {data_dir} (GPUCLOUD_DATA_DIR): "
+          + ("ok" if not unsafe else "unsafe, serve and every other command refuse it:"))
+    for problem in unsafe:
+        print(f"  {problem}")
     if configured not in DRIVER_ORCHESTRATORS:
         print(f"GPUCLOUD_DRIVER={configured} is not a driver (available: {', '.join(DRIVER_ORCHESTRATORS)})")
         return 1
-    return 0 if verdicts[configured] is None else 1
+    return 0 if verdicts[configured] is None and not unsafe else 1
 
 
 def cmd_fault(args: argparse.Namespace) -> int:
@@ -171,15 +190,18 @@ def cmd_fault(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     """Apply the Alembic migrations to the configured database."""
     settings = _settings(args)
+    _prepare_data_dir(settings)
     _migrate(settings)
     print(f"migrated {settings.resolved_database_url.split('@')[-1]}", file=sys.stderr)
     return 0
 
 
 def _with_write_session(settings: Settings) -> tuple[Engine, sessionmaker[Session]]:
-    """Engine and write sessions for a one-off command; a fresh SQLite store is created and migrated."""
+    """Engine and write sessions for a one-off command (the data dir checked first); a fresh SQLite store
+    is created and migrated."""
     from backend.store.db import make_engine, make_session_factory
 
+    _prepare_data_dir(settings)
     if settings.is_sqlite:
         _migrate(settings)
     engine = make_engine(settings)
@@ -444,13 +466,19 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     from backend.domain.errors import ApiError
+    from backend.store.data_dir import DataDirError
     from backend.store.migrate import SchemaNotCurrent
 
     args = build_parser().parse_args(argv)
     try:
         if args.command == "billing-run":
             _prepare_store(_settings(args))
+        elif args.command == "add-credits":  # opens the store itself (backend/billing/cli.py)
+            _prepare_data_dir(_settings(args), create=False)
         code: int = args.func(args)
+    except DataDirError as error:
+        print(f"gpucloud-backend {args.command}: unsafe data dir: {error}", file=sys.stderr)
+        return 1
     except ApiError as error:
         print(f"error: {error.detail}", file=sys.stderr)
         return 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -15,12 +17,12 @@ from backend.store.secrets import bind_settings
 
 
 def make_engine(settings: Settings) -> Engine:
-    """Create the engine for the configured store, preparing the SQLite file's directory if needed."""
+    """Create the engine for the configured store; a missing SQLite file is created private (0600)."""
     url = make_url(settings.resolved_database_url)
     if url.get_backend_name() == "sqlite":
         on_disk = bool(url.database) and url.database != ":memory:"
         if on_disk:
-            Path(str(url.database)).parent.mkdir(parents=True, exist_ok=True)
+            _create_private(Path(str(url.database)))
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": settings.sqlite_busy_timeout_ms / 1000},
@@ -31,6 +33,14 @@ def make_engine(settings: Settings) -> Engine:
         engine = create_engine(url, pool_pre_ping=True, **_pool_options(settings))
     bind_settings(engine.dialect, settings)  # encrypted columns use this configuration's keys
     return engine
+
+
+def _create_private(database: Path) -> None:
+    """Create a missing SQLite file 0600 (its directory 0700) before SQLite does with the umask's mode:
+    SQLite gives its -wal and -shm files the database file's mode, so they are private too."""
+    database.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _pool_options(settings: Settings) -> dict[str, int]:
