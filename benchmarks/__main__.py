@@ -21,6 +21,7 @@ BENCHMARKS = [
     "engine_throughput",  # provisioning engine: clusters reconciled per second, 1 and 2 workers
     "day2_reads",  # GET nodes, metrics?window=1d and the cluster of a 64-node cluster, both stores
     "admission_fleet",  # per-cluster admission on top of 200 and 5,000 live clusters, and their ratio
+    "local_driver",  # local driver (root): 2-node create, scale 2->3, delete; baseline git ref vs this tree
 ]
 
 
