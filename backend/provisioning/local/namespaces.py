@@ -229,9 +229,11 @@ class LocalNode:
         self._detached(boot, self.dir / "log" / "boot.out")
         deadline = time.monotonic() + _BOOT_SECONDS
         while not (booted.exists() and self.init_pid() is not None):
-            if time.monotonic() > deadline:
+            # The boot script is the init to be: once it recorded its pid, its end means boot failed.
+            died = (self.dir / "init.pid").exists() and self.init_pid() is None
+            if died or time.monotonic() > deadline:
                 log = (self.dir / "log" / "boot.out").read_text(errors="replace")[-800:]
-                raise LocalHostError(f"node {self.name} did not boot within {_BOOT_SECONDS:.0f} s: {log}")
+                raise LocalHostError(f"node {self.name} did not boot: {log or 'no output'}")
             time.sleep(0.01)
         (self.dir / "made").touch()
 
@@ -349,7 +351,9 @@ def _boot_script(node: LocalNode, binds: Iterable[Bind]) -> str:
     q = shlex.quote
     node_dir = node.dir
     script = [
-        f"read -r pid _ < /proc/self/stat; echo \"$pid\" > {q(str(node_dir / 'init.pid'))}",
+        # Written aside and renamed: the host reads it while it waits.
+        f"read -r pid _ < /proc/self/stat; echo \"$pid\" > {q(str(node_dir / 'init.pid.new'))}",
+        f"mv {q(str(node_dir / 'init.pid.new'))} {q(str(node_dir / 'init.pid'))}",
         f"hostname {q(node.name)}",
         f"mount -t tmpfs -o mode=0755,nosuid,nodev rootfs {q(str(node_dir / 'rootfs'))}",
         f"cd {q(str(node_dir / 'rootfs'))}",
