@@ -104,6 +104,9 @@ def test_local_nodes_booted_then_configured_over_ssh_run_slurm_jobs_and_leave_no
     _wait_for('sinfo -h -o "%D %T"', jumphost, "2 idle")
     ran = _ssh(tmp_path / "alice", jumphost.address, "srun -N2 hostname")
     assert sorted(ran.stdout.split()) == ["train-0", "train-1"], ran.stderr
+    # PMIx across the nodes' own roots and PID namespaces: each task gets its rank from the PMIx server.
+    ranks = _ssh(tmp_path / "alice", jumphost.address, "srun --mpi=pmix -N2 sh -c 'echo $PMIX_RANK'")
+    assert sorted(ranks.stdout.split()) == ["0", "1"], ranks.stderr
     # The user exists only inside the cluster; the home directory is shared by every node.
     assert "ubuntu" not in Path("/etc/passwd").read_text()
     shared = _ssh(tmp_path / "alice", jumphost.address,
