@@ -231,7 +231,7 @@ def tenant(client: GpuCloudClient, name: str, keys: Path) -> Tenant:
 
 
 def remove_leftovers(root: Path, data: Path) -> None:
-    """What remove_by_hand left behind (it follows the driver, which may change under this test): every
+    """What remove_by_hand left behind (a test run against a broken driver can leave anything): every
     process started for this data dir (its path on the command line: node inits, daemons, SSH masters),
     the namespaces and bridges of its clusters, and the mounts under `root`."""
     clusters = data / "local" / "clusters"
@@ -303,7 +303,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                     os.kill(pid, signal.SIGKILL)
         for leftover in (*Path("/var/tmp").glob(f"*{TOKEN}*"), *Path("/dev/shm").glob(f"*{TOKEN}*")):
             leftover.unlink(missing_ok=True)
-        for volume_id in volume_ids:  # the mount points today's driver leaves on the host's /mnt
+        for volume_id in volume_ids:  # mount points a driver without its own node roots left on /mnt
             with contextlib.suppress(OSError):
                 Path("/mnt/shared", volume_id).rmdir()
         subprocess.run(["rm", "-rf", str(root)], check=False)
