@@ -1,5 +1,7 @@
 """Warm launches (provider.plugin.warm_client / warm_daemon) under real Terraform 1.11: concurrent
-runs with different API keys, a daemon killed mid-apply, and Terraform killed or interrupted.
+runs with different API keys, a daemon killed mid-apply, Terraform killed or interrupted, and never
+worse than cold: a stopped daemon, Terraform's own OS context (niceness, limits, CPUs, time zone,
+group ids), a working directory that only Terraform's mount namespace has.
 
 Every acceptance test launches through the warm path by default; GPUCLOUD_PROVIDER_WARM=0 in the
 environment runs the whole suite cold (docs/testing.md). These cases need the warm path itself.
@@ -7,8 +9,11 @@ environment runs the whole suite cold (docs/testing.md). These cases need the wa
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import re
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -19,7 +24,7 @@ from acceptance.conformance.hcl import header
 from acceptance.gpucloud_steps import PROVIDER_BLOCK, new_public_key
 from acceptance.harness import Terraform, TerraformFactory
 from provider.client import GpuCloudClient
-from provider.plugin.warm_client import runtime_directory
+from provider.plugin.warm_client import lock_path, runtime_directory, socket_path
 
 WARM = {"GPUCLOUD_PROVIDER_WARM": "1"}
 
@@ -72,6 +77,53 @@ def _slow(terraform: TerraformFactory, seconds: int) -> Terraform:
     return tf
 
 
+def _conformance_daemon(tf: Terraform) -> int:
+    """Start the conformance provider's daemon if none runs (a plan: its first launch runs cold and
+    starts it), wait until it listens; its pid."""
+    launcher = next((tf.workdir / ".terraform" / "providers").glob("*/gpucloud/conformance/*/*/terraform-*"))
+    found = re.search(r'launch\("[^"]*", "([0-9a-f]+)"', launcher.read_text())
+    assert found is not None
+    directory, key = Path(runtime_directory()), found.group(1)
+    tf.plan()
+    deadline = time.monotonic() + 60
+    while True:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(socket_path(str(directory), key))
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the warm daemon did not start"
+                time.sleep(0.05)
+    return int(Path(lock_path(str(directory), key)).read_text())
+
+
+def _under(tf: Terraform, *prefix: str) -> Terraform:
+    """Terraform (and so its providers) run under `prefix`, a command that changes the process context."""
+    tf.install = dataclasses.replace(tf.install, command=(*prefix, *tf.install.command))
+    return tf
+
+
+def _provider_in(directory: Path) -> int:
+    """The provider process serving Terraform in `directory`: warm, the daemon's child; cold, the
+    launcher itself."""
+    processes = {pid: _cmdline(pid) for pid in _processes_in(directory)}
+    children = [pid for pid, cmdline in processes.items() if "warm_daemon import main" in cmdline]
+    launchers = [pid for pid, cmdline in processes.items() if "warm_client import launch" in cmdline]
+    assert len(launchers) == 1 and len(children) <= 1, processes
+    return children[0] if children else launchers[0]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
 def test_acc_warm_concurrent_applies_with_different_api_keys(terraform: TerraformFactory,
                                                             backend_server: Backend) -> None:
     env = {**os.environ, "GPUCLOUD_DATA_DIR": str(backend_server.data_dir)}
@@ -94,6 +146,7 @@ def test_acc_warm_concurrent_applies_with_different_api_keys(terraform: Terrafor
 
 def test_acc_warm_daemon_killed_mid_apply(terraform: TerraformFactory) -> None:
     tf = _slow(terraform, 4)
+    _conformance_daemon(tf)
     running = tf.start("apply", "-auto-approve")
     try:
         running.wait_for_output(r"conformance_slow\.s: Creating\.\.\.", timeout=120)
@@ -109,6 +162,7 @@ def test_acc_warm_daemon_killed_mid_apply(terraform: TerraformFactory) -> None:
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGKILL"])
 def test_acc_warm_stopped_terraform_leaves_no_provider(terraform: TerraformFactory, stop: str) -> None:
     tf = _slow(terraform, 120)
+    _conformance_daemon(tf)
     running = tf.start("apply", "-auto-approve")
     try:
         running.wait_for_output(r"conformance_slow\.s: Creating\.\.\.", timeout=120)
@@ -121,3 +175,71 @@ def test_acc_warm_stopped_terraform_leaves_no_provider(terraform: TerraformFacto
     finally:
         running.kill()
     assert _wait_until_none_in(tf.workdir) == set()
+
+
+def test_acc_warm_stopped_daemon_plan_completes_cold(terraform: TerraformFactory) -> None:
+    """A SIGSTOPped daemon costs each launch about a second, then the launch runs cold: the plan
+    succeeds (before: every launch waited out go-plugin's 60 s start timeout and the plan failed)."""
+    tf = _slow(terraform, 1)
+    daemon = _conformance_daemon(tf)
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        result = tf.run("plan", timeout=120)
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    assert "1 to add" in result.stdout
+    assert result.seconds < 30  # 3 launches at ~1 s each, on a loaded machine; not 3 x 60 s
+    tf.run("apply", "-auto-approve")  # the continued daemon serves again
+    tf.assert_plan_empty()
+
+
+@pytest.mark.parametrize("served", ["warm", "cold"])
+def test_acc_warm_provider_has_terraforms_os_context(terraform: TerraformFactory, served: str) -> None:
+    """The issue's reproduction: Terraform under nice, prlimit and taskset with TZ=Asia/Tokyo gets a
+    warm provider with exactly that context; under another gid and groups (setpriv), which a daemon's
+    child cannot take on, a cold provider with them."""
+    if os.geteuid() != 0 or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs root (setpriv) and two CPUs")
+    tf = _slow(terraform, 60)
+    daemon = _conformance_daemon(tf)
+    prefix = ["nice", "-n10", "prlimit", "--nofile=256", "taskset", "-c", "0"]
+    if served == "cold":
+        prefix = ["setpriv", "--regid=100", "--groups=100,27", *prefix]
+    running = _under(tf, *prefix).start("apply", "-auto-approve", env={"TZ": "Asia/Tokyo"})
+    try:
+        running.wait_for_output(r"conformance_slow\.s: Creating\.\.\.", timeout=120)
+        provider = _provider_in(tf.workdir)
+        assert (_parent(provider) == daemon) == (served == "warm")
+        status_text = Path(f"/proc/{provider}/status").read_text()
+        status = dict(line.split(":", 1) for line in status_text.splitlines())
+        stat = Path(f"/proc/{provider}/stat").read_text().rsplit(")", 1)[1].split()
+        limits = Path(f"/proc/{provider}/limits").read_text()
+        assert int(stat[16]) == 10  # nice
+        assert re.search(r"Max open files\s+256\s+256", limits)
+        assert status["Cpus_allowed_list"].strip() == "0"
+        # (TZ: /proc/PID/environ shows a process's environment at exec, the daemon's for a warm child;
+        # the child's own environment and time zone: tests/provider/plugin/test_warm_context.py.)
+        expected_gid = "100" if served == "cold" else "0"
+        assert status["Gid"].split()[0] == expected_gid
+        if served == "cold":
+            assert sorted(status["Groups"].split()) == ["100", "27"]
+    finally:
+        running.kill()
+
+
+def test_acc_warm_working_directory_only_in_terraforms_mount_namespace(terraform: TerraformFactory) -> None:
+    """Terraform in a mount namespace of its own, in a directory only that namespace has (a tmpfs):
+    the daemon cannot serve it and the launch runs cold, invisibly to Terraform (before: exit 1 after
+    "accepted", no handshake)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (unshare --mount)")
+    tf = _slow(terraform, 1)
+    _conformance_daemon(tf)
+    private = tf.workdir.parent / f"{tf.workdir.name}-private"
+    private.mkdir()
+    script = (f'mount -t tmpfs none {private} && mkdir {private}/w && cp -a {tf.workdir}/. {private}/w/ '
+              f'&& cd {private}/w && exec "$0" "$@"')  # {private}/w: no such directory outside
+    _under(tf, "unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+    result = tf.run("apply", "-auto-approve", timeout=120)
+    assert "Apply complete! Resources: 1 added" in result.stdout
+    assert list(private.iterdir()) == []  # it all happened in Terraform's namespace only

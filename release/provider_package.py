@@ -84,9 +84,10 @@ def launcher_text(version: str, platform: str) -> str:
     )
 
 
-def boot_module_text(cache_tag: str, version: str, platform: str) -> str:
-    """Checks the interpreter, keeps bytecode out of the package directory, starts the provider."""
-    description = f"{TYPE_NAME}/{TYPE_NAME} {version} {platform} package"
+def boot_module_text(cache_tag: str, version: str, platform: str, build_digest: str) -> str:
+    """Checks the interpreter, keeps bytecode out of the package directory, starts the provider.
+    `build_digest` names the package's contents (`content_digest`): it keys the warm daemon."""
+    description = f"{TYPE_NAME}/{TYPE_NAME} {version} {platform} package {build_digest}"
     supported = ", ".join(repr((3, int(v.split(".")[1]))) for v in PYTHON_VERSIONS)
     return f'''"""Start the gpucloud provider from this package (written by release/provider_package.py)."""
 import sys
@@ -116,7 +117,10 @@ import os.path
 from provider.plugin.warm_client import launch
 
 paths = [os.path.abspath(sys.path[-1])]  # this package's lib/ (the daemon runs in /)
-key = hashlib.sha256("\\0".join([{description!r}, "provider.plugin.main", sys.executable, *paths]).encode())
+# One daemon per user, build and interpreter: not per copy of the package (Terraform unpacks one into
+# every working directory) nor per `python3` on PATH (shims and venvs of one CPython share its binary).
+interpreter = os.path.realpath(sys.executable)
+key = hashlib.sha256("\\0".join([{description!r}, "provider.plugin.main", interpreter, sys.version]).encode())
 launch("provider.plugin.main", key.hexdigest()[:24], paths)
 '''
 
@@ -262,6 +266,14 @@ def compile_bytecode(files: dict[str, bytes]) -> None:
             files[path.relative_to(staging).as_posix()] = path.read_bytes()
 
 
+def content_digest(files: dict[str, bytes]) -> str:
+    """A short hash of the package's files: two builds of one version that differ never share a daemon."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + hashlib.sha256(files[name]).digest())
+    return digest.hexdigest()[:16]
+
+
 def write_zip(path: Path, files: dict[str, bytes], executables: Iterable[str]) -> None:
     """Sorted entries, fixed date, fixed modes, no directory entries: the same files give the same bytes."""
     executable = set(executables)
@@ -288,7 +300,7 @@ def build(platform: str, *, version: str, out_dir: Path, wheels_dir: Path) -> Pa
     files = wheel_files(download_wheels(platform, wheels_dir))
     files.update(provider_files())
     # The bytecode is compiled by this interpreter (sys.executable), so its tag is known beforehand.
-    boot = boot_module_text(sys.implementation.cache_tag, version, platform)
+    boot = boot_module_text(sys.implementation.cache_tag, version, platform, content_digest(files))
     files[f"lib/{BOOT_MODULE}.py"] = boot.encode()
     compile_bytecode(files)
     launcher = f"terraform-provider-{TYPE_NAME}_v{version}"

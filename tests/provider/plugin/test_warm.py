@@ -1,15 +1,16 @@
 """The warm launch path's safety: every launch its own process and environment, no other user, no
-stale daemon, nothing left behind (launcher: provider.plugin.warm_client; daemon: warm_daemon)."""
+stale daemon, never worse than cold (a stopped daemon, a stalled client), nothing left behind
+(launcher: provider.plugin.warm_client; daemon: warm_daemon). The OS context of a warm launch:
+test_warm_context.py."""
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import socket
-import subprocess
-import tempfile
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,103 +22,52 @@ from provider._proto import grpc_controller_pb2, grpc_controller_pb2_grpc, healt
 from provider.plugin.install import write_mirror
 from provider.plugin.warm_client import (
     ACCEPTED,
-    DAEMON_START_WAIT_S,
+    STEP_TIMEOUT_S,
     encode_request,
     lock_path,
     runtime_directory,
     socket_path,
 )
+from provider.plugin.warm_daemon import REQUEST_TIMEOUT_S
+from release.provider_package import BOOT_MODULE, boot_module_text, launcher_text
 from tests.provider.plugin.launching import (
+    REPO,
     ClientCertificate,
     LaunchedPlugin,
     launched,
     make_client_certificate,
     terraform_environment,
 )
+from tests.provider.plugin.warming import (
+    Launch,
+    alive,
+    echo_env,
+    echo_launcher,
+    launcher_key,
+    runtime_dir,
+    spare_of,
+    start_daemon,
+    wait_gone,
+    wait_listening,
+    warm_base,
+)
 
-LAUNCH_MODULE = "tests.provider.plugin.warm_echo"
 NOBODY = 65534
 
 
 @pytest.fixture
 def base() -> Iterator[Path]:
-    """A short private TMPDIR (Unix socket paths are limited to 107 bytes); daemons killed after."""
-    directory = Path(tempfile.mkdtemp(prefix="warm-"))
-    try:
+    with warm_base() as directory:
         yield directory
-    finally:
-        for lock in directory.rglob("warm-*.lock"):
-            with contextlib.suppress(ValueError, ProcessLookupError):
-                os.kill(int(lock.read_text() or "0") or -1, signal.SIGKILL)
-        shutil.rmtree(directory, ignore_errors=True)
-
-
-def _launcher(base: Path, version: str) -> Path:
-    return write_mirror(base / "mirror", namespace="gpucloud", type_name="echo", version=version,
-                        launch_module=LAUNCH_MODULE)
-
-
-def _env(base: Path, **extra: str) -> dict[str, str]:
-    env = {"PATH": os.environ["PATH"], "TMPDIR": str(base), "GPUCLOUD_PROVIDER_WARM_IDLE_S": "30"}
-    env.update(extra)
-    return env
-
-
-class Launch:
-    """One launcher process, as Terraform starts it (own pipes), and the line its provider printed."""
-
-    def __init__(self, launcher: Path, env: dict[str, str], cwd: Path | None = None) -> None:
-        self.process = subprocess.Popen([str(launcher)], env=env, cwd=cwd, stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        assert self.process.stdout is not None
-        pid, ppid, self.cwd, self.api_key = self.process.stdout.readline().decode().split()[:4]
-        self.pid, self.ppid = int(pid), int(ppid)
-
-    @property
-    def warm(self) -> bool:
-        """Served by a daemon's child rather than by the launcher process itself."""
-        return self.pid != self.process.pid
-
-    def finish(self, code: int) -> int:
-        stdout, _ = self.process.communicate(f"{code}\n".encode(), timeout=30)
-        assert stdout == b""
-        return self.process.returncode
-
-
-def _daemon_pid(base: Path) -> int:
-    (lock,) = base.glob("gpucloud-provider-*/warm-*.lock")
-    return int(lock.read_text())
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(ChildProcessError):
-        if os.waitpid(pid, os.WNOHANG)[0] == pid:
-            return False
-    return Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]
-
-
-def _wait_gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_warm_concurrent_launches_see_only_their_own_environment(base: Path) -> None:
-    launcher = _launcher(base, "1.0.0")
-    first = Launch(launcher, _env(base, GPUCLOUD_API_KEY="key-first"))  # starts the daemon, served by it
-    assert first.warm and first.finish(0) == 0
-    daemon = _daemon_pid(base)
+    launcher = echo_launcher(base)
+    daemon = start_daemon(launcher, echo_env(base, GPUCLOUD_API_KEY="key-first"))
     (base / "a").mkdir()
     (base / "b").mkdir()
-    alice = Launch(launcher, _env(base, GPUCLOUD_API_KEY="key-alice"), cwd=base / "a")
-    bob = Launch(launcher, _env(base, GPUCLOUD_API_KEY="key-bob"), cwd=base / "b")
+    alice = Launch(launcher, echo_env(base, GPUCLOUD_API_KEY="key-alice"), cwd=base / "a")
+    bob = Launch(launcher, echo_env(base, GPUCLOUD_API_KEY="key-bob"), cwd=base / "b")
     assert (alice.api_key, alice.cwd) == ("key-alice", str(base / "a"))
     assert (bob.api_key, bob.cwd) == ("key-bob", str(base / "b"))
     assert alice.warm and bob.warm and alice.pid != bob.pid
@@ -128,58 +78,59 @@ def test_warm_concurrent_launches_see_only_their_own_environment(base: Path) -> 
 
 
 def test_warm_killed_daemon_running_launch_completes_next_launch_recovers(base: Path) -> None:
-    launcher = _launcher(base, "1.0.0")
-    running = Launch(launcher, _env(base))
-    assert running.warm
-    daemon = _daemon_pid(base)
+    launcher = echo_launcher(base)
+    daemon = start_daemon(launcher, echo_env(base))
+    running = Launch(launcher, echo_env(base))
+    assert running.warm and running.ppid == daemon
     os.kill(daemon, signal.SIGKILL)
-    assert _wait_gone(daemon)
-    after = Launch(launcher, _env(base))  # a dead daemon's socket: a new daemon starts and serves
-    assert after.warm and after.ppid != daemon == running.ppid
-    assert _daemon_pid(base) == after.ppid
+    assert wait_gone(daemon)
+    assert list(runtime_dir(base).glob("warm-*.lock"))  # killed: it could not clean up
+    fresh = start_daemon(launcher, echo_env(base))  # a dead daemon's socket: this launch runs cold...
+    after = Launch(launcher, echo_env(base))  # ...and starts a new daemon, which serves the next one
+    assert after.warm and after.ppid == fresh != daemon
     assert running.finish(5) == 5  # the launch in progress is not the daemon's: it ends normally
     assert after.finish(0) == 0
 
 
 def test_warm_other_version_or_changed_source_never_uses_old_daemon(base: Path) -> None:
-    old = Launch(_launcher(base, "1.0.0"), _env(base))
-    assert old.warm and old.finish(0) == 0
-    new = Launch(_launcher(base, "1.1.0"), _env(base))
-    assert new.ppid != old.ppid  # another version: another key, another daemon
-    assert new.finish(0) == 0
-    assert len(list(base.glob("gpucloud-provider-*/warm-*.sock"))) == 2
+    old_daemon = start_daemon(echo_launcher(base, "1.0.0"), echo_env(base))
+    new_daemon = start_daemon(echo_launcher(base, "1.1.0"), echo_env(base))
+    assert new_daemon != old_daemon  # another version: another key, another daemon
+    new = Launch(echo_launcher(base, "1.1.0"), echo_env(base))
+    assert new.ppid == new_daemon and new.finish(0) == 0
+    assert len(list(runtime_dir(base).glob("warm-*.sock"))) == 2
 
     module = Path(__file__).with_name("warm_echo.py")
     stat = module.stat()
     os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # upgraded in place
     try:
-        upgraded = Launch(_launcher(base, "1.0.0"), _env(base))
+        upgraded = Launch(echo_launcher(base, "1.0.0"), echo_env(base))
         assert not upgraded.warm  # the stale daemon refused and exited; this launch ran cold
         assert upgraded.finish(3) == 3
-        assert _wait_gone(old.ppid)
+        assert wait_gone(old_daemon)
     finally:
         os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
 def test_warm_cold_path_when_disabled_or_directory_not_private(base: Path) -> None:
-    launcher = _launcher(base, "1.0.0")
-    disabled = Launch(launcher, _env(base, GPUCLOUD_PROVIDER_WARM="0"))
+    launcher = echo_launcher(base)
+    disabled = Launch(launcher, echo_env(base, GPUCLOUD_PROVIDER_WARM="0"))
     assert not disabled.warm and disabled.finish(0) == 0
     directory = Path(runtime_directory({"TMPDIR": str(base)}))
+    assert not directory.exists()  # not even a daemon was started
     directory.mkdir(mode=0o700)
     os.chown(directory, NOBODY, NOBODY)  # planted by another user: never trusted
-    shared = Launch(launcher, _env(base))
+    shared = Launch(launcher, echo_env(base))
     assert not shared.warm and shared.finish(0) == 0
     assert list(directory.iterdir()) == []
 
 
 def test_warm_daemon_refuses_another_users_connection(base: Path) -> None:
-    launcher = _launcher(base, "1.0.0")
-    first = Launch(launcher, _env(base))
-    assert first.warm and first.finish(0) == 0
-    (sock,) = base.glob("gpucloud-provider-*/warm-*.sock")
-    key = sock.name.removeprefix("warm-").removesuffix(".sock")
-    assert sock == Path(socket_path(str(sock.parent), key))
+    launcher = echo_launcher(base)
+    start_daemon(launcher, echo_env(base))
+    key = launcher_key(launcher)
+    sock = Path(socket_path(str(runtime_dir(base)), key))
+    assert sock.exists()
     assert Path(lock_path(str(sock.parent), key)).exists()
     base.chmod(0o711)  # let another uid reach the socket file: the daemon's own check must refuse
     sock.parent.chmod(0o711)
@@ -196,9 +147,10 @@ def test_warm_daemon_refuses_another_users_connection(base: Path) -> None:
             with socket.socket(socket.AF_UNIX) as client:
                 client.connect(str(sock))
                 request = encode_request(key)
+                assert request is not None
                 client.settimeout(10)
                 try:
-                    client.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(12))])
+                    client.sendall(request)
                     answer = client.recv(1)
                 except (BrokenPipeError, ConnectionResetError):
                     answer = b""  # closed on us before or while we spoke
@@ -219,38 +171,167 @@ def test_warm_daemon_refuses_another_users_connection(base: Path) -> None:
 
 
 def test_warm_dead_spare_means_a_fresh_one_takes_the_launch(base: Path) -> None:
-    launcher = _launcher(base, "1.0.0")
-    first = Launch(launcher, _env(base))
-    assert first.warm and first.finish(0) == 0
-    daemon = _daemon_pid(base)
-    children = [int(pid) for pid in Path(f"/proc/{daemon}/task/{daemon}/children").read_text().split()]
-    (spare,) = [pid for pid in children if pid != first.pid and _alive(pid)]  # the next launch's, waiting
+    launcher = echo_launcher(base)
+    daemon = start_daemon(launcher, echo_env(base))
+    spare = spare_of(daemon)  # the next launch's, waiting
     os.kill(spare, signal.SIGKILL)
-    assert _wait_gone(spare)
-    second = Launch(launcher, _env(base, GPUCLOUD_API_KEY="key-second"))
+    assert wait_gone(spare)
+    second = Launch(launcher, echo_env(base, GPUCLOUD_API_KEY="key-second"))
     assert second.warm and second.pid != spare and second.ppid == daemon
     assert second.api_key == "key-second" and second.finish(5) == 5
 
 
 def test_warm_killed_launcher_ends_its_provider(base: Path) -> None:
-    launcher = _launcher(base, "1.0.0")
-    launch = Launch(launcher, _env(base))
+    launcher = echo_launcher(base)
+    start_daemon(launcher, echo_env(base))
+    launch = Launch(launcher, echo_env(base))
     assert launch.warm
     launch.process.send_signal(signal.SIGINT)  # Ctrl-C reaches the launcher: ignored, as by a provider
     time.sleep(0.3)
-    assert launch.process.poll() is None and _alive(launch.pid)
+    assert launch.process.poll() is None and alive(launch.pid)
     launch.process.kill()  # what Terraform does to a plugin that did not exit
     launch.process.communicate(timeout=10)  # EOF on its pipes: the provider holding them is gone too
-    assert _wait_gone(launch.pid)
+    assert wait_gone(launch.pid)
 
 
 def test_warm_daemon_that_cannot_start_means_a_cold_launch(base: Path) -> None:
-    launcher = write_mirror(base / "mirror", namespace="gpucloud", type_name="broken", version="1.0.0",
-                            launch_module="tests.provider.plugin.warm_broken")
-    started = time.monotonic()
-    launch = Launch(launcher, _env(base))
-    assert not launch.warm and launch.finish(4) == 4  # served cold, in the launcher itself
-    assert time.monotonic() - started < DAEMON_START_WAIT_S  # gave up once the daemon's lock was free
+    launcher = echo_launcher(base, module="tests.provider.plugin.warm_broken")
+    for _ in range(2):
+        launch = Launch(launcher, echo_env(base))
+        assert not launch.warm and launch.finish(4) == 4  # served cold, in the launcher itself
+    deadline = time.monotonic() + 10
+    while list(runtime_dir(base).iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list(runtime_dir(base).iterdir()) == []  # the failed daemon removed its lock file
+
+
+def test_warm_stopped_daemon_costs_about_a_second_then_the_launch_runs_cold(base: Path) -> None:
+    """A SIGSTOPped daemon still accepts connections (the kernel's backlog): the launcher gives up
+    after STEP_TIMEOUT_S and serves cold; the daemon, continued, serves the next launch."""
+    launcher = echo_launcher(base)
+    daemon = start_daemon(launcher, echo_env(base))
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        stopped = Launch(launcher, echo_env(base, GPUCLOUD_API_KEY="key-stopped"), timeout=20)
+        assert not stopped.warm and stopped.api_key == "key-stopped"
+        assert stopped.finish(6) == 6  # its stdout closed with it: no stdio of it was ever handed over
+        assert stopped.seconds < 10  # ~STEP_TIMEOUT_S (generous: a loaded machine), not 60 s
+        assert stopped.seconds >= STEP_TIMEOUT_S * 0.9  # it did wait for the daemon first
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    # The continued daemon reads that abandoned request; its child finds the launcher gone and exits.
+    after = Launch(launcher, echo_env(base))
+    assert after.warm and after.ppid == daemon and after.finish(0) == 0
+
+
+def test_warm_stalled_client_holds_up_no_other_launch(base: Path) -> None:
+    launcher = echo_launcher(base)
+    daemon = start_daemon(launcher, echo_env(base))
+    path = next(runtime_dir(base).glob("warm-*.sock"))
+    with socket.socket(socket.AF_UNIX) as stalled, socket.socket(socket.AF_UNIX) as silent:
+        stalled.connect(str(path))
+        stalled.sendall((1000).to_bytes(4, "big") + b"gpucloud-warm")  # promises more, never sends it
+        silent.connect(str(path))  # says nothing at all
+        launches: list[Launch] = []
+        threads = [threading.Thread(target=lambda: launches.append(Launch(launcher, echo_env(base))))
+                   for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert len(launches) == 2
+        assert all(launch.warm and launch.ppid == daemon for launch in launches)
+        # Served at once, not after the daemon gave up on the two others (10 s when it read one connection
+        # at a time, 5 s each). Generous: a loaded machine.
+        assert max(launch.seconds for launch in launches) < 8
+        assert launches[0].pid != launches[1].pid
+        assert [launch.finish(0) for launch in launches] == [0, 0]
+        stalled.settimeout(3 * REQUEST_TIMEOUT_S)
+        assert stalled.recv(1) == b""  # and the stalled one is closed once its time is up
+
+
+def test_warm_daemon_exit_removes_its_socket_and_lock(base: Path) -> None:
+    launcher = echo_launcher(base)
+    daemon = start_daemon(launcher, echo_env(base, GPUCLOUD_PROVIDER_WARM_IDLE_S="1"))
+    assert wait_gone(daemon, timeout=20)  # idle for a second
+    assert list(runtime_dir(base).iterdir()) == []
+    daemon = start_daemon(launcher, echo_env(base))
+    spare = spare_of(daemon)
+    os.kill(daemon, signal.SIGTERM)
+    assert wait_gone(daemon) and wait_gone(spare)
+    assert list(runtime_dir(base).iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="unshare --net needs root")
+def test_warm_refused_launches_do_not_keep_the_daemon(base: Path) -> None:
+    """Only served launches count against the idle exit: a daemon whose context fits no launch ends
+    (a later launch starts one from its own context)."""
+    launcher = echo_launcher(base)
+    env = echo_env(base, GPUCLOUD_PROVIDER_WARM_IDLE_S="2")
+    daemon = start_daemon(launcher, env)
+    deadline = time.monotonic() + 20
+    while alive(daemon) and time.monotonic() < deadline:
+        refused = Launch(launcher, env, prefix=["unshare", "--net"])  # another network namespace
+        assert not refused.warm and refused.finish(0) == 0
+        time.sleep(0.2)
+    assert not alive(daemon)
+
+
+def test_warm_one_daemon_per_build_for_every_working_directory_and_python3(
+    base: Path, tmp_path: Path
+) -> None:
+    """Terraform unpacks a registry package into each working directory, and its launcher runs
+    whichever `python3` is on PATH: one daemon still serves them all (release/provider_package.py)."""
+    site = Path(next(path for path in sys.path if path.endswith("site-packages")))
+    python_dirs = []
+    for name in ("venv", "real"):  # two `python3` commands, one interpreter binary
+        directory = tmp_path / f"bin-{name}"
+        directory.mkdir()
+        target = sys.executable if name == "venv" else os.path.realpath(sys.executable)
+        (directory / "python3").symlink_to(target)
+        python_dirs.append(directory)
+    launchers = []
+    for workdir in ("one", "two"):
+        package = tmp_path / workdir / ".terraform" / "providers" / "gpucloud"
+        lib = package / "lib"
+        lib.mkdir(parents=True)
+        for entry in site.iterdir():  # the package's dependencies, as the zip ships them
+            if not entry.name.startswith(("__", "gpucloud")) and entry.suffix != ".pth":
+                (lib / entry.name).symlink_to(entry)
+        (lib / "provider").symlink_to(REPO / "provider")
+        (lib / f"{BOOT_MODULE}.py").write_text(
+            boot_module_text(sys.implementation.cache_tag, "9.9.9", "linux_amd64", "0123456789abcdef"))
+        launcher = package / "terraform-provider-gpucloud_v9.9.9"
+        launcher.write_text(launcher_text("9.9.9", "linux_amd64"))
+        launcher.chmod(0o755)
+        launchers.append(launcher)
+    cert = make_client_certificate()
+
+    def env(python_dir: Path) -> dict[str, str]:
+        return terraform_environment(cert, TMPDIR=str(base), GPUCLOUD_PROVIDER_WARM_IDLE_S="60",
+                                     PATH=f"{python_dir}:{os.environ['PATH']}")
+
+    served = []
+    for attempt in range(3):
+        for launcher, python_dir in ((launchers[0], python_dirs[0]), (launchers[1], python_dirs[1])):
+            with launched([str(launcher)], env(python_dir), cwd=launcher.parents[3]) as plugin:
+                served.append(_served_warm(plugin))
+                _shutdown(plugin, cert)
+        if attempt == 0:  # the first launch started the daemon; wait until it listens
+            wait_listening(runtime_dir(base))
+    assert len(list(runtime_dir(base).glob("warm-*.sock"))) == 1  # one daemon for both copies, both pythons
+    assert served[2:] == [True] * 4  # once it listened, both working directories were served warm
+
+
+def _served_warm(plugin: LaunchedPlugin) -> bool:
+    """Whether a daemon's child serves this launch: the launcher itself does not hold the socket named
+    in the handshake line."""
+    inodes = {fields[6] for fields in map(str.split, Path("/proc/net/unix").read_text().splitlines()[1:])
+              if len(fields) > 7 and fields[7] == plugin.handshake.address}
+    assert inodes, "nobody listens on the handshake's socket"
+    fd_dir = Path(f"/proc/{plugin.process.pid}/fd")
+    held = {os.readlink(fd_dir / fd) for fd in os.listdir(fd_dir)}
+    return not held & {f"socket:[{inode}]" for inode in inodes}
 
 
 def _health(plugin: LaunchedPlugin, cert: ClientCertificate | None) -> int:
@@ -281,14 +362,16 @@ def test_warm_spare_set_up_ahead_serves_exactly_as_a_cold_launch(base: Path) -> 
                                      GPUCLOUD_PROVIDER_WARM_IDLE_S="30", **extra)
 
     serving = int(health_pb2.HealthCheckResponse.SERVING)
-    for _ in range(3):  # the first launch starts the daemon; the later ones get a spare each
+    for attempt in range(3):  # the first launch runs cold and starts the daemon; later ones get a spare each
         with launched(launcher, env(client)) as plugin:
+            assert _served_warm(plugin) == (attempt > 0)
             assert Path(plugin.handshake.address).parent.parent == base
             for wrong in (make_client_certificate(), None):
                 with pytest.raises(grpc.RpcError):
                     _health(plugin, wrong)
             assert _health(plugin, client) == serving
             _shutdown(plugin, client)
+        wait_listening(runtime / "gpucloud-provider")
     with launched(launcher, env(None)) as plugin:  # a host without mutual TLS: server-authenticated
         assert plugin.handshake.server_cert_der is not None and _health(plugin, None) == serving
         _shutdown(plugin, None)
@@ -296,6 +379,7 @@ def test_warm_spare_set_up_ahead_serves_exactly_as_a_cold_launch(base: Path) -> 
         assert plugin.handshake.server_cert_der is None and _health(plugin, None) == serving
         _shutdown(plugin, None)
     with launched(launcher, env(client, elsewhere)) as plugin:  # not where the spare set up: done afresh
+        assert _served_warm(plugin)
         assert Path(plugin.handshake.address).parent.parent == elsewhere
         assert _health(plugin, client) == serving
         _shutdown(plugin, client)
@@ -308,3 +392,4 @@ def test_warm_spare_set_up_ahead_serves_exactly_as_a_cold_launch(base: Path) -> 
     while any(path.exists() for path in waiting) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert list(base.glob("tfplugin-*")) == []  # the spare saw the daemon go and cleaned up
+    assert list(runtime.glob("gpucloud-provider/*")) == []  # nor socket nor lock file left
