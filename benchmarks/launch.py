@@ -18,7 +18,9 @@ Every launched provider is stopped with SIGTERM, which removes its socket direct
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -105,6 +107,20 @@ def _time_bare_python(launches: int) -> list[float]:
     return samples
 
 
+def _wait_for_warm_daemon(env: dict[str, str], seconds: float = 30.0) -> None:
+    """Until the daemon the warm-up started accepts connections: a launch that finds none runs cold."""
+    from provider.plugin.warm_client import runtime_directory
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for path in Path(runtime_directory(env)).glob("warm-*.sock"):
+            with socket.socket(socket.AF_UNIX) as probe, contextlib.suppress(OSError):
+                probe.connect(str(path))
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"no warm daemon answered within {seconds:.0f} s")
+
+
 def run(launches: int = LAUNCHES) -> dict[str, Any]:
     """Measure launches and transport cost, print tables, and return the figures (milliseconds)."""
     from benchmarks.stats import table
@@ -125,7 +141,8 @@ def run(launches: int = LAUNCHES) -> dict[str, Any]:
         )
         cold_env = {**env, "GPUCLOUD_PROVIDER_WARM": "0"}
         _time_handshakes(launcher, cold_env, 3)  # warm the page cache and bytecode caches
-        _time_handshakes(launcher, env, 3)  # starts the warm daemon
+        _time_handshakes(launcher, env, 3)  # starts the warm daemon (these launches run cold)
+        _wait_for_warm_daemon(env)
         handshake = _summary(_time_handshakes(launcher, env, launches))
         ready = _summary(_time_ready(launcher, env, client_cert, launches))
         cold_handshake = _summary(_time_handshakes(launcher, cold_env, launches))
