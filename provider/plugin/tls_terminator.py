@@ -137,7 +137,6 @@ class _Connection:
             self.tls: ssl.SSLObject | None = None
             self.handshaken = True
             self.handshake_timer: asyncio.TimerHandle | None = None
-            self._accepted()
         else:
             self.incoming = ssl.MemoryBIO()
             self.outgoing = ssl.MemoryBIO()
@@ -145,6 +144,10 @@ class _Connection:
             self.handshaken = False
             self.handshake_timer = self.loop.call_later(_HANDSHAKE_TIMEOUT_S, self.close)
         self.loop.add_reader(client.fileno(), self.client_readable)
+        if self.tls is None:
+            # Only now: serving writes our SETTINGS at once, and a client already gone makes that send
+            # fail and close the socket, which must not happen before the reader is registered.
+            self._accepted()
 
     def client_readable(self) -> None:
         try:

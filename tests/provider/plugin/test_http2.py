@@ -1,5 +1,6 @@
 """The plugin's gRPC server over HTTP/2 (provider.plugin.http2), spoken to by grpcio's client: statuses,
-streams both ways, cancellation, flow control for messages far larger than a window, refusals."""
+streams both ways, cancellation, flow control for messages far larger than a window (one, and several
+at once), refusals. What grpcio's client never sends is in test_http2_raw.py."""
 
 from __future__ import annotations
 
@@ -114,6 +115,22 @@ def test_messages_far_larger_than_any_flow_control_window(served: tuple[str, Hea
         read = tfplugin6_pb2_grpc.ProviderStub(channel).ReadResource
         request = tfplugin6_pb2.ReadResource.Request(current_state=tfplugin6_pb2.DynamicValue(msgpack=state))
         assert read(request, timeout=60).new_state.msgpack == state
+
+
+def test_several_messages_larger_than_the_window_at_once(served: tuple[str, Health]) -> None:
+    # A message's bytes are acknowledged as they arrive (its length prefix checked first): were they
+    # acknowledged only once the whole message was there, two of them sharing the connection's window
+    # would each wait for the other.
+    target, _ = served
+    states = [os.urandom(20 << 20) for _ in range(3)]
+    with grpc.insecure_channel(target, options=LIMITS) as channel:
+        read = tfplugin6_pb2_grpc.ProviderStub(channel).ReadResource
+        calls = [
+            read.future(tfplugin6_pb2.ReadResource.Request(current_state=tfplugin6_pb2.DynamicValue(msgpack=state)),
+                        timeout=60)
+            for state in states
+        ]
+        assert [call.result().new_state.msgpack for call in calls] == states
 
 
 def test_client_cancellation_cancels_the_handler(served: tuple[str, Health]) -> None:
