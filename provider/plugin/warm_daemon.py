@@ -405,20 +405,6 @@ class Spare:
         return False
 
 
-def _send(connection: socket.socket, data: bytes) -> bool:
-    try:
-        connection.sendall(data)
-        return True
-    except OSError:
-        return False
-
-
-def _close_fds(fds: list[int]) -> None:
-    for fd in fds:
-        with contextlib.suppress(OSError):
-            os.close(fd)
-
-
 def _reap_children() -> None:
     while True:
         try:

@@ -34,6 +34,7 @@ from provider.plugin.http2 import (
     RECEIVE_WINDOW,
     GrpcConnection,
     GrpcServer,
+    _literal,
 )
 from provider.plugin.tls_terminator import TlsTerminator
 
@@ -103,20 +104,7 @@ class _LiteralEncoder:
     header_table_size = 4096
 
     def encode(self, headers: list[tuple[bytes, bytes]]) -> bytes:
-        return b"".join(b"\0" + _length(name) + name + _length(value) + value for name, value in headers)
-
-
-def _length(data: bytes) -> bytes:
-    size, encoded = len(data), bytearray()
-    if size < 127:
-        return bytes([size])
-    encoded.append(127)
-    size -= 127
-    while size >= 128:
-        encoded.append(size % 128 + 128)
-        size //= 128
-    encoded.append(size)
-    return bytes(encoded)
+        return b"".join(_literal(name, value) for name, value in headers)
 
 
 class Peer:
