@@ -13,7 +13,8 @@ never committed. Terraform 1.11 from PATH, default `-parallelism`. Per repetitio
 calls), then an untimed `destroy`. Medians printed.
 
 Environment: BENCH_REPETITIONS (default 5), BENCH_SIZES (default "1,50,200"),
-BENCH_PROFILE=1 also profiles the provider (py-spy) during a plan and re-plan of the largest size.
+BENCH_PROFILE=1 also profiles the provider (py-spy) during a plan and re-plan of the largest size:
+the conformance provider cold, the real provider warm.
 """
 
 from __future__ import annotations
@@ -287,3 +288,5 @@ def _run(mirror: Path, backend_env: dict[str, str]) -> None:
         from benchmarks.provider_profile import profile_plan
 
         profile_plan(prepare(largest, mirror, backend_env)["python cold"], WORKSPACE / "profile")
+        profile_plan(prepare(largest, mirror, backend_env)["gpucloud warm"], WORKSPACE / "profile-gpucloud",
+                     warm_module="provider.plugin.main")

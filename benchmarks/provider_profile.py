@@ -2,7 +2,8 @@
 
 Terraform starts the provider itself, so the profiler attaches from outside: a watcher polls /proc
 for processes descended from the Terraform command and runs `py-spy record --pid` on each, writing
-collapsed stacks. The summary folds all processes together: samples by package (leaf frame) and the
+collapsed stacks (for a warm launch: the warm daemon's children, which serve the launches). The
+summary folds all processes together: samples by package (leaf frame) and the
 functions with the most inclusive samples. Sampling at 250 Hz; samples whose leaf frame is a blocking
 wait are left out (py-spy's own idle detection misses them, and `--gil` loses the worker threads),
 so the figures approximate on-CPU Python time, threads waiting for the GIL included.
@@ -33,7 +34,13 @@ BLOCKED_LEAVES = (
     "Thread._wait_for_tstate_lock (threading.py:",
     "EpollSelector.select (selectors.py:",
     "SimpleQueue.get",
+    # A warm launch's thread that waits for its launcher to go, and a spare waiting for its launch
+    # (provider/plugin/warm_child.py; warm_daemon.py before it moved there).
+    "run_child.<locals>.watch_launcher (provider/plugin/warm_",
+    "_receive_launch (provider/plugin/warm_",
+    "receive (provider/plugin/warm_daemon.py:",
 )
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _children(pid: int) -> list[int]:
@@ -169,10 +176,29 @@ def summarise(stacks: Counter[tuple[str, ...]], processes: int, top: int = 15) -
     ])
 
 
-def _run_watched(tf: Terraform, out_dir: Path | None, *args: str) -> set[int]:
+def warm_daemon(launch_module: str) -> int | None:
+    """The pid of this checkout's warm daemon for `launch_module`: a warm launch's provider process is
+    its child, not Terraform's (the launcher Terraform starts only hands over its stdio and waits)."""
+    marks = ("warm_daemon", f"'{launch_module}'", str(REPO_ROOT))
+    found: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+            parent = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if all(mark in command for mark in marks):
+            found[int(entry)] = parent
+    daemons = [pid for pid, parent in found.items() if parent not in found]  # not its forked children
+    return daemons[0] if len(daemons) == 1 else None
+
+
+def _run_watched(tf: Terraform, out_dir: Path | None, *args: str, root: int | None = None) -> set[int]:
     running = tf.start(*args)
     try:
-        with ProviderSampler(running.pid, out_dir) as sampler:
+        with ProviderSampler(running.pid if root is None else root, out_dir) as sampler:
             running.wait(check=True)
     finally:
         running.kill()
@@ -184,19 +210,26 @@ def watch_provider_processes(tf: Terraform, *args: str) -> set[int]:
     return _run_watched(tf, None, *args)
 
 
-def profile_command(tf: Terraform, out_dir: Path, *args: str) -> str:
-    """Run `terraform ARGS` with every provider process sampled; returns the summary."""
+def profile_command(tf: Terraform, out_dir: Path, *args: str, warm_module: str | None = None) -> str:
+    """Run `terraform ARGS` with every provider process sampled; returns the summary. With
+    `warm_module`, the processes sampled are the warm daemon's children (a plan first starts it)."""
     shutil.rmtree(out_dir, ignore_errors=True)
     out_dir.mkdir(parents=True)
-    processes = _run_watched(tf, out_dir, *args)
+    root = None
+    if warm_module is not None:
+        tf.plan()  # the daemon is up, and stays up through the command below
+        root = warm_daemon(warm_module)
+        if root is None:
+            return f"no warm daemon for {warm_module} found: nothing sampled"
+    processes = _run_watched(tf, out_dir, *args, root=root)
     return summarise(read_stacks(out_dir), processes=len(processes))
 
 
-def profile_plan(tf: Terraform, out_dir: Path) -> None:
+def profile_plan(tf: Terraform, out_dir: Path, *, warm_module: str | None = None) -> None:
     """Profile a create-plan, then (after an apply) a refreshing re-plan, of tf's configuration."""
     print(f"\n-- provider profile: plan of {tf.workdir.name} (empty state) --")
-    print(profile_command(tf, out_dir / "plan", "plan"))
+    print(profile_command(tf, out_dir / "plan", "plan", warm_module=warm_module))
     tf.apply()
     print(f"\n-- provider profile: re-plan of {tf.workdir.name} (refresh of every resource) --")
-    print(profile_command(tf, out_dir / "re-plan", "plan"))
+    print(profile_command(tf, out_dir / "re-plan", "plan", warm_module=warm_module))
     tf.destroy()

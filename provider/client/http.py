@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,7 +30,9 @@ from provider.client._wire import dumps, error_from_response, event_data, loads,
 from provider.client.errors import ApiError, ServerError, TransportError
 
 if TYPE_CHECKING:  # imported when a client is built: httpx (with rich and click) costs ~50 ms per launch,
-    import httpx  # and Terraform starts the provider for schema and validation calls that need no client
+    import ssl  # and Terraform starts the provider for schema and validation calls that need no client
+
+    import httpx
     import tenacity
 
 _log = logging.getLogger("provider.client")
@@ -46,6 +49,44 @@ def _not_sent(error: BaseException | None) -> bool:
 
     not_sent = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
     return isinstance(error, not_sent)
+
+
+# Environment variables that make httpx build its TLS context differently from its default.
+_TLS_ENVIRONMENT = ("SSL_CERT_FILE", "SSL_CERT_DIR", "SSLKEYLOGFILE")
+_default_tls_context: ssl.SSLContext | None = None
+
+
+def tls_context() -> ssl.SSLContext:
+    """The certificate-verifying TLS context httpx would build for a client in this environment.
+
+    httpx builds one per client, and loading a CA bundle costs 30-45 ms in every provider launch that
+    configures. The default one (certifi's bundle: none of `_TLS_ENVIRONMENT` set) is therefore built
+    once per process and shared by its clients; a warm provider daemon builds it before it forks the
+    launches (`provider.client.preload`). It holds public CA certificates only, nothing of any client's
+    endpoint or key. An environment naming its own CA file or directory (or a key log) gets a fresh
+    one, read from those files now, as httpx does."""
+    import httpx
+
+    global _default_tls_context
+    if any(os.environ.get(name) for name in _TLS_ENVIRONMENT):
+        return httpx.create_ssl_context()
+    if _default_tls_context is None:
+        _default_tls_context = httpx.create_ssl_context()
+    return _default_tls_context
+
+
+def _verification(scheme: str, transport: httpx.BaseTransport | None) -> ssl.SSLContext | bool:
+    """What a client checks the API's certificate with. An injected transport brings its own. An
+    http:// API is never reached over TLS (no redirect is followed; a proxy's own TLS has its own
+    context), so it gets a verifying context that trusts no CA, instead of loading a bundle for
+    nothing: were it ever used, verification would fail."""
+    if transport is not None:
+        return True
+    if scheme == "https":
+        return tls_context()
+    import ssl
+
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # CERT_REQUIRED and check_hostname, no CA
 
 
 class Cancelled(ApiError):
@@ -110,6 +151,7 @@ class HttpCore:
             base_url=self.endpoint + "/",
             headers=headers,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+            verify=_verification(parts.scheme, transport),
             transport=transport,
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=16),
             follow_redirects=False,

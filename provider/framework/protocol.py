@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -136,8 +137,18 @@ def block_to_pb(node: Schema | Block, version: int = 0) -> pb.Schema.Block:
     )
 
 
+# The message of each schema, built once per process: Terraform asks for the whole provider schema in
+# the first launch of every command, and a warm daemon builds the messages before it forks the launches
+# (`provider.resources.preload`). A schema is not changed once constructed; callers copy the message.
+_SCHEMA_MESSAGES: weakref.WeakKeyDictionary[Schema, pb.Schema] = weakref.WeakKeyDictionary()
+
+
 def schema_to_pb(schema: Schema) -> pb.Schema:
-    return pb.Schema(version=schema.version, block=block_to_pb(schema, schema.version))
+    msg = _SCHEMA_MESSAGES.get(schema)
+    if msg is None:
+        msg = pb.Schema(version=schema.version, block=block_to_pb(schema, schema.version))
+        _SCHEMA_MESSAGES[schema] = msg
+    return msg
 
 
 def _parameter_to_pb(p: Parameter) -> pb.Function.Parameter:

@@ -63,6 +63,9 @@ class Resource:
     # False only when no hook of this resource ever waits (no network, files or sleeps): its plan, apply,
     # read and import RPCs are then served on the plugin's event loop instead of a worker thread.
     blocking: ClassVar[bool] = True
+    # False when planning never waits though other hooks do (`modify_plan` and the schema's plan
+    # modifiers call no API): PlanResourceChange alone is then served on the event loop. None: as `blocking`.
+    blocking_plan: ClassVar[bool | None] = None
 
     def create(self, ctx: Context, plan: State) -> State | None:
         raise NotImplementedError

@@ -55,6 +55,7 @@ from provider.framework.state import (
 from provider.framework.validate import validate_config
 
 log = logging.getLogger("provider.framework")
+NO_PROVIDER_META = Schema()  # the framework reads no provider_meta block
 
 R = TypeVar("R", bound=Message)
 
@@ -66,7 +67,8 @@ NON_BLOCKING_RPCS = frozenset({
     "ValidateEphemeralResourceConfig", "ValidateListResourceConfig", "ValidateActionConfig",
     "UpgradeResourceState", "UpgradeResourceIdentity",
 })
-# RPCs that run a resource's own hooks: non-blocking only for a resource declared `blocking = False`.
+# RPCs that run a resource's own hooks: non-blocking only for a resource declared `blocking = False`
+# (PlanResourceChange also for one declared `blocking_plan = False`).
 RESOURCE_RPCS = frozenset({
     "PlanResourceChange", "ApplyResourceChange", "ReadResource", "ImportResourceState",
 })
@@ -114,7 +116,11 @@ class ProviderServer:
             return True
         if rpc in RESOURCE_RPCS:
             resource = self._resources.get(request.type_name)
-            return resource is not None and not resource.blocking
+            if resource is None:
+                return False
+            if rpc == "PlanResourceChange" and resource.blocking_plan is not None:
+                return not resource.blocking_plan
+            return not resource.blocking
         return False
 
     # -- helpers -------------------------------------------------------------------------------------
@@ -207,7 +213,7 @@ class ProviderServer:
                 action_schemas={
                     n: pb.ActionSchema(schema=schema_to_pb(a.schema)) for n, a in self._actions.items()
                 },
-                provider_meta=schema_to_pb(Schema()),
+                provider_meta=schema_to_pb(NO_PROVIDER_META),
                 server_capabilities=self._capabilities(),
             )
         return self._schema_response

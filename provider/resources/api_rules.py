@@ -273,8 +273,11 @@ def field_rule_broken(rule: Mapping[str, Any], value: str) -> bool:
     raise ValueError(f"unknown rule check {check!r}")
 
 
+_CONTROL_CHARS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # C0 controls but tab, and DEL
+
+
 def _has_control_chars(line: str) -> bool:
-    return any((ord(ch) < 32 and ch != "\t") or ord(ch) == 127 for ch in line)
+    return _CONTROL_CHARS.search(line) is not None
 
 
 def _key_blob(words: list[str]) -> bytes | None:

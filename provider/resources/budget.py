@@ -54,6 +54,7 @@ def _path(budget_id: str) -> str:
 
 class BudgetResource(Resource):
     type_name = "gpucloud_budget"
+    blocking_plan = False  # planning calls no API (only create/read/update/delete do)
     import_id_attribute = "id"
     schema = Schema(
         description="A monthly spending budget: the metering job alerts once per month at each threshold "

@@ -49,6 +49,7 @@ def _stable() -> list[Any]:
 
 class ReservationResource(Resource):
     type_name = "gpucloud_reservation"
+    blocking_plan = False  # planning calls no API (only create/read/update/delete do)
     import_id_attribute = "id"
     schema = Schema(
         description="Capacity reserved apart from clusters, as capacity blocks are sold: `node_count` nodes "

@@ -85,6 +85,7 @@ def _rule_attributes(direction: str) -> dict[str, Any]:
 
 class SecurityGroupResource(Resource):
     type_name = "gpucloud_security_group"
+    blocking_plan = False  # planning calls no API (only create/read/update/delete do)
     import_id_attribute = "id"
     identity_schema = api_id_identity(SUBJECT, "sgr")
     schema = Schema(

@@ -70,6 +70,7 @@ def _path(ssh_key_id: str) -> str:
 
 class SshKeyResource(Resource):
     type_name = "gpucloud_ssh_key"
+    blocking_plan = False  # planning calls no API (only create/read/update/delete do)
     import_id_attribute = "id"
     identity_schema = api_id_identity("SSH key", "ssh")
     schema = Schema(

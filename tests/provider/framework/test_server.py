@@ -326,6 +326,20 @@ def test_server_runs_inline_only_what_never_waits(server, provider, monkeypatch)
     assert not server.runs_inline("PlanResourceChange", pb.PlanResourceChange.Request(type_name="none"))
 
 
+def test_server_runs_a_plan_inline_when_only_planning_never_waits(server, monkeypatch):
+    # `blocking_plan = False`: planning calls no API though create/read/update/delete do.
+    thing = ThingResource.type_name
+    plan = pb.PlanResourceChange.Request(type_name=thing)
+    monkeypatch.setattr(ThingResource, "blocking_plan", False)
+    assert server.runs_inline("PlanResourceChange", plan)
+    for rpc in ("ApplyResourceChange", "ReadResource", "ImportResourceState"):
+        assert not server.runs_inline(rpc, getattr(pb, rpc).Request(type_name=thing))
+    monkeypatch.setattr(ThingResource, "blocking", False)
+    monkeypatch.setattr(ThingResource, "blocking_plan", True)
+    assert not server.runs_inline("PlanResourceChange", plan)
+    assert server.runs_inline("ApplyResourceChange", pb.ApplyResourceChange.Request(type_name=thing))
+
+
 def test_server_stop_is_final_until_the_next_command_configures(server, provider):
     # Terraform may send an ApplyResourceChange it had already decided on after StopProvider (Ctrl-C
     # right at "Creating..."): it is cancelled too. A later ConfigureProvider (the next command in a
