@@ -1,7 +1,7 @@
 """gpucloud_reservation against the real backend (engine at a fast simulation speed), the real provider
-launch path and Terraform 1.11: a reservation and a cluster drawing all its nodes; a mismatched cluster
-refused at plan time naming the attribute; the cluster replaced draws the nodes its predecessor gave
-back, and billing shows one up-front charge for the term (docs/billing.md, "Capacity reservations")."""
+launch path and Terraform 1.11: a labelled reservation and a cluster drawing all its nodes; a mismatched
+cluster refused at plan time naming the attribute; the cluster replaced draws the nodes its predecessor
+gave back, and billing shows one up-front charge for the term (docs/billing.md, "Capacity reservations")."""
 
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def config(extra: str = "") -> str:
       instance_type = "8xH100"
       node_count    = 2
       duration_days = 1
+      labels        = {{ team = "nlp" }}
     }}
 
     resource "gpucloud_gpu_cluster" "train" {{
@@ -57,8 +58,9 @@ def test_acc_reservation_cluster_replaced_keeps_the_term(
     assert block["id"].startswith("rsv_") and Decimal(str(block["upfront_cost_usd"])) == Decimal("1378.944")
     assert first["reservation_id"] == block["id"] and first["status"] == "RUNNING"
     assert first["estimated_hourly_cost_usd"] == 0  # prepaid
-    remote = backend.client.request("GET", f"/v1/reservations/{block['id']}").body
+    remote = backend.client.get_reservation(block["id"])
     assert (remote["free_nodes"], remote["cluster_ids"]) == (0, [first["id"]])
+    assert block["labels"] == remote["labels"] == {"team": "nlp"}
 
     wrong_region = """
     resource "gpucloud_gpu_cluster" "elsewhere" {
@@ -78,7 +80,7 @@ def test_acc_reservation_cluster_replaced_keeps_the_term(
     tf.assert_plan_empty()
     second = values(tf, CLUSTER)
     assert second["id"] != first["id"] and second["status"] == "RUNNING"
-    remote = backend.client.request("GET", f"/v1/reservations/{block['id']}").body
+    remote = backend.client.get_reservation(block["id"])
     assert (remote["free_nodes"], remote["cluster_ids"]) == (0, [second["id"]])
 
     _cli({**os.environ, "GPUCLOUD_DATA_DIR": str(backend.data_dir)}, "billing-run", "--once")

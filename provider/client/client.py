@@ -11,8 +11,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
-from urllib.parse import quote
 
+from provider.client.collections import Collection, path_segment
 from provider.client.errors import ServerError
 from provider.client.http import ApiResponse, HttpCore
 
@@ -27,14 +27,42 @@ def new_idempotency_key() -> str:
     return str(uuid.uuid4())
 
 
-def _seg(value: str) -> str:
-    """One path segment, escaped so an id can never change the path."""
-    return quote(str(value), safe="")
+_seg = path_segment
 
 
 class GpuCloudClient(HttpCore):
     """The backend API. `GpuCloudClient(endpoint, api_key, timeout=..., max_retries=..., transport=...,
     user_agent=...)`; see `HttpCore` for the retry policy. Thread-safe (one pooled httpx.Client)."""
+
+    # ---- collections (create/get/update/delete with the full response, for ETags) -------------------
+
+    @property
+    def ssh_keys(self) -> Collection:
+        return Collection(self, "/v1/ssh-keys")
+
+    @property
+    def volumes(self) -> Collection:
+        return Collection(self, "/v1/volumes")
+
+    @property
+    def reserved_ips(self) -> Collection:
+        return Collection(self, "/v1/reserved-ips")
+
+    @property
+    def budgets(self) -> Collection:
+        return Collection(self, "/v1/budgets")
+
+    @property
+    def security_groups(self) -> Collection:
+        return Collection(self, "/v1/security-groups")
+
+    @property
+    def reservations(self) -> Collection:
+        return Collection(self, "/v1/reservations")
+
+    @property
+    def clusters(self) -> Collection:
+        return Collection(self, "/v1/clusters")
 
     # ---- credentials -------------------------------------------------------------------------------
 
@@ -93,6 +121,11 @@ class GpuCloudClient(HttpCore):
 
     def get_reserved_ip(self, reserved_ip_id: str) -> Body:
         return self._body(self.request("GET", f"/v1/reserved-ips/{_seg(reserved_ip_id)}"))
+
+    # ---- reservations ------------------------------------------------------------------------------
+
+    def get_reservation(self, reservation_id: str) -> Body:
+        return self._body(self.reservations.get(reservation_id))
 
     # ---- clusters ----------------------------------------------------------------------------------
 

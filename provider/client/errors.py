@@ -109,9 +109,15 @@ class ServerError(ApiError):
 
 
 class TransportError(ApiError):
-    """No usable response: connection refused, timeout, broken connection (after retries)."""
+    """No usable response: connection refused, timeout, broken connection (after retries).
+    `may_have_arrived` is False when no attempt left this process (every one failed to connect): the
+    request then certainly did nothing."""
 
     default_code = "transport_error"
+
+    def __init__(self, *, may_have_arrived: bool = True, **fields: Any) -> None:
+        super().__init__(**fields)
+        self.may_have_arrived = may_have_arrived
 
 
 _BY_STATUS: dict[int, type[ApiError]] = {

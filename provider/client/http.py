@@ -326,14 +326,24 @@ class HttpCore:
             retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
             reraise=True,
         )
+        left = [False]  # whether some attempt may have reached the API
+
+        def attempt(request: httpx.Request, stream: bool) -> httpx.Response:
+            try:
+                return self._send_once(request, stream)
+            except BaseException as error:
+                left[0] = left[0] or not _not_sent(error)
+                raise
+
         try:
-            response: httpx.Response = retrying(self._send_once, request, stream)
+            response: httpx.Response = retrying(attempt, request, stream)
         except httpx.TransportError as exc:
             raise TransportError(
                 status=0,
                 detail=f"could not reach the API at {self.endpoint}: {type(exc).__name__}: {exc}",
                 method=request.method,
                 path=request.url.path,
+                may_have_arrived=left[0],
             ) from exc
         _log.debug(
             "%s %s -> %d in %.0f ms (request id %s)",

@@ -7,6 +7,7 @@ docs/framework.md.
 
 from provider.framework.context import Context
 from provider.framework.diagnostics import Cancelled, Diagnostic, DiagnosticError, Diagnostics
+from provider.framework.durations import DAY_DURATION, GO_DURATION, DurationGrammar, parse_duration
 from provider.framework.identity import Identity, IdentityAttribute, IdentitySchema, IdentityUpgrader
 from provider.framework.planmodifiers import (
     PlanModification,
@@ -54,9 +55,26 @@ from provider.framework.schema import (
     SingleNestedBlock,
     StringAttribute,
 )
-from provider.framework.timeouts import parse_duration, timeout, timeouts_block
+from provider.framework.semantic import (
+    NUMBER_VALUE,
+    RFC3339,
+    DurationType,
+    NormalizedStringType,
+    NumberType,
+    Rfc3339Type,
+    SemanticType,
+    collapse_whitespace,
+    keep_semantic_equals,
+    parse_instant,
+    rfc3339_utc,
+)
+from provider.framework.timeouts import timeout, timeouts_block
 
 __all__ = [
+    "DAY_DURATION",
+    "GO_DURATION",
+    "NUMBER_VALUE",
+    "RFC3339",
     "Action",
     "Attribute",
     "Block",
@@ -67,6 +85,8 @@ __all__ = [
     "Diagnostic",
     "DiagnosticError",
     "Diagnostics",
+    "DurationGrammar",
+    "DurationType",
     "DynamicAttribute",
     "EphemeralResource",
     "EphemeralResult",
@@ -86,13 +106,17 @@ __all__ = [
     "MapAttribute",
     "MapNestedAttribute",
     "MoveSource",
+    "NormalizedStringType",
     "NumberAttribute",
+    "NumberType",
     "ObjectAttribute",
     "Parameter",
     "PlanModification",
     "Provider",
     "Resource",
+    "Rfc3339Type",
     "Schema",
+    "SemanticType",
     "SetAttribute",
     "SetNestedAttribute",
     "SetNestedBlock",
@@ -101,9 +125,13 @@ __all__ = [
     "State",
     "StateUpgrader",
     "StringAttribute",
+    "collapse_whitespace",
+    "keep_semantic_equals",
     "parse_duration",
+    "parse_instant",
     "requires_replace",
     "requires_replace_if",
+    "rfc3339_utc",
     "root",
     "timeout",
     "timeouts_block",

@@ -16,6 +16,7 @@ from provider.cty import BOOL, DYNAMIC, NUMBER, STRING, CtyType, List, Map, Obje
 
 if TYPE_CHECKING:
     from provider.framework.planmodifiers import PlanModifier
+    from provider.framework.semantic import SemanticType
     from provider.framework.validators import Validator
 
 Nesting = Literal["single", "list", "set", "map"]
@@ -46,6 +47,7 @@ class Attribute:
         validators: Sequence[Validator] = (),
         plan_modifiers: Sequence[PlanModifier] = (),
         default: Any = NO_DEFAULT,
+        semantic: SemanticType | None = None,
     ) -> None:
         if required and (optional or computed):
             raise ValueError("a required attribute cannot also be optional or computed")
@@ -63,6 +65,13 @@ class Attribute:
         self.deprecation_message = deprecation_message
         self.validators: tuple[Validator, ...] = tuple(validators)
         self.plan_modifiers: tuple[PlanModifier, ...] = tuple(plan_modifiers)
+        # A custom type's semantic equality (`provider.framework.semantic`): a value meaning the same as
+        # the prior one in another spelling keeps the prior one, in plans and in results.
+        self.semantic = semantic
+        if semantic is not None:
+            from provider.framework.semantic import KeepPriorWhenSemanticallyEqual
+
+            self.plan_modifiers = (KeepPriorWhenSemanticallyEqual(semantic), *self.plan_modifiers)
         # A static value planned when the configuration leaves the attribute null.
         self.default = default
         self.has_default = default is not NO_DEFAULT

@@ -44,6 +44,7 @@ from provider.framework.resource import (
     State,
 )
 from provider.framework.schema import Schema
+from provider.framework.semantic import keep_semantic_equals
 from provider.framework.state import (
     decode_private,
     encode_private,
@@ -323,6 +324,7 @@ class ProviderServer:
         ctx = self._context(request.type_name, request.private)
         try:
             new_state = resource.read(ctx, state) if state is not None else None
+            new_state = keep_semantic_equals(resource.schema, state, new_state)
         except Exception as exc:  # answered below with the current state kept
             ctx.diagnostics.append(diagnostic_from_exception(exc, "ReadResource"))
             new_state = state
@@ -403,14 +405,14 @@ class ProviderServer:
             resource.delete(ctx, prior or {})
             return prior if ctx.diagnostics.has_errors else None
         if prior is None:
-            created = resource.create(ctx, planned)
+            created = keep_semantic_equals(resource.schema, planned, resource.create(ctx, planned))
             if created is None and not ctx.diagnostics.has_errors:
                 ctx.error(
                     "Missing Resource State After Create",
                     f"{resource.type_name}: create returned no state. This is a bug in the provider.",
                 )
             return self._known_or(ctx, resource, created, None)
-        updated = resource.update(ctx, planned, prior)
+        updated = keep_semantic_equals(resource.schema, planned, resource.update(ctx, planned, prior))
         if updated is None:
             if not ctx.diagnostics.has_errors:
                 ctx.error(

@@ -1,48 +1,19 @@
-"""The `timeouts { create = "2h" }` block of long-running resources, and Go-style duration parsing."""
+"""The `timeouts { create = "2h" }` block of long-running resources (durations as Go spells them)."""
 
 from __future__ import annotations
 
 import datetime as dt
-import re
 from typing import Any
 
+from provider.framework.durations import GO_DURATION, parse_duration
 from provider.framework.schema import SingleNestedBlock, StringAttribute
 from provider.framework.validators import custom
 
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
-def parse_duration(text: str) -> dt.timedelta:
-    """Parse a duration as Go's time.ParseDuration does: "90s", "1h30m", "1.5h", "-2m", "0"."""
-    s = text.strip()
-    sign = 1.0
-    if s[:1] in "+-" and s:
-        sign = -1.0 if s[0] == "-" else 1.0
-        s = s[1:]
-    if s == "0":
-        return dt.timedelta(0)
-    if not s:
-        raise ValueError(f'invalid duration "{text}"')
-    total = 0.0
-    pos = 0
-    while pos < len(s):
-        m = _PART.match(s, pos)
-        if m is None:
-            raise ValueError(
-                f'invalid duration "{text}": expected a number followed by a unit '
-                '(ns, us, ms, s, m, h), for example "30m" or "1h30m"'
-            )
-        total += float(m.group(1)) * _UNITS[m.group(2)]
-        pos = m.end()
-    return dt.timedelta(seconds=sign * total)
+__all__ = ["parse_duration", "timeout", "timeouts_block"]
 
 
 def _valid_duration(value: str) -> bool:
-    try:
-        return parse_duration(value) >= dt.timedelta(0)
-    except ValueError:
-        return False
+    return GO_DURATION.valid(value)
 
 
 def timeouts_block(

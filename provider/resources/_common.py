@@ -1,5 +1,6 @@
-"""Shared by every gpucloud resource and data source: the configured client, API errors as diagnostics,
-ETag reads, and the id/name lookup of data sources.
+"""gpucloud glue shared by every resource and data source: the configured client, API errors as
+diagnostics, the catalog's regions, API numbers, and the id/name lookup of data sources. The create and
+ETag policy of resources lives in `rest.py`; semantic equality and time spellings in the framework.
 
 Resources never build clients themselves: `ConfigureProvider` does once per provider process and hands
 a `GpuCloudConfig` to every call as `ctx.provider_data`.
@@ -10,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -26,11 +26,9 @@ from provider.client import (
     TransportError,
     Unauthorized,
     ValidationFailed,
-    new_idempotency_key,
 )
 from provider.cty import AttributePath, GetAttr, Index
 from provider.framework import Context, DiagnosticError, IdentityAttribute, IdentitySchema, Schema, root
-from provider.framework.state import contains_unknown
 
 
 @dataclass(frozen=True)
@@ -185,111 +183,6 @@ def conflict_existing_id(error: ApiError) -> str | None:
     return None
 
 
-# ---- idempotent creates ----------------------------------------------------------------------------
-
-IDEMPOTENCY_KEY = "create_idempotency_key"
-# The id of an object whose create was never confirmed names that create's key. It has to live in the
-# state values: Terraform does not hand a tainted object's private state to the delete that replaces it.
-UNCONFIRMED_ID_PREFIX = "unconfirmed-create:"
-
-
-def plan_create_key(ctx: Context, state: Any, plan: Any) -> None:
-    """On a create plan, choose the create's Idempotency-Key and keep it in planned private state, so
-    every retry of that create replays the first outcome."""
-    if state is None and plan is not None:
-        ctx.private.setdefault(IDEMPOTENCY_KEY, new_idempotency_key())
-
-
-def create_key(ctx: Context) -> str:
-    """The planned Idempotency-Key of this create (a fresh one when the plan carried none)."""
-    key = ctx.private.get(IDEMPOTENCY_KEY)
-    if not isinstance(key, str):
-        key = ctx.private[IDEMPOTENCY_KEY] = new_idempotency_key()
-    return key
-
-
-def create_done(ctx: Context) -> None:
-    """The create is recorded in state: its key is no longer needed."""
-    ctx.private.pop(IDEMPOTENCY_KEY, None)
-
-
-def outcome_unknown(error: ApiError) -> bool:
-    """Whether a failed create may still have happened (no answer, or a 5xx/429 after the retries),
-    as opposed to a definite refusal (4xx) that created nothing."""
-    return error.status == 0 or error.status >= 500 or isinstance(error, RateLimited)
-
-
-def keep_unconfirmed(ctx: Context, schema: Schema, plan: Mapping[str, Any]) -> dict[str, Any]:
-    """The state of a create whose outcome is unknown: the planned values (null where still unknown) and
-    an id naming the create's key, for the delete that will clean up whatever the create made."""
-    key = ctx.private.pop(IDEMPOTENCY_KEY, None) or new_idempotency_key()
-    state = {
-        name: None if contains_unknown(plan.get(name)) else plan.get(name) for name in schema.attributes
-    }
-    state["id"] = UNCONFIRMED_ID_PREFIX + key
-    return state
-
-
-def is_unconfirmed(state: Mapping[str, Any]) -> bool:
-    object_id = state.get("id")
-    return isinstance(object_id, str) and object_id.startswith(UNCONFIRMED_ID_PREFIX)
-
-
-UNCONFIRMED_CREATE = (
-    "The API did not confirm the create, so it may have happened. The resource is kept in state as "
-    "tainted, its id naming the create's Idempotency-Key: the next apply deletes whatever that create "
-    "made (replaying it with the same key to find it) and creates it again, so nothing is left behind."
-)
-
-
-def object_id_for_delete(
-    ctx: Context, state: Mapping[str, Any], collection: str, body: Mapping[str, Any]
-) -> str | None:
-    """The id to delete. For an unconfirmed create, replay that create with its key: the API answers
-    the object the first attempt made (or makes it now), whose id is returned. None when the API refuses
-    the create outright: then nothing exists to delete."""
-    if not is_unconfirmed(state):
-        return str(state["id"])
-    key = str(state["id"]).removeprefix(UNCONFIRMED_ID_PREFIX)
-    try:
-        response = client_of(ctx).request("POST", collection, json=dict(body), idempotency_key=key)
-    except ApiError as error:
-        if outcome_unknown(error):
-            raise
-        return None
-    found = response.body.get("id") if isinstance(response.body, dict) else None
-    return found if isinstance(found, str) else None
-
-
-# ---- reads with ETags -------------------------------------------------------------------------------
-
-ETAG_KEY = "etag"
-
-
-def get_with_etag(ctx: Context, path: str) -> dict[str, Any] | None:
-    """GET one object, remembering its ETag in private state for the next If-Match; None on 404."""
-    try:
-        response = client_of(ctx).request("GET", path)
-    except NotFound:
-        return None
-    if not isinstance(response.body, dict):
-        raise DiagnosticError("Unexpected API Response", f"GET {path} did not answer a JSON object.")
-    remember_etag(ctx, response.etag)
-    return response.body
-
-
-def remember_etag(ctx: Context, etag: str | None) -> None:
-    if etag:
-        ctx.private[ETAG_KEY] = etag
-    else:
-        ctx.private.pop(ETAG_KEY, None)
-
-
-def etag_of(ctx: Context) -> str | None:
-    value = ctx.private.get(ETAG_KEY)
-    return value if isinstance(value, str) else None
-
-
 # ---- catalog ---------------------------------------------------------------------------------------
 
 _REGIONS: dict[int, dict[str, dict[str, Any]]] = {}
@@ -312,20 +205,6 @@ def regions_by_name(ctx: Context) -> dict[str, dict[str, Any]]:
 
 
 # ---- value conversions ------------------------------------------------------------------------------
-
-
-def timestamp(value: Any) -> str:
-    """An API timestamp as RFC 3339 in UTC ending in `Z`: one spelling whatever offset form the API used
-    (a naive time is UTC), so reads never show a spurious change."""
-    if not isinstance(value, str):
-        return str(value)
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return value
-    if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
-    return parsed.isoformat() + "Z"
 
 
 def number(value: Any) -> int | Decimal:

@@ -3,37 +3,27 @@ with alert thresholds and an action at 100 % (`notify` or `block_new`)."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
-from provider.client import ApiError
+from provider.client import GpuCloudClient
+from provider.client.collections import Collection
 from provider.cty import NUMBER
 from provider.framework import (
+    NUMBER_VALUE,
     Context,
     DiagnosticError,
     NumberAttribute,
-    Resource,
     Schema,
     SetAttribute,
     SingleNestedAttribute,
     State,
     StringAttribute,
+    rfc3339_utc,
     use_state_for_unknown,
 )
-from provider.resources._common import (
-    api_error,
-    client_of,
-    configured,
-    create_done,
-    create_key,
-    etag_of,
-    get_with_etag,
-    number,
-    plan_create_key,
-    remember_etag,
-    timestamp,
-)
+from provider.resources._common import number
 from provider.resources.api_rules import field_validators
+from provider.resources.rest import RestResource
 
 SUBJECT = "budget"
 DEFAULT_THRESHOLDS = [50, 80, 100]
@@ -48,12 +38,10 @@ def _rules(field: str, **text: str) -> Any:
     return field_validators("BudgetCreate", field, text=text)
 
 
-def _path(budget_id: str) -> str:
-    return f"/v1/budgets/{budget_id}"
-
-
-class BudgetResource(Resource):
+class BudgetResource(RestResource):
     type_name = "gpucloud_budget"
+    subject = SUBJECT
+    title = "Budget"
     blocking_plan = False  # planning calls no API (only create/read/update/delete do)
     import_id_attribute = "id"
     schema = Schema(
@@ -73,6 +61,7 @@ class BudgetResource(Resource):
                 required=True,
                 description="Monthly amount in USD (up to two decimals).",
                 validators=_rules("amount_usd"),
+                semantic=NUMBER_VALUE,
             ),
             # Optional
             "label_filter": SingleNestedAttribute(
@@ -122,33 +111,14 @@ class BudgetResource(Resource):
         },
     )
 
-    def modify_plan(
-        self, ctx: Context, plan: State | None, state: State | None, config: State | None
-    ) -> State | None:
-        plan_create_key(ctx, state, plan)
-        return plan
+    def collection(self, client: GpuCloudClient) -> Collection:
+        return client.budgets
 
-    def create(self, ctx: Context, plan: State) -> State | None:
-        try:
-            response = client_of(ctx).request(
-                "POST", "/v1/budgets", json=_body(plan), idempotency_key=create_key(ctx)
-            )
-        except ApiError as error:
-            api_error(ctx, "Error Creating Budget", error, subject=SUBJECT, schema=self.schema)
-            return None
-        create_done(ctx)
-        remember_etag(ctx, response.etag)
-        return _state(response.body, plan)
+    def create_body(self, values: State) -> dict[str, Any]:
+        return _body(values)
 
-    def read(self, ctx: Context, state: State) -> State | None:
-        if not configured(ctx):
-            return state
-        try:
-            body = get_with_etag(ctx, _path(state["id"]))
-        except ApiError as error:
-            api_error(ctx, "Error Reading Budget", error, subject=SUBJECT)
-            return state
-        return None if body is None else _state(body, state)
+    def state_from(self, body: dict[str, Any], prior: State) -> State:
+        return _state(body)
 
     def update(self, ctx: Context, plan: State, state: State) -> State | None:
         changes = {k: v for k, v in _body(plan).items() if _body(state).get(k) != v}
@@ -156,22 +126,7 @@ class BudgetResource(Resource):
             changes["label_filter"] = None  # removed: the whole project again
         if not changes:
             return {**state, "amount_usd": plan["amount_usd"]}
-        try:
-            response = client_of(ctx).request(
-                "PATCH", _path(state["id"]), json=changes, if_match=etag_of(ctx)
-            )
-        except ApiError as error:
-            api_error(ctx, "Error Updating Budget", error, subject=SUBJECT, schema=self.schema)
-            return None
-        remember_etag(ctx, response.etag)
-        return _state(response.body, plan)
-
-    def delete(self, ctx: Context, state: State) -> None:
-        try:
-            client_of(ctx).request("DELETE", _path(state["id"]), if_match=etag_of(ctx))
-        except ApiError as error:
-            if error.status != 404:  # already gone: the goal of a delete
-                api_error(ctx, "Error Deleting Budget", error, subject=SUBJECT)
+        return self.patch(ctx, plan, state, changes)
 
 
 def _body(plan: State) -> dict[str, Any]:
@@ -186,21 +141,17 @@ def _body(plan: State) -> dict[str, Any]:
     return body
 
 
-def _state(body: Any, prior: State) -> State:
-    """State from the API object; the user's spelling of an equal amount stays."""
+def _state(body: Any) -> State:
+    """State from the API object (the user's spelling of an equal amount is kept by its semantic type)."""
     if not isinstance(body, dict):
         raise DiagnosticError("Unexpected API Response", "The API answered without a budget object.")
-    amount = number(body["amount_usd"])
-    known = prior.get("amount_usd")
-    if isinstance(known, int | Decimal) and Decimal(known) == Decimal(amount):
-        amount = known
     label = body.get("label_filter")
     return {
         "id": body["id"],
         "name": body["name"],
-        "amount_usd": amount,
+        "amount_usd": number(body["amount_usd"]),
         "label_filter": None if label is None else {"key": label["key"], "value": label["value"]},
         "thresholds": [int(t) for t in body["thresholds"]],
         "action": body["action"],
-        "created_at": timestamp(body["created_at"]),
+        "created_at": rfc3339_utc(body["created_at"]),
     }

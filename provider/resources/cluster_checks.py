@@ -234,7 +234,7 @@ def check_reservation(
     if not known(ref) or ref is None or (state is not None and state.get("reservation_id") == ref):
         return
     try:
-        reservation = client.request("GET", f"/v1/reservations/{ref}").body
+        reservation = client.get_reservation(ref)
     except NotFound:
         ctx.reference_problem("Unknown Reservation", f"No capacity reservation with id \"{ref}\" in this "
                               "project.", root("reservation_id"))

@@ -23,6 +23,7 @@ from provider.framework import (
     Schema,
     State,
     StringAttribute,
+    parse_instant,
     root,
 )
 from provider.framework.validators import string_matches
@@ -115,4 +116,7 @@ class ClusterCredentialsEphemeralResource(EphemeralResource):
 def _renew_at(expires_at: str) -> dt.datetime:
     """Halfway to the expiry: room for a late renewal, or a retry, before the token lapses."""
     now = dt.datetime.now(dt.UTC)
-    return now + (dt.datetime.fromisoformat(expires_at) - now) / 2
+    expiry = parse_instant(expires_at)  # a time without offset is UTC, never a naive/aware mix-up
+    if expiry is None:
+        raise ValueError(f"the API's expires_at is not a time: {expires_at!r}")
+    return now + (expiry - now) / 2

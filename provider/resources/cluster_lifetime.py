@@ -5,31 +5,21 @@ past its expiry and kept only by `deletion_protection`."""
 from __future__ import annotations
 
 import datetime as dt
-import re
-from typing import Any
 
 from provider.cty import UNKNOWN, is_unknown
-from provider.framework import Context, State, root
+from provider.framework import DAY_DURATION, Context, DurationType, State, parse_instant, rfc3339_utc, root
 
-_UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
-_PART = re.compile(r"([0-9]+)([dhms])")
+# The API's ttl: whole days, hours, minutes and seconds ("8h", "90m", "1d12h"). Its range (1 minute to
+# 365 days, at most 6 digits a part) is the API's rule, checked at plan time by the attribute's validators.
+TTL = DurationType(DAY_DURATION)
 
 
 def ttl_seconds(text: str) -> int | None:
-    """Seconds of a ttl such as "1d12h" (None when it is not one; the API's pattern checks it)."""
-    if not re.fullmatch(r"([0-9]+[dhms])+", text):
-        return None
-    return sum(int(number) * _UNITS[unit] for number, unit in _PART.findall(text))
-
-
-def _moment(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str):
-        return None
+    """Seconds of a ttl such as "1d12h" (None when it is not one)."""
     try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return int(DAY_DURATION.parse(text).total_seconds())
     except ValueError:
         return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
 
 
 def plan_expiry(ctx: Context, plan: State, state: State | None, config: State | None) -> None:
@@ -46,12 +36,12 @@ def plan_expiry(ctx: Context, plan: State, state: State | None, config: State | 
         return
     if ttl is not None:
         seconds = ttl_seconds(ttl) if isinstance(ttl, str) else None
-        created = _moment((state or {}).get("created_at"))
+        created = parse_instant((state or {}).get("created_at"))
         if is_unknown(ttl) or seconds is None or created is None:
             plan["expires_at"] = UNKNOWN
         else:
             moment = (created + dt.timedelta(seconds=seconds)).replace(microsecond=0)
-            plan["expires_at"] = moment.astimezone(dt.UTC).replace(tzinfo=None).isoformat() + "Z"
+            plan["expires_at"] = rfc3339_utc(moment.isoformat())
     elif configured is None:
         plan["expires_at"] = None
     orchestrator = plan.get("orchestrator")
@@ -72,7 +62,7 @@ def plan_expiry(ctx: Context, plan: State, state: State | None, config: State | 
 def _warn_if_kept_past_expiry(ctx: Context, state: State | None) -> None:
     if state is None or state.get("deletion_protection") is not True:
         return
-    expires_at = _moment(state.get("expires_at"))
+    expires_at = parse_instant(state.get("expires_at"))
     if expires_at is None or expires_at > dt.datetime.now(dt.UTC):
         return
     ctx.warning(

@@ -10,19 +10,9 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from provider.cty import is_unknown
-from provider.framework import Context, root
+from provider.framework import Context, parse_instant, root
 
 SECONDS_PER_DAY = 86400
-
-
-def _moment(value: Any) -> dt.datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=dt.UTC)
 
 
 def _usd(value: Decimal, quantum: str = "0.01") -> str:
@@ -36,7 +26,7 @@ def warn_if_term_forfeited(
     term = state.get("reservation")
     if not isinstance(term, Mapping):
         return
-    start, end = _moment(term.get("starts_at")), _moment(term.get("ends_at"))
+    start, end = parse_instant(term.get("starts_at")), parse_instant(term.get("ends_at"))
     paid = term.get("upfront_cost_usd")
     if start is None or end is None or paid is None or is_unknown(paid) or end <= start:
         return

@@ -20,9 +20,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
-from urllib.parse import quote
 
 from provider.client import (
     GpuCloudClient,
@@ -32,7 +31,7 @@ from provider.client import (
     TransportError,
 )
 from provider.client.http import Cancelled as ClientCancelled
-from provider.framework import Cancelled
+from provider.framework import Cancelled, parse_instant
 
 log = logging.getLogger("provider.resources.gpu_cluster")
 
@@ -88,7 +87,7 @@ class Poller:
         StopProvider during a request raises `Cancelled`."""
         while True:
             try:
-                response = self.client.request("GET", f"/v1/clusters/{quote(self.cluster_id, safe='')}")
+                response = self.client.clusters.get(self.cluster_id)
             except NotFound:
                 return None
             except ClientCancelled as error:
@@ -114,16 +113,6 @@ class Poller:
         return self.clock() >= self.deadline
 
 
-def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
-
-
 def members(body: dict[str, Any]) -> list[dict[str, Any]]:
     """Nodes that belong to the cluster (nodes being released carry no network)."""
     return [n for n in body.get("nodes") or [] if n.get("network") is not None]
@@ -145,7 +134,7 @@ def is_converged(body: dict[str, Any]) -> bool:
 def engine_saw_change(body: dict[str, Any], since: datetime) -> bool:
     """A phase was recorded at or after `since`: the engine has acted on the change made then."""
     for record in body.get("phase_history") or []:
-        at = _parse_time(record.get("at"))
+        at = parse_instant(record.get("at"))
         if at is not None and at >= since:
             return True
     return False
@@ -240,7 +229,7 @@ def wait_until_running(
     and `changed` (the API's answer to it): a cluster that looks converged counts as done only once the
     engine visibly acted (a phase recorded since, or the cluster seen converging since). `day_two_ok`
     (a create): a cluster that came up and then lost a node it keeps failed is done, not failed."""
-    since = _parse_time(changed_at) if changed_at else None
+    since = parse_instant(changed_at) if changed_at else None
     acted = since is None or (changed is not None and not is_converged(changed))
     progress = Progress(poller.clock())
     steady_since: float | None = None

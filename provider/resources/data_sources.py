@@ -281,7 +281,7 @@ class SshKeyDataSource(_LookupDataSource):
     schema = _lookup_schema(
         SshKeyResource.schema, "SSH key", "An SSH key registered with the project, looked up by id or name."
     )
-    to_state = staticmethod(lambda body: SshKeyResource._state(body, {}))
+    to_state = staticmethod(SshKeyResource.state_from_api)
 
     def get(self, ctx: Context, object_id: str) -> dict[str, Any]:
         return client_of(ctx).get_ssh_key(object_id)

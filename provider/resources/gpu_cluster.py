@@ -15,22 +15,11 @@ import datetime as dt
 import time
 from typing import Any
 
-from provider.client import ApiError, Conflict, GpuCloudClient, NotFound, TransportError
+from provider.client import ApiError, Conflict, GpuCloudClient, NotFound
 from provider.cty import UNKNOWN, format_path, is_unknown, is_wholly_known
-from provider.framework import Cancelled, Context, Resource, State, root, timeout
+from provider.framework import Cancelled, Context, Resource, State, keep_semantic_equals, root, timeout
 from provider.resources import cluster_checks as checks
-from provider.resources._common import (
-    api_error,
-    api_id_identity,
-    client_of,
-    configured,
-    create_done,
-    create_key,
-    etag_of,
-    get_with_etag,
-    plan_create_key,
-    remember_etag,
-)
+from provider.resources._common import api_error, api_id_identity, client_of, configured
 from provider.resources.cluster_checks import known
 from provider.resources.cluster_lifetime import plan_expiry
 from provider.resources.cluster_reservation import warn_if_term_forfeited
@@ -48,13 +37,24 @@ from provider.resources.gpu_cluster_schema import (
     reservation_state,
     spec_from_plan,
 )
+from provider.resources.rest import (
+    OutcomeUnknown,
+    create_done,
+    etag_of,
+    id_for_delete,
+    is_unconfirmed,
+    keep_unconfirmed,
+    plan_create_key,
+    remember_etag,
+    send_create,
+)
 
 SUBJECT = "GPU cluster"
+CREATE_ERROR = "Error Creating GPU Cluster"
 RENAMES = {"volume_ids": "shared_volume_ids"}
 DEFAULT_CREATE = dt.timedelta(hours=2)
 DEFAULT_UPDATE = dt.timedelta(hours=2)
 DEFAULT_DELETE = dt.timedelta(hours=1)
-CREATE_RETRY_SECONDS = 2.0  # pause between create attempts while the API is unreachable
 # Changes the API applies as a plain PATCH (Terraform name -> API name).
 PATCHABLE = {
     "name": "name",
@@ -85,10 +85,6 @@ SETTLED_PHASES = (None, "Ready")
 # (node_repair = "manual") while the others serve. Not a wait to resume, and no reason to replace it.
 DAY_TWO_PHASES = ("Repairing", "Degraded")
 KNOWN_AFTER_WAIT = ("status", "phase", "nodes", "login", "slurm", "kubernetes", "nccl_env", "reservation")
-
-
-def _path(cluster_id: str) -> str:
-    return f"/v1/clusters/{cluster_id}"
 
 
 def still_converging(state: State) -> bool:
@@ -361,7 +357,12 @@ class GpuClusterResource(Resource):
         client = client_of(ctx)
         limit = timeout(plan, "create", DEFAULT_CREATE).total_seconds()
         deadline = time.monotonic() + limit
-        body = self._send_create(ctx, client, plan, deadline)
+        try:
+            body = self._send_create(ctx, client, plan, deadline)
+        except OutcomeUnknown as unknown:
+            return keep_unconfirmed(
+                ctx, self.schema, plan, unknown.error, summary=CREATE_ERROR, subject=SUBJECT
+            )
         if body is None:
             return None
         state = self._state(ctx, client, body, plan)
@@ -391,28 +392,34 @@ class GpuClusterResource(Resource):
     def _send_create(
         self, ctx: Context, client: GpuCloudClient, plan: State, deadline: float
     ) -> dict[str, Any] | None:
-        """POST the cluster, repeating the same Idempotency-Key while the API is unreachable, so a
-        backend restart mid-apply neither fails the apply nor creates a second cluster."""
-        key = create_key(ctx)
-        while True:
-            try:
-                return client.create_cluster(spec_from_plan(plan), idempotency_key=key)
-            except TransportError as error:
-                if time.monotonic() >= deadline:
-                    api_error(ctx, "Error Creating GPU Cluster", error, subject=SUBJECT)
-                    return None
-                ctx.sleep(CREATE_RETRY_SECONDS)
-            except ApiError as error:
-                api_error(ctx, "Error Creating GPU Cluster", error, subject=SUBJECT, schema=self.schema,
-                          renames=RENAMES)
-                return None
+        """POST the cluster with the create's key (the one create policy, `rest.send_create`), sending it
+        again while the API is unreachable until the create timeout: a backend restart mid-apply neither
+        fails the apply nor creates a second cluster. None when the API refused it."""
+        spec = spec_from_plan(plan)
+        try:
+            response = send_create(
+                ctx, lambda key: client.clusters.create(spec, idempotency_key=key), resend_until=deadline
+            )
+        except ApiError as error:  # refused (`OutcomeUnknown` is the caller's)
+            api_error(ctx, CREATE_ERROR, error, subject=SUBJECT, schema=self.schema, renames=RENAMES)
+            return None
+        if not isinstance(response.body, dict):
+            ctx.error("Unexpected API Response", "The API answered without a cluster object.")
+            return None
+        return response.body
 
     def read(self, ctx: Context, state: State) -> State | None:
+        if is_unconfirmed(state):
+            return state  # an unconfirmed create: the replacing apply finds and deletes it
         try:
-            body = get_with_etag(ctx, _path(state["id"]))
+            response = client_of(ctx).clusters.get(state["id"])
+        except NotFound:
+            return None
         except ApiError as error:
             api_error(ctx, "Error Reading GPU Cluster", error, subject=SUBJECT)
             return state
+        remember_etag(ctx, response.etag)
+        body = response.body if isinstance(response.body, dict) else None
         if body is None or body.get("deletion_requested_at") is not None:
             return None  # gone (or being deleted outside Terraform): the next plan re-creates it
         if body.get("status") == "FAILED" and body.get("status_reason"):
@@ -444,7 +451,7 @@ class GpuClusterResource(Resource):
         body: dict[str, Any] | None = None
         try:
             if changes:
-                response = client.request("PATCH", _path(cluster_id), json=changes, if_match=etag_of(ctx))
+                response = client.clusters.update(cluster_id, changes, if_match=etag_of(ctx))
                 remember_etag(ctx, response.etag)
                 body = response.body
             before = set(state.get("shared_volume_ids") or [])
@@ -487,7 +494,11 @@ class GpuClusterResource(Resource):
         client = client_of(ctx)
         deadline = time.monotonic() + timeout(state, "delete", DEFAULT_DELETE).total_seconds()
         try:
-            client.delete_cluster(state["id"])
+            spec = spec_from_plan(state)
+            cluster_id = id_for_delete(state, lambda key: client.clusters.create(spec, idempotency_key=key))
+            if cluster_id is None:
+                return  # an unconfirmed create that made nothing
+            client.delete_cluster(cluster_id)
         except NotFound:
             return
         except Conflict as error:
@@ -497,10 +508,10 @@ class GpuClusterResource(Resource):
             api_error(ctx, "Error Deleting GPU Cluster", error, subject=SUBJECT)
             return
         try:
-            wait_until_gone(Poller(client, state["id"], deadline, ctx.sleep))
+            wait_until_gone(Poller(client, cluster_id, deadline, ctx.sleep))
         except ClusterWaitError as error:
             ctx.error(
-                "Error Deleting GPU Cluster", f"Cluster {state['id']} was not deleted: {error.message}."
+                "Error Deleting GPU Cluster", f"Cluster {cluster_id} was not deleted: {error.message}."
             )
 
     # -- state ----------------------------------------------------------------------------------------
@@ -510,7 +521,10 @@ class GpuClusterResource(Resource):
         return self._state(ctx, client_of(ctx), body, {})
 
     def _state(self, ctx: Context, client: GpuCloudClient, body: dict[str, Any], prior: State) -> State:
-        return cluster_state(body, prior, self._reservation(client, body))
+        state: State = keep_semantic_equals(
+            self.schema, prior, cluster_state(body, prior, self._reservation(client, body))
+        )
+        return state
 
     @staticmethod
     def _reservation(client: GpuCloudClient, body: dict[str, Any]) -> dict[str, Any] | None:

@@ -5,12 +5,13 @@ Shared by the resource and the `gpucloud_gpu_cluster` data source (which reuses 
 
 from __future__ import annotations
 
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from provider.cty import STRING, is_unknown
 from provider.framework import (
+    NUMBER_VALUE,
+    RFC3339,
     BoolAttribute,
     Int64Attribute,
     ListAttribute,
@@ -23,6 +24,7 @@ from provider.framework import (
     StringAttribute,
     requires_replace,
     requires_replace_if,
+    rfc3339_utc,
     timeouts_block,
     use_state_for_unknown,
     use_state_for_unknown_unless_changed,
@@ -30,8 +32,9 @@ from provider.framework import (
 from provider.framework.planmodifiers import PlanModification
 from provider.framework.schema import Attribute
 from provider.framework.validators import Validator
-from provider.resources._common import number, timestamp
+from provider.resources._common import number
 from provider.resources.api_rules import field_validators
+from provider.resources.cluster_lifetime import TTL
 
 REF_ID_PATTERN = r"[a-z]{3}_[0-9a-z]+"
 DEFAULT_BILLING = {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"}
@@ -260,6 +263,7 @@ def computed_attributes() -> dict[str, Attribute]:
             computed=True,
             description="Hourly cost in USD while all nodes run, from the catalog prices. Known at plan "
             "time, so `terraform plan` shows what a change costs.",
+            semantic=NUMBER_VALUE,
         ),
         "reservation": SingleNestedAttribute(
             computed=True,
@@ -479,6 +483,7 @@ CLUSTER_SCHEMA = Schema(
             "per hour. A cost already above a lowered limit is a warning: changes that do not raise "
             "it (labels, a scale-down, destroy) go through.",
             validators=api("max_hourly_cost_usd"),
+            semantic=NUMBER_VALUE,
         ),
         "ttl": StringAttribute(
             optional=True,
@@ -488,6 +493,7 @@ CLUSTER_SCHEMA = Schema(
             "deleted cluster. With `deletion_protection = true` an expired cluster keeps running (and "
             "billing) with a warning instead. Changes in place; conflicts with `expires_at`.",
             validators=api("ttl"),
+            semantic=TTL,
         ),
         "expires_at": StringAttribute(
             optional=True,
@@ -495,6 +501,7 @@ CLUSTER_SCHEMA = Schema(
             description="When the cluster is deleted (RFC 3339, e.g. `\"2026-12-01T18:00:00Z\"`): set it "
             "instead of `ttl`, or read it (computed from `ttl`, null without either). Changes in place.",
             validators=api("expires_at"),
+            semantic=RFC3339,
         ),
         "idle_teardown_minutes": Int64Attribute(
             optional=True,
@@ -580,30 +587,6 @@ def _number(value: Any) -> int | Decimal | None:
     return None if value is None else number(value)
 
 
-def _same_number(prior: Any, value: int | Decimal | None) -> Any:
-    """Keep the user's spelling (e.g. 100 vs 100.0) when the API echoes the same number."""
-    if isinstance(prior, int | Decimal) and value is not None and Decimal(prior) == Decimal(value):
-        return prior
-    return value
-
-
-def _same_instant(prior: Any, value: Any) -> Any:
-    """An API time in state: the user's spelling when it is the same instant, else RFC 3339 UTC."""
-    if value is None:
-        return None
-    if isinstance(prior, str) and _instant(prior) == _instant(value):
-        return prior
-    return timestamp(value)
-
-
-def _instant(text: str) -> datetime | None:
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo is not None else None
-
-
 def _empty_as(prior: Any, value: Any) -> Any:
     """An empty collection from the API stays null when the state had null (unset in configuration)."""
     return None if not value and prior is None else value
@@ -669,8 +652,8 @@ def reservation_state(body: dict[str, Any], estimated_upfront: Any) -> dict[str,
     term = body.get("reservation")
     if isinstance(term, dict) and term.get("term_start"):
         return {
-            "starts_at": timestamp(term["term_start"]),
-            "ends_at": timestamp(term["term_end"]) if term.get("term_end") else None,
+            "starts_at": rfc3339_utc(term["term_start"]),
+            "ends_at": rfc3339_utc(term["term_end"]) if term.get("term_end") else None,
             "upfront_cost_usd": _number(term.get("upfront_usd")),
         }
     return {"starts_at": None, "ends_at": None, "upfront_cost_usd": estimated_upfront}
@@ -685,7 +668,7 @@ def computed_state(body: dict[str, Any], reservation: dict[str, Any] | None) -> 
         "phase": body.get("phase"),
         "num_gpus": _number(body.get("num_gpus")),
         "gpu_type": body.get("gpu_type"),
-        "created_at": timestamp(body["created_at"]) if body.get("created_at") else None,
+        "created_at": rfc3339_utc(body["created_at"]) if body.get("created_at") else None,
         "nodes": [node_state(n, multi_node=multi_node) for n in body.get("nodes") or []],
         "login": login_state(body.get("login")),
         "slurm": slurm_state(body.get("slurm")),
@@ -732,11 +715,9 @@ def cluster_state(
         "deletion_protection": bool(body.get("deletion_protection")),
         "node_repair": body.get("node_repair") or "auto",
         "capacity_type": body.get("capacity_type") or "on_demand",
-        "max_hourly_cost_usd": _same_number(
-            prior.get("max_hourly_cost_usd"), _number(body.get("max_hourly_cost_usd"))
-        ),
+        "max_hourly_cost_usd": _number(body.get("max_hourly_cost_usd")),
         "ttl": body.get("ttl"),
-        "expires_at": _same_instant(prior.get("expires_at"), body.get("expires_at")),
+        "expires_at": rfc3339_utc(body["expires_at"]) if body.get("expires_at") else None,
         "idle_teardown_minutes": body.get("idle_teardown_minutes"),
         "autoscaling": _autoscaling_state(body.get("autoscaling")),
         "reserved_ip_id": body.get("reserved_ip_id"),
@@ -744,7 +725,4 @@ def cluster_state(
         else True,
         "timeouts": prior.get("timeouts"),
         **computed_state(body, reservation),
-        "estimated_hourly_cost_usd": _same_number(
-            prior.get("estimated_hourly_cost_usd"), _number(body.get("estimated_hourly_cost_usd"))
-        ),
     }

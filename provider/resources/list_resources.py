@@ -19,9 +19,11 @@ a filter left unset matches everything. Full states are built only when Terrafor
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from operator import attrgetter
 from typing import Any
 
-from provider.client import ApiError
+from provider.client import ApiError, GpuCloudClient
+from provider.client.collections import Collection
 from provider.cty import STRING
 from provider.framework import (
     Context,
@@ -77,7 +79,7 @@ def matches(body: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
 
 def _listed(
     ctx: Context,
-    path: str,
+    collection: Callable[[GpuCloudClient], Collection],
     config: State,
     subject: str,
     state_of: Callable[[dict[str, Any]], State],
@@ -85,7 +87,7 @@ def _listed(
     include_state: bool,
 ) -> Iterator[ListResult]:
     try:
-        for body in client_of(ctx).iter_items(path):
+        for body in collection(client_of(ctx)).items():
             if isinstance(body, dict) and matches(body, config):
                 yield ListResult(
                     {"id": body["id"]}, str(body.get("name") or body["id"]),
@@ -120,8 +122,8 @@ class GpuClusterListResource(ListResource):
     def list(self, ctx: Context, config: State, *, include_state: bool) -> Iterator[ListResult]:
         clusters = GpuClusterResource()
         yield from _listed(
-            ctx, "/v1/clusters", config, "GPU Cluster", lambda body: clusters.state_from_api(ctx, body),
-            include_state=include_state,
+            ctx, attrgetter("clusters"), config, "GPU Cluster",
+            lambda body: clusters.state_from_api(ctx, body), include_state=include_state,
         )
 
 
@@ -135,7 +137,7 @@ class SharedVolumeListResource(ListResource):
 
     def list(self, ctx: Context, config: State, *, include_state: bool) -> Iterator[ListResult]:
         yield from _listed(
-            ctx, "/v1/volumes", config, "Shared Volume", SharedVolumeResource.state_from_api,
+            ctx, attrgetter("volumes"), config, "Shared Volume", SharedVolumeResource.state_from_api,
             include_state=include_state,
         )
 
@@ -150,7 +152,7 @@ class SshKeyListResource(ListResource):
 
     def list(self, ctx: Context, config: State, *, include_state: bool) -> Iterator[ListResult]:
         yield from _listed(
-            ctx, "/v1/ssh-keys", config, "SSH Key", lambda body: SshKeyResource.state_from_api(body, {}),
+            ctx, attrgetter("ssh_keys"), config, "SSH Key", SshKeyResource.state_from_api,
             include_state=include_state,
         )
 
@@ -174,6 +176,6 @@ class ReservedIpListResource(ListResource):
 
     def list(self, ctx: Context, config: State, *, include_state: bool) -> Iterator[ListResult]:
         yield from _listed(
-            ctx, "/v1/reserved-ips", config, "Reserved IP", ReservedIpResource.state_from_api,
+            ctx, attrgetter("reserved_ips"), config, "Reserved IP", ReservedIpResource.state_from_api,
             include_state=include_state,
         )

@@ -3,33 +3,28 @@ paid up front once for the whole term; `gpucloud_gpu_cluster`s draw from it with
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
-from provider.client import ApiError
+from provider.client import GpuCloudClient
+from provider.client.collections import Collection
+from provider.cty import STRING
 from provider.framework import (
+    RFC3339,
     Context,
     DiagnosticError,
     Int64Attribute,
+    MapAttribute,
     NumberAttribute,
-    Resource,
     Schema,
     State,
     StringAttribute,
     requires_replace,
+    rfc3339_utc,
     use_state_for_unknown,
 )
-from provider.resources._common import (
-    api_error,
-    client_of,
-    configured,
-    create_done,
-    create_key,
-    number,
-    plan_create_key,
-    timestamp,
-)
+from provider.resources._common import number
 from provider.resources.api_rules import field_validators
+from provider.resources.rest import RestResource
 
 SUBJECT = "reservation"
 NAME_RULE = "must be 1-128 printable characters without leading or trailing spaces"
@@ -39,16 +34,14 @@ def _rules(field: str, **text: str) -> Any:
     return field_validators("ReservationCreate", field, text=text)
 
 
-def _path(reservation_id: str) -> str:
-    return f"/v1/reservations/{reservation_id}"
-
-
 def _stable() -> list[Any]:
     return [use_state_for_unknown()]
 
 
-class ReservationResource(Resource):
+class ReservationResource(RestResource):
     type_name = "gpucloud_reservation"
+    subject = SUBJECT
+    title = "Reservation"
     blocking_plan = False  # planning calls no API (only create/read/update/delete do)
     import_id_attribute = "id"
     schema = Schema(
@@ -98,7 +91,22 @@ class ReservationResource(Resource):
                 computed=True,
                 description="When the term starts (RFC 3339, e.g. `\"2026-12-01T08:00:00Z\"`); clusters draw "
                 "from it and the charge is made from then. Default: when it is created.",
+                semantic=RFC3339,
                 plan_modifiers=[use_state_for_unknown(), requires_replace()],
+            ),
+            "labels": MapAttribute(
+                element_type=STRING,
+                optional=True,
+                description="Free-form key/value tags (up to 64). `team` scopes the reservation as it scopes "
+                "clusters: an API key limited to a team sees, draws from and manages only the reservations "
+                "labelled with its team. Changing them replaces the reservation.",
+                validators=_rules(
+                    "labels",
+                    keys="key must be 1-63 lowercase letters, digits, '.', '_', '/' or '-', starting and "
+                    "ending with a letter or digit",
+                    values="must have no control characters",
+                ),
+                plan_modifiers=[requires_replace()],
             ),
             # Computed
             "id": StringAttribute(
@@ -122,44 +130,17 @@ class ReservationResource(Resource):
         },
     )
 
-    def modify_plan(
-        self, ctx: Context, plan: State | None, state: State | None, config: State | None
-    ) -> State | None:
-        plan_create_key(ctx, state, plan)
-        return plan
+    def collection(self, client: GpuCloudClient) -> Collection:
+        return client.reservations
 
-    def create(self, ctx: Context, plan: State) -> State | None:
-        try:
-            response = client_of(ctx).request(
-                "POST", "/v1/reservations", json=_body(plan), idempotency_key=create_key(ctx)
-            )
-        except ApiError as error:
-            api_error(ctx, "Error Creating Reservation", error, subject=SUBJECT, schema=self.schema)
-            return None
-        create_done(ctx)
-        return _state(response.body, plan)
+    def create_body(self, values: State) -> dict[str, Any]:
+        return _body(values)
 
-    def read(self, ctx: Context, state: State) -> State | None:
-        if not configured(ctx):
-            return state
-        try:
-            response = client_of(ctx).request("GET", _path(state["id"]))
-        except ApiError as error:
-            if error.status == 404:
-                return None
-            api_error(ctx, "Error Reading Reservation", error, subject=SUBJECT)
-            return state
-        return _state(response.body, state)
+    def state_from(self, body: dict[str, Any], prior: State) -> State:
+        return _state(body, prior)
 
     def update(self, ctx: Context, plan: State, state: State) -> State | None:
         return {**state, "name": plan["name"]}  # every setting replaces: nothing changes in place
-
-    def delete(self, ctx: Context, state: State) -> None:
-        try:
-            client_of(ctx).request("DELETE", _path(state["id"]))
-        except ApiError as error:
-            if error.status != 404:  # already gone: the goal of a delete
-                api_error(ctx, "Error Deleting Reservation", error, subject=SUBJECT)
 
 
 def _body(plan: State) -> dict[str, Any]:
@@ -172,24 +153,17 @@ def _body(plan: State) -> dict[str, Any]:
     }
     if isinstance(plan.get("starts_at"), str):
         body["starts_at"] = plan["starts_at"]
+    if plan.get("labels"):
+        body["labels"] = dict(plan["labels"])
     return body
 
 
-def _instant(text: Any) -> datetime | None:
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-
-
 def _state(body: Any, prior: State) -> State:
-    """State from the API object; the user's spelling of the same start instant stays."""
+    """State from the API object (the user's spelling of the same start instant is kept by its semantic
+    type); no labels stay null when the configuration wrote none."""
     if not isinstance(body, dict):
         raise DiagnosticError("Unexpected API Response", "The API answered without a reservation object.")
-    starts = timestamp(body["starts_at"])
-    known_start = prior.get("starts_at")
-    if isinstance(known_start, str) and _instant(known_start) == _instant(starts):
-        starts = known_start
+    labels = dict(body.get("labels") or {})
     return {
         "id": body["id"],
         "name": body["name"],
@@ -197,9 +171,10 @@ def _state(body: Any, prior: State) -> State:
         "instance_type": body["instance_type"],
         "node_count": int(body["node_count"]),
         "duration_days": int(body["duration_days"]),
-        "starts_at": starts,
-        "ends_at": timestamp(body["ends_at"]),
+        "starts_at": rfc3339_utc(body["starts_at"]),
+        "labels": labels if labels or prior.get("labels") is not None else None,
+        "ends_at": rfc3339_utc(body["ends_at"]),
         "fabric": body["fabric"],
         "upfront_cost_usd": number(body["upfront_usd"]),
-        "created_at": timestamp(body["created_at"]),
+        "created_at": rfc3339_utc(body["created_at"]),
     }

@@ -4,54 +4,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from provider.client import ApiError
+from provider.client import ApiError, GpuCloudClient
+from provider.client.collections import Collection
 from provider.cty import STRING, is_unknown
 from provider.framework import (
     Context,
     DiagnosticError,
     MapAttribute,
     NumberAttribute,
-    Resource,
     Schema,
     State,
     StringAttribute,
     requires_replace,
+    rfc3339_utc,
     root,
     use_state_for_unknown,
 )
-from provider.resources._common import (
-    UNCONFIRMED_CREATE,
-    api_error,
-    api_id_identity,
-    client_of,
-    configured,
-    create_done,
-    create_key,
-    etag_of,
-    get_with_etag,
-    is_unconfirmed,
-    keep_unconfirmed,
-    number,
-    object_id_for_delete,
-    outcome_unknown,
-    plan_create_key,
-    regions_by_name,
-    remember_etag,
-    timestamp,
-)
+from provider.resources._common import api_id_identity, configured, number, regions_by_name
 from provider.resources.api_rules import field_validators
+from provider.resources.rest import RestResource, plan_create_key
 from provider.resources.ssh_key import NAME_RULE
 
-COLLECTION = "/v1/reserved-ips"
 SUBJECT = "reserved IP"
 
 
-def _path(reserved_ip_id: str) -> str:
-    return f"{COLLECTION}/{reserved_ip_id}"
-
-
-class ReservedIpResource(Resource):
+class ReservedIpResource(RestResource):
     type_name = "gpucloud_reserved_ip"
+    subject = SUBJECT
+    title = "Reserved IP"
+    create_verb = "Reserving"
+    delete_verb = "Releasing"
     import_id_attribute = "id"
     identity_schema = api_id_identity("reserved IP", "rip")
     schema = Schema(
@@ -139,30 +121,19 @@ class ReservedIpResource(Resource):
             )
         return plan
 
-    # ---- CRUD ------------------------------------------------------------------------------------------
+    # ---- CRUD (the create/read/delete policy is RestResource's) ----------------------------------------
 
-    def create(self, ctx: Context, plan: State) -> State | None:
-        body = self._create_body(plan)
-        try:
-            response = client_of(ctx).request("POST", COLLECTION, json=body, idempotency_key=create_key(ctx))
-        except ApiError as error:
-            unknown = outcome_unknown(error)
-            api_error(ctx, "Error Reserving IP", error, subject=SUBJECT, schema=self.schema,
-                      extra=UNCONFIRMED_CREATE if unknown else "")
-            return keep_unconfirmed(ctx, self.schema, plan) if unknown else None
-        create_done(ctx)
-        remember_etag(ctx, response.etag)
-        return self._state(response.body, plan)
+    def collection(self, client: GpuCloudClient) -> Collection:
+        return client.reserved_ips
 
-    def read(self, ctx: Context, state: State) -> State | None:
-        if not configured(ctx) or is_unconfirmed(state):
-            return state  # provider block not known yet, or an unconfirmed create: nothing to read
-        try:
-            body = get_with_etag(ctx, _path(state["id"]))
-        except ApiError as error:
-            api_error(ctx, "Error Reading Reserved IP", error, subject=SUBJECT)
-            return state
-        return None if body is None else self._state(body, state)
+    def create_body(self, values: State) -> dict[str, Any]:
+        return self._create_body(values)
+
+    def state_from(self, body: dict[str, Any], prior: State) -> State:
+        return self._state(body, prior)
+
+    def summary(self, verb: str) -> str:
+        return "Error Reserving IP" if verb == "Reserving" else super().summary(verb)
 
     def update(self, ctx: Context, plan: State, state: State) -> State | None:
         changes: dict[str, Any] = {}
@@ -170,33 +141,17 @@ class ReservedIpResource(Resource):
             changes["name"] = plan.get("name")
         if (plan.get("labels") or {}) != (state.get("labels") or {}):
             changes["labels"] = plan.get("labels") or {}
-        try:
-            response = client_of(ctx).request(
-                "PATCH", _path(state["id"]), json=changes, if_match=etag_of(ctx)
-            )
-        except ApiError as error:
-            api_error(ctx, "Error Updating Reserved IP", error, subject=SUBJECT, schema=self.schema)
-            return None
-        remember_etag(ctx, response.etag)
-        return self._state(response.body, plan)
+        return self.patch(ctx, plan, state, changes)
 
-    def delete(self, ctx: Context, state: State) -> None:
-        try:
-            reserved_ip_id = object_id_for_delete(ctx, state, COLLECTION, self._create_body(state))
-            if reserved_ip_id is None:
-                return  # an unconfirmed create that made nothing
-            client_of(ctx).request("DELETE", _path(reserved_ip_id), if_match=etag_of(ctx))
-        except ApiError as error:
-            if error.status == 404:
-                return  # already released: the goal of a delete
-            if error.code == "reserved_ip_attached":
-                holder = error.extra.get("cluster_id") or "a cluster"
-                raise DiagnosticError(
-                    "Reserved IP Still Attached",
-                    f"Cluster {holder} answers on this address. Unset that cluster's reserved_ip_id (or "
-                    "destroy the cluster) first, then destroy the reserved IP.",
-                ) from None
-            api_error(ctx, "Error Releasing Reserved IP", error, subject=SUBJECT)
+    def delete_refused(self, ctx: Context, error: ApiError) -> None:
+        if error.code == "reserved_ip_attached":
+            holder = error.extra.get("cluster_id") or "a cluster"
+            raise DiagnosticError(
+                "Reserved IP Still Attached",
+                f"Cluster {holder} answers on this address. Unset that cluster's reserved_ip_id (or "
+                "destroy the cluster) first, then destroy the reserved IP.",
+            ) from None
+        super().delete_refused(ctx, error)
 
     @staticmethod
     def state_from_api(body: Any) -> State:
@@ -227,5 +182,5 @@ class ReservedIpResource(Resource):
             "cluster_id": body.get("cluster_id"),
             "status": body["status"],
             "hourly_cost_usd": number(body["hourly_cost_usd"]),
-            "created_at": timestamp(body["created_at"]),
+            "created_at": rfc3339_utc(body["created_at"]),
         }

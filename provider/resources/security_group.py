@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from provider.client import ApiError
+from provider.client import ApiError, GpuCloudClient
+from provider.client.collections import Collection
 from provider.cty import STRING
 from provider.framework import (
     BoolAttribute,
@@ -13,26 +14,15 @@ from provider.framework import (
     Int64Attribute,
     ListAttribute,
     ListNestedAttribute,
-    Resource,
     Schema,
     State,
     StringAttribute,
+    rfc3339_utc,
     use_state_for_unknown,
 )
-from provider.resources._common import (
-    api_error,
-    api_id_identity,
-    client_of,
-    configured,
-    create_done,
-    create_key,
-    etag_of,
-    get_with_etag,
-    plan_create_key,
-    remember_etag,
-    timestamp,
-)
+from provider.resources._common import api_id_identity
 from provider.resources.api_rules import field_validators
+from provider.resources.rest import RestResource
 from provider.resources.ssh_key import NAME_RULE
 
 SUBJECT = "security group"
@@ -42,10 +32,6 @@ INTRA_CLUSTER = (
     "Traffic between the nodes of one cluster (Slurm, NCCL, the jumphost to its workers) is always allowed "
     "and no rule can cut it."
 )
-
-
-def _path(group_id: str) -> str:
-    return f"/v1/security-groups/{group_id}"
 
 
 def _rule_attributes(direction: str) -> dict[str, Any]:
@@ -83,8 +69,10 @@ def _rule_attributes(direction: str) -> dict[str, Any]:
     }
 
 
-class SecurityGroupResource(Resource):
+class SecurityGroupResource(RestResource):
     type_name = "gpucloud_security_group"
+    subject = SUBJECT
+    title = "Security Group"
     blocking_plan = False  # planning calls no API (only create/read/update/delete do)
     import_id_attribute = "id"
     identity_schema = api_id_identity(SUBJECT, "sgr")
@@ -142,63 +130,31 @@ class SecurityGroupResource(Resource):
         },
     )
 
-    def modify_plan(
-        self, ctx: Context, plan: State | None, state: State | None, config: State | None
-    ) -> State | None:
-        plan_create_key(ctx, state, plan)
-        return plan
+    def collection(self, client: GpuCloudClient) -> Collection:
+        return client.security_groups
 
-    def create(self, ctx: Context, plan: State) -> State | None:
-        try:
-            response = client_of(ctx).request(
-                "POST", "/v1/security-groups", json=_body(plan), idempotency_key=create_key(ctx)
-            )
-        except ApiError as error:
-            api_error(ctx, "Error Creating Security Group", error, subject=SUBJECT, schema=self.schema)
-            return None
-        create_done(ctx)
-        remember_etag(ctx, response.etag)
-        return _state(response.body, plan)
+    def create_body(self, values: State) -> dict[str, Any]:
+        return _body(values)
 
-    def read(self, ctx: Context, state: State) -> State | None:
-        if not configured(ctx):
-            return state
-        try:
-            body = get_with_etag(ctx, _path(state["id"]))
-        except ApiError as error:
-            api_error(ctx, "Error Reading Security Group", error, subject=SUBJECT)
-            return state
-        return None if body is None else _state(body, state)
+    def state_from(self, body: dict[str, Any], prior: State) -> State:
+        return _state(body, prior)
 
     def update(self, ctx: Context, plan: State, state: State) -> State | None:
         before, after = _body(state), _body(plan)
         changes = {k: v for k, v in after.items() if before.get(k) != v}
         if not changes:
             return {**state, **{k: plan.get(k) for k in ("ingress", "egress", "description")}}
-        try:
-            response = client_of(ctx).request(
-                "PATCH", _path(state["id"]), json=changes, if_match=etag_of(ctx)
-            )
-        except ApiError as error:
-            api_error(ctx, "Error Updating Security Group", error, subject=SUBJECT, schema=self.schema)
-            return None
-        remember_etag(ctx, response.etag)
-        return _state(response.body, plan)
+        return self.patch(ctx, plan, state, changes)
 
-    def delete(self, ctx: Context, state: State) -> None:
-        try:
-            client_of(ctx).request("DELETE", _path(state["id"]), if_match=etag_of(ctx))
-        except ApiError as error:
-            if error.status == 404:
-                return  # already gone: the goal of a delete
-            if error.code == "security_group_in_use":
-                clusters = ", ".join(error.extra.get("cluster_ids") or []) or "a cluster"
-                raise DiagnosticError(
-                    "Security Group In Use",
-                    f"The group is used by {clusters}. Remove it from their security_group_ids (or destroy "
-                    "them) first, then destroy the group.",
-                ) from None
-            api_error(ctx, "Error Deleting Security Group", error, subject=SUBJECT)
+    def delete_refused(self, ctx: Context, error: ApiError) -> None:
+        if error.code == "security_group_in_use":
+            clusters = ", ".join(error.extra.get("cluster_ids") or []) or "a cluster"
+            raise DiagnosticError(
+                "Security Group In Use",
+                f"The group is used by {clusters}. Remove it from their security_group_ids (or destroy "
+                "them) first, then destroy the group.",
+            ) from None
+        super().delete_refused(ctx, error)
 
 
 def _rules(rules: Any) -> list[dict[str, Any]]:
@@ -231,5 +187,5 @@ def _state(body: Any, prior: State) -> State:
         "ingress": rules("ingress"),
         "egress": rules("egress"),
         "is_default": bool(body["is_default"]),
-        "created_at": timestamp(body["created_at"]),
+        "created_at": rfc3339_utc(body["created_at"]),
     }

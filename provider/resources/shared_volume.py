@@ -5,7 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from provider.client import ApiError
+from provider.client import ApiError, GpuCloudClient
+from provider.client.collections import Collection
 from provider.cty import STRING, is_unknown
 from provider.framework import (
     Context,
@@ -13,43 +14,21 @@ from provider.framework import (
     Int64Attribute,
     ListAttribute,
     NumberAttribute,
-    Resource,
     Schema,
     State,
     StringAttribute,
     requires_replace,
+    rfc3339_utc,
     root,
     use_state_for_unknown,
 )
-from provider.resources._common import (
-    UNCONFIRMED_CREATE,
-    api_error,
-    api_id_identity,
-    client_of,
-    configured,
-    create_done,
-    create_key,
-    etag_of,
-    get_with_etag,
-    is_unconfirmed,
-    keep_unconfirmed,
-    number,
-    object_id_for_delete,
-    outcome_unknown,
-    plan_create_key,
-    regions_by_name,
-    remember_etag,
-    timestamp,
-)
+from provider.resources._common import api_id_identity, configured, number, regions_by_name
 from provider.resources.api_rules import constraints, field_validators
+from provider.resources.rest import RestResource, plan_create_key
 from provider.resources.ssh_key import NAME_RULE
 
 MAX_SIZE_TIB = int(constraints("VolumeCreate", "size_tib")["maximum"])
 RENAMES = {"volume_id": "id"}
-
-
-def _path(volume_id: str) -> str:
-    return f"/v1/volumes/{volume_id}"
 
 
 def hourly_cost(storage_usd_per_tib_hour: Any, size_tib: int) -> int | Decimal:
@@ -59,8 +38,11 @@ def hourly_cost(storage_usd_per_tib_hour: Any, size_tib: int) -> int | Decimal:
     return number(Decimal(repr(float(exact))))
 
 
-class SharedVolumeResource(Resource):
+class SharedVolumeResource(RestResource):
     type_name = "gpucloud_shared_volume"
+    subject = "shared volume"
+    title = "Shared Volume"
+    renames = RENAMES
     import_id_attribute = "id"
     identity_schema = api_id_identity("shared volume", "vol")
     schema = Schema(
@@ -162,65 +144,30 @@ class SharedVolumeResource(Resource):
                 root("size_tib"),
             )
 
-    # ---- CRUD ------------------------------------------------------------------------------------------
+    # ---- CRUD (the create/read/delete policy is RestResource's) ----------------------------------------
 
-    def create(self, ctx: Context, plan: State) -> State | None:
-        body = {"name": plan["name"], "region": plan["region"], "size_tib": plan["size_tib"]}
-        try:
-            response = client_of(ctx).request(
-                "POST", "/v1/volumes", json=body, idempotency_key=create_key(ctx)
-            )
-        except ApiError as error:
-            unknown = outcome_unknown(error)
-            api_error(ctx, "Error Creating Shared Volume", error, subject="shared volume",
-                      schema=self.schema, renames=RENAMES, extra=UNCONFIRMED_CREATE if unknown else "")
-            return keep_unconfirmed(ctx, self.schema, plan) if unknown else None
-        create_done(ctx)
-        remember_etag(ctx, response.etag)
-        return self._state(response.body)
+    def collection(self, client: GpuCloudClient) -> Collection:
+        return client.volumes
 
-    def read(self, ctx: Context, state: State) -> State | None:
-        if not configured(ctx) or is_unconfirmed(state):
-            return state  # provider block not known yet, or an unconfirmed create: nothing to read
-        try:
-            body = get_with_etag(ctx, _path(state["id"]))
-        except ApiError as error:
-            api_error(ctx, "Error Reading Shared Volume", error, subject="shared volume")
-            return state
-        return None if body is None else self._state(body)
+    def create_body(self, values: State) -> dict[str, Any]:
+        return {"name": values["name"], "region": values["region"], "size_tib": values["size_tib"]}
+
+    def state_from(self, body: dict[str, Any], prior: State) -> State:
+        return self._state(body)
 
     def update(self, ctx: Context, plan: State, state: State) -> State | None:
         changes = {k: plan[k] for k in ("name", "size_tib") if plan[k] != state[k]}
-        try:
-            response = client_of(ctx).request(
-                "PATCH", _path(state["id"]), json=changes, if_match=etag_of(ctx)
-            )
-        except ApiError as error:
-            api_error(ctx, "Error Updating Shared Volume", error, subject="shared volume",
-                      schema=self.schema, renames=RENAMES)
-            return None
-        remember_etag(ctx, response.etag)
-        return self._state(response.body)
+        return self.patch(ctx, plan, state, changes)
 
-    def delete(self, ctx: Context, state: State) -> None:
-        try:
-            volume_id = object_id_for_delete(
-                ctx, state, "/v1/volumes", {k: state[k] for k in ("name", "region", "size_tib")}
-            )
-            if volume_id is None:
-                return  # an unconfirmed create that made nothing
-            client_of(ctx).request("DELETE", _path(volume_id), if_match=etag_of(ctx))
-        except ApiError as error:
-            if error.status == 404:
-                return  # already gone: the goal of a delete
-            if error.code == "volume_attached":
-                clusters = ", ".join(error.extra.get("cluster_ids") or []) or "a cluster"
-                raise DiagnosticError(
-                    "Shared Volume Still Attached",
-                    f"The volume is attached to {clusters}. Remove it from that cluster's shared_volume_ids "
-                    "(or destroy the cluster) first, then destroy the volume.",
-                ) from None
-            api_error(ctx, "Error Deleting Shared Volume", error, subject="shared volume")
+    def delete_refused(self, ctx: Context, error: ApiError) -> None:
+        if error.code == "volume_attached":
+            clusters = ", ".join(error.extra.get("cluster_ids") or []) or "a cluster"
+            raise DiagnosticError(
+                "Shared Volume Still Attached",
+                f"The volume is attached to {clusters}. Remove it from that cluster's shared_volume_ids "
+                "(or destroy the cluster) first, then destroy the volume.",
+            ) from None
+        super().delete_refused(ctx, error)
 
     @staticmethod
     def state_from_api(body: Any) -> State:
@@ -239,6 +186,6 @@ class SharedVolumeResource(Resource):
             "status": body["status"],
             "mount_path": body["mount_path"],
             "attached_cluster_ids": [str(c) for c in body.get("attached_cluster_ids") or []],
-            "created_at": timestamp(body["created_at"]),
+            "created_at": rfc3339_utc(body["created_at"]),
             "estimated_hourly_cost_usd": number(body["estimated_hourly_cost_usd"]),
         }

@@ -84,6 +84,7 @@ class FakeClusterApi:
     on_get: Callable[[], None] | None = None
     reject_create: list[dict[str, str]] | None = None  # field errors of a 422 for the next create
     unreachable_posts: int = 0  # the next N cluster POSTs fail as if the backend were down
+    lost_create_answers: int = 0  # the next N cluster creates happen, but answer 500 (the answer is lost)
     credentials_expire_at: str = "2099-01-01T00:00:00Z"  # the kubeconfig token's lease
     credentials_lapsed: bool = False  # renewals answer 409 credentials_expired
     credential_reads: int = 0
@@ -213,6 +214,9 @@ class FakeClusterApi:
         self.fail_next_create = self.degrade_next_create = False
         self.clusters[cluster_id] = cluster
         self.idempotency[key] = cluster_id
+        if self.lost_create_answers:
+            self.lost_create_answers -= 1
+            return self._problem(500, "internal", "the answer was lost")
         return httpx.Response(201, json=cluster)
 
     def _advance(self, cluster: dict[str, Any]) -> None:

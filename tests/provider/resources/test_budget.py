@@ -11,8 +11,8 @@ from typing import Any
 import httpx
 
 from provider.framework.validate import validate_config
-from provider.resources._common import IDEMPOTENCY_KEY
 from provider.resources.budget import BudgetResource
+from provider.resources.rest import IDEMPOTENCY_KEY
 from tests.provider.resources.fakes import context, plan, problem
 
 RESOURCE = BudgetResource()

@@ -16,7 +16,6 @@ from provider.resources._common import (
     client_of,
     number,
     path_from_field,
-    timestamp,
 )
 from provider.resources.provider import GpuCloudProvider
 from provider.resources.shared_volume import SharedVolumeResource
@@ -32,16 +31,6 @@ def test_path_from_field_maps_api_fields_to_attribute_paths():
     assert path_from_field("If-Match", SCHEMA) is None
     assert path_from_field(None, SCHEMA) is None
     assert path_from_field("nonexistent.deep", SCHEMA) is None
-
-
-def test_timestamp_has_one_spelling_for_every_offset_form():
-    for text in (
-        "2026-01-01T10:00:00Z",
-        "2026-01-01T10:00:00+00:00",
-        "2026-01-01T10:00:00",
-        "2026-01-01T11:00:00+01:00",
-    ):
-        assert timestamp(text) == "2026-01-01T10:00:00Z"
 
 
 def test_number_is_exact():

@@ -15,11 +15,12 @@ from provider.client import GpuCloudClient
 from provider.cty import UNKNOWN
 from provider.framework import Context
 from provider.framework.state import schema_object
-from provider.resources import cluster_checks, gpu_cluster
-from provider.resources._common import IDEMPOTENCY_KEY, GpuCloudConfig
+from provider.resources import cluster_checks, rest
+from provider.resources._common import GpuCloudConfig
 from provider.resources.cluster_credentials import ClusterCredentialsEphemeralResource
 from provider.resources.cluster_data_source import GpuClusterDataSource
 from provider.resources.gpu_cluster import GpuClusterResource
+from provider.resources.rest import IDEMPOTENCY_KEY
 from tests.provider.resources._gpu_cluster_fake_api import FakeClusterApi
 
 RESOURCE = GpuClusterResource()
@@ -106,12 +107,34 @@ def test_gpu_cluster_create_failure_returns_partial_state_and_error(api):
 
 
 def test_gpu_cluster_create_retries_with_the_same_key_while_the_api_is_down(api, monkeypatch):
-    monkeypatch.setattr(gpu_cluster, "CREATE_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(rest, "RESEND_PAUSE_SECONDS", 0.0)
     api.unreachable_posts = 2
     ctx = ctx_for(api, {IDEMPOTENCY_KEY: "key-7"})
     state = RESOURCE.create(ctx, planned())
     assert not ctx.diagnostics and state is not None and state["status"] == "RUNNING"
     assert len(api.clusters) == 1 and api.idempotency == {"key-7": "cls_1"}
+
+
+def test_gpu_cluster_create_whose_answer_is_lost_is_kept_unconfirmed_and_cleaned_up_on_replace(api):
+    api.lost_create_answers = 1  # the backend made the cluster and answered 500
+    ctx = ctx_for(api, {IDEMPOTENCY_KEY: "key-8"})
+    state = RESOURCE.create(ctx, planned())
+    assert state is not None and state["id"] == "unconfirmed-create:key-8"  # not forgotten: tainted
+    (error,) = ctx.diagnostics
+    assert error.summary == "Error Creating GPU Cluster" and "may have happened" in error.detail
+    assert list(api.clusters) == ["cls_1"]
+    assert RESOURCE.read(ctx_for(api), state) == state  # a refresh sends no create
+    RESOURCE.delete(ctx_for(api), state)  # the replacing apply: replay with the key, delete what it made
+    assert api.clusters == {} and api.idempotency == {"key-8": "cls_1"}
+
+
+def test_gpu_cluster_create_that_never_reached_the_api_by_its_deadline_keeps_nothing(api):
+    api.unreachable_posts = 100
+    ctx = ctx_for(api, {IDEMPOTENCY_KEY: "key-9"})
+    assert RESOURCE.create(ctx, planned(timeouts={"create": "0s"})) is None
+    (error,) = ctx.diagnostics
+    assert error.summary == "Error Creating GPU Cluster" and "may have happened" not in error.detail
+    assert api.clusters == {}
 
 
 def test_gpu_cluster_create_rejected_by_api_names_the_field(api):
@@ -390,3 +413,12 @@ def test_gpu_cluster_read_against_an_api_without_node_health_leaves_it_null(api)
     fresh = RESOURCE.read(ctx, state)
     assert not ctx.diagnostics
     assert fresh is not None and [n["health"] for n in fresh["nodes"]] == [None, None]
+
+
+def test_cluster_credentials_renewal_time_accepts_an_expiry_without_offset():
+    from provider.resources.cluster_credentials import _renew_at
+
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+    naive = later.replace(tzinfo=None).isoformat()  # a time without offset is UTC
+    left = _renew_at(naive) - dt.datetime.now(dt.UTC)  # halfway to the expiry
+    assert dt.timedelta(minutes=55) < left <= dt.timedelta(minutes=60)

@@ -18,9 +18,10 @@ from provider.framework.schema import NestedAttribute
 from provider.framework.state import schema_object
 from provider.framework.validate import validate_config
 from provider.resources import cluster_checks
-from provider.resources._common import IDEMPOTENCY_KEY, GpuCloudConfig
+from provider.resources._common import GpuCloudConfig
 from provider.resources.gpu_cluster import GpuClusterResource
 from provider.resources.gpu_cluster_schema import NODE_ATTRIBUTES
+from provider.resources.rest import IDEMPOTENCY_KEY
 from tests.provider.resources._gpu_cluster_fake_api import FakeClusterApi
 
 RESOURCE = GpuClusterResource()

@@ -12,7 +12,7 @@ import pytest
 
 from provider.framework.diagnostics import Diagnostics
 from provider.framework.validate import validate_config
-from provider.resources._common import IDEMPOTENCY_KEY
+from provider.resources.rest import IDEMPOTENCY_KEY
 from provider.resources.security_group import SecurityGroupResource
 from tests.provider.resources.fakes import context, problem
 

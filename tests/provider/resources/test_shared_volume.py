@@ -6,7 +6,7 @@ import pytest
 
 from provider.cty import UNKNOWN
 from provider.framework import DiagnosticError
-from provider.resources._common import ETAG_KEY, IDEMPOTENCY_KEY
+from provider.resources.rest import ETAG_KEY, IDEMPOTENCY_KEY
 from provider.resources.shared_volume import SharedVolumeResource, hourly_cost
 from tests.provider.resources.fakes import context, plan, problem
 

@@ -9,7 +9,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from provider.cty import UNKNOWN
 from provider.framework import DiagnosticError, Diagnostics
 from provider.framework.validate import validate_config
-from provider.resources._common import ETAG_KEY, IDEMPOTENCY_KEY
+from provider.resources.rest import ETAG_KEY, IDEMPOTENCY_KEY
 from provider.resources.ssh_key import SshKeyResource, normalize_public_key
 from tests.contract.private_keys import FORMS, private_key, secret_lines
 from tests.provider.resources.fakes import context, plan, problem
