@@ -18,11 +18,13 @@ from starlette.responses import Response
 from backend.api.deps import Reader
 from backend.api.schemas import READ_ERRORS
 from backend.api.state import app_state
+from backend.billing.money import usd_text
+from backend.billing.pricing import reserved_gpu_hour
 from backend.domain.catalog import Catalog
 from backend.domain.cluster_rules import rules_for
 from backend.provisioning import reservations
 from backend.provisioning.allocator import SLOT, pool_name
-from backend.provisioning.settings import offered_orchestrators
+from backend.provisioning.drivers import offered_orchestrators
 from backend.store.billing_models import CapacityReservation
 from backend.store.engine_models import Allocation
 
@@ -53,7 +55,7 @@ class RegionOut(BaseModel):
 class ReservedPriceOut(BaseModel):
     min_duration_days: int
     discount: str = Field(description="Fraction off on-demand, e.g. \"0.25\"")
-    usd_per_gpu_hour: str
+    usd_per_gpu_hour: str = Field(description="Exact, as charged (a decimal string, never rounded)")
 
 
 class AvailabilityOut(BaseModel):
@@ -115,10 +117,11 @@ def instance_types(catalog: Catalog, held: dict[str, int]) -> list[InstanceTypeO
                             spot_capacity_nodes=catalog.spot_capacity(f.region, f.name, itype.name))
             for f in catalog.fabrics if f.pools.get(itype.name)
         ]
+        # Exact, as charged (3.99 x 0.90 = 3.591, not 3.59): the meter's rate for a term of `days`.
         reserved = [
             ReservedPriceOut(min_duration_days=days, discount=str(discount),
-                             usd_per_gpu_hour=str((itype.on_demand_usd_per_gpu_hour * (1 - discount))
-                                                  .quantize(itype.on_demand_usd_per_gpu_hour)))
+                             usd_per_gpu_hour=usd_text(reserved_gpu_hour(itype.on_demand_usd_per_gpu_hour,
+                                                                         discount)))
             for days, discount in sorted(catalog.reserved_discounts.items())
         ]
         spot_price = itype.on_demand_usd_per_gpu_hour * (1 - catalog.spot_discount)

@@ -9,15 +9,23 @@ stay right behind a TLS-terminating proxy.
 
 from __future__ import annotations
 
+import structlog
 from fastapi import APIRouter, Request
 from starlette.responses import FileResponse, JSONResponse, Response
 
 from backend.api.problems import problem_response, request_id_of
 from backend.api.state import app_state
-from backend.services.provider_packages import NAMESPACE, PROTOCOLS, TYPE_NAME, ProviderPackages
+from backend.services.provider_packages import (
+    NAMESPACE,
+    PROTOCOLS,
+    TYPE_NAME,
+    ProviderPackages,
+    SigningKeyError,
+)
 
 router = APIRouter(tags=["provider registry"], include_in_schema=False)
 PACKAGE_FILES = "/v1/provider-packages/"
+_log = structlog.get_logger("gpucloud.registry")
 
 
 def _packages(request: Request) -> ProviderPackages:
@@ -67,7 +75,15 @@ def provider_download(request: Request, namespace: str, type_name: str, version:
     package = packages.package(version, os, arch)
     if package is None:
         return _not_found(request, f"no package of {NAMESPACE}/{TYPE_NAME} {version} for {os}_{arch}")
-    key = packages.signing_key()
+    try:
+        key = packages.signing_key()
+    except (SigningKeyError, FileNotFoundError) as error:
+        # The operator's log names the file and the fix; the public answer names neither.
+        _log.error("registry.signing_key_refused", error=str(error))
+        return problem_response(
+            status=503, code="signing_key_unavailable", request_id=request_id_of(request),
+            detail="the registry's signing key cannot be served; the operator's log says why",
+        )
     sums = PACKAGE_FILES + packages.sums_filename(version)
     return JSONResponse({
         "protocols": list(PROTOCOLS),

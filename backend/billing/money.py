@@ -10,6 +10,7 @@ Rounding rules (the only places money is rounded):
 
 from __future__ import annotations
 
+import re
 from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
 
 MICROS_PER_USD = 1_000_000
@@ -65,3 +66,28 @@ def prorate_micros(price_per_unit_hour: Decimal, units: Decimal | int, seconds: 
 def quantize_usd(usd: Decimal) -> Decimal:
     """A USD figure rounded half-up to six decimals, for display."""
     return usd.quantize(USD_QUANTUM, rounding=ROUND_HALF_UP, context=_EXACT)
+
+
+def usd_text(usd: Decimal) -> str:
+    """A price or rate as the API writes it: exact (never rounded), trailing zeros dropped, never an
+    exponent ("3.591", "100", not "3.59" or "1E+2")."""
+    text = format(usd, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def money_text_pattern(*, decimal_places: int, signed: bool = False) -> str:
+    """The regular expression of a money string: digits, an optional point with 1..`decimal_places`
+    decimals, a leading minus only where negatives make sense; no exponent, sign "+" or blanks."""
+    sign = "-?" if signed else ""
+    return rf"^{sign}[0-9]+(\.[0-9]{{1,{decimal_places}}})?$"
+
+
+def parse_money_text(text: str, *, decimal_places: int, signed: bool = False) -> Decimal:
+    """A money string as Decimal; ValueError saying the expected form when it is not one."""
+    if not re.fullmatch(money_text_pattern(decimal_places=decimal_places, signed=signed), text):
+        example = "-12.5" if signed else "12.5"
+        raise ValueError(
+            f"expected a plain decimal string such as \"{example}\": digits with up to {decimal_places} "
+            f"decimals, no exponent, no spaces{'' if signed else ', no sign'}; got {text!r}"
+        )
+    return Decimal(text)

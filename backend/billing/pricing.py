@@ -15,6 +15,9 @@ from backend.billing.money import to_decimal
 
 RESERVED_MIN_DAYS = 1
 RESERVED_MAX_DAYS = 90
+# The capacities a node runs on (engine_node_transitions.capacity_type); each has its own GPU-hour rate.
+ON_DEMAND = "on_demand"
+SPOT = "spot"
 
 
 class PricingError(ValueError):
@@ -82,10 +85,13 @@ class PriceBook:
         return self.on_demand_gpu_hour(instance_type, region) * (1 - self.spot_discount)
 
     def capacity_gpu_hour(self, instance_type: str, region: str, capacity_type: str) -> Decimal:
-        """USD per GPU-hour of a node running on `capacity_type` (spot or on_demand)."""
-        if capacity_type == "spot":
+        """USD per GPU-hour of a node running on `capacity_type` (spot or on_demand): the rate both the
+        meter and the cluster price (`backend.billing.estimate.cluster_price`) use."""
+        if capacity_type == SPOT:
             return self.spot_gpu_hour(instance_type, region)
-        return self.on_demand_gpu_hour(instance_type, region)
+        if capacity_type == ON_DEMAND:
+            return self.on_demand_gpu_hour(instance_type, region)
+        raise PricingError("capacity_type", f"no node runs on {capacity_type!r} capacity (on_demand or spot)")
 
     def reserved_discount(self, instance_type: str, duration_days: int) -> Decimal:
         """Discount fraction for a reserved term of `duration_days` (the deepest tier it qualifies for)."""
@@ -103,7 +109,7 @@ class PriceBook:
     def reserved_gpu_hour(self, instance_type: str, region: str, duration_days: int) -> Decimal:
         """Discounted USD per GPU-hour of a reserved term (exact, not rounded)."""
         discount = self.reserved_discount(instance_type, duration_days)
-        return self.on_demand_gpu_hour(instance_type, region) * (1 - discount)
+        return reserved_gpu_hour(self.on_demand_gpu_hour(instance_type, region), discount)
 
     def node_hour(self, instance_type: str, region: str) -> Decimal:
         """On-demand USD per node-hour (all GPUs of one node)."""
@@ -118,6 +124,11 @@ class PriceBook:
         """USD per hour of a reserved IP in `region`: the lower rate while a cluster holds it."""
         self._check_region(region)
         return self.reserved_ip_attached_hour_usd if attached else self.reserved_ip_hour_usd
+
+
+def reserved_gpu_hour(on_demand_gpu_hour_usd: Decimal, discount: Decimal) -> Decimal:
+    """A reserved rate: on-demand less the term's discount, exact (the listing shows what is charged)."""
+    return on_demand_gpu_hour_usd * (1 - discount)
 
 
 def discount_tiers(pairs: Mapping[int, Decimal | str | int]) -> tuple[DiscountTier, ...]:

@@ -15,7 +15,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from backend.services.provider_packages import ProviderPackages, openpgp_key_id, package_hash_v1
+from backend.services.provider_packages import (
+    ProviderPackages,
+    SigningKeyError,
+    openpgp_key_id,
+    package_hash_v1,
+)
 
 KEY = Path(__file__).parent / "data" / "provider-signing-key.asc"
 KEY_ID = "06B89690182B287F"  # `gpg --list-keys --with-colons` of that key
@@ -94,3 +99,45 @@ def test_openpgp_key_id_of_an_armored_key_and_a_clear_error_otherwise() -> None:
     assert openpgp_key_id(KEY.read_text()) == KEY_ID
     with pytest.raises(ValueError, match="gpg --armor --export"):
         openpgp_key_id("ssh-ed25519 AAAA...")
+
+
+def _with_secret_packet(armor: str) -> str:
+    """The key's armor with its first packet re-tagged as a secret key (tag 5), as a careless export of
+    a secret key into a file labelled public would be."""
+    lines = armor.strip().splitlines()
+    start = lines.index("-----BEGIN PGP PUBLIC KEY BLOCK-----")
+    end = lines.index("-----END PGP PUBLIC KEY BLOCK-----")
+    body = [line for line in lines[start + 1 : end] if line.strip() and not line.startswith("=")]
+    data = bytearray(base64.b64decode("".join(body)))
+    data[0] = (data[0] & ~0x3C) | (5 << 2) if not data[0] & 0x40 else 0xC0 | 5
+    encoded = base64.b64encode(bytes(data)).decode()
+    wrapped = [encoded[i : i + 64] for i in range(0, len(encoded), 64)]
+    return "\n".join([lines[start], "", *wrapped, lines[end]])
+
+
+PRIVATE_BLOCK = "-----BEGIN PGP PRIVATE KEY BLOCK-----\n\nlQVYBGZ...\n-----END PGP PRIVATE KEY BLOCK-----\n"
+
+
+@pytest.mark.parametrize("content", ["public+private", "private", "secret packet"])
+def test_provider_registry_refuses_a_signing_key_file_with_private_key_material(
+    packages: Path, content: str
+) -> None:
+    key_file = packages / "signing-key.asc"
+    key_file.write_text({"public+private": KEY.read_text() + PRIVATE_BLOCK, "private": PRIVATE_BLOCK,
+                         "secret packet": _with_secret_packet(KEY.read_text())}[content])
+    with pytest.raises(SigningKeyError) as err:  # at start: the registry is not built
+        ProviderPackages(packages)
+    message = str(err.value)
+    assert str(key_file) in message and "gpg --armor --export" in message, message
+    assert "private key" in message or "secret key" in message
+
+
+def test_provider_registry_never_serves_a_private_key_added_after_start(
+    registry: TestClient, packages: Path
+) -> None:
+    url = "/v1/providers/gpucloud/gpucloud/0.2.0/download/linux/amd64"
+    assert registry.get(url).status_code == 200
+    (packages / "signing-key.asc").write_text(KEY.read_text() + PRIVATE_BLOCK)
+    refused = registry.get(url)
+    assert refused.status_code == 503 and refused.json()["code"] == "signing_key_unavailable"
+    assert "PRIVATE" not in refused.text and "lQVYBGZ" not in refused.text

@@ -2,8 +2,9 @@ from decimal import Decimal
 
 import pytest
 
-from backend.billing.estimate import estimate_cluster_cost
+from backend.billing.estimate import ClusterShape, cluster_price, estimate_cluster_cost
 from backend.billing.pricing import PricingError
+from backend.billing.pricing_catalog import default_price_book
 from backend.domain.catalog import default_catalog
 
 
@@ -60,3 +61,40 @@ def test_estimate_errors_name_the_field(spec: dict[str, object], field: str) -> 
     with pytest.raises(PricingError) as err:
         estimate_cluster_cost(spec, default_catalog())
     assert err.value.field == field
+
+
+H100 = {"instance_type": "8xH100", "region": "us-east-1", "node_count": 2}
+
+
+def test_cluster_price_spot_is_the_spot_rate() -> None:
+    estimate = estimate_cluster_cost({**H100, "capacity_type": "spot"}, default_catalog())
+    # Priced on-demand (63.84) before: the meter charges 2 x 8 x 1.596.
+    assert (estimate.hourly_usd, estimate.max_hourly_usd) == (Decimal("25.536"), Decimal("25.536"))
+    assert estimate.gpu_hour_usd == Decimal("1.596") and estimate.capacity_type == "spot"
+
+
+def test_cluster_price_spot_with_fallback_is_spot_with_the_on_demand_ceiling() -> None:
+    estimate = estimate_cluster_cost({**H100, "capacity_type": "spot_with_fallback"}, default_catalog())
+    assert (estimate.hourly_usd, estimate.max_hourly_usd) == (Decimal("25.536"), Decimal("63.84"))
+
+
+def test_cluster_price_drawn_reservation_is_prepaid() -> None:
+    for capacity_type in ("on_demand", "spot"):
+        spec = {**H100, "capacity_type": capacity_type, "reservation_id": "res_x"}
+        estimate = estimate_cluster_cost(spec, default_catalog())
+        assert estimate.hourly_usd == estimate.max_hourly_usd == estimate.gpu_hour_usd == Decimal(0)
+        assert estimate.upfront_usd is None
+
+
+def test_cluster_price_reserved_term_ceiling_is_its_hourly_rate() -> None:
+    spec = {**H100, "billing": {"type": "reserved", "duration_days": 30}}
+    estimate = estimate_cluster_cost(spec, default_catalog())
+    assert estimate.hourly_usd == estimate.max_hourly_usd == Decimal("47.88")  # 16 x 3.99 x 0.75
+    assert estimate.upfront_usd == Decimal("34473.6")
+
+
+def test_cluster_price_refuses_an_unknown_capacity_type() -> None:
+    shape = ClusterShape("8xH100", "us-east-1", 1, capacity_type="preemptible")
+    with pytest.raises(PricingError) as err:
+        cluster_price(shape, default_price_book())
+    assert err.value.field == "capacity_type"

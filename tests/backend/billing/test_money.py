@@ -1,13 +1,16 @@
 from decimal import Decimal
 
 import pytest
+from fastapi.testclient import TestClient
 
 from backend.billing.money import (
     micros_to_usd,
+    parse_money_text,
     prorate_micros,
     quantize_usd,
     round_micros,
     to_decimal,
+    usd_text,
     usd_to_micros,
 )
 
@@ -57,3 +60,53 @@ def test_sum_of_rounded_seconds_can_differ_from_rounded_total_so_lines_are_round
 
 def test_quantize_usd() -> None:
     assert quantize_usd(Decimal("1.2345675")) == Decimal("1.234568")
+
+
+def test_usd_text_is_exact_without_exponent() -> None:
+    assert [usd_text(Decimal(v)) for v in ("3.591", "100.000000", "12.7680", "0", "0.000001")] == [
+        "3.591", "100", "12.768", "0", "0.000001"]
+
+
+@pytest.mark.parametrize("text", ["1e3", "1E3", " 5", "5 ", "+5", "-5", ".5", "5.", "5.12345", "0x10", "NaN",
+                                  "Infinity", "1_000", "\uff15"])  # a fullwidth 5
+def test_parse_money_text_refuses_anything_but_plain_decimals(text: str) -> None:
+    with pytest.raises(ValueError, match="plain decimal string"):
+        parse_money_text(text, decimal_places=4)
+
+
+def test_parse_money_text_reads_plain_decimals_and_signs_only_where_allowed() -> None:
+    assert parse_money_text("1000.25", decimal_places=4) == Decimal("1000.25")
+    assert parse_money_text("7", decimal_places=2) == Decimal(7)
+    assert parse_money_text("-2.5", decimal_places=2, signed=True) == Decimal("-2.5")
+
+
+# (method, path, body without the amount, the money field, its decimals)
+MONEY_FIELDS: tuple[tuple[str, str, dict[str, object], str, int], ...] = (
+    ("POST", "/v1/clusters", {"name": "c", "region": "us-east-1", "instance_type": "8xH100"},
+     "max_hourly_cost_usd", 4),
+    ("POST", "/v1/pricing/estimate", {"region": "us-east-1", "instance_type": "8xH100"},
+     "max_hourly_cost_usd", 4),
+    ("POST", "/v1/billing/credits", {}, "amount_usd", 6),
+    ("POST", "/v1/budgets", {"name": "b", "thresholds": [50], "action": "notify"}, "amount_usd", 2),
+)
+
+
+@pytest.mark.parametrize(("method", "path", "body", "field", "places"), MONEY_FIELDS)
+def test_money_fields_refuse_exponents_and_padding_naming_the_field(
+    admin: TestClient, method: str, path: str, body: dict[str, object], field: str, places: int
+) -> None:
+    for bad in ("1e3", " 5", "5 ", "+5", "1" + "." + "1" * (places + 1)):
+        response = admin.request(method, path, json={**body, field: bad})
+        assert response.status_code == 422, (field, bad, response.text)
+        problem = response.json()
+        assert problem["field"] == field, problem
+        assert "plain decimal string" in problem["detail"] and f"up to {places} decimals" in problem["detail"]
+    # The documented forms still pass: a plain decimal string and a JSON number.
+    for good in ("100.5", 100):
+        response = admin.request(method, path, json={**body, field: good})
+        assert response.status_code in (200, 201), (field, good, response.text)
+        if path == "/v1/clusters":
+            admin.delete(f"/v1/clusters/{response.json()['id']}")
+            body = {**body, "name": f"c{good}".replace(".", "-")}
+        if path == "/v1/budgets":
+            body = {**body, "name": f"b{good}"}

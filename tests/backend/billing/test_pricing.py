@@ -1,6 +1,7 @@
 from decimal import Decimal
 
 import pytest
+from fastapi.testclient import TestClient
 
 from backend.billing.pricing import InstancePrice, PriceBook, PricingError, discount_tiers
 from backend.billing.pricing_catalog import as_price_book, default_price_book, price_book_from_catalog
@@ -56,3 +57,22 @@ def test_as_price_book_accepts_catalog_price_book_or_none() -> None:
     assert as_price_book(default_catalog()).regions == book.regions
     with pytest.raises(TypeError):
         as_price_book("catalog")
+
+
+def test_capacity_gpu_hour_is_the_meter_rate_of_each_capacity() -> None:
+    prices = default_price_book()
+    assert prices.capacity_gpu_hour("8xH100", "us-east-1", "on_demand") == Decimal("3.99")
+    assert prices.capacity_gpu_hour("8xH100", "us-east-1", "spot") == Decimal("1.596")
+    with pytest.raises(PricingError) as err:  # a cluster's capacity_type is no node's capacity
+        prices.capacity_gpu_hour("8xH100", "us-east-1", "spot_with_fallback")
+    assert err.value.field == "capacity_type"
+
+
+def test_instance_types_list_reserved_rates_exactly_as_charged(member: TestClient) -> None:
+    listed = {t["name"]: t for t in member.get("/v1/instance-types").json()["items"]}
+    h100 = {r["min_duration_days"]: r["usd_per_gpu_hour"] for r in listed["8xH100"]["reserved"]}
+    # 3.99 x 0.90 = 3.591 is charged (a reservation's gpu_hour_usd); the listing said 3.59.
+    assert Decimal(h100[1]) == default_price_book().reserved_gpu_hour("8xH100", "us-east-1", 1)
+    assert h100[1] == "3.591"
+    assert (h100[7], h100[30], h100[90]) == ("3.3915", "2.9925", "2.5935")
+    assert listed["8xH200"]["reserved"][0]["usd_per_gpu_hour"] == "4.86"
