@@ -37,7 +37,7 @@ step_stubs() {
 
 # proto/openapi.json: the backend's OpenAPI document (the provider<->backend contract).
 step_openapi() {
-  "$PY" -m backend.api.openapi "${1:-proto/openapi.json}"
+  "$PY" -m backend.openapi_export "${1:-proto/openapi.json}"
 }
 
 # provider/resources/api_rules.json: the request schemas' rules, from proto/openapi.json, for plan-time checks.
@@ -57,7 +57,7 @@ step_cli() {
 
 # The role matrix in docs/api.md (between its markers) from the routes' permissions.
 step_roles() {
-  "$PY" -m backend.api.role_matrix "${1:-docs/api.md}"
+  "$PY" scripts/role_matrix.py "${1:-docs/api.md}"
 }
 
 ALL_STEPS="stubs openapi rules docs cli roles"

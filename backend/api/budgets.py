@@ -24,20 +24,21 @@ from backend.api.schemas import (
     PageSize,
     PageToken,
     StrictModel,
+    money_text,
 )
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
 from backend.billing import budgets
-from backend.billing.clock import SystemClock
 from backend.billing.invoices import month_of
 from backend.billing.money import micros_to_usd, usd_to_micros
+from backend.domain.clock import SystemClock
 from backend.domain.etags import etag_for
 from backend.store.billing_models import Budget
 
 router = APIRouter(prefix="/v1/budgets", tags=["billing"])
 KIND = "budget"
 _clock = SystemClock()
-# Strict(False): a JSON number or a decimal string (exact), never a boolean.
+# Strict(False): a JSON number or a plain decimal string (exact), never a boolean.
 BudgetAmount = Annotated[
     Decimal,
     Strict(False),
@@ -49,6 +50,7 @@ BudgetAmount = Annotated[
         # Published for the provider's plan-time checks (JSON Schema has no keyword for them).
         json_schema_extra={"x-max-digits": 16, "x-decimal-places": 2},
     ),
+    money_text(2),  # after Field: the constraints stay in the JSON Schema
 ]
 Thresholds = Annotated[
     list[Annotated[int, Field(ge=1, le=1000)]],
@@ -67,14 +69,17 @@ class BudgetCreate(StrictModel):
     name: str = Field(pattern=DISPLAY_NAME_PATTERN, max_length=128, description="Display name")
     amount_usd: BudgetAmount = Field(description="Monthly amount in USD (up to two decimals)")
     label_filter: LabelFilter | None = Field(
-        default=None, description="Only clusters with this label (e.g. team = nlp); null: the whole project"
+        default=None,
+        description="Only clusters with this label (e.g. team = nlp); null: the whole project (for a "
+        "team-scoped API key: its scope label, the only one it may set)",
     )
     thresholds: Thresholds = Field(default_factory=lambda: list(budgets.DEFAULT_THRESHOLDS))
     action: Action = Field(default="notify", description=ACTION_DOC)
 
 
 class BudgetUpdate(StrictModel):
-    """Partial update: absent fields keep their value; `label_filter: null` widens it to the project."""
+    """Partial update: absent fields keep their value; `label_filter: null` widens it to the project (a
+    team-scoped key's budget stays on its scope label)."""
 
     name: str | None = Field(default=None, pattern=DISPLAY_NAME_PATTERN, max_length=128)
     amount_usd: BudgetAmount | None = None
@@ -159,6 +164,7 @@ def create_budget(
             project_id=principal.project_id,
             spec=budgets.BudgetSpec(**fields),  # type: ignore[arg-type]
             now=_clock.now(),
+            scope=principal.scope,
         )
         return WriteOutcome(
             KIND, row.id, to_out(session, row), 201, etag_for(row.generation), f"/v1/budgets/{row.id}"
@@ -171,12 +177,13 @@ def create_budget(
 def list_budgets(
     request: Request, principal: Reader, page_size: PageSize = None, page_token: PageToken = None
 ) -> Response:
-    """The project's budgets, oldest first."""
+    """The project's budgets (a team-scoped key: those filtered on its scope label), oldest first."""
     state = app_state(request)
     after_id, limit = page_args(state.settings, kind=KIND, page_size=page_size, page_token=page_token)
     with state.read_sessions() as session:
         rows, more = budgets.list_budgets(
-            session=session, project_id=principal.project_id, after_id=after_id, limit=limit
+            session=session, project_id=principal.project_id, scope=principal.scope, after_id=after_id,
+            limit=limit,
         )
         page = Page[BudgetOut].model_validate(page_body(KIND, rows, more, lambda row: to_out(session, row)))
     return Response(page.model_dump_json(), media_type="application/json")
@@ -186,7 +193,9 @@ def list_budgets(
 def get_budget(budget_id: str, request: Request, principal: Reader) -> Response:
     """One budget with this month's spend and its alerts."""
     with app_state(request).read_sessions() as session:
-        row = budgets.get_budget(session=session, project_id=principal.project_id, budget_id=budget_id)
+        row = budgets.get_budget(
+            session=session, project_id=principal.project_id, scope=principal.scope, budget_id=budget_id
+        )
         return Response(
             to_out(session, row).model_dump_json(),
             media_type="application/json",
@@ -207,6 +216,7 @@ def update_budget(
             budget_id=budget_id,
             changes=_spec_changes(body, body.model_fields_set),
             if_match=if_match,
+            scope=principal.scope,
         )
         return WriteOutcome(KIND, row.id, to_out(session, row), 200, etag_for(row.generation))
 
@@ -219,7 +229,8 @@ def delete_budget(budget_id: str, request: Request, principal: Writer, if_match:
 
     def operation(session: Session) -> WriteOutcome:
         budgets.delete_budget(
-            session=session, project_id=principal.project_id, budget_id=budget_id, if_match=if_match
+            session=session, project_id=principal.project_id, budget_id=budget_id, if_match=if_match,
+            scope=principal.scope,
         )
         return WriteOutcome(KIND, budget_id, None, 204)
 

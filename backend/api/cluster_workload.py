@@ -11,19 +11,19 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
+from fastapi.security.utils import get_authorization_scheme_param
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response, StreamingResponse
 
-from backend.api.cluster_nodes import driver
+from backend.api.cluster_nodes import driver, now
 from backend.api.deps import Reader
 from backend.api.schemas import READ_ERRORS
-from backend.api.state import app_state
-from backend.domain.errors import NotFound
+from backend.api.state import AppState, app_state
+from backend.domain.errors import NotFound, Unauthorized
 from backend.provisioning import node_views
 from backend.provisioning.driver import Job, LogRequest, logs_of, partitions_of, workload_of
-from backend.provisioning.state import utcnow
 from backend.services import clusters
 from backend.services.auth import Principal
 
@@ -96,23 +96,23 @@ def list_jobs(cluster_id: str, request: Request, principal: Reader, state: State
               limit: Limit = 100) -> Response:
     """The scheduler's job table (newest first) with counts per state, and its partitions."""
     app = app_state(request)
-    now = utcnow()
+    at = now(request)
     with app.read_sessions() as session:
         cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
                                        scope=principal.scope,
                                        cluster_id=cluster_id)
-        source = workload_of(driver())
+        source = workload_of(driver(request))
         runs = node_views.node_runs(session, cluster_id)
-        jobs = source.cluster_jobs(session, cluster.name, runs, now, cluster_id=cluster.id) if (
+        jobs = source.cluster_jobs(session, cluster.name, runs, at, cluster_id=cluster.id) if (
             source is not None and cluster.orchestrator == "slurm") else []
         itype = app.catalog.instance_type(cluster.instance_type)
         gpu_type = itype.gpu_model if itype else None
-        asked = partitions_of(driver())
-        real = asked.cluster_partitions(session, cluster_id, now) if (
+        asked = partitions_of(driver(request))
+        real = asked.cluster_partitions(session, cluster_id, at) if (
             asked is not None and cluster.orchestrator == "slurm") else None
         cards = node_views.partitions(cluster, runs, jobs, gpu_type) if real is None else [
             {**vars(p), "gpu_type": gpu_type} for p in real]
-    items = [_job_out(job, now) for job in jobs]
+    items = [_job_out(job, at) for job in jobs]
     counts = Counter(item.state for item in items)
     chosen = [item for item in items if state is None or item.state == state][:limit]
     body = JobList(items=chosen, counts={s: counts.get(s, 0) for s in JOB_STATES},
@@ -131,20 +131,22 @@ def get_logs(cluster_id: str, request: Request, principal: Reader, source: LogSo
 
     def read() -> list[str]:
         with app.read_sessions() as session:
-            return _read_logs(session, principal, cluster_id, source, tail)
+            return _read_logs(session, principal, cluster_id, source, tail, request)
 
     lines = read()  # 404s before any streaming starts
     if not follow:
         return Response(LogsOut(source=source, lines=lines).model_dump_json(), media_type="application/json")
-    return StreamingResponse(_follow(request, read, lines), media_type="text/event-stream",
+    stream = _follow(request, read, lines, _key_check(app, request))
+    return StreamingResponse(stream, media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-def _read_logs(session: Session, principal: Principal, cluster_id: str, source: str, tail: int) -> list[str]:
+def _read_logs(session: Session, principal: Principal, cluster_id: str, source: str, tail: int,
+               request: Request) -> list[str]:
     cluster = clusters.get_cluster(
         session=session, project_id=principal.project_id, cluster_id=cluster_id, scope=principal.scope
     )
-    logs = logs_of(driver())
+    logs = logs_of(driver(request))
     members = {n.name: n for n in node_views.members(session, cluster_id)}
     if source == "controller" and cluster.orchestrator != "slurm":
         raise NotFound(f"cluster {cluster_id} has no Slurm controller (orchestrator "
@@ -158,12 +160,30 @@ def _read_logs(session: Session, principal: Principal, cluster_id: str, source: 
     return logs.cluster_logs(session, LogRequest(
         cluster_id=cluster_id, cluster_name=cluster.name, source=source,
         nodes=node_views.node_runs(session, cluster_id),
-        node=None if node is None else node_views.telemetry_target(cluster, node), tail=tail), utcnow())
+        node=None if node is None else node_views.telemetry_target(cluster, node), tail=tail), now(request))
 
 
-async def _follow(request: Request, read: Callable[[], list[str]], first: list[str]) -> AsyncIterator[str]:
+def _key_check(app: AppState, request: Request) -> Callable[[], bool]:
+    """Whether the request's API key is still valid (not revoked), asked again during a stream: the
+    authenticator's answer, so a revoked key is seen within its cache time (auth_cache_seconds)."""
+    _, token = get_authorization_scheme_param(request.headers.get("Authorization"))
+
+    def check() -> bool:
+        try:
+            app.authenticator.authenticate(token)
+        except Unauthorized:
+            return False
+        return True
+
+    return check
+
+
+async def _follow(
+    request: Request, read: Callable[[], list[str]], first: list[str], key_valid: Callable[[], bool]
+) -> AsyncIterator[str]:
     """The tail, then every FOLLOW_POLL_SECONDS the lines after the last one sent, until the client goes
-    away or FOLLOW_MAX_SECONDS pass (a client reconnects for more)."""
+    away, its key is revoked (checked before every read: a stream grants no more than a request would)
+    or FOLLOW_MAX_SECONDS pass (a client reconnects for more)."""
     deadline = time.monotonic() + FOLLOW_MAX_SECONDS
     lines, last = first, ""
     while True:
@@ -175,6 +195,9 @@ async def _follow(request: Request, read: Callable[[], list[str]], first: list[s
             yield ": keep-alive\n\n"
         await asyncio.sleep(FOLLOW_POLL_SECONDS)
         if await request.is_disconnected() or time.monotonic() > deadline:
+            return
+        if not await run_in_threadpool(key_valid):
+            yield ": the API key was revoked; the stream ends\n\n"
             return
         try:
             lines = await run_in_threadpool(read)

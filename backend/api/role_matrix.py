@@ -1,7 +1,8 @@
 """The role matrix of docs/api.md, read off the routes: which role may call which operation.
 
 Each route names its permission (`backend.api.deps`); `backend.domain.access` says which roles hold it.
-`scripts/generate.sh roles` rewrites the table between the markers; a test fails when it is stale.
+`scripts/generate.sh roles` rewrites the table between the markers (scripts/role_matrix.py builds the
+app and hands it in: the API layer never imports the app); a test fails when it is stale.
 """
 
 from __future__ import annotations
@@ -59,20 +60,3 @@ def rewrite(document: Path, app: FastAPI) -> None:
     text = document.read_text()
     start, end = text.index(BEGIN), text.index(END) + len(END)
     document.write_text(text[:start] + render_matrix(app) + text[end:])
-
-
-def main(path: str) -> None:
-    from backend.app import create_app
-    from backend.settings import Settings
-
-    app = create_app(Settings(database_url="sqlite://", embedded_worker=False))
-    try:
-        rewrite(Path(path), app)
-    finally:
-        app.state.gpucloud.engine.dispose()
-
-
-if __name__ == "__main__":
-    import sys
-
-    main(sys.argv[1] if len(sys.argv) > 1 else "docs/api.md")

@@ -185,7 +185,8 @@ def update_security_group(
     principal: Writer,
     if_match: IfMatch = None,
 ) -> Response:
-    """Rename, describe or replace rule lists; the nodes of clusters using the group follow in place."""
+    """Rename, describe or replace rule lists; the nodes of clusters using the group follow in place.
+    The project's default group is every team's: only a key without a team scope changes it (403)."""
 
     def operation(session: Session) -> WriteOutcome:
         changes = body.model_dump(exclude_unset=True)
@@ -209,7 +210,8 @@ def update_security_group(
 def delete_security_group(
     security_group_id: str, request: Request, principal: Writer, if_match: IfMatch = None
 ) -> Response:
-    """Delete a security group (409 naming the clusters while any uses it)."""
+    """Delete a security group (409 naming the clusters while any uses it; the default group only with a
+    key without a team scope, 403 otherwise)."""
 
     def operation(session: Session) -> WriteOutcome:
         security_groups.delete_security_group(

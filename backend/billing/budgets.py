@@ -5,7 +5,12 @@ of the matching clusters, or of the whole project without a label filter) agains
 a threshold crossed records one alert per month (a unique row: never twice, however often the job runs)
 and an audit event `billing.budget_threshold_crossed`. At 100 % a budget with action `block_new` makes
 cluster creates that match its filter answer 402 `budget_exceeded` naming the budget, until the month
-ends or the amount is raised. Labels are the clusters' labels as they are now, as in chargeback.
+ends or the amount is raised; it also refuses a relabel into its team and a scale-up or autoscaling
+minimum raise under it. Spend is read from each line's own labels (its object's when it was charged), as
+in chargeback: volumes, reserved IPs and reservations reach their team, and a relabel moves no past spend.
+
+A budget's label filter is also its team (backend.domain.scoping): a team-scoped key sees and manages
+only the budgets filtered on its scope label, and what it creates or changes stays filtered on it.
 """
 
 from __future__ import annotations
@@ -22,11 +27,18 @@ from sqlalchemy.orm import Session
 from backend.billing import actions
 from backend.billing.invoices import month_bounds, month_of
 from backend.billing.money import micros_to_usd
+from backend.domain.access import Scope
 from backend.domain.errors import ApiError
 from backend.domain.ids import new_id
-from backend.services.common import check_if_match, get_owned, keyset_page, touch
 from backend.store.billing_models import Budget, BudgetAlert, UsageRecord
-from backend.store.models import Cluster
+from backend.store.repository import (
+    check_if_match,
+    get_owned,
+    keyset_page,
+    owned_select,
+    scoped_label_filter,
+    touch,
+)
 
 NOTIFY, BLOCK_NEW = "notify", "block_new"
 DEFAULT_THRESHOLDS = (50, 80, 100)
@@ -47,17 +59,22 @@ class BudgetSpec:
     action: str
 
 
-def create_budget(*, session: Session, project_id: str, spec: BudgetSpec, now: datetime) -> Budget:
-    """Store a budget (checked from the next metering pass; admission at once)."""
+def create_budget(
+    *, session: Session, project_id: str, spec: BudgetSpec, now: datetime, scope: Scope | None
+) -> Budget:
+    """Store a budget (checked from the next metering pass; admission at once); a scoped caller's is
+    filtered on its scope label (403 `out_of_scope` for another label)."""
     row = Budget(id=new_id(KIND), project_id=project_id, generation=1, created_at=now, updated_at=now)
-    _apply(row, spec)
+    _apply(row, _scoped(spec, scope))
     session.add(row)
     session.flush()
     return row
 
 
-def get_budget(*, session: Session, project_id: str, budget_id: str, for_update: bool = False) -> Budget:
-    """One of the project's budgets; 404 naming budget_id otherwise."""
+def get_budget(
+    *, session: Session, project_id: str, budget_id: str, scope: Scope | None, for_update: bool = False
+) -> Budget:
+    """One of the project's budgets within the caller's scope; 404 naming budget_id otherwise."""
     return get_owned(
         session,
         Budget,
@@ -66,34 +83,47 @@ def get_budget(*, session: Session, project_id: str, budget_id: str, for_update:
         row_id=budget_id,
         field="budget_id",
         for_update=for_update,
+        scope=scope,
     )
 
 
 def list_budgets(
-    *, session: Session, project_id: str, after_id: str | None, limit: int
+    *, session: Session, project_id: str, after_id: str | None, limit: int, scope: Scope | None
 ) -> tuple[Sequence[Budget], bool]:
-    """A page of the project's budgets, oldest first."""
-    query = select(Budget).where(Budget.project_id == project_id)
+    """A page of the project's budgets within the caller's scope, oldest first."""
+    query = owned_select(Budget, project_id=project_id, scope=scope)
     return keyset_page(session, query, Budget.id, after_id=after_id, limit=limit)
 
 
 def update_budget(
-    *, session: Session, project_id: str, budget_id: str, changes: Mapping[str, Any], if_match: str | None
+    *,
+    session: Session,
+    project_id: str,
+    budget_id: str,
+    changes: Mapping[str, Any],
+    if_match: str | None,
+    scope: Scope | None,
 ) -> Budget:
     """Change any of the budget's settings (absent fields keep their value)."""
-    row = get_budget(session=session, project_id=project_id, budget_id=budget_id, for_update=True)
+    row = get_budget(
+        session=session, project_id=project_id, budget_id=budget_id, for_update=True, scope=scope
+    )
     check_if_match(if_match, row)
     current = spec_of(row)
-    merged = BudgetSpec(**{**vars(current), **changes})
+    merged = _scoped(BudgetSpec(**{**vars(current), **changes}), scope)
     if merged != current:
         _apply(row, merged)
         touch(row)
     return row
 
 
-def delete_budget(*, session: Session, project_id: str, budget_id: str, if_match: str | None) -> None:
+def delete_budget(
+    *, session: Session, project_id: str, budget_id: str, if_match: str | None, scope: Scope | None
+) -> None:
     """Delete the budget and its alerts."""
-    row = get_budget(session=session, project_id=project_id, budget_id=budget_id, for_update=True)
+    row = get_budget(
+        session=session, project_id=project_id, budget_id=budget_id, for_update=True, scope=scope
+    )
     check_if_match(if_match, row)
     session.query(BudgetAlert).filter(BudgetAlert.budget_id == row.id).delete()
     session.delete(row)
@@ -110,6 +140,16 @@ def spec_of(row: Budget) -> BudgetSpec:
     )
 
 
+def _scoped(spec: BudgetSpec, scope: Scope | None) -> BudgetSpec:
+    """`spec` with the label filter a caller of `scope` may give a budget (its own; 403 otherwise)."""
+    requested = None if spec.label_key is None else (spec.label_key, spec.label_value or "")
+    kept = scoped_label_filter(requested, scope)
+    if kept == requested:
+        return spec
+    assert kept is not None
+    return BudgetSpec(**{**vars(spec), "label_key": kept[0], "label_value": kept[1]})
+
+
 def _apply(row: Budget, spec: BudgetSpec) -> None:
     row.name, row.amount_micros, row.action = spec.name, spec.amount_micros, spec.action
     row.label_key, row.label_value = spec.label_key, spec.label_value
@@ -117,7 +157,7 @@ def _apply(row: Budget, spec: BudgetSpec) -> None:
 
 
 def month_spend_micros(session: Session, budget: Budget, now: datetime) -> int:
-    """What the budget's clusters (or the whole project) were charged this month so far."""
+    """What the lines labelled for the budget (or the whole project's) were charged this month so far."""
     start, end = month_bounds(month_of(now))
     query = select(func.coalesce(func.sum(UsageRecord.amount_micros), 0)).where(
         UsageRecord.project_id == budget.project_id,
@@ -125,16 +165,9 @@ def month_spend_micros(session: Session, budget: Budget, now: datetime) -> int:
         UsageRecord.period_start < end,
     )
     if budget.label_key is not None:
-        ids = _labelled_clusters(session, budget.project_id, budget.label_key, budget.label_value)
-        if not ids:
-            return 0
-        query = query.where(UsageRecord.cluster_id.in_(ids))
+        label = UsageRecord.labels[budget.label_key].as_string()
+        query = query.where(label.is_(None) if budget.label_value is None else label == budget.label_value)
     return int(session.scalar(query) or 0)
-
-
-def _labelled_clusters(session: Session, project_id: str, key: str, value: str | None) -> list[str]:
-    rows = session.execute(select(Cluster.id, Cluster.labels).where(Cluster.project_id == project_id))
-    return [row.id for row in rows if _matches(dict(row.labels or {}), key, value)]
 
 
 def _matches(labels: Mapping[str, str], key: str | None, value: str | None) -> bool:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import delete, or_, select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from backend.domain.access import Scope
-from backend.domain.errors import Conflict, NotFound, validation_failed
+from backend.domain.clock import utcnow
+from backend.domain.errors import Conflict, validation_failed
 from backend.domain.ids import new_id
 from backend.domain.security_groups import (
     DEFAULT_EGRESS,
@@ -19,10 +20,8 @@ from backend.domain.security_groups import (
     rules_problems,
 )
 from backend.provisioning.engine import request_reconcile
-from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
 from backend.store.models import Cluster, ClusterSecurityGroup, SecurityGroup
-from backend.store.scoping import scope_filter
+from backend.store.repository import check_if_match, get_owned, keyset_page, owned_select, touch
 
 RULE_FIELDS = ("protocol", "from_port", "to_port", "cidr_blocks", "description")
 
@@ -89,18 +88,16 @@ def get_security_group(
     session: Session,
     project_id: str,
     security_group_id: str,
+    scope: Scope | None,
     for_update: bool = False,
-    scope: Scope | None = None,
+    write: bool = False,
 ) -> SecurityGroup:
-    """One of the project's groups within the caller's scope (the default group is everyone's); 404
-    otherwise."""
-    row = get_owned(
+    """One of the project's groups within the caller's scope (the default group is everyone's to read,
+    only unscoped keys' to change: `write`); 404 otherwise."""
+    return get_owned(
         session, SecurityGroup, kind="security_group", project_id=project_id, row_id=security_group_id,
-        field="security_group_id", for_update=for_update,
+        field="security_group_id", for_update=for_update, write=write, scope=scope,
     )
-    if not (row.is_default or in_scope(scope, row.labels)):
-        raise NotFound(f"no security group with id {security_group_id!r}", field="security_group_id")
-    return row
 
 
 def list_security_groups(
@@ -113,10 +110,7 @@ def list_security_groups(
     scope: Scope | None = None,
 ) -> tuple[Sequence[SecurityGroup], bool]:
     """A page of the project's groups within the scope (and the default group), oldest first."""
-    query = select(SecurityGroup).where(
-        SecurityGroup.project_id == project_id,
-        or_(scope_filter(SecurityGroup.labels, scope), SecurityGroup.is_default.is_(True)),
-    )
+    query = owned_select(SecurityGroup, project_id=project_id, scope=scope)
     if name is not None:
         query = query.where(SecurityGroup.name == name)
     return keyset_page(session, query, SecurityGroup.id, after_id=after_id, limit=limit)
@@ -160,7 +154,7 @@ def update_security_group(
     in place (each cluster is reconciled)."""
     row = get_security_group(
         session=session, project_id=project_id, security_group_id=security_group_id, for_update=True,
-        scope=scope,
+        write=True, scope=scope,
     )
     check_if_match(if_match, row)
     errors = rules_problems(changes)
@@ -197,7 +191,7 @@ def delete_security_group(
     """Delete a group no live cluster uses (409 naming them otherwise)."""
     row = get_security_group(
         session=session, project_id=project_id, security_group_id=security_group_id, for_update=True,
-        scope=scope,
+        write=True, scope=scope,
     )
     check_if_match(if_match, row)
     users = cluster_ids_using(session=session, groups=[row])[row.id]

@@ -5,6 +5,8 @@ rule. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -13,6 +15,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from backend.api import cluster_workload
+from backend.domain.api_keys import display_prefix
+from backend.services import auth
 from backend.settings import Settings
 from backend.store.billing_models import UsageRecord
 from backend.store.db import make_engine, make_session_factory
@@ -222,3 +227,139 @@ def test_scope_usage_lines_are_the_teams_clusters_and_volumes(
     assert usage(vision.client) == {"nod_vision", vision.volume}
     assert usage(nlp.client, cluster_id=vision.cluster) == set()
     assert usage(admin) == set(lines)
+
+
+def _default_group(admin: TestClient) -> str:
+    """The project's default security group (made when the first cluster without groups needed it)."""
+    groups = admin.get("/v1/security-groups").json()["items"]
+    default: str = next(group["id"] for group in groups if group["is_default"])
+    return default
+
+
+def test_scope_default_security_group_is_read_by_teams_and_changed_only_without_a_scope(
+    teams: tuple[Team, Team], admin: TestClient
+) -> None:
+    nlp, _ = teams
+    default = _default_group(admin)
+    path = f"/v1/security-groups/{default}"
+    assert nlp.client.get(path).status_code == 200
+    assert default in {group["id"] for group in nlp.client.get("/v1/security-groups").json()["items"]}
+    before = admin.get(path).json()
+    for method, body in (("PATCH", {"ingress": []}), ("DELETE", None)):
+        refused = nlp.client.request(method, path, json=body)
+        assert refused.status_code == 403, (method, refused.text)
+        problem = refused.json()
+        assert problem["code"] == "out_of_scope"
+        assert "team=nlp" in problem["detail"] and "default security group" in problem["detail"]
+    assert admin.get(path).json() == before  # every team's clusters keep their firewall
+    named = nlp.client.post("/v1/clusters", json={**CLUSTER, "name": "fw", "security_group_ids": [default]})
+    assert named.status_code == 201, named.text  # what a team reads, its clusters may name
+    renamed = admin.patch(path, json={"description": "set by the platform team"})
+    assert renamed.status_code == 200, renamed.text
+
+
+def _budget(client: TestClient, name: str, **extra: Any) -> Any:
+    return client.post("/v1/budgets", json={"name": name, "amount_usd": "100", **extra})
+
+
+def test_scope_budgets_are_the_teams_by_their_label_filter(
+    teams: tuple[Team, Team], admin: TestClient
+) -> None:
+    nlp, vision = teams
+    mine = _budget(nlp.client, "nlp-month")
+    assert mine.status_code == 201, mine.text
+    assert mine.json()["label_filter"] == {"key": "team", "value": "nlp"}  # left out: set to the scope
+    theirs = _budget(vision.client, "vision-month").json()["id"]
+    project = _budget(admin, "everything").json()["id"]
+    vision_filter = {"key": "team", "value": "vision"}
+    on_other = _budget(nlp.client, "steal", label_filter=vision_filter, action="block_new")
+    assert on_other.status_code == 403 and on_other.json()["code"] == "out_of_scope", on_other.text
+    assert on_other.json()["field"] == "label_filter"
+    assert _ids(nlp.client, "/v1/budgets") == [mine.json()["id"]]
+    for other in (theirs, project):
+        for method, body in (("GET", None), ("PATCH", {"amount_usd": "1"}), ("DELETE", None)):
+            response = nlp.client.request(method, f"/v1/budgets/{other}", json=body)
+            assert response.status_code == 404, (method, response.text)
+    widen = nlp.client.patch(f"/v1/budgets/{mine.json()['id']}", json={"label_filter": vision_filter})
+    assert widen.status_code == 403 and widen.json()["code"] == "out_of_scope"
+    kept = nlp.client.patch(f"/v1/budgets/{mine.json()['id']}", json={"label_filter": None})
+    assert kept.status_code == 200 and kept.json()["label_filter"] == {"key": "team", "value": "nlp"}
+    assert Decimal(admin.get(f"/v1/budgets/{theirs}").json()["amount_usd"]) == 100
+    assert set(_ids(admin, "/v1/budgets")) == {mine.json()["id"], theirs, project}
+
+
+RESERVATION = {"region": "us-east-1", "instance_type": "1xH100", "node_count": 1, "duration_days": 1}
+
+
+def test_scope_reservations_carry_labels_and_are_the_teams(
+    teams: tuple[Team, Team], admin: TestClient
+) -> None:
+    nlp, vision = teams
+    mine = nlp.client.post("/v1/reservations", json={**RESERVATION, "name": "nlp", "labels": {"cost": "42"}})
+    assert mine.status_code == 201, mine.text
+    assert mine.json()["labels"] == {"cost": "42", "team": "nlp"}
+    assert nlp.client.get(f"/v1/reservations/{mine.json()['id']}").json()["labels"] == mine.json()["labels"]
+    away = nlp.client.post("/v1/reservations", json={**RESERVATION, "name": "x", "labels": {"team": "cv"}})
+    assert (away.status_code, away.json()["field"]) == (403, "labels.team")
+    bad = admin.post("/v1/reservations", json={**RESERVATION, "name": "x", "labels": {"Bad Key": "v"}})
+    assert bad.status_code == 422 and bad.json()["field"].startswith("labels")
+    unlabelled = admin.post("/v1/reservations", json={**RESERVATION, "name": "platform"})
+    assert unlabelled.status_code == 201 and unlabelled.json()["labels"] == {}
+    for other in (mine.json()["id"], unlabelled.json()["id"]):
+        assert vision.client.get(f"/v1/reservations/{other}").status_code == 404
+        assert vision.client.delete(f"/v1/reservations/{other}").status_code == 404
+    assert _ids(vision.client, "/v1/reservations") == []
+    assert _ids(nlp.client, "/v1/reservations") == [mine.json()["id"]]
+    assert set(_ids(admin, "/v1/reservations")) == {mine.json()["id"], unlabelled.json()["id"]}
+
+
+def test_scope_cluster_cannot_draw_another_teams_reservation(teams: tuple[Team, Team]) -> None:
+    nlp, vision = teams
+    reservation = nlp.client.post("/v1/reservations", json={**RESERVATION, "name": "nlp"}).json()["id"]
+    borrow = {**CLUSTER, "name": "borrow", "reservation_id": reservation}
+    drawn = vision.client.post("/v1/clusters", json=borrow)
+    assert drawn.status_code == 422, drawn.text
+    assert {(e["field"], e["code"]) for e in drawn.json()["errors"]} == {("reservation_id", "not_found")}
+    own = nlp.client.post("/v1/clusters", json={**CLUSTER, "name": "draw", "reservation_id": reservation})
+    assert own.status_code == 201, own.text
+
+
+def test_scope_credits_are_granted_by_unscoped_admins_only(
+    teams: tuple[Team, Team], admin: TestClient
+) -> None:
+    nlp, _ = teams
+    refused = nlp.client.post("/v1/billing/credits", json={"amount_usd": "1000"})
+    assert refused.status_code == 403, refused.text
+    assert refused.json()["code"] == "out_of_scope" and "credits" in refused.json()["detail"]
+    assert Decimal(admin.get("/v1/billing/balance").json()["balance_usd"]) == 0
+    assert admin.post("/v1/billing/credits", json={"amount_usd": "1000"}).status_code == 201
+
+
+def test_scope_log_stream_ends_within_seconds_of_its_key_being_revoked(
+    admin: TestClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cluster_workload, "FOLLOW_POLL_SECONDS", 0.1)
+    monkeypatch.setattr(cluster_workload, "FOLLOW_MAX_SECONDS", 30.0)  # the old bound, shortened
+    key = make_key(settings, "acme", "viewer", "team=nlp")
+    writer = client_for(admin, make_key(settings, "acme", "admin", "team=nlp"))
+    cluster = writer.post("/v1/clusters", json={**CLUSTER, "name": "logs", "orchestrator": "slurm"})
+    assert cluster.status_code == 201, cluster.text
+
+    def revoke() -> None:
+        engine = make_engine(settings)
+        with make_session_factory(engine, write=True).begin() as session:
+            auth.revoke_api_key(session=session, prefix=display_prefix(key))
+        engine.dispose()
+
+    timer = threading.Timer(1.0, revoke)
+    timer.start()
+    started = time.monotonic()
+    try:
+        streamed = client_for(admin, key).get(f"/v1/clusters/{cluster.json()['id']}/logs",
+                                              params={"follow": "true"})
+    finally:
+        timer.join()
+    assert streamed.status_code == 200
+    assert time.monotonic() - started < 10
+    assert streamed.text.rstrip().endswith(": the API key was revoked; the stream ends")
+    assert client_for(admin, key).get("/v1/clusters").status_code == 401

@@ -16,12 +16,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 from sqlalchemy.types import DateTime, Integer, Numeric, String
 
-from backend.billing.clock import ManualClock
 from backend.billing.money import prorate_micros
 from backend.billing.pricing_catalog import default_price_book
 from backend.billing.service import run_metering
 from backend.billing.settings import BillingSettings
 from backend.domain.catalog import default_catalog
+from backend.domain.clock import ManualClock
 from backend.domain.ids import new_id
 from backend.services import volumes
 from backend.settings import Settings
@@ -80,7 +80,7 @@ def test_volume_rename_does_not_redate_its_resize(
     project = world.project()
     now = [at("10:00:00")]
     monkeypatch.setattr("backend.services.volumes.utcnow", lambda: now[0])
-    monkeypatch.setattr("backend.services.common.utcnow", lambda: now[0])
+    monkeypatch.setattr("backend.store.repository.utcnow", lambda: now[0])
     with world.sessions.begin() as session:
         volume_id = volumes.create_volume(
             session=session, catalog=default_catalog(), project_id=project, name="data", region="us-east-1",
