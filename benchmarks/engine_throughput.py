@@ -26,8 +26,9 @@ from sqlalchemy.engine import make_url
 from backend.domain.catalog import catalog_to_dict
 from backend.logging import configure_logging
 from backend.provisioning.engine import request_reconcile
+from backend.runtime import build_runtime
 from backend.settings import Settings
-from backend.store.db import make_engine, make_session_factory
+from backend.store.db import make_engine
 from backend.store.engine_models import Step
 from backend.store.migrate import upgrade_to_head
 from backend.store.models import Cluster, Project
@@ -54,8 +55,8 @@ def _catalog_file(directory: Path) -> Path:
 
 
 def _admit(url: str) -> float:
-    engine = make_engine(Settings(database_url=url))
-    sessions = make_session_factory(engine, write=True)
+    runtime = build_runtime(Settings(database_url=url))  # the bench catalog (GPUCLOUD_CATALOG_FILE) in force
+    engine, sessions = runtime.db, runtime.write_sessions
     now = dt.datetime.now(dt.UTC)
     with sessions.begin() as session:
         session.add(Project(id="prj_bench", name="bench", created_at=now))
@@ -158,7 +159,11 @@ def run() -> dict[str, Any]:
 def _worker_main(url: str) -> None:
     from backend.provisioning.worker import run_forever
 
-    run_forever(Settings(database_url=url, log_level="warning"))
+    runtime = build_runtime(Settings(database_url=url, log_level="warning"))
+    try:
+        run_forever(runtime.engine_worker())
+    finally:
+        runtime.close()
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""What one app instance holds: settings, database access, catalog, auth and rate limiting."""
+"""What one app instance holds: the runtime's API view (settings, database access, catalog) plus auth,
+rate limiting and metrics. The first fields repeat the runtime's, by the names the routes use."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.api.metrics import Metrics
 from backend.domain.catalog import Catalog
+from backend.runtime import Runtime
 from backend.services.auth import Authenticator
 from backend.services.provider_packages import ProviderPackages
 from backend.services.rate_limit import AddressRateLimiter, RateLimiter
@@ -28,6 +30,8 @@ class AppState:
     read_sessions: sessionmaker[Session]
     write_sessions: sessionmaker[Session]
     catalog: Catalog
+    # The process's runtime (clock, driver, billing settings) for what the fields above do not cover.
+    runtime: Runtime
     authenticator: Authenticator
     rate_limiter: RateLimiter
     # Requests without a valid key, per client address (in memory, per replica).

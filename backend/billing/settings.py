@@ -1,42 +1,41 @@
-"""Billing settings (`GPUCLOUD_BILLING_*`), kept apart from the core settings they sit beside."""
+"""The billing settings in force in this process (`Settings.billing`, `GPUCLOUD_BILLING_*`) and the
+credit policy they configure.
+
+The runtime installs them when the process starts (`use`); the credit guards the services call deep in
+a request (`backend.billing.account`) ask `configured()`. Nothing here reads the environment: a process
+that built no runtime sees the defaults until it calls `use`.
+"""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from pydantic_settings import BaseSettings, SettingsConfigDict
-
 from backend.billing.credits import CreditPolicy
+from backend.settings import BillingSettings
+
+__all__ = ["BillingSettings", "configured", "credit_policy", "use"]
+
+# model_construct: the declared defaults without reading the environment.
+_in_force: BillingSettings = BillingSettings.model_construct()
 
 
-class BillingSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="GPUCLOUD_BILLING_", extra="ignore", frozen=True)
+def use(settings: BillingSettings) -> BillingSettings:
+    """Install the billing settings of this process (the runtime does, once at start); returns the
+    previous ones, so a test can put them back."""
+    global _in_force
+    previous, _in_force = _in_force, settings
+    return previous
 
-    # How often the embedded metering job runs.
-    interval_seconds: float = 60.0
-    # Hour slices are charged once they ended at least this long ago, so status changes the engine
-    # records a little late are seen before a slice is priced.
-    settle_seconds: int = 60
-    # Credit exhaustion timeline (see backend.billing.credits).
-    decommission_after_hours: float = 72.0
-    attach_refused_after_hours: float = 24.0
-    volume_data_kept_days: float = 30.0
-    # A reserved cluster set to be decommissioned at term end stays covered by its reservation this
-    # long after the end, while the engine tears it down.
-    expiry_grace_minutes: float = 15.0
 
-    @property
-    def credit_policy(self) -> CreditPolicy:
-        return CreditPolicy(
-            decommission_after=timedelta(hours=self.decommission_after_hours),
-            attach_refused_after=timedelta(hours=self.attach_refused_after_hours),
-            volume_data_kept_for=timedelta(days=self.volume_data_kept_days),
-        )
+def configured() -> BillingSettings:
+    """The billing settings in force (see `use`)."""
+    return _in_force
 
-    @property
-    def settle(self) -> timedelta:
-        return timedelta(seconds=self.settle_seconds)
 
-    @property
-    def expiry_grace(self) -> timedelta:
-        return timedelta(minutes=self.expiry_grace_minutes)
+def credit_policy(settings: BillingSettings) -> CreditPolicy:
+    """The credit exhaustion timeline `settings` configure (backend.billing.credits)."""
+    return CreditPolicy(
+        decommission_after=timedelta(hours=settings.decommission_after_hours),
+        attach_refused_after=timedelta(hours=settings.attach_refused_after_hours),
+        volume_data_kept_for=timedelta(days=settings.volume_data_kept_days),
+    )

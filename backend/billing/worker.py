@@ -7,10 +7,11 @@ import threading
 import structlog
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.billing.clock import Clock, SystemClock
+from backend.billing.pricing import PriceBook
 from backend.billing.pricing_catalog import default_price_book
 from backend.billing.service import MeteringResult, run_metering
-from backend.billing.settings import BillingSettings
+from backend.billing.settings import BillingSettings, configured
+from backend.domain.clock import Clock, SystemClock
 
 log = structlog.get_logger("backend.billing")
 
@@ -25,16 +26,19 @@ class MeteringLoop:
         sessions: sessionmaker[Session],
         settings: BillingSettings | None = None,
         clock: Clock | None = None,
+        prices: PriceBook | None = None,
     ) -> None:
+        # Unset: the process's billing settings, the wall clock, the prices of the catalog in force.
         self._sessions = sessions
-        self._settings = settings or BillingSettings()
+        self._settings = settings or configured()
         self._clock = clock or SystemClock()
+        self._prices = prices or default_price_book()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def run_once(self) -> MeteringResult:
         return run_metering(
-            sessions=self._sessions, clock=self._clock, settings=self._settings, prices=default_price_book()
+            sessions=self._sessions, clock=self._clock, settings=self._settings, prices=self._prices
         )
 
     def run(self) -> None:
@@ -56,14 +60,19 @@ class MeteringLoop:
             self._thread.join(timeout)
 
 
-def start_embedded(sessions: sessionmaker[Session], settings: BillingSettings | None = None) -> MeteringLoop:
-    """Start the metering loop in a background thread of this process; `.stop()` ends it."""
-    return MeteringLoop(sessions=sessions, settings=settings).start()
+def start_embedded(
+    sessions: sessionmaker[Session],
+    settings: BillingSettings | None = None,
+    *,
+    clock: Clock | None = None,
+    prices: PriceBook | None = None,
+) -> MeteringLoop:
+    """Start the metering loop in a background thread of this process (`serve`); `.stop()` ends it."""
+    return MeteringLoop(sessions=sessions, settings=settings, clock=clock, prices=prices).start()
 
 
-def run_forever(sessions: sessionmaker[Session], settings: BillingSettings | None = None) -> None:
-    """Run the metering loop in the foreground until SIGTERM or SIGINT."""
+def run_forever(loop: MeteringLoop) -> None:
+    """Run `loop` in the foreground until SIGTERM or SIGINT (`billing-run`)."""
     from backend.signals import run_until_stop_signal
 
-    loop = MeteringLoop(sessions=sessions, settings=settings)
     run_until_stop_signal(loop.run, lambda: loop.stop(timeout=0), name="billing-metering")

@@ -1,18 +1,16 @@
 """The cloud's catalog: regions, fabrics, instance types, prices and capacity pools.
 
 Defaults follow `shared/reference/datacenter.md`; every number can be replaced by a JSON file named in
-`GPUCLOUD_CATALOG_FILE` (same shape as `catalog_to_dict`). Money is Decimal, never float.
+`GPUCLOUD_CATALOG_FILE` (same shape as `catalog_to_dict`; the runtime reads it at start and installs the
+result with `use_catalog`). Pure: no I/O, no environment. Money is Decimal, never float.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 FABRIC_KINDS = ("infiniband", "efa", "ethernet")
@@ -348,15 +346,20 @@ def _refuse_overlaps(blocks: list[tuple[str, ipaddress.IPv4Network]], fix: str) 
                 raise ValueError(f"{other_name} {other} overlaps {name} {network}; {fix}")
 
 
-_cache: dict[str, Catalog] = {}
+_in_force: list[Catalog] = []  # the catalog `use_catalog` installed (none: the built-in one)
+
+
+def use_catalog(catalog: Catalog | None) -> Catalog | None:
+    """Install the catalog of this process (the runtime does, once at start; None: the built-in one);
+    returns the one installed before, so a test can put it back."""
+    previous = _in_force[0] if _in_force else None
+    _in_force[:] = [catalog] if catalog is not None else []
+    return previous
 
 
 def default_catalog() -> Catalog:
-    """The catalog in force: the file named in GPUCLOUD_CATALOG_FILE, else the built-in defaults."""
-    path = os.environ.get("GPUCLOUD_CATALOG_FILE", "")
-    if path not in _cache:
-        if path:
-            _cache[path] = catalog_from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
-        else:
-            _cache[path] = _builtin_catalog()
-    return _cache[path]
+    """The catalog in force: the one the runtime installed (from GPUCLOUD_CATALOG_FILE), else the
+    built-in defaults."""
+    if not _in_force:
+        _in_force.append(_builtin_catalog())
+    return _in_force[0]

@@ -13,12 +13,12 @@ import datetime as dt
 from sqlalchemy import delete, update
 from sqlalchemy.orm import Session
 
-from backend.billing.reserved_ip_history import DETACHED, record_reserved_ip_event
 from backend.domain.catalog import Catalog
 from backend.domain.errors import Conflict
 from backend.provisioning import allocator
 from backend.store.engine_models import Allocation, EngineCluster, EngineNode
 from backend.store.models import Cluster, ReservedIp
+from backend.store.reserved_ip_history import DETACHED, record_reserved_ip_event
 
 
 def _placed(session: Session, cluster_id: str) -> EngineCluster | None:

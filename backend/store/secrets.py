@@ -149,9 +149,13 @@ def bind_settings(dialect: Dialect, settings: Settings) -> None:
 
 
 def keyring_of(dialect: Dialect) -> Keyring:
-    """The keyring of an engine made by `make_engine`; the environment's for any other engine."""
+    """The keyring of an engine made by `make_engine` (or bound with `bind_settings`); any other engine
+    has no keys: reading or writing a sealed column through it fails, naming the cause."""
     settings = getattr(dialect, "gpucloud_settings", None)
-    return keyring(settings if isinstance(settings, Settings) else Settings())
+    if not isinstance(settings, Settings):
+        raise SecretKeyError("this database engine has no secret keys: make it with backend.store.db."
+                             "make_engine (or bind_settings) to read or write sealed columns")
+    return keyring(settings)
 
 
 class EncryptedString(TypeDecorator[str]):

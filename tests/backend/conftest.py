@@ -20,7 +20,13 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from backend.app import create_app
-from backend.services import auth
+from backend.billing import actions as billing_actions
+from backend.billing import settings as billing_settings
+from backend.domain.catalog import default_catalog, use_catalog
+from backend.provisioning import autoscaler
+from backend.provisioning import engine as provisioning_engine
+from backend.provisioning import settings as engine_settings
+from backend.services import auth, quotas
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
 from backend.store.migrate import upgrade_to_head
@@ -33,6 +39,21 @@ def _postgres_admin_url() -> str:
     if not url:
         pytest.fail(f"{POSTGRES_ENV} is not set: run the tests under scripts/with-postgres.sh")
     return url
+
+
+@pytest.fixture(autouse=True)
+def process_configuration() -> Iterator[None]:
+    """Every test runs wired as a process is (billing acts through the engine, the autoscaler through
+    quota admission: what `backend.runtime` installs), and the settings and catalog a runtime built
+    during the test installed are put back afterwards, so no test sees another's."""
+    billing_actions.use_engine(provisioning_engine)
+    autoscaler.use_quota_admission(quotas.admit)
+    engine, billing = engine_settings.configured(), billing_settings.configured()
+    catalog = default_catalog()
+    yield
+    engine_settings.use(engine)
+    billing_settings.use(billing)
+    use_catalog(catalog)
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,7 +30,7 @@ from backend.store.migrate import (
 )
 from tests.backend.fresh_databases import empty_database, empty_postgres_database
 
-BIN = [str(Path(os.sys.executable).with_name("gpucloud-backend"))]
+BIN = [str(Path(sys.executable).with_name("gpucloud-backend"))]
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

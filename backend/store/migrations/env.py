@@ -27,9 +27,15 @@ def _run(connection: Connection) -> None:
 
 connection = context.config.attributes.get("connection")
 if connection is None:
+    # Run by the `alembic` command (a process of its own): the keys of sealed columns come from its
+    # GPUCLOUD_* environment, as in any other command of the backend.
     from sqlalchemy import create_engine
 
+    from backend.settings import Settings
+    from backend.store.secrets import bind_settings
+
     engine = create_engine(context.config.get_main_option("sqlalchemy.url") or "")
+    bind_settings(engine.dialect, Settings())
     with engine.connect() as conn:
         _run(conn)
     engine.dispose()

@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 
 from backend.billing.cli import add_subcommands
 from backend.billing.settings import BillingSettings
+from backend.runtime import build_runtime
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
 from tests.backend.billing.conftest import BillingWorld, at
@@ -41,7 +42,9 @@ def test_admin_adds_credits_and_the_balance_shows_them(admin: TestClient, member
     )
     assert replay.status_code == 201 and replay.headers.get("Idempotent-Replayed") == "true"
     balance = member.get("/v1/billing/balance").json()
-    assert balance["balance_usd"] == "500.250000" and balance["prepaid"] is True
+    # A grant never makes a project prepaid: the mode is the operator's (set-billing-mode).
+    assert balance["balance_usd"] == "500.250000" and balance["prepaid"] is False
+    assert balance["billing_mode"] == "postpaid"
     assert balance["exhausted"] is False and balance["volume_data_deadline"] is None
     assert member.post("/v1/billing/credits", json={"amount_usd": "1"}).status_code == 403
     audit = admin.get("/v1/audit-events", params={"action": "billing.credits_added"}).json()["items"]
@@ -174,13 +177,12 @@ def test_estimate_rejects_bad_specs_naming_the_field(
 def test_add_credits_command(
     settings: Settings,
     tenant: Tenant,
-    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     billing_world: BillingWorld,
 ) -> None:
-    monkeypatch.setenv("GPUCLOUD_DATABASE_URL", settings.database_url)
     parser = argparse.ArgumentParser()
-    add_subcommands(parser.add_subparsers(dest="command", required=True))
+    add_subcommands(parser.add_subparsers(dest="command", required=True),
+                    open_runtime=lambda _args: build_runtime(settings))
     project_name = "acme"
     args = parser.parse_args(
         ["add-credits", "--project", project_name, "--amount-usd", "250.5", "--idempotency-key", "ticket-42"]

@@ -8,16 +8,16 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
-from backend.billing.clock import ensure_utc
-from backend.billing.reserved_ip_history import (
+from backend.domain.clock import ensure_utc
+from backend.domain.ids import new_id
+from backend.store.models import ReservedIp
+from backend.store.reserved_ip_history import (
     ATTACHED,
     DETACHED,
     RELEASED,
     RESERVED,
     record_reserved_ip_event,
 )
-from backend.domain.ids import new_id
-from backend.store.models import ReservedIp
 from tests.backend.billing.conftest import BillingWorld, at
 
 GUIDE = Path(__file__).resolve().parents[3] / "docs" / "billing.md"

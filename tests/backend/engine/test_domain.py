@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from backend.domain import catalog as catalog_module
 from backend.domain.catalog import catalog_from_dict, catalog_to_dict, default_catalog
 from backend.domain.cluster_rules import apply_cluster_defaults, rules_for, validate_cluster_spec
 from backend.domain.lifecycle import (
@@ -22,6 +21,8 @@ from backend.domain.lifecycle import (
     check_transition,
     derive_cluster_status,
 )
+from backend.runtime import build_runtime
+from backend.settings import Settings
 
 CATALOG = default_catalog()
 
@@ -62,8 +63,11 @@ def test_catalog_file_roundtrip_overrides_defaults(tmp_path: Path, monkeypatch: 
     path = tmp_path / "catalog.json"
     path.write_text(json.dumps(doc))
     monkeypatch.setenv("GPUCLOUD_CATALOG_FILE", str(path))
-    monkeypatch.setattr(catalog_module, "_cache", {})
+    runtime = build_runtime(Settings(database_url="sqlite://"))  # reads the file once, at start
+    monkeypatch.delenv("GPUCLOUD_CATALOG_FILE")
     loaded = default_catalog()
+    assert runtime.catalog is loaded
+    runtime.close()
     assert loaded.capacity("us-east-1", "ib-east-a", "8xH100") == 3
     assert loaded.instance_types == CATALOG.instance_types
 
