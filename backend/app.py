@@ -7,7 +7,6 @@ from contextlib import asynccontextmanager
 
 from anyio import CapacityLimiter
 from fastapi import FastAPI
-from sqlalchemy import Engine
 
 from backend.api import (
     audit_events,
@@ -25,21 +24,20 @@ from backend.api import (
     ssh_keys,
     volumes,
 )
+from backend.api.http_edges import HttpEdges
 from backend.api.metrics import Metrics
 from backend.api.middleware import RequestMiddleware
 from backend.api.openapi import install_openapi
 from backend.api.problems import install_problem_handlers
 from backend.api.state import AppState
 from backend.billing.worker import MeteringLoop
-from backend.billing.worker import start_embedded as start_metering
-from backend.domain.catalog import default_catalog
 from backend.logging import configure_logging
 from backend.provisioning.worker import EmbeddedWorker, start_embedded
+from backend.runtime import Runtime, build_runtime
 from backend.services.auth import Authenticator
 from backend.services.provider_packages import ProviderPackages
 from backend.services.rate_limit import AddressRateLimiter, RateLimiter
 from backend.settings import Settings
-from backend.store.db import make_engine, make_session_factory
 
 API_DESCRIPTION = """The gpucloud control plane: SSH keys, shared volumes and GPU clusters of a project.
 
@@ -49,17 +47,17 @@ and honour `If-Match`. Lists are keyset-paginated with an opaque `page_token`.
 """
 
 
-def build_state(settings: Settings, engine: Engine | None = None) -> AppState:
-    """Everything an app instance needs, built from settings."""
-    engine = engine or make_engine(settings)
-    read_sessions = make_session_factory(engine)
-    write_sessions = make_session_factory(engine, write=True)
+def build_state(runtime: Runtime) -> AppState:
+    """Everything an app instance needs: the runtime's API view plus auth, rate limits and metrics."""
+    settings = runtime.settings
+    read_sessions, write_sessions = runtime.read_sessions, runtime.write_sessions
     return AppState(
         settings=settings,
-        engine=engine,
+        engine=runtime.db,
         read_sessions=read_sessions,
         write_sessions=write_sessions,
-        catalog=default_catalog(),
+        catalog=runtime.catalog,
+        runtime=runtime,
         authenticator=Authenticator(
             sessions=read_sessions,
             cache_seconds=settings.auth_cache_seconds,
@@ -83,11 +81,13 @@ def build_state(settings: Settings, engine: Engine | None = None) -> AppState:
     )
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
-    """The backend's ASGI app; the database must already be migrated (`serve` and `migrate` do that)."""
-    settings = settings or Settings()
+def create_app(config: Settings | Runtime) -> FastAPI:
+    """The backend's ASGI app on `config` (a runtime, or settings to build one from); the database must
+    already be migrated (`serve` and `migrate` do that)."""
+    runtime = config if isinstance(config, Runtime) else build_runtime(config)
+    settings = runtime.settings
     configure_logging(settings.log_level)
-    state = build_state(settings)
+    state = build_state(runtime)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -95,9 +95,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metering: MeteringLoop | None = None
         # One process runs everything by default: the engine and the billing meter beside the API.
         if settings.embedded_worker:
-            worker = _start_embedded_worker(state)
+            worker = start_embedded(runtime.engine_worker())
         if settings.embedded_billing:
-            metering = start_metering(state.write_sessions)
+            metering = runtime.metering_loop().start()
         try:
             yield
         finally:
@@ -105,7 +105,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 metering.stop()
             if worker is not None:
                 worker.stop()
-            state.engine.dispose()
+            runtime.close()
 
     app = FastAPI(
         title="gpucloud API",
@@ -137,6 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(reservations.router)
     app.include_router(console.router)
     install_openapi(app)
+    app.add_middleware(HttpEdges)  # inside RequestMiddleware
     app.add_middleware(
         RequestMiddleware,
         max_body_bytes=settings.max_body_bytes,
@@ -144,7 +145,3 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         address_limiter=state.address_limiter,
     )
     return app
-
-
-def _start_embedded_worker(state: AppState) -> EmbeddedWorker:
-    return start_embedded(state.settings, state.write_sessions)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
     from sqlalchemy.orm import Session, sessionmaker
 
+    from backend.runtime import Runtime
     from backend.settings import Settings
 
 BACKEND_EXTRA = "gpucloud[backend]"
@@ -23,11 +24,26 @@ _KEEP = object()  # set-quota: an option not given keeps the quota's value
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    """The command's settings: its flags over the `GPUCLOUD_*` environment, read once (the first call
+    reads and installs them for this process; later calls return the same object)."""
+    from backend.runtime import configure_process
     from backend.settings import Settings
 
+    found = getattr(args, "settings", None)
+    if isinstance(found, Settings):
+        return found
     flags = (("host", "host"), ("port", "port"), ("tls_cert_file", "tls_cert"), ("tls_key_file", "tls_key"))
     overrides = {name: getattr(args, flag) for name, flag in flags if getattr(args, flag, None) is not None}
-    return Settings(**overrides)
+    args.settings = settings = Settings(**overrides)
+    configure_process(settings)
+    return settings
+
+
+def _runtime(args: argparse.Namespace) -> Runtime:
+    """The command's runtime, on its settings (the caller checked the data dir and store first)."""
+    from backend.runtime import build_runtime
+
+    return build_runtime(_settings(args))
 
 
 def _migrate(settings: Settings) -> None:
@@ -80,7 +96,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from backend.app import create_app
 
     settings = _settings(args)
-    problem = _driver_problem()
+    problem = _driver_problem(settings)
     if problem is not None:
         print(problem, file=sys.stderr)
         return 1
@@ -89,7 +105,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"gpucloud-backend serve: {tls_problem}", file=sys.stderr)
         return 2
     _prepare_store(settings)
-    app = create_app(settings)
+    app = create_app(_runtime(args))  # the app's lifespan closes the runtime
     uvicorn.run(
         app,
         host=settings.host,
@@ -119,17 +135,15 @@ def _tls_problem(settings: Settings) -> str | None:
 
 def _local_driver_problems() -> str | None:
     """Why the local driver cannot run on this machine (one message), or None."""
-    from backend.provisioning.local import preflight
+    from backend.provisioning.drivers.local import preflight
 
     problems = preflight.host_problems(preflight.address_ranges())
     return preflight.report(problems) if problems else None
 
 
-def _driver_problem() -> str | None:
+def _driver_problem(settings: Settings) -> str | None:
     """Why the configured provisioning driver cannot run on this machine (one message), or None."""
-    from backend.provisioning.settings import EngineSettings
-
-    if EngineSettings().driver != "local":
+    if settings.engine.driver != "local":
         return None
     problems = _local_driver_problems()
     if problems is None:
@@ -140,15 +154,16 @@ def _driver_problem() -> str | None:
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Say, for every driver, whether it can run here and what to do when not, and whether the data dir
     is safe to use; exit 1 when the configured driver cannot run or the data dir is unsafe."""
-    from backend.provisioning.settings import DRIVER_ORCHESTRATORS, EngineSettings
+    from backend.provisioning.drivers import DRIVERS
     from backend.store.data_dir import data_dir_problems
 
-    data_dir = _settings(args).data_dir.expanduser()
+    settings = _settings(args)
+    data_dir = settings.data_dir.expanduser()
     unsafe = data_dir_problems(data_dir)
-    configured = EngineSettings().driver
+    configured = settings.engine.driver
     local = _local_driver_problems()
     verdicts = {"simulated": None, "local": local}
-    for name in DRIVER_ORCHESTRATORS:
+    for name in DRIVERS:
         mark = " (configured: GPUCLOUD_DRIVER)" if name == configured else ""
         problem = verdicts.get(name)
         print(f"{name}{mark}: " + ("ok" if problem is None else f"cannot run here: {problem}"))
@@ -156,23 +171,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
           + ("ok" if not unsafe else "unsafe, serve and every other command refuse it:"))
     for problem in unsafe:
         print(f"  {problem}")
-    if configured not in DRIVER_ORCHESTRATORS:
-        print(f"GPUCLOUD_DRIVER={configured} is not a driver (available: {', '.join(DRIVER_ORCHESTRATORS)})")
+    if configured not in DRIVERS:
+        print(f"GPUCLOUD_DRIVER={configured} is not a driver (available: {', '.join(DRIVERS)})")
         return 1
     return 0 if verdicts[configured] is None and not unsafe else 1
 
 
 def cmd_fault(args: argparse.Namespace) -> int:
     """Make a node of a local-driver cluster fail for real (its slurmd is killed; xid also logs an XID)."""
-    from backend.provisioning.local.driver import LocalDriver, local_root
-    from backend.provisioning.local.faults import inject_fault
-    from backend.provisioning.settings import EngineSettings
+    from backend.provisioning.drivers.local.driver import LocalDriver, local_root
+    from backend.provisioning.drivers.local.faults import inject_fault
 
-    if EngineSettings().driver != "local":
+    settings = _settings(args)
+    if settings.engine.driver != "local":
         print("gpucloud-backend fault: needs GPUCLOUD_DRIVER=local (the simulated driver's faults are set "
               "with GPUCLOUD_SIMULATION_XID_RATE and the other GPUCLOUD_SIMULATION_* rates)", file=sys.stderr)
         return 2
-    settings = _settings(args)
     engine, sessions = _with_write_session(settings)
     try:
         with sessions() as session:
@@ -197,37 +211,29 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def _with_write_session(settings: Settings) -> tuple[Engine, sessionmaker[Session]]:
-    """Engine and write sessions for a one-off command (the data dir checked first); a fresh SQLite store
-    is created and migrated."""
-    from backend.store.db import make_engine, make_session_factory
+    """Engine and write sessions of a one-off command's runtime (the data dir checked first); a fresh
+    SQLite store is created and migrated. Disposing the engine closes the runtime."""
+    from backend.runtime import build_runtime
 
     _prepare_data_dir(settings)
     if settings.is_sqlite:
         _migrate(settings)
-    engine = make_engine(settings)
-    return engine, make_session_factory(engine, write=True)
+    runtime = build_runtime(settings)
+    return runtime.db, runtime.write_sessions
 
 
 def cmd_create_project(args: argparse.Namespace) -> int:
     """Create a project and print its id."""
-    from backend.services import audit, auth
+    from backend.services import auth
+    from backend.services.unit_of_work import operator_write
 
     settings = _settings(args)
     engine, sessions = _with_write_session(settings)
     try:
-        with sessions.begin() as session:
-            project = auth.create_project(session=session, name=args.name)
-            session.flush()
-            audit.record_event(
-                session=session,
-                project_id=project.id,
-                actor="cli",
-                action="project.create",
-                resource_type="project",
-                resource_id=project.id,
-                request_id=None,
-                details={"name": args.name},
-            )
+        with operator_write(sessions) as work:
+            project = auth.create_project(session=work.session, name=args.name)
+            work.audited("project.create", project_id=project.id, resource_type="project",
+                         resource_id=project.id, details={"name": args.name})
     finally:
         engine.dispose()
     print(project.id)
@@ -237,7 +243,8 @@ def cmd_create_project(args: argparse.Namespace) -> int:
 def cmd_create_api_key(args: argparse.Namespace) -> int:
     """Create an API key and print it alone on stdout (shown once; only its digest is stored)."""
     from backend.domain.access import Scope
-    from backend.services import audit, auth
+    from backend.services import auth
+    from backend.services.unit_of_work import operator_write
 
     try:
         scope = Scope.parse(args.scope) if args.scope is not None else None
@@ -247,21 +254,13 @@ def cmd_create_api_key(args: argparse.Namespace) -> int:
     settings = _settings(args)
     engine, sessions = _with_write_session(settings)
     try:
-        with sessions.begin() as session:
+        with operator_write(sessions) as work:
             row, plaintext = auth.create_api_key(
-                session=session, project_name=args.project, role=args.role, scope=scope
+                session=work.session, project_name=args.project, role=args.role, scope=scope
             )
-            session.flush()
-            audit.record_event(
-                session=session,
-                project_id=row.project_id,
-                actor="cli",
-                action="api_key.create",
-                resource_type="api_key",
-                resource_id=row.id,
-                request_id=None,
-                details={"prefix": row.prefix, "role": row.role, "scope": str(scope) if scope else None},
-            )
+            details = {"prefix": row.prefix, "role": row.role, "scope": str(scope) if scope else None}
+            work.audited("api_key.create", project_id=row.project_id, resource_type="api_key",
+                         resource_id=row.id, details=details)
     finally:
         engine.dispose()
     print(plaintext)
@@ -270,23 +269,16 @@ def cmd_create_api_key(args: argparse.Namespace) -> int:
 
 def cmd_revoke_api_key(args: argparse.Namespace) -> int:
     """Revoke the API key whose prefix (its first 12 characters) is given."""
-    from backend.services import audit, auth
+    from backend.services import auth
+    from backend.services.unit_of_work import operator_write
 
     settings = _settings(args)
     engine, sessions = _with_write_session(settings)
     try:
-        with sessions.begin() as session:
-            row = auth.revoke_api_key(session=session, prefix=args.prefix)
-            audit.record_event(
-                session=session,
-                project_id=row.project_id,
-                actor="cli",
-                action="api_key.revoke",
-                resource_type="api_key",
-                resource_id=row.id,
-                request_id=None,
-                details={"prefix": row.prefix},
-            )
+        with operator_write(sessions) as work:
+            row = auth.revoke_api_key(session=work.session, prefix=args.prefix)
+            work.audited("api_key.revoke", project_id=row.project_id, resource_type="api_key",
+                         resource_id=row.id, details={"prefix": row.prefix})
     finally:
         engine.dispose()
     print(f"revoked {row.prefix}", file=sys.stderr)
@@ -319,7 +311,8 @@ def cmd_set_quota(args: argparse.Namespace) -> int:
     from sqlalchemy import select
 
     from backend.domain.quotas import usd
-    from backend.services import audit, quotas
+    from backend.services import quotas
+    from backend.services.unit_of_work import operator_write
     from backend.store.models import Project
 
     changes: dict[str, int | None] = {}
@@ -335,37 +328,68 @@ def cmd_set_quota(args: argparse.Namespace) -> int:
     settings = _settings(args)
     engine, sessions = _with_write_session(settings)
     try:
-        with sessions.begin() as session:
-            project = session.scalars(select(Project).where(Project.name == args.project)).first()
+        with operator_write(sessions) as work:
+            project = work.session.scalars(select(Project).where(Project.name == args.project)).first()
             if project is None:
                 print(f"error: no project named {args.project!r}", file=sys.stderr)
                 return 1
-            row = quotas.set_quota(session=session, project_id=project.id, changes=changes)
+            row = quotas.set_quota(session=work.session, project_id=project.id, changes=changes)
             shown = {
                 "max_gpus": row.max_gpus,
                 "max_clusters": row.max_clusters,
                 "max_hourly_usd": None if row.max_hourly_micros is None else str(usd(row.max_hourly_micros)),
             }
-            audit.record_event(session=session, project_id=project.id, actor="cli",
-                               action="project.set_quota", resource_type="project", resource_id=project.id,
-                               request_id=None, details=shown)
+            work.audited("project.set_quota", project_id=project.id, resource_type="project",
+                         resource_id=project.id, details=shown)
     finally:
         engine.dispose()
     print(" ".join(f"{name}={'none' if value is None else value}" for name, value in shown.items()))
     return 0
 
 
+def cmd_set_billing_mode(args: argparse.Namespace) -> int:
+    """Set a project's billing mode (prepaid | postpaid); prints the mode. Credits never change it."""
+    from sqlalchemy import select
+
+    from backend.billing.account import set_billing_mode
+    from backend.domain.clock import utcnow
+    from backend.services.unit_of_work import operator_write
+    from backend.store.models import Project
+
+    settings = _settings(args)
+    engine, sessions = _with_write_session(settings)
+    try:
+        with operator_write(sessions) as work:
+            project = work.session.scalars(select(Project).where(Project.name == args.project)).first()
+            if project is None:
+                print(f"error: no project named {args.project!r}", file=sys.stderr)
+                return 1
+            previous = set_billing_mode(work.session, project_id=project.id, mode=args.mode, now=utcnow())
+            work.audited("project.set_billing_mode", project_id=project.id, resource_type="project",
+                         resource_id=project.id, details={"billing_mode": args.mode, "previous": previous})
+    finally:
+        engine.dispose()
+    print(f"billing_mode={args.mode}")
+    return 0
+
+
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run one provisioning engine worker until SIGTERM/SIGINT (deployments with several processes)."""
+    from backend.logging import configure_logging
     from backend.provisioning.worker import run_forever
 
-    problem = _driver_problem()
+    settings = _settings(args)
+    problem = _driver_problem(settings)
     if problem is not None:
         print(problem, file=sys.stderr)
         return 1
-    settings = _settings(args)
     _prepare_store(settings)
-    run_forever(settings)
+    configure_logging(settings.log_level)
+    runtime = _runtime(args)
+    try:
+        run_forever(runtime.engine_worker())
+    finally:
+        runtime.close()
     return 0
 
 
@@ -429,6 +453,13 @@ def build_parser() -> argparse.ArgumentParser:
         quota.add_argument(option, type=_quota_limit(kind), default=_KEEP, metavar="N|none",
                            help=f"most {what}; none clears the quota; omitted keeps it")
     quota.set_defaults(func=cmd_set_quota)
+    mode = commands.add_parser("set-billing-mode", help="make a project prepaid or postpaid (GET "
+                               "/v1/billing/balance shows it)")
+    mode.add_argument("--project", required=True, help="project name")
+    mode.add_argument("mode", choices=["prepaid", "postpaid"],
+                      help="prepaid: admission refuses what the balance does not cover, exhaustion pauses "
+                      "on-demand clusters; postpaid: invoiced monthly, credits reduce the invoice")
+    mode.set_defaults(func=cmd_set_billing_mode)
     commands.add_parser("worker", help="run a provisioning engine worker").set_defaults(func=cmd_worker)
     commands.add_parser(
         "generate-secret-key", help="print a new key for GPUCLOUD_SECRET_KEY"
@@ -444,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
     fault.add_argument("kind", choices=["xid", "crash"],
                        help="crash: kill slurmd; xid: log an XID and kill slurmd")
     fault.set_defaults(func=cmd_fault)
-    billing_cli.add_subcommands(commands)  # add-credits, billing-run
+    billing_cli.add_subcommands(commands, open_runtime=_runtime)  # add-credits, billing-run
     return parser
 
 
@@ -466,6 +497,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     from backend.domain.errors import ApiError
+    from backend.runtime import CatalogFileError
     from backend.store.data_dir import DataDirError
     from backend.store.migrate import SchemaNotCurrent
 
@@ -484,6 +516,9 @@ def _run(argv: Sequence[str] | None) -> int:
         return 1
     except SchemaNotCurrent as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except CatalogFileError as error:
+        print(f"gpucloud-backend {args.command}: {error}", file=sys.stderr)
         return 1
     return code
 

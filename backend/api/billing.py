@@ -24,19 +24,21 @@ from backend.api.schemas import (
     PageSize,
     PageToken,
     StrictModel,
+    money_text,
 )
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
 from backend.billing import chargeback, reports
-from backend.billing.clock import SystemClock, ensure_utc
 from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.ledger import balance_micros, grant_credits
-from backend.billing.money import micros_to_usd, quantize_usd, usd_to_micros
+from backend.billing.money import micros_to_usd, usd_text, usd_to_micros
 from backend.billing.pricing import PricingError
-from backend.billing.settings import BillingSettings
+from backend.domain.clock import SystemClock, ensure_utc
 from backend.domain.cluster_rules import apply_cluster_defaults, validate_cluster_spec
 from backend.domain.errors import FieldError, validation_failed
 from backend.domain.pagination import decode_page_token, encode_page_token
+from backend.store.billing_models import LedgerEntry
+from backend.store.repository import check_create
 
 router = APIRouter(tags=["billing"])
 USAGE_KIND = "usage"
@@ -44,9 +46,12 @@ _READ: dict[int | str, dict[str, Any]] = {code: READ_ERRORS[code] for code in (4
 _WRITE: dict[int | str, dict[str, Any]] = {
     code: WRITE_ERRORS[code] for code in (400, 401, 403, 413, 422, 429)
 }
-# Strict(False): a JSON number or a decimal string (exact), never a boolean.
+# Strict(False): a JSON number or a plain decimal string (exact), never a boolean.
 UsdAmount = Annotated[
-    Decimal, Strict(False), Field(gt=0, le=Decimal("10000000"), max_digits=14, decimal_places=6)
+    Decimal,
+    Strict(False),
+    Field(gt=0, le=Decimal("10000000"), max_digits=14, decimal_places=6),
+    money_text(6),  # after Field: the constraints stay in the JSON Schema
 ]
 UsageKindName = Literal[
     "compute_on_demand", "compute_spot", "compute_reserved", "reservation", "storage", "reserved_ip"
@@ -69,7 +74,12 @@ class CreditGrantOut(BaseModel):
 
 
 class BalanceOut(BaseModel):
-    prepaid: bool = Field(description="True once credits were granted: exhaustion rules apply")
+    billing_mode: Literal["prepaid", "postpaid"] = Field(
+        description="prepaid: admission refuses what the balance does not cover and exhaustion pauses "
+        "on-demand clusters; postpaid: invoiced monthly, credits reduce the invoice, nothing is paused. "
+        "Set by an operator (`gpucloud-backend set-billing-mode`)"
+    )
+    prepaid: bool = Field(description="billing_mode is prepaid: exhaustion rules apply")
     granted_usd: str
     charged_usd: str
     balance_usd: str
@@ -101,6 +111,9 @@ class UsageItemOut(BaseModel):
     unit_price_usd: str = Field(description="USD per unit-hour charged")
     amount_usd: str
     recorded_at: datetime
+    labels: dict[str, str] = Field(
+        description="The billed object's labels when the line was charged (what chargeback groups by)"
+    )
 
 
 class InvoiceOut(BaseModel):
@@ -135,15 +148,25 @@ class ClusterReservationOut(BaseModel):
 
 
 class EstimateIn(ClusterCreate):
-    """A cluster spec as for create; only region, instance_type, node_count and billing affect the price."""
+    """A cluster spec as for create; region, instance_type, node_count, capacity_type, billing and
+    reservation_id set the price."""
 
     name: ClusterName | None = Field(default=None, description="Optional here")  # type: ignore[assignment]
 
 
 class EstimateOut(BaseModel):
-    hourly_usd: str
+    hourly_usd: str = Field(description="What the meter charges per hour while all nodes run")
     upfront_usd: str | None = Field(
         description="The whole reserved term, charged when the cluster is RUNNING"
+    )
+    capacity_type: str
+    gpu_hour_usd: str = Field(
+        description="USD per GPU-hour the nodes are charged (spot for spot and spot_with_fallback, "
+        "the discounted rate for a reserved term)"
+    )
+    max_hourly_usd: str = Field(
+        description="The most it costs per hour (spot_with_fallback: all nodes on on-demand stand-ins); "
+        "max_hourly_cost_usd is compared with it"
     )
     on_demand_gpu_hour_usd: str
     reserved_gpu_hour_usd: str | None
@@ -152,17 +175,14 @@ class EstimateOut(BaseModel):
     within_max_hourly_cost: bool | None = Field(description="Null when max_hourly_cost_usd is not set")
 
 
-def _settings() -> BillingSettings:
-    return BillingSettings()
-
-
 @router.post("/v1/billing/credits", status_code=201, response_model=CreditGrantOut, responses=_WRITE)
 def add_credits(
     body: CreditGrantIn, request: Request, principal: Writer, idempotency_key: IdempotencyKey = None
 ) -> Response:
-    """Add credits to the project (admin keys only)."""
+    """Add credits to the project (admin keys without a team scope only: credits are project-wide)."""
 
     def operation(session: Session) -> WriteOutcome:
+        check_create(LedgerEntry, principal.scope)
         entry, _new = grant_credits(
             session,
             project_id=principal.project_id,
@@ -190,7 +210,7 @@ def get_balance(request: Request, principal: Reader) -> BalanceOut:
     state = app_state(request)
     with state.read_sessions() as session:
         view = reports.balance_view(
-            session, project_id=principal.project_id, now=_clock.now(), settings=_settings()
+            session, project_id=principal.project_id, now=_clock.now(), settings=state.runtime.billing
         )
     return BalanceOut(**view)
 
@@ -319,15 +339,18 @@ def estimate(body: EstimateIn, request: Request, principal: Reader) -> JSONRespo
         raise validation_failed([FieldError(error.field, "no_price", error.message)]) from None
     ceiling = body.max_hourly_cost_usd
     out = EstimateOut(
-        hourly_usd=str(result.hourly_usd.normalize()),
-        upfront_usd=None if result.upfront_usd is None else str(result.upfront_usd.normalize()),
+        hourly_usd=usd_text(result.hourly_usd),
+        upfront_usd=None if result.upfront_usd is None else usd_text(result.upfront_usd),
+        capacity_type=result.capacity_type,
+        gpu_hour_usd=usd_text(result.gpu_hour_usd),
+        max_hourly_usd=usd_text(result.max_hourly_usd),
         on_demand_gpu_hour_usd=str(result.on_demand_gpu_hour_usd),
         reserved_gpu_hour_usd=None
         if result.reserved_gpu_hour_usd is None
-        else str(quantize_usd(result.reserved_gpu_hour_usd).normalize()),
+        else usd_text(result.reserved_gpu_hour_usd),
         reserved_discount=None if result.reserved_discount is None else str(result.reserved_discount),
         gpu_count=result.gpu_count,
-        within_max_hourly_cost=None if ceiling is None else result.hourly_usd <= ceiling,
+        within_max_hourly_cost=None if ceiling is None else result.max_hourly_usd <= ceiling,
     )
     return JSONResponse(out.model_dump(mode="json"))
 

@@ -8,18 +8,21 @@ from typing import Literal
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
+from sqlalchemy.orm import Session
 from starlette.responses import Response
 
 from backend.api.deps import Reader, Writer
-from backend.api.problems import request_id_of
 from backend.api.schemas import READ_ERRORS, WRITE_ERRORS
 from backend.api.state import app_state
+from backend.api.writes import WriteOutcome, run_write
+from backend.domain.clock import utcnow
 from backend.domain.errors import NotFound
 from backend.provisioning import credentials, views
-from backend.provisioning.state import utcnow
-from backend.services import audit, clusters
+from backend.services import clusters
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
+# Credentials and their lease are for the caller alone: no cache keeps them.
+_NO_STORE = {"Cache-Control": "no-store"}
 ArtifactName = Literal[
     "slurm.conf", "gres.conf", "cgroup.conf", "topology.conf", "hosts", "kubernetes-nodes.json"
 ]
@@ -66,35 +69,30 @@ def get_artifact(cluster_id: str, file: ArtifactName, request: Request, principa
 def get_credentials(cluster_id: str, request: Request, principal: Writer) -> Response:
     """The admin kubeconfig of a Kubernetes cluster (admin keys only; every read is audited). Its token
     is a lease: valid until `expires_at`, a fresh one once that has passed."""
-    state = app_state(request)
-    ttl = dt.timedelta(seconds=state.settings.credentials_ttl_seconds)
-    with state.write_sessions.begin() as session:
+    ttl = dt.timedelta(seconds=app_state(request).settings.credentials_ttl_seconds)
+
+    def operation(session: Session) -> WriteOutcome:
         clusters.get_cluster(
             session=session, project_id=principal.project_id, scope=principal.scope, cluster_id=cluster_id
         )
         found = credentials.read_credentials(session, cluster_id, now=utcnow(), ttl=ttl)
-        audit.record_event(session=session, project_id=principal.project_id, actor=principal.key_prefix,
-                           action="cluster.credentials_read", resource_type="cluster",
-                           resource_id=cluster_id, request_id=request_id_of(request))
-    body = CredentialsOut.model_validate(found)
-    return Response(body.model_dump_json(), media_type="application/json",
-                    headers={"Cache-Control": "no-store"})
+        return WriteOutcome("cluster", cluster_id, CredentialsOut.model_validate(found), headers=_NO_STORE)
+
+    return run_write(request, principal, action="cluster.credentials_read", operation=operation)
 
 
 @router.post("/{cluster_id}/credentials/renew", response_model=CredentialsRenewed, responses=WRITE_ERRORS)
 def renew_credentials(cluster_id: str, request: Request, principal: Writer) -> Response:
     """Extend the admin token's lease (admin keys only; audited); 409 `credentials_expired` once it
     has lapsed (read the credentials again)."""
-    state = app_state(request)
-    ttl = dt.timedelta(seconds=state.settings.credentials_ttl_seconds)
-    with state.write_sessions.begin() as session:
+    ttl = dt.timedelta(seconds=app_state(request).settings.credentials_ttl_seconds)
+
+    def operation(session: Session) -> WriteOutcome:
         clusters.get_cluster(
             session=session, project_id=principal.project_id, scope=principal.scope, cluster_id=cluster_id
         )
         expires_at = credentials.renew_credentials(session, cluster_id, now=utcnow(), ttl=ttl)
-        audit.record_event(session=session, project_id=principal.project_id, actor=principal.key_prefix,
-                           action="cluster.credentials_renewed", resource_type="cluster",
-                           resource_id=cluster_id, request_id=request_id_of(request))
-    body = CredentialsRenewed(expires_at=expires_at)
-    return Response(body.model_dump_json(), media_type="application/json",
-                    headers={"Cache-Control": "no-store"})
+        body = CredentialsRenewed(expires_at=expires_at)
+        return WriteOutcome("cluster", cluster_id, body, headers=_NO_STORE)
+
+    return run_write(request, principal, action="cluster.credentials_renewed", operation=operation)

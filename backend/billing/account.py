@@ -1,20 +1,26 @@
-"""A project's credit standing as the API and the core see it, and the guards the core calls: admission
-(creates and growth of an exhausted prepaid project) and attach."""
+"""A project's billing mode and credit standing as the API and the core see them, and the guards the core
+calls: admission (creates and growth of a prepaid project: nothing past the balance) and attach."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from backend.billing.clock import ensure_utc
 from backend.billing.credits import CreditStanding, standing
+from backend.billing.estimate import CostEstimate, estimate_cluster_cost
 from backend.billing.ledger import balance_micros
-from backend.billing.money import micros_to_usd
-from backend.billing.settings import BillingSettings
+from backend.billing.money import micros_to_usd, usd_to_micros
+from backend.billing.settings import BillingSettings, configured, credit_policy
+from backend.domain.clock import ensure_utc
 from backend.domain.errors import ApiError
-from backend.store.billing_models import BillingAccount, LedgerEntry
+from backend.store.billing_models import BillingAccount, CapacityReservation, LedgerEntry, Reservation
+from backend.store.models import Cluster, Project
+
+PREPAID, POSTPAID = "prepaid", "postpaid"
+BILLING_MODES = (PREPAID, POSTPAID)
 
 ADD_CREDITS = (
     "an admin adds credits with POST /v1/billing/credits (or `gpucloud-backend add-credits --project NAME "
@@ -30,10 +36,11 @@ def credit_standing(
     session: Session, *, project_id: str, now: datetime, settings: BillingSettings | None = None
 ) -> CreditStanding:
     """Balance and exhaustion measures in force for the project at `now`, as the metering job last
-    judged them (it records when the project ran out)."""
-    settings = settings or BillingSettings()
+    judged them (it records when the project ran out). `settings`: the process's billing settings
+    unless given."""
+    settings = settings or configured()
     account = session.get(BillingAccount, project_id)
-    prepaid = account is not None and account.prepaid
+    prepaid = billing_mode(session, project_id) == PREPAID
     stored = None if account is None else account.exhausted_since
     since = None if stored is None else ensure_utc(stored)
     return standing(
@@ -41,7 +48,7 @@ def credit_standing(
         balance_micros=balance_micros(session, project_id),
         exhausted_since=since,
         now=now,
-        policy=settings.credit_policy,
+        policy=credit_policy(settings),
     )
 
 
@@ -61,21 +68,100 @@ def check_attach_allowed(
         )
 
 
+class InsufficientCredits(ApiError):
+    status, code, title = 402, "insufficient_credits", "Payment Required"
+
+
+def billing_mode(session: Session, project_id: str) -> str:
+    """prepaid | postpaid, as an operator set it (`set-billing-mode`); never inferred from grants."""
+    mode = session.scalar(select(Project.billing_mode).where(Project.id == project_id))
+    return mode or POSTPAID
+
+
+def set_billing_mode(session: Session, *, project_id: str, mode: str, now: datetime) -> str:
+    """Set the project's billing mode; returns the previous one. Leaving prepaid ends any exhaustion
+    (the next metering pass resumes what it paused: postpaid projects are never paused)."""
+    if mode not in BILLING_MODES:
+        raise ValueError(f"billing mode must be one of {', '.join(BILLING_MODES)}, got {mode!r}")
+    project = session.get(Project, project_id)
+    if project is None:
+        raise ValueError(f"no project {project_id!r}")
+    previous, project.billing_mode = project.billing_mode, mode
+    account = session.get(BillingAccount, project_id)
+    if mode == POSTPAID and account is not None and account.exhausted_since is not None:
+        account.exhausted_since, account.updated_at = None, ensure_utc(now)
+    session.flush()
+    return previous
+
+
+def committed_micros(session: Session, project_id: str) -> int:
+    """Up-front charges admitted but not charged yet: capacity reservations whose term has not started
+    and reserved clusters whose term starts when they first run. Admission counts them against the
+    balance, so two bookings never share the same credits."""
+    total = int(session.scalar(
+        select(func.coalesce(func.sum(CapacityReservation.upfront_micros), 0)).where(
+            CapacityReservation.project_id == project_id,
+            CapacityReservation.charged_at.is_(None),
+            CapacityReservation.deleted_at.is_(None),
+        )
+    ) or 0)
+    started = select(Reservation.cluster_id).where(Reservation.project_id == project_id)
+    waiting = session.scalars(select(Cluster).where(
+        Cluster.project_id == project_id,
+        Cluster.billing_type == "reserved",
+        Cluster.deletion_requested_at.is_(None),
+        Cluster.status.not_in(("DESTROYED", "FAILED")),
+        Cluster.id.not_in(started),
+    ))
+    for cluster in waiting:
+        spec = {"instance_type": cluster.instance_type, "region": cluster.region,
+                "node_count": cluster.node_count,
+                "billing": {"type": "reserved", "duration_days": cluster.billing_duration_days}}
+        upfront = estimate_cluster_cost(spec, None).upfront_usd
+        total += 0 if upfront is None else usd_to_micros(upfront)
+    return total
+
+
+def first_charge_micros(new: CostEstimate, old: CostEstimate | None = None) -> int:
+    """What admitting `new` (in place of `old`) commits up front: a larger reserved term's up-front
+    charge, else the first billing slice (an hour) of the added hourly cost at its most."""
+    upfront = _micros(new.upfront_usd) - (0 if old is None else _micros(old.upfront_usd))
+    if upfront > 0:
+        return upfront
+    before = Decimal(0) if old is None else old.max_hourly_usd
+    return usd_to_micros(new.max_hourly_usd - before) if new.max_hourly_usd > before else 0
+
+
+def _micros(usd: Decimal | None) -> int:
+    return 0 if usd is None else usd_to_micros(usd)
+
+
 def check_admission_allowed(
-    session: Session, *, project_id: str, what: str, field: str | None = None
+    session: Session,
+    *,
+    project_id: str,
+    what: str,
+    field: str | None = None,
+    charge_micros: int = 0,
 ) -> None:
-    """Raise 402 `credits_exhausted` before a prepaid project with nothing left takes more capacity
-    (`what`: "creating a cluster", "scaling up", "creating a volume", "growing a volume").
+    """Before a prepaid project takes more capacity (`what`: "creating a cluster", "scaling up", ...):
+    402 `credits_exhausted` when it has nothing left, 402 `insufficient_credits` when the balance (less
+    up-front charges admitted but not charged yet) does not cover `charge_micros`, the up-front part
+    of what is asked (a term's up-front charge, the first billing slice). Postpaid projects pass.
 
     Exhausted here: the balance is zero or below, or the metering job judged the project exhausted
-    (counting usage not charged yet) and no credits were added since. Postpaid projects pass.
+    (counting usage not charged yet) and no credits were added since.
     """
-    account = session.get(BillingAccount, project_id)
-    if account is None or not account.prepaid:
+    if billing_mode(session, project_id) != PREPAID:
         return
+    account = session.get(BillingAccount, project_id)
     balance = balance_micros(session, project_id)
-    since = None if account.exhausted_since is None else ensure_utc(account.exhausted_since)
+    stored = None if account is None else account.exhausted_since
+    since = None if stored is None else ensure_utc(stored)
     if balance > 0 and (since is None or _granted_since(session, project_id, since)):
+        if charge_micros > 0:
+            _check_covered(session, project_id=project_id, balance=balance, charge=charge_micros,
+                           what=what, field=field)
         return
     balance_usd = str(micros_to_usd(balance))
     raise CreditsExhausted(
@@ -85,6 +171,29 @@ def check_admission_allowed(
         extra={
             "balance_usd": balance_usd,
             "exhausted_since": None if since is None else since.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "add_credits": "POST /v1/billing/credits",
+        },
+    )
+
+
+def _check_covered(
+    session: Session, *, project_id: str, balance: int, charge: int, what: str, field: str | None
+) -> None:
+    committed = committed_micros(session, project_id)
+    available = balance - committed
+    if charge <= available:
+        return
+    balance_usd, charge_usd = str(micros_to_usd(balance)), str(micros_to_usd(charge))
+    pending = (f", of which {micros_to_usd(committed)} USD is committed to up-front charges not taken yet"
+               if committed else "")
+    raise InsufficientCredits(
+        f"{what} charges {charge_usd} USD up front, more than the prepaid balance covers (balance "
+        f"{balance_usd} USD{pending}); {ADD_CREDITS}",
+        field=field,
+        extra={
+            "balance_usd": balance_usd,
+            "charge_usd": charge_usd,
+            "committed_usd": str(micros_to_usd(committed)),
             "add_credits": "POST /v1/billing/credits",
         },
     )

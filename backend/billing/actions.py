@@ -5,17 +5,45 @@ leaves a trace: a phase history entry on the cluster and an audit event, both at
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
-from backend.billing.clock import ensure_utc
-from backend.domain.ids import new_id
-from backend.services import engine_hooks
+from backend.domain.clock import ensure_utc
+from backend.store.audit_log import add_event
 from backend.store.engine_models import PhaseRecord
-from backend.store.models import AuditEvent, Cluster
+from backend.store.models import Cluster
 
 ACTOR = "billing"
+
+
+class ClusterEngine(Protocol):
+    """The provisioning engine's entry points billing acts through (`backend.provisioning.engine`).
+    Billing and provisioning are independent layers: the runtime installs the engine here (`use_engine`)."""
+
+    def request_reconcile(self, session: Session, cluster_id: str, *, now: datetime | None = None
+                          ) -> None: ...
+
+    def pause_cluster(self, session: Session, cluster_id: str, reason: str, *, now: datetime | None = None
+                      ) -> None: ...
+
+    def resume_cluster(self, session: Session, cluster_id: str, reason: str, *, now: datetime | None = None
+                       ) -> None: ...
+
+
+class _NoEngine:
+    def __getattr__(self, name: str) -> Any:
+        raise RuntimeError(f"billing cannot {name}: no provisioning engine is installed (backend.runtime "
+                           "installs it when the process starts)")
+
+
+engine_hooks: ClusterEngine = _NoEngine()
+
+
+def use_engine(engine: ClusterEngine) -> None:
+    """Install the engine billing acts through (the runtime does, once at start)."""
+    global engine_hooks
+    engine_hooks = engine
 
 
 def record_phase(session: Session, *, cluster_id: str, phase: str, detail: str, at: datetime) -> None:
@@ -34,19 +62,8 @@ def record_audit(
     details: dict[str, Any],
 ) -> None:
     """An audit event written by billing (actor "billing", no request id)."""
-    session.add(
-        AuditEvent(
-            id=new_id("audit_event"),
-            project_id=project_id,
-            occurred_at=ensure_utc(at),
-            actor=ACTOR,
-            action=action,
-            resource_type=resource_type,
-            resource_id=resource_id,
-            request_id=None,
-            details=details,
-        )
-    )
+    add_event(session, project_id=project_id, actor=ACTOR, action=action, resource_type=resource_type,
+              resource_id=resource_id, at=ensure_utc(at), details=details)
 
 
 def decommission(session: Session, *, cluster: Cluster, reason: str, at: datetime) -> bool:

@@ -6,8 +6,9 @@ One pass (`run_metering`) walks every project, each in its own transaction:
 2. compute: reserved terms started (and charged up front) for reserved clusters that reached RUNNING,
    final node hour slices charged (reserved nodes at 0, nodes beyond the reservation on-demand);
 3. reserved terms past their end: `on_expiry` carried out (decommission | convert_to_on_demand);
-4. credits: a prepaid project with nothing left has its on-demand clusters paused, then decommissioned
-   after the grace period; a top-up releases the holds;
+4. credits: a prepaid project with nothing left has its on-demand clusters paused (never those on paid
+   capacity: reserved terms, drawn reservations), then decommissioned after the grace period; a top-up,
+   or switching the project to postpaid, releases the holds;
 5. budgets: thresholds crossed this month alerted once each (backend.billing.budgets);
 6. months that are over get their invoice.
 Every charge is keyed (see backend.billing.meter), so a crash anywhere rolls back the project's pass
@@ -25,9 +26,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.billing import actions
+from backend.billing.account import PREPAID, billing_mode
 from backend.billing.budgets import check_budgets
 from backend.billing.capacity_reservations import due_charges, project_reservations
-from backend.billing.clock import Clock, ensure_utc
 from backend.billing.compute_meter import (
     CONVERT_TO_ON_DEMAND,
     DECOMMISSION,
@@ -49,8 +50,9 @@ from backend.billing.reserved_ip_meter import (
     reserved_ip_accrued_micros,
     reserved_ip_records,
 )
-from backend.billing.settings import BillingSettings
+from backend.billing.settings import BillingSettings, credit_policy
 from backend.billing.storage_meter import load_volume_usage, storage_accrued_micros, storage_records
+from backend.domain.clock import Clock, ensure_utc
 from backend.store.billing_models import BillingAccount, CreditHold, Reservation
 from backend.store.models import Cluster, Project
 
@@ -168,7 +170,8 @@ def meter_project(
             capacity_reservation=capacity.get(cluster.reservation_id or "") if cluster is not None else None,
         )
         records += compute_records(
-            project_id=project_id, usage=usage, segments=segments, prices=prices, cutoff=cutoff, now=now
+            project_id=project_id, usage=usage, segments=segments, prices=prices, cutoff=cutoff, now=now,
+            labels=None if cluster is None else dict(cluster.labels or {}),
         )
         accrued += compute_accrued_micros(
             usage=usage, segments=segments, prices=prices, cutoff=cutoff, now=now
@@ -294,15 +297,24 @@ def _enforce_credits(
     unbilled_micros: int,
 ) -> None:
     account = session.get(BillingAccount, project_id)
-    if account is None or not account.prepaid:
-        return  # postpaid: invoiced, never paused
+    if billing_mode(session, project_id) != PREPAID:
+        # Postpaid: invoiced, credits reduce the invoice, nothing is ever paused. A project switched
+        # from prepaid gets back what exhaustion paused.
+        for hold in list(holds.values()):
+            if hold.decommissioned_at is None:
+                _release(session, hold=hold, cluster=clusters.get(hold.cluster_id), now=now, result=result)
+                del holds[hold.cluster_id]
+        return
+    if account is None:
+        account = BillingAccount(project_id=project_id, prepaid=True, updated_at=now)
+        session.add(account)
     balance = balance_micros(session, project_id)
     standing = assess(
         prepaid=True,
         balance_micros=balance - unbilled_micros,
         exhausted_since=_maybe_utc(account.exhausted_since),
         now=now,
-        policy=settings.credit_policy,
+        policy=credit_policy(settings),
     )
     if standing.exhausted_since is not None and account.exhausted_since is None:
         account.exhausted_since = standing.exhausted_since
@@ -343,6 +355,7 @@ def _enforce_credits(
         for cluster in clusters.values():
             if (
                 cluster.billing_type != "on_demand"
+                or cluster.reservation_id  # its capacity is paid up front: it runs on
                 or cluster.deletion_requested_at is not None
                 or cluster.status in FINISHED_STATUSES
             ):

@@ -16,22 +16,44 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog
-from backend.domain.ids import new_id
 from backend.domain.quotas import QuotaExceeded
 from backend.provisioning import allocator
 from backend.provisioning.driver import Job, NodeRun
 from backend.provisioning.engine import request_reconcile
 from backend.provisioning.state import aware, live_nodes, wake
-from backend.services import quotas
+from backend.store.audit_log import add_event
 from backend.store.engine_models import EngineCluster, PhaseRecord
-from backend.store.models import AuditEvent, Cluster
+from backend.store.models import Cluster
+
+
+class QuotaAdmission(Protocol):
+    """Quota admission of a scale-up (`backend.services.quotas.admit`): raises QuotaExceeded past a quota,
+    else holds the project's quota lock until commit. A service the engine calls: the runtime installs
+    it (`use_quota_admission`), as provisioning sits below the services."""
+
+    def __call__(self, *, session: Session, catalog: Catalog, project_id: str, spec: Mapping[str, Any],
+                 current: Mapping[str, Any] | None = None) -> None: ...
+
+
+def _no_quota_admission(**_: Any) -> None:
+    raise RuntimeError("the autoscaler has no quota admission installed (backend.runtime installs "
+                       "backend.services.quotas.admit when the process starts)")
+
+
+_admit_quota: QuotaAdmission = _no_quota_admission
+
+
+def use_quota_admission(admit: QuotaAdmission) -> None:
+    """Install the quota admission scale-ups go through (the runtime does, once at start)."""
+    global _admit_quota
+    _admit_quota = admit
 
 ACTOR = "engine"
 # Slurm's reasons for a job that would run if the cluster had more (free) nodes.
@@ -132,13 +154,13 @@ def range_of(cluster: Cluster, idle_unit: dt.timedelta) -> Range | None:
                  idle_unit * (cluster.autoscaling_idle_minutes or 0))
 
 
-def free_nodes(session: Session, catalog: Catalog, cluster: Cluster) -> int:
+def free_nodes(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetime) -> int:
     """Free nodes of the cluster's instance type on its fabric (a cluster grows on its own fabric)."""
     state = session.get(EngineCluster, cluster.id)
     if state is None:
         return 0
     free = allocator.free_by_fabric(session, catalog, cluster.region, cluster.instance_type,
-                                    cluster.interconnect)
+                                    cluster.interconnect, now=now)
     return free.get(state.fabric, 0)
 
 
@@ -151,7 +173,7 @@ def within_quota(session: Session, catalog: Catalog, cluster: Cluster, decision:
     capped = ""
     for count in range(decision.node_count, cluster.node_count, -1):
         try:
-            quotas.admit(session=session, catalog=catalog, project_id=cluster.project_id,
+            _admit_quota(session=session, catalog=catalog, project_id=cluster.project_id,
                          spec={**spec, "node_count": count}, current=spec)
         except QuotaExceeded as refused:
             capped = f"; capped by quota {refused.extra.get('quota')}"
@@ -181,7 +203,7 @@ def apply(session: Session, catalog: Catalog, cluster: Cluster, decision: Decisi
     cluster.node_count = decision.node_count
     cluster.generation += 1
     cluster.updated_at = now
-    request_reconcile(session, cluster.id, remove_node_names=decision.remove, catalog=catalog)
+    request_reconcile(session, cluster.id, remove_node_names=decision.remove, catalog=catalog, now=now)
     action = decision.action(before)
     session.add(PhaseRecord(cluster_id=cluster.id, phase="Autoscaled",
                             detail=f"{before} -> {decision.node_count}: {decision.reason}", at=now))
@@ -189,7 +211,6 @@ def apply(session: Session, catalog: Catalog, cluster: Cluster, decision: Decisi
                                "to_node_count": decision.node_count, "reason": decision.reason}
     if decision.remove:
         details["removed_nodes"] = list(decision.remove)
-    session.add(AuditEvent(id=new_id("audit_event"), project_id=cluster.project_id, occurred_at=now,
-                           actor=ACTOR, action="cluster.autoscaled", resource_type="cluster",
-                           resource_id=cluster.id, request_id=None, details=details))
+    add_event(session, project_id=cluster.project_id, actor=ACTOR, action="cluster.autoscaled",
+              resource_type="cluster", resource_id=cluster.id, at=now, details=details)
     return True

@@ -11,13 +11,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from backend.domain.ids import new_id
 from backend.domain.lifecycle import NodeStatus
 from backend.provisioning import node_views
 from backend.provisioning.driver import ProvisioningDriver, workload_of
 from backend.provisioning.state import aware
+from backend.store.audit_log import add_event
 from backend.store.engine_models import PhaseRecord
-from backend.store.models import AuditEvent, Cluster
+from backend.store.models import Cluster
 
 ACTOR = "engine"
 ACTIVE_JOB_STATES = ("RUNNING", "PENDING")
@@ -108,19 +108,8 @@ def _block(session: Any, cluster: Cluster, reason: str, moment: dt.datetime, now
 
 
 def _audit(session: Any, cluster: Cluster, action: str, now: dt.datetime, details: dict[str, Any]) -> None:
-    session.add(
-        AuditEvent(
-            id=new_id("audit_event"),
-            project_id=cluster.project_id,
-            occurred_at=now,
-            actor=ACTOR,
-            action=action,
-            resource_type="cluster",
-            resource_id=cluster.id,
-            request_id=None,
-            details=details,
-        )
-    )
+    add_event(session, project_id=cluster.project_id, actor=ACTOR, action=action, resource_type="cluster",
+              resource_id=cluster.id, at=now, details=details)
 
 
 def _iso(moment: dt.datetime | None) -> str:

@@ -13,15 +13,16 @@ them in, by name), so admission, re-acquisition and release never deadlock.
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog, Fabric
-from backend.domain.ids import new_id
 from backend.provisioning import allocator, capacity
+from backend.provisioning.driver import ProvisioningDriver
+from backend.store.audit_log import add_event
 from backend.store.engine_models import EngineNode
-from backend.store.models import AuditEvent, Cluster
+from backend.store.models import Cluster
 
 SPOT, ON_DEMAND = "spot", "on_demand"
 FALLBACK = "spot_with_fallback"
@@ -46,9 +47,9 @@ class SpotMarket(Protocol):
         ...
 
 
-def market_of(driver: object) -> SpotMarket | None:
-    """The driver as a spot market, or None (its spot nodes are never reclaimed)."""
-    return driver if callable(getattr(driver, "spot_preemption", None)) else None  # type: ignore[return-value]
+def market_of(driver: ProvisioningDriver) -> SpotMarket | None:
+    """The driver as a spot market, or None when it declares none (its spot nodes are never reclaimed)."""
+    return cast(SpotMarket, driver) if driver.capabilities.spot_market else None
 
 
 def uses_spot(cluster: Cluster) -> bool:
@@ -99,9 +100,8 @@ def free_tickets(session: Session, catalog: Catalog, cluster: Cluster, fabric: s
 
 
 def audit(session: Session, cluster: Cluster, action: str, at: dt.datetime, details: dict[str, Any]) -> None:
-    session.add(AuditEvent(id=new_id("audit_event"), project_id=cluster.project_id, occurred_at=at,
-                           actor=ACTOR, action=action, resource_type="cluster", resource_id=cluster.id,
-                           request_id=None, details=details))
+    add_event(session, project_id=cluster.project_id, actor=ACTOR, action=action, resource_type="cluster",
+              resource_id=cluster.id, at=at, details=details)
 
 
 def iso(moment: dt.datetime) -> str:

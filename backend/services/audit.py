@@ -9,8 +9,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.domain.access import Scope
-from backend.domain.ids import new_id
-from backend.services.clock import utcnow
+from backend.domain.clock import utcnow
+from backend.store.audit_log import add_event
 from backend.store.models import ApiKey, AuditEvent
 
 
@@ -25,20 +25,9 @@ def record_event(
     request_id: str | None,
     details: dict[str, Any] | None = None,
 ) -> AuditEvent:
-    """Add one audit event to the current transaction."""
-    event = AuditEvent(
-        id=new_id("audit_event"),
-        project_id=project_id,
-        occurred_at=utcnow(),
-        actor=actor,
-        action=action,
-        resource_type=resource_type,
-        resource_id=resource_id,
-        request_id=request_id,
-        details=details or {},
-    )
-    session.add(event)
-    return event
+    """Add one audit event to the current transaction, stamped now."""
+    return add_event(session, project_id=project_id, actor=actor, action=action, resource_type=resource_type,
+                     resource_id=resource_id, at=utcnow(), request_id=request_id, details=details)
 
 
 def list_events(

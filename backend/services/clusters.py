@@ -14,21 +14,20 @@ from typing import Any, TypeVar
 from sqlalchemy import bindparam, literal, or_, select, union_all
 from sqlalchemy.orm import Session, joinedload
 
-from backend.billing.account import check_admission_allowed, check_attach_allowed
+from backend.billing.account import check_admission_allowed, check_attach_allowed, first_charge_micros
 from backend.billing.budgets import check_budget_admission
 from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.pricing import PricingError
 from backend.billing.reports import reserved_node_count
 from backend.domain.access import Scope
 from backend.domain.catalog import Catalog
+from backend.domain.clock import utcnow
 from backend.domain.cluster_rules import apply_cluster_defaults, validate_cluster_spec
 from backend.domain.errors import Conflict, FieldError, NotFound, validation_failed
 from backend.domain.ids import is_id_of, new_id
 from backend.domain.lifetime import parse_ttl
 from backend.provisioning.engine import request_reconcile
 from backend.services import quotas, reserved_ips
-from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, scoped_labels, touch
 from backend.services.reservations import check_reservation
 from backend.services.security_groups import ensure_default_group
 from backend.store.db import execute_core
@@ -40,6 +39,15 @@ from backend.store.models import (
     SecurityGroup,
     SshKey,
     Volume,
+)
+from backend.store.repository import (
+    check_if_match,
+    get_owned,
+    in_scope,
+    keyset_page,
+    referenced,
+    scoped_labels,
+    touch,
 )
 from backend.store.scoping import scope_filter
 
@@ -150,7 +158,7 @@ def _check_spec(
     }
     errors += _check_references(session, project_id, full, scope, kept)
     if full.get("reservation_id") not in (None, (current or {}).get("reservation_id")):
-        errors += check_reservation(session, project_id, full)
+        errors += check_reservation(session, project_id, full, scope)
     errors += reserved_ips.check_reference(
         session, project_id=project_id, scope=scope, reserved_ip_id=full.get("reserved_ip_id"),
         region=str(full.get("region")), kept=(current or {}).get("reserved_ip_id"),
@@ -175,8 +183,7 @@ def _owned(
     (`kept`: a scoped key may keep what an unscoped one attached)."""
     if not ids:
         return []
-    rows = session.scalars(select(model).where(model.id.in_(ids), model.project_id == project_id)).all()
-    return [r for r in rows if r.id in kept or in_scope(scope, r.labels)]
+    return referenced(session, model, ids, project_id=project_id, scope=scope, kept=kept)
 
 
 def _check_references(
@@ -231,26 +238,29 @@ def _check_cost(
     spec: Mapping[str, Any], catalog: Catalog, reserved_nodes: int | None, current: Mapping[str, Any] | None
 ) -> list[FieldError]:
     """The ceiling refuses a create, or an update that raises the cost above it: a cost already above a
-    lowered ceiling never blocks changes that do not raise it (labels, the ceiling itself, a scale-down)."""
+    lowered ceiling never blocks changes that do not raise it (labels, the ceiling itself, a scale-down).
+    The cost is the most the cluster price allows per hour (spot_with_fallback: its on-demand stand-ins)."""
     try:
-        hourly = estimate_cluster_cost(spec, catalog, reserved_node_count=reserved_nodes).hourly_usd
+        price = estimate_cluster_cost(spec, catalog, reserved_node_count=reserved_nodes)
     except PricingError as error:
         return [FieldError(error.field, "no_price", error.message)]
-    ceiling = spec.get("max_hourly_cost_usd")
+    hourly, ceiling = price.max_hourly_usd, spec.get("max_hourly_cost_usd")
     if ceiling is None or hourly <= Decimal(ceiling):
         return []
     if current is not None:
         try:
-            before = estimate_cluster_cost(current, catalog, reserved_node_count=reserved_nodes).hourly_usd
+            before = estimate_cluster_cost(current, catalog, reserved_node_count=reserved_nodes)
+            before_hourly: Decimal | None = before.max_hourly_usd
         except PricingError:
-            before = None
-        if before is not None and hourly <= before:
+            before_hourly = None
+        if before_hourly is not None and hourly <= before_hourly:
             return []
+    fallback = " with on-demand nodes standing in for spot" if hourly != price.hourly_usd else ""
     return [
         FieldError(
             "max_hourly_cost_usd",
             "cost_limit_exceeded",
-            f"the cluster would cost {hourly} USD per hour, above max_hourly_cost_usd {ceiling}",
+            f"the cluster would cost {hourly} USD per hour{fallback}, above max_hourly_cost_usd {ceiling}",
         )
     ]
 
@@ -354,7 +364,8 @@ def create_cluster(
     spec = {**spec, "labels": scoped_labels(spec.get("labels") or {}, scope)}
     spec = {**spec, **lifetime_changes(spec, current=None, created_at=now, now=now)}
     full = _check_spec(session, catalog, project_id, spec, scope=scope)
-    check_admission_allowed(session, project_id=project_id, what="creating a cluster")
+    check_admission_allowed(session, project_id=project_id, what="creating a cluster",
+                            charge_micros=_up_front_micros(full, catalog))
     check_budget_admission(session, project_id=project_id, labels=full.get("labels") or {}, now=now)
     quotas.admit(session=session, catalog=catalog, project_id=project_id, spec=full)
     row = Cluster(
@@ -520,9 +531,13 @@ def update_cluster(
         session, catalog, project_id, merged, attached=current["volume_ids"], reserved_nodes=reserved,
         current=current, scope=scope,
     )
-    if full["node_count"] > current["node_count"]:
-        check_admission_allowed(session, project_id=project_id, what="scaling up", field="node_count")
+    grows = full["node_count"] > current["node_count"]
+    if grows:
+        charge = _up_front_micros(full, catalog, current=current, reserved_nodes=reserved)
+        check_admission_allowed(session, project_id=project_id, what="scaling up", field="node_count",
+                                charge_micros=charge)
         quotas.admit(session=session, catalog=catalog, project_id=project_id, spec=full, current=current)
+    _check_blocked_budgets(session, project_id, full, current, grows=grows)
     if full != current:
         reserved_ips.assign(session, catalog, cluster=row, reserved_ip_id=full.get("reserved_ip_id"))
         _apply(row, full)
@@ -532,6 +547,41 @@ def update_cluster(
             ensure_default_group(session=session, project_id=project_id)
         request_reconcile(session, row.id, remove_node_names=remove_node_names, catalog=catalog)
     return row
+
+
+def _up_front_micros(
+    spec: Mapping[str, Any],
+    catalog: Catalog,
+    *,
+    current: Mapping[str, Any] | None = None,
+    reserved_nodes: int | None = None,
+) -> int:
+    """What admitting `spec` (in place of `current`) charges up front: a reserved term's up-front part,
+    else the first billing slice (an hour) of the added cost; a prepaid balance must cover it."""
+    try:
+        new = estimate_cluster_cost(spec, catalog, reserved_node_count=reserved_nodes)
+        old = None if current is None else estimate_cluster_cost(
+            current, catalog, reserved_node_count=reserved_nodes
+        )
+    except PricingError:
+        return 0  # _check_spec has refused a shape without a price already
+    return first_charge_micros(new, old)
+
+
+def _check_blocked_budgets(
+    session: Session, project_id: str, full: Mapping[str, Any], current: Mapping[str, Any], *, grows: bool
+) -> None:
+    """block_new covers more than creates: a scale-up or an autoscaling minimum raise under a spent
+    budget, and a relabel into a team whose budget is spent, would add spend where it is blocked."""
+    labels, before = full.get("labels") or {}, current.get("labels") or {}
+    low = (full.get("autoscaling") or {}).get("min_nodes")
+    was = (current.get("autoscaling") or {}).get("min_nodes")
+    if grows or (low is not None and was is not None and low > was):
+        check_budget_admission(session, project_id=project_id, labels=labels, now=utcnow(),
+                               what="scaling up and raising autoscaling.min_nodes are refused")
+    if labels != before:
+        check_budget_admission(session, project_id=project_id, labels=labels, now=utcnow(),
+                               what="relabelling a cluster into it is refused", previous_labels=before)
 
 
 def delete_cluster(

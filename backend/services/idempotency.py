@@ -1,4 +1,12 @@
-"""Idempotency records: a POST's response stored under its Idempotency-Key for replay (>= 24 h)."""
+"""Idempotency records: a POST's response stored under its Idempotency-Key for replay (>= 24 h).
+
+A retry can arrive while the first request with its key is still running (a load balancer retries a
+slow POST on another replica). `hold_key` makes it wait for that one: on PostgreSQL a transaction-scoped
+advisory lock on (project, key), taken first thing in the write transaction, so the retry's transaction
+waits until the first commits (and then finds its record to replay) or rolls back (and then runs
+itself). A claimer that dies loses its connection and with it the lock: no stale claims to clean up.
+SQLite needs nothing: a write transaction takes the database's write lock at BEGIN, across processes.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +15,12 @@ import json
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from backend.domain.errors import Unprocessable
-from backend.services.clock import utcnow
+from backend.domain.clock import utcnow
+from backend.domain.errors import Conflict, Unprocessable
 from backend.store.models import IdempotencyRecord
 
 
@@ -31,6 +40,34 @@ def request_fingerprint(*, method: str, path: str, body: bytes) -> str:
     except ValueError:
         canonical = body
     return hashlib.sha256(method.encode() + b" " + path.encode() + b"\n" + canonical).hexdigest()
+
+
+def hold_key(*, session: Session, project_id: str, key: str, wait_seconds: float) -> None:
+    """Wait (at most `wait_seconds`) until no other transaction holds `key`, and hold it until this one
+    ends; 409 `idempotency_key_in_flight` when the first request is still running after that."""
+    if session.get_bind().dialect.name != "postgresql":
+        return
+    digest = hashlib.sha256(f"idempotency\0{project_id}\0{key}".encode()).digest()
+    lock_id = int.from_bytes(digest[:8], "big", signed=True)
+    previous = session.execute(
+        text("SELECT current_setting('lock_timeout'), set_config('lock_timeout', :wait, true)"),
+        {"wait": f"{max(1, int(wait_seconds * 1000))}ms"},
+    ).scalar_one()
+    try:
+        session.execute(
+            text("SELECT pg_advisory_xact_lock(:lock_id), set_config('lock_timeout', :previous, true)"),
+            {"lock_id": lock_id, "previous": previous},
+        )
+    except OperationalError as error:
+        if getattr(error.orig, "sqlstate", None) != "55P03":  # lock_not_available
+            raise
+        raise Conflict(
+            f"a request with this Idempotency-Key is still in progress after {wait_seconds:g} s; retry "
+            "later to get its response",
+            field="Idempotency-Key",
+            code="idempotency_key_in_flight",
+            headers={"Retry-After": "1"},
+        ) from None
 
 
 def find_replay(*, session: Session, project_id: str, key: str, fingerprint: str) -> StoredResponse | None:

@@ -21,22 +21,22 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.billing.account import check_admission_allowed
-from backend.billing.reserved_ip_history import (
+from backend.domain.access import Scope
+from backend.domain.catalog import Catalog
+from backend.domain.clock import utcnow
+from backend.domain.errors import Conflict, FieldError, validation_failed
+from backend.domain.ids import is_id_of, new_id
+from backend.provisioning import allocator, public_address
+from backend.services.volumes import check_region
+from backend.store.models import ApiKey, Cluster, ReservedIp
+from backend.store.repository import check_if_match, get_owned, in_scope, keyset_page, scoped_labels, touch
+from backend.store.reserved_ip_history import (
     ATTACHED,
     DETACHED,
     RELEASED,
     RESERVED,
     record_reserved_ip_event,
 )
-from backend.domain.access import Scope
-from backend.domain.catalog import Catalog
-from backend.domain.errors import Conflict, FieldError
-from backend.domain.ids import is_id_of, new_id
-from backend.provisioning import allocator, public_address
-from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, scoped_labels, touch
-from backend.services.volumes import check_region
-from backend.store.models import Cluster, ReservedIp
 from backend.store.scoping import scope_filter
 
 KIND = "reserved_ip"
@@ -187,7 +187,11 @@ def check_reference(
 
 def assign(session: Session, catalog: Catalog, *, cluster: Cluster, reserved_ip_id: str | None) -> None:
     """Make `reserved_ip_id` (checked by `check_reference`) the cluster's login address, or a fresh
-    floating one for None; an IP another cluster holds moves here (that one gets a floating address)."""
+    floating one for None; an IP another cluster holds moves here (that one gets a floating address).
+
+    The caller holds `cluster`'s row. Then the IP's row is locked, then its holder's: every attach of an
+    IP (and its release) waits for the IP, so two moves of one IP run one after the other and a release
+    never deletes an IP that is being attached (the foreign key `clusters.reserved_ip_id` backs this up)."""
     if cluster.reserved_ip_id == reserved_ip_id:
         return
     now = utcnow()
@@ -196,9 +200,15 @@ def assign(session: Session, catalog: Catalog, *, cluster: Cluster, reserved_ip_
     if reserved_ip_id is None:
         public_address.take_floating(session, catalog, cluster_id=cluster.id, region=cluster.region, now=now)
         return
-    row = session.get(ReservedIp, reserved_ip_id)
-    assert row is not None
-    holder = session.scalars(select(Cluster).where(Cluster.reserved_ip_id == reserved_ip_id)).one_or_none()
+    row = session.scalars(select(ReservedIp).where(ReservedIp.id == reserved_ip_id).with_for_update()
+                          .execution_options(populate_existing=True)).one_or_none()
+    if row is None:  # released while this request was checking it
+        raise validation_failed([FieldError("reserved_ip_id", "not_found",
+                                            f"no reserved IP with id {reserved_ip_id!r} in this project")])
+    # Read after the IP's lock, and locked: a holder that let go meanwhile is skipped.
+    holder = session.scalars(select(Cluster).where(Cluster.reserved_ip_id == reserved_ip_id,
+                                                   Cluster.id != cluster.id).with_for_update()
+                             .execution_options(populate_existing=True)).one_or_none()
     if holder is not None:  # a move: the holder falls back to a floating address
         _let_go(session, holder, now)
         public_address.take_floating(session, catalog, cluster_id=holder.id, region=holder.region, now=now)
@@ -221,11 +231,13 @@ def reserve_cluster_address(
     scope: Scope | None = None,
 ) -> ReservedIp:
     """Turn the cluster's floating address into a reserved IP that stays attached to it (409 when the
-    cluster already has one, or has no address yet)."""
+    cluster already has one, or has no address yet). The IP takes the cluster's team labels, so the
+    cluster's team sees it whoever reserved it."""
     if cluster.reserved_ip_id is not None:
         raise Conflict(f"cluster {cluster.id} already answers on reserved IP {cluster.reserved_ip_id}",
                        field="reserved_ip_id", code="already_reserved",
                        extra={"reserved_ip_id": cluster.reserved_ip_id})
+    labels = _with_team_labels(session, project_id, scoped_labels(labels, scope), cluster)
     check_admission_allowed(session, project_id=project_id, what="reserving an IP")
     address = public_address.give_up_floating(session, cluster_id=cluster.id, region=cluster.region)
     if address is None:
@@ -233,8 +245,7 @@ def reserve_cluster_address(
                        field="cluster_id", code="no_public_address")
     now = utcnow()
     row = ReservedIp(id=new_id(KIND), project_id=project_id, name=name, region=cluster.region,
-                     address=address, labels=scoped_labels(labels, scope), generation=1, created_at=now,
-                     updated_at=now)
+                     address=address, labels=labels, generation=1, created_at=now, updated_at=now)
     session.add(row)
     session.flush()
     cluster.reserved_ip_id = row.id
@@ -243,6 +254,24 @@ def reserve_cluster_address(
     record_reserved_ip_event(session, reserved_ip=row, event=RESERVED, at=now)
     record_reserved_ip_event(session, reserved_ip=row, event=ATTACHED, at=now, cluster_id=cluster.id)
     return row
+
+
+def _with_team_labels(
+    session: Session, project_id: str, labels: dict[str, str], cluster: Cluster
+) -> dict[str, str]:
+    """`labels` plus the cluster's value of each team label (`team`, and every label key the project's
+    API keys are scoped on); 422 naming the label when `labels` gives it another value."""
+    keys = {"team", *session.scalars(select(ApiKey.scope_key).where(ApiKey.project_id == project_id,
+                                                                     ApiKey.scope_key.is_not(None)))}
+    out = dict(labels)
+    for key in sorted(k for k in keys if k is not None and k in cluster.labels):
+        value = cluster.labels[key]
+        if out.setdefault(key, value) != value:
+            raise validation_failed([FieldError(
+                f"labels.{key}", "label_mismatch",
+                f"an IP reserved for cluster {cluster.id} takes its team label {key}={value!r}; leave "
+                f"labels.{key} out or set it to {value!r}")])
+    return out
 
 
 def hourly_cost_usd(catalog: Catalog, *, attached: bool) -> Decimal:

@@ -8,12 +8,12 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from backend.domain.access import Scope
+from backend.domain.clock import utcnow
 from backend.domain.errors import Conflict, validation_failed
 from backend.domain.ids import new_id
 from backend.domain.ssh_keys import ParsedSshKey, parse_public_key
-from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, in_scope, keyset_page, touch
 from backend.store.models import Cluster, ClusterSshKey, SshKey
+from backend.store.repository import check_if_match, get_owned, in_scope, keyset_page, touch
 from backend.store.scoping import scope_filter
 
 

@@ -12,11 +12,11 @@ from backend.billing.account import check_admission_allowed
 from backend.billing.volume_history import CREATED, DELETED, RESIZED, record_volume_event
 from backend.domain.access import Scope
 from backend.domain.catalog import Catalog
+from backend.domain.clock import utcnow
 from backend.domain.errors import Conflict, FieldError, Unprocessable, validation_failed
 from backend.domain.ids import new_id
-from backend.services.clock import utcnow
-from backend.services.common import check_if_match, get_owned, keyset_page, touch
 from backend.store.models import Cluster, ClusterVolume, Volume
+from backend.store.repository import check_if_match, get_owned, keyset_page, touch
 from backend.store.scoping import scope_filter
 
 

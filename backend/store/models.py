@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -16,28 +16,11 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import Mapped, mapped_column, relationship
-from sqlalchemy.types import DateTime, TypeDecorator
 
-from backend.store.base import Base
+from backend.store.base import Base, UtcDateTime
 
 ID = String(30)
-
-
-class UtcDateTime(TypeDecorator[datetime]):
-    """Aware UTC datetimes on every database (SQLite hands back naive ones otherwise)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        return value.astimezone(UTC) if value is not None and value.tzinfo is not None else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 class Versioned:
@@ -53,6 +36,11 @@ class Project(Base):
 
     id: Mapped[str] = mapped_column(ID, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), nullable=False, unique=True)
+    # prepaid (credits bound every charge, exhaustion pauses) | postpaid (invoiced; credits reduce the
+    # invoice, nothing pauses). Set by an operator (`set-billing-mode`), never inferred; migration 0022.
+    billing_mode: Mapped[str] = mapped_column(
+        String(16), nullable=False, default="postpaid", server_default="postpaid"
+    )
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
@@ -149,7 +137,9 @@ class Cluster(Versioned, Base):
     deletion_requested_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # The reserved IP the login node answers on (migration 0013_reserved_ips); NULL: a floating address
     # from the region's pool. Unique: an address is never on two clusters; cleared when the cluster ends.
-    reserved_ip_id: Mapped[str | None] = mapped_column(ID)
+    # A reserved IP still attached cannot be deleted (migration 0019 adds the key on PostgreSQL, where
+    # writers run concurrently; SQLite runs one writer at a time, so the release's own check holds there).
+    reserved_ip_id: Mapped[str | None] = mapped_column(ID, ForeignKey("reserved_ips.id"))
 
     ssh_key_links: Mapped[list[ClusterSshKey]] = relationship(
         order_by="ClusterSshKey.position", cascade="all, delete-orphan", lazy="selectin"
