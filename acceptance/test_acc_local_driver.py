@@ -19,8 +19,8 @@ import pytest
 from acceptance.backend import BACKEND, Backend, running_backend
 from acceptance.cluster_backend import kill, restart
 from acceptance.gpucloud_steps import GpuCloudTerraform, apply_and_check, gpucloud_tf, values
-from backend.provisioning.local import preflight
-from backend.provisioning.local.namespaces import LocalCluster
+from backend.provisioning.drivers.local import preflight
+from backend.provisioning.drivers.local.namespaces import LocalCluster
 
 __all__ = ["gpucloud_tf"]
 

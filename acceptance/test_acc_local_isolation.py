@@ -37,7 +37,7 @@ import pytest
 from acceptance.backend import BACKEND, Backend, _cli, _free_port, running_backend
 from acceptance.cluster_backend import kill, restart
 from acceptance.test_acc_local_driver import remove_by_hand
-from backend.provisioning.local import preflight
+from backend.provisioning.drivers.local import preflight
 from provider.client import GpuCloudClient
 from provider.client.errors import Conflict, NotFound
 

@@ -293,7 +293,7 @@ def _skip_reason() -> tuple[str, list[str]]:
         return "the local driver needs root", []
     if shutil.which("git") is None or not (REPO / ".git").exists():
         return f"the baseline is a git worktree, and {REPO} is not a git checkout", []
-    from backend.provisioning.local import preflight
+    from backend.provisioning.drivers.local import preflight
 
     missing = preflight.missing_packages()
     if missing:

@@ -34,7 +34,7 @@ choose_driver() {
     :
   elif [ "$(id -u)" = 0 ] && [ "$(uname -s)" = Linux ]; then
     local missing
-    missing=$("$bin/python" -c 'from backend.provisioning.local.preflight import missing_packages as m; print(" ".join(m()))')
+    missing=$("$bin/python" -c 'from backend.provisioning.drivers.local.preflight import missing_packages as m; print(" ".join(m()))')
     if [ -n "$missing" ]; then
       say "Installing what real nodes need: $missing"
       DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null

@@ -22,8 +22,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from acceptance.backend import running_backend
-from backend.provisioning.local import preflight
-from backend.provisioning.local.namespaces import LocalCluster
+from backend.provisioning.drivers.local import preflight
+from backend.provisioning.drivers.local.namespaces import LocalCluster
 from provider.client import GpuCloudClient
 
 
@@ -97,7 +97,7 @@ def main() -> int:
 
 def _transport_latency(local: LocalCluster, name: str, address: str) -> None:
     try:
-        from backend.provisioning.local.node_setup import node_shell
+        from backend.provisioning.drivers.local.node_setup import node_shell
     except ImportError:  # the driver before the SSH transport
         return
     shell = node_shell(local, name, address)

@@ -5,7 +5,7 @@ them."""
 
 from __future__ import annotations
 
-import functools
+import datetime as dt
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
@@ -21,9 +21,7 @@ from backend.node_agent.host import HostReading
 from backend.node_agent.links import LinkReading
 from backend.node_agent.nvidia import GpuReading
 from backend.provisioning import node_actions, node_metrics, node_views
-from backend.provisioning.settings import EngineSettings
-from backend.provisioning.simulated import make_driver
-from backend.provisioning.state import utcnow
+from backend.provisioning.driver import ProvisioningDriver
 from backend.services import clusters
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
@@ -40,10 +38,15 @@ HealthFilter = Annotated[
 ]
 
 
-@functools.cache
-def driver() -> object:
-    """The configured driver, asked for node telemetry (built once per process)."""
-    return make_driver(EngineSettings())
+def driver(request: Request) -> ProvisioningDriver:
+    """The runtime's driver (from the driver registry; the embedded worker's too), asked for node
+    telemetry, jobs, logs and volume data."""
+    return app_state(request).runtime.driver
+
+
+def now(request: Request) -> dt.datetime:
+    """The time on the runtime's clock (the engine's)."""
+    return app_state(request).runtime.clock.now()
 
 
 class XidEventOut(BaseModel):
@@ -128,8 +131,8 @@ class MetricsOut(BaseModel):
     series: list[MetricsSeries]
 
 
-def _views(session: Session, cluster: Any) -> list[dict[str, Any]]:
-    return node_views.node_views(session, driver(), cluster)
+def _views(request: Request, session: Session, cluster: Any) -> list[dict[str, Any]]:
+    return node_views.node_views(session, driver(request), cluster, now(request))
 
 
 @router.get("/{cluster_id}/nodes", response_model=NodeList, responses=READ_ERRORS)
@@ -140,7 +143,7 @@ def list_nodes(cluster_id: str, request: Request, principal: Reader, health: Hea
         cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
                                        scope=principal.scope,
                                        cluster_id=cluster_id)
-        every = _views(session, cluster)
+        every = _views(request, session, cluster)
     counts = {name: 0 for name in node_views.HEALTH_STATES}
     for view in every:
         counts[view["health"]] += 1
@@ -159,7 +162,7 @@ def get_metrics(cluster_id: str, request: Request, principal: Reader, window: Me
         clusters.get_cluster(
             session=session, project_id=principal.project_id, scope=principal.scope, cluster_id=cluster_id
         )
-        body = node_metrics.series(session, cluster_id, window, utcnow(), node)
+        body = node_metrics.series(session, cluster_id, window, now(request), node)
     return Response(MetricsOut.model_validate(body).model_dump_json(), media_type="application/json")
 
 
@@ -175,9 +178,9 @@ def node_action(cluster_id: str, name: NodeName, body: NodeActionIn, request: Re
         cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
                                        scope=principal.scope,
                                        cluster_id=cluster_id, for_update=True)
-        node_actions.request_node_action(session, catalog, cluster, name, body.action)
+        node_actions.request_node_action(session, catalog, cluster, name, body.action, now=now(request))
         session.flush()
-        view = next(v for v in _views(session, cluster) if v["name"] == name)
+        view = next(v for v in _views(request, session, cluster) if v["name"] == name)
         return WriteOutcome("cluster", cluster_id,
                             NodeActionOut(action=body.action, node=NodeOut.model_validate(view)), 202)
 
@@ -194,8 +197,8 @@ def cluster_action(cluster_id: str, body: ClusterActionIn, request: Request, pri
         cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
                                        scope=principal.scope,
                                        cluster_id=cluster_id, for_update=True)
-        xid = {v["name"] for v in _views(session, cluster) if node_views.matches(v, "xid")}
-        names = node_actions.restart_workers(session, cluster, xid)
+        xid = {v["name"] for v in _views(request, session, cluster) if node_views.matches(v, "xid")}
+        names = node_actions.restart_workers(session, cluster, xid, now=now(request))
         return WriteOutcome("cluster", cluster_id, ClusterActionOut(action=body.action, nodes=names), 202)
 
     return run_write(request, principal, action=f"cluster.{body.action}", operation=operation, body=body)

@@ -191,7 +191,7 @@ def delete_volume(volume_id: str, request: Request, principal: Writer, if_match:
         return WriteOutcome(KIND, volume_id, None, 204)
 
     response = run_write(request, principal, action="volume.delete", operation=operation)
-    store = volume_store_of(driver())
+    store = volume_store_of(driver(request))
     if response.status_code == 204 and store is not None:  # committed: its data goes too
         store.delete_volume_data(volume_id)
     return response

@@ -79,11 +79,10 @@ def add_slots(session: Session, *, pool: str, slots: list[tuple[int, str]], clus
     capacity.taken(session, pool, [slot for slot, _ in slots])
 
 
-def free_by_fabric(session: Session, catalog: Catalog, region: str, instance_type: str,
-                   interconnect: str, reservation_id: str | None = None) -> dict[str, int]:
+def free_by_fabric(session: Session, catalog: Catalog, region: str, instance_type: str, interconnect: str,
+                   reservation_id: str | None = None, *, now: dt.datetime) -> dict[str, int]:
     """Free nodes of `instance_type` per fabric of the region with this interconnect, less what
-    capacity reservations hold there (but `reservation_id`'s)."""
-    now = dt.datetime.now(dt.UTC)
+    capacity reservations hold there at `now` (but `reservation_id`'s)."""
     free = {}
     for f in catalog.pools_for(region, instance_type, interconnect):
         pool = pool_name(region, f.name, instance_type)
@@ -93,12 +92,11 @@ def free_by_fabric(session: Session, catalog: Catalog, region: str, instance_typ
 
 
 def place(session: Session, catalog: Catalog, *, region: str, instance_type: str, interconnect: str,
-          count: int, fabric_name: str | None = None, preferred_units: Iterable[int] = (),
+          count: int, now: dt.datetime, fabric_name: str | None = None, preferred_units: Iterable[int] = (),
           reservation_id: str | None = None) -> tuple[Fabric, list[int]] | None:
     """Lock the candidate pools and pick `count` slots on one fabric using the fewest SUs; None if no
     fabric has room. `fabric_name` pins the fabric (scale-up and replacement stay on theirs). Slots
-    capacity reservations hold are not free, but to a cluster drawing from `reservation_id`."""
-    now = dt.datetime.now(dt.UTC)
+    capacity reservations hold (at `now`) are not free, but to a cluster drawing from `reservation_id`."""
     candidates = sorted(catalog.pools_for(region, instance_type, interconnect), key=lambda f: f.name)
     if fabric_name is not None:
         candidates = [f for f in candidates if f.name == fabric_name]

@@ -12,7 +12,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, cast
 
 from sqlalchemy.orm import Session
 
@@ -78,11 +78,29 @@ class Operation:
         return self.ready_at is not None and now >= self.ready_at
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a driver offers, declared once by the driver (its registry entry and its class carry the same
+    object): admission, the catalog, the views and the day-2 reads ask this, never the driver object."""
+
+    orchestrators: tuple[str, ...]  # what admission accepts and the catalog lists
+    # Nodes have no public address: the host reaches the login node at its private address, which is
+    # what `ssh` is pointed at; and cluster subnets may come from `local_address_range`.
+    host_network: bool = False
+    telemetry: bool = False  # TelemetrySource: what each node's agent reports
+    workload: bool = False  # WorkloadSource: the scheduler's jobs
+    logs: bool = False  # LogSource: controller and node logs
+    partitions: bool = False  # PartitionSource: a real scheduler's partitions
+    volume_data: bool = False  # VolumeStore: real volume data to free on delete
+    spot_market: bool = False  # spot.SpotMarket: spot nodes are reclaimed and capacity returns
+
+
 class ProvisioningDriver(Protocol):
     """Hardware operations. `session` is the caller's transaction: a driver may keep its own records
     there (the simulated datacenter does), so they commit or roll back with the engine's step."""
 
     name: str
+    capabilities: Capabilities
 
     def submit(self, session: Session, request: OperationRequest, now: dt.datetime) -> Operation:
         """Start the operation named by `request.client_token`, or return it if it exists."""
@@ -94,8 +112,8 @@ class ProvisioningDriver(Protocol):
 
 
 # Node telemetry (day 2, optional): a driver that can say what a node reports implements
-# `TelemetrySource` next to `ProvisioningDriver`. Readings use the node agent's own types, so the
-# simulated datacenter and a real agent answer in one shape.
+# `TelemetrySource` next to `ProvisioningDriver` and declares `Capabilities.telemetry`. Readings use the
+# node agent's own types, so the simulated datacenter and a real agent answer in one shape.
 
 
 @dataclass(frozen=True)
@@ -134,9 +152,9 @@ class TelemetrySource(Protocol):
         ...
 
 
-def telemetry_of(driver: object) -> TelemetrySource | None:
-    """The driver as a telemetry source, or None when it has none."""
-    return driver if callable(getattr(driver, "nodes_telemetry", None)) else None  # type: ignore[return-value]
+def telemetry_of(driver: ProvisioningDriver) -> TelemetrySource | None:
+    """The driver as a telemetry source, or None when it declares none."""
+    return cast(TelemetrySource, driver) if driver.capabilities.telemetry else None
 
 
 # The orchestrator's jobs (day 2, optional): a driver that can read its cluster's scheduler (squeue /
@@ -184,9 +202,9 @@ class WorkloadSource(Protocol):
         ...
 
 
-def workload_of(driver: object) -> WorkloadSource | None:
-    """The driver as a workload source, or None when it has none."""
-    return driver if callable(getattr(driver, "cluster_jobs", None)) else None  # type: ignore[return-value]
+def workload_of(driver: ProvisioningDriver) -> WorkloadSource | None:
+    """The driver as a workload source, or None when it declares none."""
+    return cast(WorkloadSource, driver) if driver.capabilities.workload else None
 
 
 @dataclass(frozen=True)
@@ -207,9 +225,9 @@ class LogSource(Protocol):
         ...
 
 
-def logs_of(driver: object) -> LogSource | None:
-    """The driver as a log source, or None when it has none."""
-    return driver if callable(getattr(driver, "cluster_logs", None)) else None  # type: ignore[return-value]
+def logs_of(driver: ProvisioningDriver) -> LogSource | None:
+    """The driver as a log source, or None when it declares none."""
+    return cast(LogSource, driver) if driver.capabilities.logs else None
 
 
 @dataclass(frozen=True)
@@ -232,9 +250,9 @@ class PartitionSource(Protocol):
         ...
 
 
-def partitions_of(driver: object) -> PartitionSource | None:
-    """The driver as a partition source (a real scheduler to ask), or None when it has none."""
-    return driver if callable(getattr(driver, "cluster_partitions", None)) else None  # type: ignore[return-value]
+def partitions_of(driver: ProvisioningDriver) -> PartitionSource | None:
+    """The driver as a partition source (a real scheduler to ask), or None when it declares none."""
+    return cast(PartitionSource, driver) if driver.capabilities.partitions else None
 
 
 class VolumeStore(Protocol):
@@ -243,6 +261,6 @@ class VolumeStore(Protocol):
         ...
 
 
-def volume_store_of(driver: object) -> VolumeStore | None:
-    """The driver as the keeper of volume data (real storage to free), or None when it keeps none."""
-    return driver if callable(getattr(driver, "delete_volume_data", None)) else None  # type: ignore[return-value]
+def volume_store_of(driver: ProvisioningDriver) -> VolumeStore | None:
+    """The driver as the keeper of volume data (real storage to free), or None when it declares none."""
+    return cast(VolumeStore, driver) if driver.capabilities.volume_data else None

@@ -15,20 +15,21 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog, Fabric, default_catalog
+from backend.domain.clock import utcnow
 from backend.domain.errors import Conflict, FieldError, validation_failed
 from backend.domain.lifecycle import ClusterPhase, NodeStatus
 from backend.fabric import addressing
 from backend.fabric.kubernetes import new_control_plane_credentials
 from backend.fabric.topology import slot_position
 from backend.provisioning import allocator, public_address, reservations, spot
-from backend.provisioning.settings import configured_driver, local_address_range, offered_orchestrators
+from backend.provisioning.drivers import local_address_range, offered_orchestrators
+from backend.provisioning.settings import configured_driver
 from backend.provisioning.state import (
     aware,
     live_nodes,
     new_node,
     set_cluster_status,
     set_phase,
-    utcnow,
     wake,
 )
 from backend.store.billing_models import CapacityReservation
@@ -41,14 +42,15 @@ class InsufficientCapacity(Conflict):
 
 
 def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: Sequence[str] = (),
-                      catalog: Catalog | None = None) -> None:
-    """Admit or re-admit the cluster's spec and queue a reconcile pass.
+                      catalog: Catalog | None = None, now: dt.datetime | None = None) -> None:
+    """Admit or re-admit the cluster's spec and queue a reconcile pass, at the caller's `now` (the time of
+    its transaction, from its clock; None: the system clock's).
 
     Raises 409 `insufficient_capacity` (create or scale-up that cannot be placed), 409
     `deletion_protection` (delete of a protected cluster) or 422 (bad `remove_node_names`).
     """
     catalog = catalog or default_catalog()
-    now = utcnow()
+    now = now or utcnow()
     cluster = session.get(Cluster, cluster_id)
     if cluster is None:
         raise ValueError(f"cluster {cluster_id} does not exist")
@@ -82,7 +84,7 @@ def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: S
         cluster.status_reason = None
 
 
-def pause_cluster(session: Session, cluster_id: str, reason: str) -> None:
+def pause_cluster(session: Session, cluster_id: str, reason: str, *, now: dt.datetime | None = None) -> None:
     """Hold a cluster (billing: credits exhausted) until `resume_cluster`: its running nodes are powered
     off through the driver (node status PAUSED, slots kept), nodes still coming up wait where they are, no
     other change is applied and the cluster's status is PAUSED; deletion still proceeds."""
@@ -91,10 +93,10 @@ def pause_cluster(session: Session, cluster_id: str, reason: str) -> None:
     if state is None or cluster is None or state.finished:
         return
     state.paused_reason = reason
-    wake(session, cluster_id, utcnow())
+    wake(session, cluster_id, now or utcnow())
 
 
-def resume_cluster(session: Session, cluster_id: str, reason: str) -> None:
+def resume_cluster(session: Session, cluster_id: str, reason: str, *, now: dt.datetime | None = None) -> None:
     """Undo `pause_cluster`: powered-off nodes are powered on (RUNNING again once booted) and the
     reconciler applies whatever changed meanwhile."""
     del reason
@@ -102,7 +104,7 @@ def resume_cluster(session: Session, cluster_id: str, reason: str) -> None:
     if state is None or state.paused_reason is None:
         return
     state.paused_reason = None
-    wake(session, cluster_id, utcnow())
+    wake(session, cluster_id, now or utcnow())
 
 
 def _check_driver_offers(cluster: Cluster) -> None:
@@ -120,11 +122,11 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
     if itype is None or region is None:
         raise ValueError(f"cluster {cluster.id}: spec not validated against the catalog")
     fabric_name = _draw(session, cluster, cluster.node_count, now)
-    placed = allocator.place(session, catalog, region=cluster.region, instance_type=itype.name,
+    placed = allocator.place(session, catalog, now=now, region=cluster.region, instance_type=itype.name,
                              interconnect=cluster.interconnect, count=cluster.node_count,
                              fabric_name=fabric_name, reservation_id=cluster.reservation_id)
     if placed is None:
-        raise _no_capacity(session, catalog, cluster, cluster.node_count, fabric_name=fabric_name)
+        raise _no_capacity(session, catalog, cluster, cluster.node_count, now, fabric_name=fabric_name)
     fabric, slots = placed
     kinds, tickets = _capacity_kinds(session, catalog, cluster, fabric.name, spot_wanted=cluster.node_count,
                                      on_demand_wanted=cluster.node_count)
@@ -223,8 +225,9 @@ def add_replacement(session: Session, catalog: Catalog, cluster: Cluster, state:
     fabric = catalog.fabric(cluster.region, state.fabric)
     assert fabric is not None
     first = fabric.first_su_of(cluster.instance_type)
-    placed = allocator.place(session, catalog, region=cluster.region, instance_type=cluster.instance_type,
-                             interconnect=cluster.interconnect, count=1, fabric_name=state.fabric,
+    placed = allocator.place(session, catalog, now=now, region=cluster.region,
+                             instance_type=cluster.instance_type, interconnect=cluster.interconnect,
+                             count=1, fabric_name=state.fabric,
                              preferred_units=[u - first for u in units],
                              reservation_id=cluster.reservation_id)
     kinds, tickets = _capacity_kinds(session, catalog, cluster, state.fabric,
@@ -249,8 +252,9 @@ def add_repair(session: Session, catalog: Catalog, cluster: Cluster, state: Engi
     first = fabric.first_su_of(cluster.instance_type)
 
     def place(units: list[int]) -> tuple[Fabric, list[int]] | None:
-        return allocator.place(session, catalog, region=cluster.region, instance_type=cluster.instance_type,
-                               interconnect=cluster.interconnect, count=1, fabric_name=state.fabric,
+        return allocator.place(session, catalog, now=now, region=cluster.region,
+                               instance_type=cluster.instance_type, interconnect=cluster.interconnect,
+                               count=1, fabric_name=state.fabric,
                                preferred_units=[u - first for u in units],
                                reservation_id=cluster.reservation_id)
 
@@ -276,7 +280,7 @@ def _scale_up(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
     added = add_batch(session, catalog, cluster, state, members, spot_wanted=count, on_demand_wanted=count,
                       now=now)
     if added is None:
-        raise _no_capacity(session, catalog, cluster, count, fabric_name=state.fabric)
+        raise _no_capacity(session, catalog, cluster, count, now, fabric_name=state.fabric)
 
 
 def add_batch(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster,
@@ -294,8 +298,9 @@ def add_batch(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
         return []
     first = fabric.first_su_of(cluster.instance_type)
     _draw(session, cluster, len(kinds), now)
-    placed = allocator.place(session, catalog, region=cluster.region, instance_type=cluster.instance_type,
-                             interconnect=cluster.interconnect, count=len(kinds), fabric_name=state.fabric,
+    placed = allocator.place(session, catalog, now=now, region=cluster.region,
+                             instance_type=cluster.instance_type, interconnect=cluster.interconnect,
+                             count=len(kinds), fabric_name=state.fabric,
                              preferred_units=[n.scalable_unit - first for n in members],
                              reservation_id=cluster.reservation_id)
     if placed is None:
@@ -382,10 +387,10 @@ def _remove_named(members: list[EngineNode], names: list[str], node_count: int, 
         by_name[name].updated_at = now
 
 
-def _no_capacity(session: Session, catalog: Catalog, cluster: Cluster, requested: int,
+def _no_capacity(session: Session, catalog: Catalog, cluster: Cluster, requested: int, now: dt.datetime,
                  fabric_name: str | None = None) -> InsufficientCapacity:
     free = allocator.free_by_fabric(session, catalog, cluster.region, cluster.instance_type,
-                                    cluster.interconnect, cluster.reservation_id)
+                                    cluster.interconnect, cluster.reservation_id, now=now)
     if fabric_name is not None:
         free = {k: v for k, v in free.items() if k == fabric_name}
     most = max(free.values(), default=0)

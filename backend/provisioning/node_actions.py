@@ -12,6 +12,7 @@ forbids the action answers 409 `node_state_conflict` saying why.
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Literal
 
 from sqlalchemy import select
@@ -22,7 +23,7 @@ from backend.domain.errors import Conflict, NotFound
 from backend.domain.lifecycle import NodeStage, NodeStatus
 from backend.provisioning import allocator
 from backend.provisioning.engine import InsufficientCapacity
-from backend.provisioning.state import utcnow, wake
+from backend.provisioning.state import wake
 from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.models import Cluster
 
@@ -57,7 +58,7 @@ def member(session: Session, cluster_id: str, name: str) -> EngineNode:
 
 
 def request_node_action(session: Session, catalog: Catalog, cluster: Cluster, name: str,
-                        action: NodeAction) -> EngineNode:
+                        action: NodeAction, *, now: dt.datetime) -> EngineNode:
     """Accept `action` on the member node `name` (404 unknown node, 409 when its state forbids it)."""
     state = _cluster_state(session, cluster)
     node = member(session, cluster.id, name)
@@ -76,16 +77,17 @@ def request_node_action(session: Session, catalog: Catalog, cluster: Cluster, na
     else:
         if node.stage not in _ACTIONABLE_STAGES:
             raise NodeStateConflict(f"{what}: {action} needs a RUNNING or FAILED node")
-        if action == "replace" and _free_nodes(session, catalog, cluster, state) < 1:
+        if action == "replace" and _free_nodes(session, catalog, cluster, state, now) < 1:
             raise InsufficientCapacity(
                 f"no {cluster.instance_type} node is free on {state.fabric} to replace {name}", field="name")
         node.pending_action = action
-    wake(session, cluster.id, utcnow())  # the reconciler carries it out (drain / resume: to the scheduler)
-    node.updated_at = utcnow()
+    wake(session, cluster.id, now)  # the reconciler carries it out (drain / resume: to the scheduler)
+    node.updated_at = now
     return node
 
 
-def restart_workers(session: Session, cluster: Cluster, xid_nodes: set[str]) -> list[str]:
+def restart_workers(session: Session, cluster: Cluster, xid_nodes: set[str], *, now: dt.datetime
+                    ) -> list[str]:
     """Restart every worker reporting XID errors (failed by a hardware fault, or in `xid_nodes`: recent
     XID events while still running); the names restarted, in index order."""
     _cluster_state(session, cluster)
@@ -98,14 +100,15 @@ def restart_workers(session: Session, cluster: Cluster, xid_nodes: set[str]) -> 
         if node.stage in _ACTIONABLE_STAGES and node.pending_action is None and (
                 faulted or node.name in xid_nodes):
             node.pending_action = "restart"
-            node.updated_at = utcnow()
+            node.updated_at = now
             chosen.append(node.name)
     if chosen:
-        wake(session, cluster.id, utcnow())
+        wake(session, cluster.id, now)
     return chosen
 
 
-def _free_nodes(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster) -> int:
+def _free_nodes(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster, now: dt.datetime
+                ) -> int:
     free = allocator.free_by_fabric(session, catalog, cluster.region, cluster.instance_type,
-                                    cluster.interconnect, cluster.reservation_id)
+                                    cluster.interconnect, cluster.reservation_id, now=now)
     return free.get(state.fabric, 0)

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from backend.domain.lifecycle import NodeStage
 from backend.provisioning import node_health
-from backend.provisioning.driver import TelemetryTarget, telemetry_of
+from backend.provisioning.driver import ProvisioningDriver, TelemetryTarget, telemetry_of
 from backend.provisioning.state import aware
 from backend.store.engine_models import EngineNode, NodeMetricChunk
 from backend.store.models import Cluster
@@ -160,7 +160,7 @@ def record(session: Session, cluster_id: str, node_name: str, samples: Sequence[
     chunks.flush()
 
 
-def collect(session: Session, driver: object, now: dt.datetime) -> int:
+def collect(session: Session, driver: ProvisioningDriver, now: dt.datetime) -> int:
     """One sample of every RUNNING node of every cluster from the driver's telemetry, and each node's
     degraded reason from the same reading; the nodes read."""
     source = telemetry_of(driver)

@@ -15,9 +15,16 @@ from sqlalchemy.orm import Session
 
 from backend.domain.lifecycle import NodeStage
 from backend.provisioning import node_health, spot
-from backend.provisioning.driver import Job, NodeRun, NodeTelemetry, TelemetryTarget, telemetry_of
+from backend.provisioning.driver import (
+    Job,
+    NodeRun,
+    NodeTelemetry,
+    ProvisioningDriver,
+    TelemetryTarget,
+    telemetry_of,
+)
 from backend.provisioning.node_health import HEALTH_STATES, degraded_reason
-from backend.provisioning.state import aware, utcnow
+from backend.provisioning.state import aware
 from backend.store.engine_models import EngineNode, NodeTransition
 from backend.store.models import Cluster
 
@@ -72,10 +79,9 @@ def telemetry_target(cluster: Cluster, node: EngineNode) -> TelemetryTarget:
                            watch_token=node.watch_token, created_at=node.created_at)
 
 
-def node_views(session: Session, driver: object, cluster: Cluster, now: dt.datetime | None = None
+def node_views(session: Session, driver: ProvisioningDriver, cluster: Cluster, now: dt.datetime
                ) -> list[dict[str, Any]]:
-    """Every member node with its health, orchestrator state, GPUs and recent XID events."""
-    now = now or utcnow()
+    """Every member node with its health, orchestrator state, GPUs and recent XID events at `now`."""
     role = "worker" if cluster.node_count > 1 else "standalone"
     source = telemetry_of(driver)
     nodes = members(session, cluster.id)

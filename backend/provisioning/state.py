@@ -19,10 +19,6 @@ from backend.store.models import Cluster, SecurityGroup
 log = structlog.get_logger("gpucloud.engine")
 
 
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
 def aware(value: dt.datetime | None) -> dt.datetime | None:
     """SQLite returns naive datetimes; everything stored is UTC."""
     if value is not None and value.tzinfo is None:

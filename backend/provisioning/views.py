@@ -20,7 +20,7 @@ from backend.fabric.layout import ClusterLayout, NodeLayout
 from backend.fabric.nccl import nccl_env
 from backend.fabric.topology import node_network
 from backend.provisioning import node_health
-from backend.provisioning.settings import configured_driver
+from backend.provisioning.drivers import configured_capabilities
 from backend.provisioning.state import aware
 from backend.store.db import execute_core
 from backend.store.engine_models import EngineCluster, EngineNode, PhaseRecord
@@ -102,10 +102,11 @@ def cluster_layout(session: Session, cluster_id: str, catalog: Catalog | None = 
 
 
 def _login_address(layout: ClusterLayout) -> str | None:
-    """Where `ssh` reaches the login node. The local driver's nodes have no public address: the host
-    reaches the login node (jumphost or single node) at its private address through the cluster's
-    bridge, so that is the address reported (docs/local-driver.md)."""
-    if configured_driver() == "local":
+    """Where `ssh` reaches the login node. A host-network driver's nodes (the local driver's) have no
+    public address: the host reaches the login node (jumphost or single node) at its private address
+    through the cluster's bridge, so that is the address reported (docs/local-driver.md)."""
+    offered = configured_capabilities()
+    if offered is not None and offered.host_network:
         return layout.controller_ip
     return layout.public_ip
 

@@ -21,12 +21,13 @@ from sqlalchemy import Engine, delete, func, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain.catalog import Catalog, default_catalog
+from backend.domain.clock import SYSTEM_CLOCK, Clock
 from backend.provisioning import autoscaler, node_metrics, node_views
 from backend.provisioning.driver import ProvisioningDriver, workload_of
+from backend.provisioning.drivers import make_driver
 from backend.provisioning.reconciler import PassContext, reconcile_cluster
-from backend.provisioning.settings import EngineSettings
-from backend.provisioning.simulated import make_driver
-from backend.provisioning.state import aware, utcnow
+from backend.provisioning.settings import EngineSettings, configured
+from backend.provisioning.state import aware
 from backend.store.engine_models import Worker as WorkerRow
 from backend.store.engine_models import WorkItem
 from backend.store.models import Cluster
@@ -47,12 +48,13 @@ class EngineWorker:
 
     def __init__(self, session_factory: sessionmaker[Session], settings: EngineSettings | None = None, *,
                  catalog: Catalog | None = None, driver: ProvisioningDriver | None = None,
-                 worker_id: str | None = None) -> None:
-        self.settings = settings or EngineSettings()
+                 worker_id: str | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.settings = settings or configured()
+        self.clock = clock  # every claim, lease, pass and due time reads this (tests drive a ManualClock)
         self.session_factory = _write_sessions(session_factory)
         self.read_sessions = session_factory  # reads that wait on a driver (SSH) hold no write lock
         self.catalog = catalog or default_catalog()
-        self.driver = driver or make_driver(self.settings)
+        self.driver = driver or make_driver(self.settings, clock=clock)
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.stop_event = threading.Event()
         self.total_steps = 0
@@ -63,7 +65,7 @@ class EngineWorker:
         return dt.timedelta(seconds=self.settings.engine_lease_seconds)
 
     def _claim(self) -> list[tuple[str, int]]:
-        now = utcnow()
+        now = self.clock.now()
         with self.session_factory() as session:
             query = (select(WorkItem)
                      .where(WorkItem.due_at <= now,
@@ -88,7 +90,7 @@ class EngineWorker:
                 log.warning("engine.lease_lost", cluster_id=cluster_id, worker=self.id)
                 return
             ctx = PassContext(session=session, driver=self.driver, catalog=self.catalog,
-                              settings=self.settings, now=utcnow(), worker=self.id,
+                              settings=self.settings, now=self.clock.now(), worker=self.id,
                               fencing_token=fencing_token)
             try:
                 next_due = reconcile_cluster(ctx, cluster_id)
@@ -110,13 +112,13 @@ class EngineWorker:
         with self.session_factory() as session:
             session.execute(update(WorkItem)
                             .where(WorkItem.cluster_id == cluster_id, WorkItem.fencing_token == fencing_token)
-                            .values(last_error=error[:2000], due_at=utcnow() + ERROR_BACKOFF,
+                            .values(last_error=error[:2000], due_at=self.clock.now() + ERROR_BACKOFF,
                                     lease_owner=None, lease_expires_at=None))
             session.commit()
 
     def heartbeat(self) -> None:
         """Record liveness, extend the leases this worker holds and forget workers long dead."""
-        now = utcnow()
+        now = self.clock.now()
         with self.session_factory() as session:
             row = session.get(WorkerRow, self.id)
             if row is None:
@@ -147,10 +149,10 @@ class EngineWorker:
         self.total_passes += result.committed
         return result
 
-    def next_due_in(self) -> float:
-        """Seconds until an item can next be claimed: the earliest due time of unleased items or the
-        earliest lease expiry of due ones (capped by the poll interval, so new work is seen)."""
-        now = utcnow()
+    def next_due_at(self) -> dt.datetime | None:
+        """When an item can next be claimed: the earliest due time of unleased items or the earliest
+        lease expiry of due ones (None: nothing is queued)."""
+        now = self.clock.now()
         with self.session_factory() as session:
             due = session.scalar(select(func.min(WorkItem.due_at)).where(
                 WorkItem.due_at.is_not(None),
@@ -158,11 +160,16 @@ class EngineWorker:
             expiry = session.scalar(select(func.min(WorkItem.lease_expires_at)).where(
                 WorkItem.due_at.is_not(None), WorkItem.lease_expires_at >= now))
             session.rollback()
+        times = [t for t in (aware(due), aware(expiry)) if t is not None]
+        return min(times, default=None)
+
+    def next_due_in(self) -> float:
+        """Seconds until an item can next be claimed (capped by the poll interval, so new work is seen)."""
         poll = self.settings.engine_poll_seconds
-        times = [aware(t) for t in (due, expiry) if t is not None]
-        if not times:
+        due = self.next_due_at()
+        if due is None:
             return poll
-        return max(0.0, min(poll, min((t - now).total_seconds() for t in times if t is not None)))
+        return max(0.0, min(poll, (due - self.clock.now()).total_seconds()))
 
     def run(self) -> None:
         log.info("engine.worker_started", worker=self.id, driver=self.driver.name,
@@ -189,7 +196,7 @@ class EngineWorker:
     def collect_metrics(self) -> int:
         """Sample every RUNNING node's GPUs into the metrics ring buffer (node_metrics); nodes read."""
         with self.session_factory() as session:
-            count = node_metrics.collect(session, self.driver, utcnow())
+            count = node_metrics.collect(session, self.driver, self.clock.now())
             session.commit()
         return count
 
@@ -219,9 +226,9 @@ class EngineWorker:
                 if cluster is None or scaling is None:
                     continue
                 runs = node_views.node_runs(session, cluster_id)
-                now = utcnow()
+                now = self.clock.now()
                 jobs = source.cluster_jobs(session, cluster.name, runs, now, cluster_id=cluster_id)
-                free = autoscaler.free_nodes(session, self.catalog, cluster)
+                free = autoscaler.free_nodes(session, self.catalog, cluster, now)
             decision = autoscaler.decide(scaling, runs, jobs, free_nodes=free, now=now)
             if decision is None:
                 continue
@@ -229,7 +236,7 @@ class EngineWorker:
                 cluster = session.get(Cluster, cluster_id)
                 members = [r.name for r in runs]
                 if cluster is not None and autoscaler.apply(session, self.catalog, cluster, decision,
-                                                            members=members, now=utcnow()):
+                                                            members=members, now=self.clock.now()):
                     session.commit()
                     done += 1
                     log.info("engine.autoscaled", cluster_id=cluster_id, node_count=decision.node_count,
@@ -272,27 +279,17 @@ class EmbeddedWorker:
         self.thread.join(timeout=timeout)
 
 
-def start_embedded(settings: Any, session_factory: sessionmaker[Session]) -> EmbeddedWorker:
-    """Start one engine worker thread inside the API process (`settings`: the core settings)."""
-    del settings  # engine knobs come from EngineSettings (same GPUCLOUD_* environment)
-    handle = EmbeddedWorker(EngineWorker(session_factory, EngineSettings()))
+def start_embedded(worker: EngineWorker) -> EmbeddedWorker:
+    """Start `worker` in a thread inside the API process (`serve`); `.stop()` ends it."""
+    handle = EmbeddedWorker(worker)
     handle.worker.heartbeat()
     handle.thread.start()
     return handle
 
 
-def run_forever(settings: Any) -> None:
-    """`gpucloud-backend worker`: one worker in the foreground until SIGTERM / SIGINT."""
-    from backend.logging import configure_logging
+def run_forever(worker: EngineWorker) -> None:
+    """`gpucloud-backend worker`: `worker` in the foreground until SIGTERM / SIGINT."""
     from backend.signals import run_until_stop_signal
-    from backend.store.db import make_engine, make_session_factory
-
-    configure_logging(settings.log_level)
-    engine = make_engine(settings)
-    worker = EngineWorker(make_session_factory(engine, write=True), EngineSettings())
 
     worker.heartbeat()
-    try:
-        run_until_stop_signal(worker.run, worker.stop_event.set, name="engine-worker")
-    finally:
-        engine.dispose()
+    run_until_stop_signal(worker.run, worker.stop_event.set, name="engine-worker")

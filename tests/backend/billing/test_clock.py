@@ -2,7 +2,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from backend.billing.clock import ManualClock, SystemClock, ensure_utc
+from backend.domain.clock import ManualClock, SystemClock, ensure_utc
 
 
 def test_manual_clock_moves_only_when_told() -> None:

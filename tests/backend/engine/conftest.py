@@ -1,7 +1,9 @@
-"""Engine test helpers: a worker on the test database, driven pass by pass at simulated max speed."""
+"""Engine test helpers: a worker on the test database, driven pass by pass at simulated max speed on a
+manual clock (time passes when a test or `drain` moves it, never by sleeping)."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -11,13 +13,17 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.app import create_app
 from backend.domain import catalog as catalog_module
 from backend.domain.catalog import Catalog, catalog_to_dict
+from backend.domain.clock import SYSTEM_CLOCK, Clock, ManualClock
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
+from backend.runtime import build_runtime
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
 
@@ -38,25 +44,64 @@ def sessions(settings: Settings) -> Iterator[sessionmaker[Session]]:
 
 
 @pytest.fixture
-def make_worker(sessions: sessionmaker[Session]) -> Callable[..., EngineWorker]:
-    def build(**overrides: Any) -> EngineWorker:
-        return EngineWorker(sessions, EngineSettings(**{**FAST, **overrides}))
+def clock() -> ManualClock:
+    """The engine's clock in a test: it starts at the wall clock's time and moves only when told."""
+    return ManualClock(SYSTEM_CLOCK.now())
+
+
+@pytest.fixture
+def app(settings: Settings, clock: ManualClock) -> Iterator[FastAPI]:
+    """The app on a runtime with the engine's manual clock (the node, metrics, jobs and logs routes read
+    the runtime's clock and driver)."""
+    application = create_app(build_runtime(settings, clock=clock))
+    yield application
+    application.state.gpucloud.engine.dispose()
+
+
+@pytest.fixture
+def make_worker(sessions: sessionmaker[Session], clock: ManualClock) -> Callable[..., EngineWorker]:
+    """Workers on the test's manual clock (`clock=SYSTEM_CLOCK` for one run in a real thread)."""
+    manual = clock
+
+    def build(*, clock: Clock | None = None, **overrides: Any) -> EngineWorker:
+        return EngineWorker(sessions, EngineSettings(**{**FAST, **overrides}), clock=clock or manual)
 
     return build
 
 
-def drain(worker: EngineWorker, *, timeout: float = 20.0) -> int:
-    """Run passes until nothing is due (waiting for timers in between); returns the passes run."""
+STEP = dt.timedelta(microseconds=1)  # claims need a lease strictly expired
+
+
+def catch_up(clock: ManualClock) -> None:
+    """Move `clock` to the wall clock's time if it is behind: the app under test stamps its writes (a
+    wake-up's due time) with the system clock, and the engine must not see them in its future."""
+    clock.set(max(clock.now(), SYSTEM_CLOCK.now()))
+
+
+def drain(worker: EngineWorker, *, catch_up_with_wall: bool = True, timeout: float = 60.0) -> int:
+    """Run passes until nothing is due within the worker's poll interval; returns the passes run.
+
+    On a ManualClock (after `catch_up`, unless the app shares the clock) the clock is moved to each next
+    due time instead of sleeping. On the system clock (the local driver's real nodes, whose operations
+    run in threads) it sleeps until then."""
+    clock = worker.clock
+    if isinstance(clock, ManualClock) and catch_up_with_wall:
+        catch_up(clock)
+    poll = dt.timedelta(seconds=worker.settings.engine_poll_seconds)
     deadline = time.monotonic() + timeout
     passes = 0
     while time.monotonic() < deadline:
         result = worker.run_once()
         passes += result.committed
         if result.claimed == 0:
-            wait = worker.next_due_in()
-            if wait >= worker.settings.engine_poll_seconds:
+            due = worker.next_due_at()
+            now = clock.now()
+            if due is None or due - now >= poll:
                 return passes
-            time.sleep(wait + 0.001)
+            if isinstance(clock, ManualClock):
+                clock.set(max(due, now) + STEP)
+            else:
+                time.sleep(max(0.0, (due - now).total_seconds()) + 0.001)
     raise AssertionError("engine did not go idle")
 
 
@@ -95,7 +140,7 @@ def install_catalog(monkeypatch: pytest.MonkeyPatch, directory: Path, pools: dic
     path = directory / "catalog.json"
     path.write_text(json.dumps(doc))
     monkeypatch.setenv("GPUCLOUD_CATALOG_FILE", str(path))
-    monkeypatch.setattr(catalog_module, "_cache", {})
+    monkeypatch.setattr(catalog_module, "_in_force", [catalog_module.catalog_from_dict(doc)])
     return catalog_module.default_catalog()
 
 

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain import catalog as catalog_module
 from backend.domain.catalog import Catalog, catalog_from_dict, catalog_to_dict
+from backend.domain.clock import SYSTEM_CLOCK, ManualClock
 from backend.fabric.topology import choose_slots
 from backend.provisioning import capacity
 from backend.provisioning.engine import InsufficientCapacity, request_reconcile
@@ -86,7 +87,8 @@ def delete(sessions: sessionmaker[Session], cluster_id: str, catalog: Catalog) -
 
 def worker_for(sessions: sessionmaker[Session], catalog: Catalog) -> EngineWorker:
     fast: dict[str, Any] = dict(FAST)
-    return EngineWorker(sessions, EngineSettings(**fast), catalog=catalog)
+    clock = ManualClock(SYSTEM_CLOCK.now())  # admissions stamp the wall clock, as the app does
+    return EngineWorker(sessions, EngineSettings(**fast), catalog=catalog, clock=clock)
 
 
 def counters_agree(sessions: sessionmaker[Session], free: int | None = None) -> None:

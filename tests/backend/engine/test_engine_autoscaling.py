@@ -1,22 +1,22 @@
 """Autoscaling: an autoscaled Slurm cluster grows while jobs wait for nodes (up to max_nodes) and releases
 exactly the nodes idle for scale_down_idle_minutes (never below min_nodes, never a busy node), each
 decision an audit event with its reason. The queue is modelled by the test (a simulated datacenter whose
-scheduler reports it); one idle "minute" lasts 10 ms (autoscale_idle_unit_seconds)."""
+scheduler reports it); idle time passes on the engine's manual clock."""
 
 from __future__ import annotations
 
 import datetime as dt
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.domain.clock import ManualClock
 from backend.provisioning import autoscaler
 from backend.provisioning.driver import Job, NodeRun
+from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
 from backend.provisioning.settings import EngineSettings
-from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.worker import EngineWorker
 from backend.services import quotas
 from backend.store.models import AuditEvent, Cluster
@@ -50,7 +50,7 @@ def scaled(sessions: sessionmaker[Session], cluster_id: str) -> list[dict[str, o
 
 
 def test_engine_autoscaling_grows_on_pending_jobs_and_releases_the_idle_nodes(
-    admin: TestClient, sessions: sessionmaker[Session], make_worker: Callable[..., EngineWorker]
+    admin: TestClient, sessions: sessionmaker[Session], clock: ManualClock
 ) -> None:
     body = cluster_body(autoscaling={"min_nodes": 1, "max_nodes": 3, "scale_down_idle_minutes": 5})
     del body["node_count"]
@@ -59,9 +59,9 @@ def test_engine_autoscaling_grows_on_pending_jobs_and_releases_the_idle_nodes(
     cluster = created.json()
     assert (cluster["node_count"], cluster["orchestrator"]) == (1, "slurm")
     assert cluster["autoscaling"] == {"min_nodes": 1, "max_nodes": 3, "scale_down_idle_minutes": 5}
-    settings = EngineSettings(**{**FAST, "autoscale_idle_unit_seconds": 0.01})
+    settings = EngineSettings(**FAST)
     driver = ModelledQueue(settings)
-    worker = EngineWorker(sessions, settings, driver=driver)
+    worker = EngineWorker(sessions, settings, driver=driver, clock=clock)
     drain(worker)
     assert get(admin, cluster["id"])["status"] == "RUNNING"
 
@@ -78,7 +78,8 @@ def test_engine_autoscaling_grows_on_pending_jobs_and_releases_the_idle_nodes(
 
     # Only train-1 has no job: it alone goes once idle long enough (not the last node, train-2).
     driver.queue = [job(5, "RUNNING", "train-[0,2]"), job(1, "COMPLETED", "train-[0-1]", ended_at=EPOCH)]
-    time.sleep(0.06)
+    assert worker.autoscale() == 0  # idle, but not for 5 minutes yet
+    clock.advance(minutes=5)
     assert worker.autoscale() == 1
     drain(worker)
     shrunk = get(admin, cluster["id"])
@@ -97,7 +98,7 @@ def test_engine_autoscaling_grows_on_pending_jobs_and_releases_the_idle_nodes(
     assert events[0]["reason"] == ("3 job(s) pending for lack of nodes ask for 3 node(s), 0 idle: adding 2; "
                                    "capped at max_nodes 3")
     assert events[1]["removed_nodes"] == ["train-1"]
-    assert str(events[1]["reason"]).startswith("train-1 had no job for at least 0.05 seconds (idle since ")
+    assert str(events[1]["reason"]).startswith("train-1 had no job for at least 5 minutes (idle since ")
     assert str(events[2]["reason"]).endswith("no job pending; min_nodes 1")
 
     # A decision made on a membership that changed meanwhile, or after autoscaling was turned off, is dropped.
@@ -106,7 +107,7 @@ def test_engine_autoscaling_grows_on_pending_jobs_and_releases_the_idle_nodes(
             row = session.get(Cluster, cluster["id"])
             assert row is not None
             return autoscaler.apply(session, worker.catalog, row, autoscaler.Decision(3, (), "stale"),
-                                    members=members, now=dt.datetime.now(dt.UTC))
+                                    members=members, now=clock.now())
     assert not stale(["train-0", "train-2"])
     assert admin.patch(f"/v1/clusters/{cluster['id']}", json={"autoscaling": None}).status_code == 200
     assert not stale([n["name"] for n in get(admin, cluster["id"])["nodes"]])
@@ -114,7 +115,7 @@ def test_engine_autoscaling_grows_on_pending_jobs_and_releases_the_idle_nodes(
 
 
 def test_engine_autoscaling_scale_up_stops_at_the_projects_quota(
-    admin: TestClient, sessions: sessionmaker[Session]
+    admin: TestClient, sessions: sessionmaker[Session], clock: ManualClock
 ) -> None:
     body = cluster_body(autoscaling={"min_nodes": 1, "max_nodes": 3, "scale_down_idle_minutes": 5})
     del body["node_count"]
@@ -124,7 +125,7 @@ def test_engine_autoscaling_scale_up_stops_at_the_projects_quota(
         assert row is not None
         quotas.set_quota(session=session, project_id=row.project_id, changes={"max_gpus": 16})
     driver = ModelledQueue(EngineSettings(**FAST))
-    worker = EngineWorker(sessions, EngineSettings(**FAST), driver=driver)
+    worker = EngineWorker(sessions, EngineSettings(**FAST), driver=driver, clock=clock)
     drain(worker)
     driver.queue = [job(1, "RUNNING", "train-0"), job(2, "PENDING", reason="Resources"),
                     job(3, "PENDING", reason="Resources")]

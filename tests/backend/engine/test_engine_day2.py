@@ -9,9 +9,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain.catalog import Catalog
+from backend.domain.clock import ManualClock
 from backend.provisioning.worker import EngineWorker
 from backend.store.engine_models import Allocation, EngineNode, NodeTransition
-from tests.backend.engine.conftest import create, drain, get, ssh_public_key
+from tests.backend.engine.conftest import catch_up, create, drain, get, ssh_public_key
 
 
 def statuses_of(sessions: sessionmaker[Session], node_name: str) -> list[str]:
@@ -104,7 +105,8 @@ def test_engine_volume_attach_detach_reconfigures_running_nodes(
 
 
 def test_engine_change_made_while_a_reconfigure_runs_is_applied_by_another(
-    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session]
+    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session],
+    clock: ManualClock
 ) -> None:
     """A reconfigure records what it was submitted with: a volume attached while it ran is not marked
     as applied by it, so the node is reconfigured again (the local driver's volume swap showed this)."""
@@ -115,6 +117,7 @@ def test_engine_change_made_while_a_reconfigure_runs_is_applied_by_another(
     second = admin.post("/v1/volumes", json={"name": "b", "region": "us-east-1", "size_tib": 1}).json()
     assert admin.post(f"/v1/clusters/{cluster['id']}/volumes/{first['id']}").status_code in (200, 201)
     worker = make_worker(simulation_speed=2000.0)  # operations take time now: one can be caught running
+    catch_up(clock)  # the attach's wake-up is on the wall clock
     for _ in range(20):  # until the reconfigure for the first volume is submitted, not finished
         worker.run_once()
         with sessions() as session:

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain.catalog import Catalog
 from backend.provisioning.driver import OperationRequest, OpKind
+from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
 from backend.provisioning.settings import EngineSettings
-from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.worker import EngineWorker
 from backend.store.engine_models import Allocation, EngineNode, NodeTransition
 from tests.backend.engine.conftest import FAST, create, drain, get

@@ -1,11 +1,10 @@
 """Time to live: the engine deletes a cluster at expires_at (ttl) or after idle_teardown_minutes without
 a Slurm job (the simulated workload's queue), and deletion_protection keeps it with one audit event and a
-warning on the cluster. The engine runs on a controlled clock."""
+warning on the cluster. The engine and the app run on one manual clock."""
 
 from __future__ import annotations
 
 import datetime as dt
-import time
 from collections.abc import Callable
 
 import pytest
@@ -13,8 +12,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.provisioning import sim_workload
+from backend.domain.clock import ManualClock
 from backend.provisioning.driver import NodeRun
+from backend.provisioning.drivers.simulated import workload as sim_workload
 from backend.provisioning.state import aware
 from backend.provisioning.worker import EngineWorker
 from backend.store.engine_models import NodeTransition, PhaseRecord, WorkItem
@@ -22,33 +22,21 @@ from backend.store.models import AuditEvent, Cluster
 from tests.backend.engine.conftest import cluster_body, create, drain, get
 
 
-class EngineClock:
-    """The engine's notion of now (worker passes, claims and due times): set by the test, then running
-    at real speed (so the simulated operations, microseconds long at test speed, complete)."""
+def on_the_apps_time(monkeypatch: pytest.MonkeyPatch, clock: ManualClock, start: dt.datetime) -> None:
+    """Set `clock` to `start` and make the app's cluster writes (created_at, expiry, the engine wake-ups
+    they request) read it too: the app has no injected clock yet, so its time sources are patched."""
+    clock.set(start)
+    for where in ("backend.provisioning.engine", "backend.services.clusters"):
+        monkeypatch.setattr(f"{where}.utcnow", clock.now)
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, start: dt.datetime) -> None:
-        self.now = start
-        for where in (
-            "backend.provisioning.worker",
-            "backend.provisioning.engine",
-            "backend.services.clusters",
-        ):
-            monkeypatch.setattr(f"{where}.utcnow", self.read)
 
-    @property
-    def now(self) -> dt.datetime:
-        return self.read()
-
-    @now.setter
-    def now(self, moment: dt.datetime) -> None:
-        self._base, self._set_at = moment, time.monotonic()
-
-    def read(self) -> dt.datetime:
-        return self._base + dt.timedelta(seconds=time.monotonic() - self._set_at)
+def settle(worker: EngineWorker) -> None:
+    """`drain` on a clock the app shares (no catching up with the wall clock)."""
+    drain(worker, catch_up_with_wall=False)
 
 
 def near(moment: dt.datetime, expected: dt.datetime) -> bool:
-    """Within the second after `expected` (the clock ran on while the passes ran)."""
+    """Within the second after `expected` (drain moves the clock on while the passes run)."""
     return expected <= moment < expected + dt.timedelta(seconds=1)
 
 
@@ -92,6 +80,7 @@ def test_engine_ttl_deletes_the_cluster_at_expires_at(
     make_worker: Callable[..., EngineWorker],
     sessions: sessionmaker[Session],
     monkeypatch: pytest.MonkeyPatch,
+    clock: ManualClock,
 ) -> None:
     cluster = create(admin, ttl="2h")
     created = dt.datetime.fromisoformat(cluster["created_at"])
@@ -100,18 +89,18 @@ def test_engine_ttl_deletes_the_cluster_at_expires_at(
         "2h",
         (created + dt.timedelta(hours=2)).replace(microsecond=0),
     )  # whole seconds
-    clock = EngineClock(monkeypatch, created)
+    on_the_apps_time(monkeypatch, clock, created)
     worker = make_worker()
-    drain(worker)
+    settle(worker)
     assert get(admin, cluster["id"])["status"] == "RUNNING"
     assert due_at(sessions, cluster["id"]) == expires_at  # the worker wakes exactly then
 
-    clock.now = expires_at - dt.timedelta(seconds=1)
-    drain(worker)
+    clock.set(expires_at - dt.timedelta(seconds=1))
+    settle(worker)
     assert get(admin, cluster["id"])["status"] == "RUNNING"
 
-    clock.now = expires_at
-    drain(worker)
+    clock.set(expires_at)
+    settle(worker)
     assert admin.get(f"/v1/clusters/{cluster['id']}").status_code == 404
     assert near(first_destroying(sessions, cluster["id"]), expires_at)
     assert actions(sessions, cluster["id"]) == ["cluster.expired"]
@@ -123,6 +112,7 @@ def test_engine_ttl_expiry_blocked_by_deletion_protection_once_with_a_warning(
     make_worker: Callable[..., EngineWorker],
     sessions: sessionmaker[Session],
     monkeypatch: pytest.MonkeyPatch,
+    clock: ManualClock,
 ) -> None:
     expires_at = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(hours=1)
     cluster = create(
@@ -133,25 +123,25 @@ def test_engine_ttl_expiry_blocked_by_deletion_protection_once_with_a_warning(
         expires_at.isoformat().replace("+00:00", "Z"),
         [],
     )
-    clock = EngineClock(monkeypatch, expires_at - dt.timedelta(hours=1))
+    on_the_apps_time(monkeypatch, clock, expires_at - dt.timedelta(hours=1))
     worker = make_worker()
-    drain(worker)
-    clock.now = expires_at + dt.timedelta(minutes=1)
-    drain(worker)
+    settle(worker)
+    clock.set(expires_at + dt.timedelta(minutes=1))
+    settle(worker)
     body = get(admin, cluster["id"])
     assert body["status"] == "RUNNING"
     assert len(body["warnings"]) == 1 and "deletion_protection is on" in body["warnings"][0]
     assert actions(sessions, cluster["id"]) == ["cluster.expiry_blocked"]
     # More passes (a label change wakes the cluster) raise no second event.
     assert admin.patch(f"/v1/clusters/{cluster['id']}", json={"labels": {"a": "b"}}).status_code == 200
-    drain(worker)
+    settle(worker)
     assert actions(sessions, cluster["id"]) == ["cluster.expiry_blocked"]
     assert phases(sessions, cluster["id"]).count("ExpiryBlocked") == 1
     # Lifting the protection lets the expiry happen at once.
     assert (
         admin.patch(f"/v1/clusters/{cluster['id']}", json={"deletion_protection": False}).status_code == 200
     )
-    drain(worker)
+    settle(worker)
     assert admin.get(f"/v1/clusters/{cluster['id']}").status_code == 404
     assert actions(sessions, cluster["id"]) == ["cluster.expiry_blocked", "cluster.expired"]
 
@@ -176,13 +166,14 @@ def test_engine_idle_teardown_deletes_a_slurm_cluster_after_its_queue_stays_empt
     make_worker: Callable[..., EngineWorker],
     sessions: sessionmaker[Session],
     monkeypatch: pytest.MonkeyPatch,
+    clock: ManualClock,
 ) -> None:
     start = dt.datetime(2026, 3, 3, 2, 0, tzinfo=dt.UTC)  # busy for its first hour in the model
-    clock = EngineClock(monkeypatch, start)
+    on_the_apps_time(monkeypatch, clock, start)
     cluster = create(admin, node_count=1, orchestrator="slurm", idle_teardown_minutes=10)
     assert cluster["idle_teardown_minutes"] == 10
     worker = make_worker(idle_check_seconds=60)
-    drain(worker)
+    settle(worker)
     assert get(admin, cluster["id"])["status"] == "RUNNING"
     node = NodeRun(
         name="train-0", index=0, attempt=1, gpu_count=8, up_since=start, failed_at=None, drained=False
@@ -194,8 +185,8 @@ def test_engine_idle_teardown_deletes_a_slurm_cluster_after_its_queue_stays_empt
             break
         due = due_at(sessions, cluster["id"])
         assert due is not None and due <= expected, (due, expected)
-        clock.now = due
-        drain(worker)
+        clock.set(due)
+        settle(worker)
     assert near(first_destroying(sessions, cluster["id"]), expected)
     with sessions() as session:
         row = session.get(Cluster, cluster["id"])

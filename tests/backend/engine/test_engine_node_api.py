@@ -16,8 +16,8 @@ from backend.node_agent.nvidia import GpuReading
 from backend.node_agent.xid import XidEvent
 from backend.provisioning import node_views
 from backend.provisioning.driver import NodeTelemetry
+from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
 from backend.provisioning.settings import EngineSettings
-from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.worker import EngineWorker
 from backend.store.engine_models import EngineNode, SimulatedOperation, Step
 from backend.store.models import Cluster

@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.provisioning.worker import EngineWorker
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
-from backend.store.engine_models import Worker
+from backend.store.engine_models import Worker, WorkItem
 from backend.store.secrets import generate_key
 from tests.backend.conftest import make_tenant
 from tests.backend.engine.conftest import create
@@ -50,13 +50,16 @@ def test_metrics_expose_worker_heartbeat_age_and_queue_lag(
     admin: TestClient, client: TestClient, sessions: sessionmaker[Session]
 ) -> None:
     _add_worker_row(sessions, "silent-worker", seconds_ago=42)
-    create(admin)  # due now; no worker runs in this app
-    time.sleep(0.05)
+    cluster = create(admin)  # due now; no worker runs in this app
+    with sessions.begin() as session:  # and waiting for a worker for a minute already
+        item = session.get(WorkItem, cluster["id"])
+        assert item is not None and item.due_at is not None
+        item.due_at -= dt.timedelta(minutes=1)
     body = client.get("/metrics").text
     age = re.search(r'_heartbeat_age_seconds\{worker="silent-worker"\} ([0-9.e+]+)', body)
     assert age is not None and 42 <= float(age.group(1)) < 60
     lag = re.search(r"^gpucloud_engine_queue_lag_seconds ([0-9.e+-]+)$", body, re.MULTILINE)
-    assert lag is not None and float(lag.group(1)) > 0
+    assert lag is not None and 60 <= float(lag.group(1)) < 120
 
 
 def _start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:

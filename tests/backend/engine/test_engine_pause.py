@@ -9,10 +9,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.domain.clock import ManualClock
 from backend.provisioning.engine import pause_cluster, resume_cluster
 from backend.provisioning.worker import EngineWorker
 from backend.store.engine_models import Allocation, Step
-from tests.backend.engine.conftest import create, drain, get
+from tests.backend.engine.conftest import catch_up, create, drain, get
 from tests.backend.engine.test_engine_day2 import statuses_of
 
 
@@ -30,7 +31,8 @@ def slots(sessions: sessionmaker[Session], cluster_id: str) -> int:
 
 
 def test_engine_pause_powers_nodes_off_through_the_driver_and_resume_powers_them_on(
-    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session]
+    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session],
+    clock: ManualClock
 ) -> None:
     cluster = create(admin, node_count=2)
     worker = make_worker()
@@ -50,6 +52,7 @@ def test_engine_pause_powers_nodes_off_through_the_driver_and_resume_powers_them
     with sessions.begin() as session:
         resume_cluster(session, cluster["id"], "credits added")
     booting = make_worker(simulation_speed=100_000)  # power-on takes milliseconds, drain never stops early
+    catch_up(clock)  # the resume's wake-up is on the wall clock
     booting.run_once()
     body = get(admin, cluster["id"])
     assert (body["status"], body["phase"]) == ("CONFIGURING", "Resuming")

@@ -4,7 +4,6 @@ with manual until a `replace`, and automatic repairs per node per day are bounde
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,19 +13,20 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.billing.compute_meter import load_cluster_usage
 from backend.domain.catalog import Catalog, default_catalog
+from backend.domain.clock import ManualClock
 from backend.provisioning.driver import OperationRequest, OpKind
+from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
 from backend.provisioning.engine import InsufficientCapacity, pause_cluster
 from backend.provisioning.node_actions import NodeStateConflict, request_node_action
 from backend.provisioning.settings import EngineSettings
-from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.worker import EngineWorker
 from backend.store.engine_models import EngineNode, NodeTransition, SimulatedOperation
 from backend.store.models import Cluster
 from tests.backend.engine.conftest import create, drain, get
 
 XID_RATE = 0.5
-# At speed 1e9 a fault comes u * 2 s after the watch starts: late enough (u >= 0.75) for the bring-up
-# to finish and a drain to return before it, even on a loaded machine (1 s and u >= 0.6 flaked in CI).
+# At speed 1e9 a fault comes u * 2 s (of the engine's clock) after the watch starts: u >= 0.75 puts it
+# well past the poll interval, so a drain returns before it and the test moves the clock past it.
 XID_WINDOW = 2e9
 NODES = [f"train-{i}" for i in range(4)]
 
@@ -60,7 +60,8 @@ def _bring_up_then_fault(admin: TestClient, make_worker: Callable[..., EngineWor
     drain(worker)
     body = get(admin, cluster["id"])
     assert (body["status"], body["phase"]) == ("RUNNING", "Ready")  # the fault is still to come
-    time.sleep(2.05)  # past the fault
+    assert isinstance(worker.clock, ManualClock)
+    worker.clock.advance(seconds=2.05)  # past the fault
     return body, worker
 
 
@@ -140,7 +141,7 @@ def test_engine_repair_manual_leaves_the_node_failed_until_replace(
     with sessions.begin() as session:
         cluster = session.get(Cluster, before["id"])
         assert cluster is not None
-        request_node_action(session, default_catalog(), cluster, "train-2", "replace")
+        request_node_action(session, default_catalog(), cluster, "train-2", "replace", now=worker.clock.now())
     drain(worker)
     after = get(admin, before["id"])
     assert (after["status"], after["phase"], after["status_reason"]) == ("RUNNING", "Ready", None)
@@ -194,21 +195,22 @@ def test_engine_repair_without_a_free_node_leaves_it_failed_with_the_reason(
         cluster = session.get(Cluster, before["id"])
         assert cluster is not None
         try:
-            request_node_action(session, two_h100, cluster, "train-0", "replace")
+            request_node_action(session, two_h100, cluster, "train-0", "replace", now=worker.clock.now())
             raise AssertionError("a replace without capacity was accepted")
         except InsufficientCapacity as error:
             assert "no 8xH100 node is free on ib-east-a" in error.detail
 
 
 def test_engine_node_actions_refuse_what_the_state_forbids(
-    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session]
+    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session],
+    clock: ManualClock
 ) -> None:
     cluster = create(admin, node_count=2)
     with sessions.begin() as session:  # still coming up
         row = session.get(Cluster, cluster["id"])
         assert row is not None
         try:
-            request_node_action(session, default_catalog(), row, "train-0", "restart")
+            request_node_action(session, default_catalog(), row, "train-0", "restart", now=clock.now())
             raise AssertionError("restart of a node coming up was accepted")
         except NodeStateConflict as error:
             assert "RUNNING or FAILED" in error.detail
@@ -216,9 +218,9 @@ def test_engine_node_actions_refuse_what_the_state_forbids(
     with sessions.begin() as session:
         row = session.get(Cluster, cluster["id"])
         assert row is not None
-        request_node_action(session, default_catalog(), row, "train-1", "restart")
+        request_node_action(session, default_catalog(), row, "train-1", "restart", now=clock.now())
         try:
-            request_node_action(session, default_catalog(), row, "train-1", "replace")
+            request_node_action(session, default_catalog(), row, "train-1", "replace", now=clock.now())
             raise AssertionError("a second action was accepted")
         except NodeStateConflict as error:
             assert "pending restart" in error.detail
@@ -236,7 +238,7 @@ def test_engine_node_actions_refuse_what_the_state_forbids(
         row = session.get(Cluster, cluster["id"])
         assert row is not None
         try:
-            request_node_action(session, default_catalog(), row, "train-1", "drain")
+            request_node_action(session, default_catalog(), row, "train-1", "drain", now=clock.now())
             raise AssertionError("an action on a paused cluster was accepted")
         except NodeStateConflict as error:
             assert "paused" in error.detail

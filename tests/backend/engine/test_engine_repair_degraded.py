@@ -19,11 +19,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain.catalog import Catalog, default_catalog
+from backend.domain.clock import ManualClock
 from backend.node_agent.links import LinkReading, NvLinkGpu
 from backend.provisioning.driver import NodeTelemetry, TelemetryTarget
+from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
 from backend.provisioning.node_actions import request_node_action
 from backend.provisioning.settings import EngineSettings
-from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.worker import EngineWorker
 from backend.store.engine_models import EngineNode, NodeTransition
 from backend.store.models import Cluster
@@ -49,9 +50,10 @@ class FlakyLinks(SimulatedDatacenter):
                 for t, r in zip(targets, readings, strict=True)]
 
 
-def _worker(sessions: sessionmaker[Session], broken: set[tuple[str, int]], **extra: Any) -> EngineWorker:
+def _worker(sessions: sessionmaker[Session], clock: ManualClock, broken: set[tuple[str, int]], **extra: Any
+            ) -> EngineWorker:
     settings = EngineSettings(**{**FAST, **extra})
-    return EngineWorker(sessions, settings, driver=FlakyLinks(settings, broken))
+    return EngineWorker(sessions, settings, driver=FlakyLinks(settings, broken), clock=clock)
 
 
 def _statuses(session: Session, node_id: str) -> list[str]:
@@ -61,15 +63,15 @@ def _statuses(session: Session, node_id: str) -> list[str]:
 
 
 def test_engine_repair_auto_drains_and_replaces_a_degraded_node_in_place(
-    admin: TestClient, sessions: sessionmaker[Session]
+    admin: TestClient, sessions: sessionmaker[Session], clock: ManualClock
 ) -> None:
     before = create(admin, node_count=4)
-    worker = _worker(sessions, {("train-1", 1)})
+    worker = _worker(sessions, clock, {("train-1", 1)})
     drain(worker)
     assert get(admin, before["id"])["phase"] == "Ready"
     before = get(admin, before["id"])
     assert worker.collect_metrics() == 4  # the sampler reads the link down on train-1
-    repairing = _worker(sessions, {("train-1", 1)}, simulation_speed=1000, engine_poll_seconds=5.0)
+    repairing = _worker(sessions, clock, {("train-1", 1)}, simulation_speed=1000, engine_poll_seconds=5.0)
     repairing.run_once()
     during = get(admin, before["id"])
     assert (during["status"], during["phase"]) == ("RUNNING", "Repairing")
@@ -102,11 +104,11 @@ def test_engine_repair_auto_drains_and_replaces_a_degraded_node_in_place(
 
 
 def test_engine_repair_manual_keeps_a_degraded_node_running_until_an_action(
-    admin: TestClient, sessions: sessionmaker[Session]
+    admin: TestClient, sessions: sessionmaker[Session], clock: ManualClock
 ) -> None:
     before = create(admin, node_count=2, node_repair="manual")
     broken = {("train-0", 1)}
-    worker = _worker(sessions, broken)
+    worker = _worker(sessions, clock, broken)
     drain(worker)
     worker.collect_metrics()
     drain(worker)
@@ -124,7 +126,7 @@ def test_engine_repair_manual_keeps_a_degraded_node_running_until_an_action(
     with sessions.begin() as session:
         cluster = session.get(Cluster, before["id"])
         assert cluster is not None
-        request_node_action(session, default_catalog(), cluster, "train-0", "replace")
+        request_node_action(session, default_catalog(), cluster, "train-0", "replace", now=clock.now())
     drain(worker)
     after = get(admin, before["id"])
     assert (after["status"], after["phase"], after["status_reason"]) == ("RUNNING", "Ready", None)
@@ -133,11 +135,11 @@ def test_engine_repair_manual_keeps_a_degraded_node_running_until_an_action(
 
 
 def test_engine_repair_manual_degraded_node_recovers_when_its_readings_do(
-    admin: TestClient, sessions: sessionmaker[Session]
+    admin: TestClient, sessions: sessionmaker[Session], clock: ManualClock
 ) -> None:
     before = create(admin, node_count=2, node_repair="manual")
     broken = {("train-1", 1)}
-    worker = _worker(sessions, broken)
+    worker = _worker(sessions, clock, broken)
     drain(worker)
     worker.collect_metrics()
     drain(worker)
@@ -151,11 +153,11 @@ def test_engine_repair_manual_degraded_node_recovers_when_its_readings_do(
 
 
 def test_engine_repair_degraded_node_past_its_daily_budget_stays_with_the_reason(
-    admin: TestClient, sessions: sessionmaker[Session]
+    admin: TestClient, sessions: sessionmaker[Session], clock: ManualClock
 ) -> None:
     before = create(admin, node_count=2)
     broken = {("train-0", attempt) for attempt in range(1, 5)}  # a bad pool: every machine is degraded
-    worker = _worker(sessions, broken, engine_max_repairs_per_node_per_day=1)
+    worker = _worker(sessions, clock, broken, engine_max_repairs_per_node_per_day=1)
     drain(worker)
     worker.collect_metrics()
     drain(worker)  # first repair
@@ -174,10 +176,10 @@ def test_engine_repair_degraded_node_past_its_daily_budget_stays_with_the_reason
 
 
 def test_engine_repair_degraded_node_without_a_spare_keeps_serving_undrained(
-    two_h100: Catalog, admin: TestClient, sessions: sessionmaker[Session]
+    two_h100: Catalog, admin: TestClient, sessions: sessionmaker[Session], clock: ManualClock
 ) -> None:
     before = create(admin, node_count=2)
-    worker = _worker(sessions, {("train-1", 1)})
+    worker = _worker(sessions, clock, {("train-1", 1)})
     worker.catalog = two_h100
     drain(worker)
     worker.collect_metrics()

@@ -4,7 +4,6 @@ market returns it, and the meter charging each node per second at the rate of th
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -16,27 +15,27 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.billing.clock import ManualClock, ensure_utc
 from backend.billing.meter import to_second
 from backend.billing.money import prorate_micros
 from backend.billing.pricing_catalog import default_price_book
 from backend.billing.service import run_metering
 from backend.billing.settings import BillingSettings
 from backend.domain.catalog import Catalog
+from backend.domain.clock import ManualClock, ensure_utc
 from backend.provisioning import capacity
+from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
 from backend.provisioning.settings import EngineSettings
-from backend.provisioning.simulated import SimulatedDatacenter
 from backend.provisioning.worker import EngineWorker
 from backend.store.billing_models import UsageRecord
 from backend.store.engine_models import Allocation, EngineNode, NodeTransition
 from backend.store.models import AuditEvent
 from tests.backend.engine.conftest import FAST, create, drain, get, install_catalog
 
-RECLAIM_REAL_SECONDS = 1.5
+RECLAIM_SECONDS = 1.5  # of the engine's clock, at 1e9 x
 SPOT = {
     "simulation_spot_preemption_rate": 0.5,
-    "simulation_spot_preemption_window_seconds": 2e8,  # reclaimed within 0.2 s of real time at 1e9 x
-    "simulation_spot_reclaim_seconds": RECLAIM_REAL_SECONDS * 1e9,
+    "simulation_spot_preemption_window_seconds": 2e8,  # reclaimed within 0.2 s at 1e9 x
+    "simulation_spot_reclaim_seconds": RECLAIM_SECONDS * 1e9,
 }
 
 
@@ -66,7 +65,7 @@ def members(admin: TestClient, cluster_id: str) -> dict[str, str]:
 
 def test_engine_spot_preemption_fallback_and_reacquire_metered_exactly(
     eight_h100: Catalog, admin: TestClient, sessions: sessionmaker[Session],
-    make_worker: Callable[..., EngineWorker],
+    make_worker: Callable[..., EngineWorker], clock: ManualClock,
 ) -> None:
     assert eight_h100.spot_capacity("us-east-1", "ib-east-a", "8xH100") == 2
     worker = make_worker(**seeded())
@@ -85,7 +84,7 @@ def test_engine_spot_preemption_fallback_and_reacquire_metered_exactly(
             events["cluster.node_preempted"].occurred_at)
     assert any(p["phase"] == "SpotPreemptionNotice" for p in get(admin, cluster["id"])["phase_history"])
 
-    time.sleep(RECLAIM_REAL_SECONDS)  # the market returns the capacity: spot re-acquired, stand-in released
+    clock.advance(seconds=RECLAIM_SECONDS)  # the market returns it: spot re-acquired, stand-in released
     drain(worker)
     assert members(admin, cluster["id"]) == {"train-1": "spot", "train-2": "on_demand", "train-4": "spot"}
     with sessions() as session:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import shutil
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from sqlalchemy import select
 
 from backend.domain import catalog as catalog_module
 from backend.domain.catalog import catalog_from_dict, catalog_to_dict
+from backend.domain.clock import SYSTEM_CLOCK, ManualClock
 from backend.domain.errors import Conflict, NotFound
 from backend.provisioning import capacity
 from backend.provisioning.engine import pause_cluster, request_reconcile, resume_cluster
@@ -56,10 +56,6 @@ def small_catalog() -> catalog_module.Catalog:
     return catalog_from_dict(doc)
 
 
-def now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
 class EngineMachine(RuleBasedStateMachine):
     template: Path
 
@@ -71,12 +67,13 @@ class EngineMachine(RuleBasedStateMachine):
         self.engine = make_engine(Settings(database_url=f"sqlite:///{path}"))
         self.sessions = make_session_factory(self.engine, write=True)
         self.catalog = small_catalog()
+        self.clock = ManualClock(SYSTEM_CLOCK.now())  # every worker and every request reads this one
         self.worker = EngineWorker(
-            self.sessions, EngineSettings(**FAULTY), catalog=self.catalog, worker_id="main"
+            self.sessions, EngineSettings(**FAULTY), catalog=self.catalog, worker_id="main", clock=self.clock
         )
         self.seq = 0
         with self.sessions.begin() as session:
-            session.add(Project(id="prj_stateful", name="stateful", created_at=now()))
+            session.add(Project(id="prj_stateful", name="stateful", created_at=self.clock.now()))
             session.add(
                 Volume(
                     id="vol_stateful",
@@ -85,8 +82,8 @@ class EngineMachine(RuleBasedStateMachine):
                     region="us-east-1",
                     size_tib=1,
                     generation=1,
-                    created_at=now(),
-                    updated_at=now(),
+                    created_at=self.clock.now(),
+                    updated_at=self.clock.now(),
                 )
             )
         self.clusters: list[str] = []
@@ -96,8 +93,8 @@ class EngineMachine(RuleBasedStateMachine):
             with self.sessions.begin() as session:
                 for cluster in session.scalars(select(Cluster)):
                     if cluster.deletion_requested_at is None:
-                        cluster.deletion_requested_at = now()
-                        request_reconcile(session, cluster.id, catalog=self.catalog)
+                        cluster.deletion_requested_at = self.clock.now()
+                        request_reconcile(session, cluster.id, catalog=self.catalog, now=self.clock.now())
             self._drain()
             self.check_allocations()
             with self.sessions() as session:
@@ -109,13 +106,11 @@ class EngineMachine(RuleBasedStateMachine):
     def _drain(self) -> None:
         for _ in range(200):
             if self.worker.run_once().claimed == 0:
-                with self.sessions() as session:
-                    # A repair waiting for a free node retries in 30 s: a timer, not work to drain.
-                    soon = now() + dt.timedelta(seconds=5)
-                    pending = session.scalar(select(WorkItem.cluster_id).where(WorkItem.due_at <= soon))
-                if pending is None:
+                due = self.worker.next_due_at()
+                # A repair waiting for a free node retries in 30 s: a timer, not work to drain.
+                if due is None or due > self.clock.now() + dt.timedelta(seconds=5):
                     return
-                time.sleep(0.02)
+                self.clock.set(max(due, self.clock.now()) + dt.timedelta(microseconds=1))
         raise AssertionError("engine did not converge")
 
     def _free(self, itype: str) -> int:
@@ -147,12 +142,12 @@ class EngineMachine(RuleBasedStateMachine):
                     deletion_protection=False,
                     status="PENDING",
                     generation=1,
-                    created_at=now(),
-                    updated_at=now(),
+                    created_at=self.clock.now(),
+                    updated_at=self.clock.now(),
                 )
                 session.add(cluster)
                 session.flush()
-                request_reconcile(session, cluster.id, catalog=self.catalog)
+                request_reconcile(session, cluster.id, catalog=self.catalog, now=self.clock.now())
         except Conflict as exc:
             assert exc.code == "insufficient_capacity" and free < node_count
             event("create refused: no capacity")
@@ -184,7 +179,7 @@ class EngineMachine(RuleBasedStateMachine):
                 assert cluster is not None
                 cluster.node_count = node_count
                 cluster.generation += 1
-                request_reconcile(session, cluster_id, catalog=self.catalog)
+                request_reconcile(session, cluster_id, catalog=self.catalog, now=self.clock.now())
         except Conflict as exc:
             assert exc.code == "insufficient_capacity"
 
@@ -202,7 +197,7 @@ class EngineMachine(RuleBasedStateMachine):
                 cluster.volume_links = []
             else:
                 cluster.volume_links = [ClusterVolume(volume_id="vol_stateful", position=0)]
-            request_reconcile(session, cluster_id, catalog=self.catalog)
+            request_reconcile(session, cluster_id, catalog=self.catalog, now=self.clock.now())
 
     @precondition(lambda self: bool(self.clusters))
     @rule(data=st.data())
@@ -214,8 +209,8 @@ class EngineMachine(RuleBasedStateMachine):
         with self.sessions.begin() as session:
             cluster = session.get(Cluster, cluster_id)
             assert cluster is not None
-            cluster.deletion_requested_at = now()
-            request_reconcile(session, cluster_id, catalog=self.catalog)
+            cluster.deletion_requested_at = self.clock.now()
+            request_reconcile(session, cluster_id, catalog=self.catalog, now=self.clock.now())
 
     @precondition(lambda self: bool(self.clusters))
     @rule(data=st.data())
@@ -228,9 +223,9 @@ class EngineMachine(RuleBasedStateMachine):
         with self.sessions.begin() as session:
             state = session.get(EngineCluster, cluster_id)
             if state is not None and state.paused_reason is not None:
-                resume_cluster(session, cluster_id, "credits added")
+                resume_cluster(session, cluster_id, "credits added", now=self.clock.now())
             else:
-                pause_cluster(session, cluster_id, "credits exhausted")
+                pause_cluster(session, cluster_id, "credits exhausted", now=self.clock.now())
 
     def _running_member(self, data: st.DataObject) -> EngineNode | None:
         with self.sessions() as session:
@@ -250,10 +245,10 @@ class EngineMachine(RuleBasedStateMachine):
             watch = session.get(SimulatedOperation, node.watch_token)
             row = session.get(EngineNode, node.id)
             assert watch is not None and row is not None
-            watch.succeeded, watch.ready_at = False, now()
+            watch.succeeded, watch.ready_at = False, self.clock.now()
             watch.reason = "XID 79: GPU 2 has fallen off the bus"
             row.watch_due_at = watch.ready_at
-            wake(session, node.cluster_id, now())
+            wake(session, node.cluster_id, self.clock.now())
 
     @precondition(lambda self: bool(self.clusters))
     @rule(data=st.data(), action=st.sampled_from(["restart", "replace", "drain", "resume"]))
@@ -268,7 +263,7 @@ class EngineMachine(RuleBasedStateMachine):
             cluster = session.get(Cluster, node.cluster_id)
             assert cluster is not None
             try:
-                request_node_action(session, self.catalog, cluster, node.name, action)
+                request_node_action(session, self.catalog, cluster, node.name, action, now=self.clock.now())
             except (Conflict, NotFound):
                 session.rollback()
 
@@ -282,7 +277,7 @@ class EngineMachine(RuleBasedStateMachine):
             cluster = session.get(Cluster, data.draw(st.sampled_from(live)))
             assert cluster is not None
             cluster.node_repair = "manual" if cluster.node_repair == "auto" else "auto"
-            request_reconcile(session, cluster.id, catalog=self.catalog)
+            request_reconcile(session, cluster.id, catalog=self.catalog, now=self.clock.now())
 
     @rule(rounds=st.integers(1, 3))
     def work(self, rounds: int) -> None:
@@ -297,6 +292,7 @@ class EngineMachine(RuleBasedStateMachine):
             EngineSettings(**{**FAULTY, "engine_lease_seconds": 0.01}),
             catalog=self.catalog,
             worker_id="ghost",
+            clock=self.clock,
         )
         for cluster_id, token in ghost._claim()[:2]:
             with self.sessions() as session:
@@ -305,13 +301,13 @@ class EngineMachine(RuleBasedStateMachine):
                     driver=ghost.driver,
                     catalog=self.catalog,
                     settings=ghost.settings,
-                    now=now(),
+                    now=self.clock.now(),
                     worker="ghost",
                     fencing_token=token,
                 )
                 reconcile_cluster(ctx, cluster_id)
                 session.rollback()  # killed: nothing of the pass survives
-        time.sleep(0.02)
+        self.clock.advance(seconds=0.02)  # past the 10 ms lease
 
     @rule()
     def stale_worker_is_fenced(self) -> None:
@@ -321,16 +317,17 @@ class EngineMachine(RuleBasedStateMachine):
             EngineSettings(**{**FAULTY, "engine_lease_seconds": 0.01}),
             catalog=self.catalog,
             worker_id="stale",
+            clock=self.clock,
         )
         claimed = ghost._claim()
         if not claimed:
             return
-        time.sleep(0.02)
+        self.clock.advance(seconds=0.02)  # past the 10 ms lease
         with self.sessions.begin() as session:
             for cluster_id, _ in claimed:
                 item = session.get(WorkItem, cluster_id)
                 assert item is not None
-                item.due_at = now() - dt.timedelta(seconds=1)
+                item.due_at = self.clock.now() - dt.timedelta(seconds=1)
         self.worker.run_once()  # takes the expired leases over, bumping the fencing tokens
         from backend.provisioning.worker import PassResult
 

@@ -13,18 +13,21 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.domain.clock import ManualClock
 from backend.provisioning.worker import EngineWorker, PassResult
 from backend.settings import Settings
 from backend.store.engine_models import Worker, WorkItem
 from tests.backend.conftest import make_tenant
-from tests.backend.engine.conftest import create, drain, get
+from tests.backend.engine.conftest import catch_up, create, drain, get
 from tests.backend.engine.test_engine_crash import BIN, _free_port, _serve
 
 
 def test_worker_lease_heartbeat_and_fencing(
-    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session]
+    admin: TestClient, make_worker: Callable[..., EngineWorker], sessions: sessionmaker[Session],
+    clock: ManualClock
 ) -> None:
     cluster = create(admin)
+    catch_up(clock)
     first = make_worker(engine_lease_seconds=0.3)
     second = make_worker()
     claimed = first._claim()
@@ -32,12 +35,13 @@ def test_worker_lease_heartbeat_and_fencing(
     assert second._claim() == []  # leased: nobody else takes it
     with sessions() as session:
         before = session.get(WorkItem, cluster["id"]).lease_expires_at  # type: ignore[union-attr]
-    first.heartbeat()
+    clock.advance(seconds=0.1)
+    first.heartbeat()  # extends its lease from the new now
     with sessions() as session:
         item = session.get(WorkItem, cluster["id"])
         assert item is not None and item.lease_expires_at > before  # type: ignore[operator]
         assert session.get(Worker, first.id) is not None
-    time.sleep(0.35)  # the first worker stalls past its lease
+    clock.advance(seconds=0.35)  # the first worker stalls past its lease
     taken = second._claim()
     assert [c for c, _ in taken] == [cluster["id"]] and taken[0][1] == claimed[0][1] + 1
     stale = PassResult()

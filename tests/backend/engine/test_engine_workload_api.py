@@ -9,8 +9,8 @@ from collections.abc import Callable
 from fastapi.testclient import TestClient
 
 from backend.provisioning.driver import NodeRun, TelemetryTarget
-from backend.provisioning.sim_telemetry import busy_gpus, node_telemetry
-from backend.provisioning.sim_workload import jobs
+from backend.provisioning.drivers.simulated.telemetry import busy_gpus, node_telemetry
+from backend.provisioning.drivers.simulated.workload import jobs
 from backend.provisioning.worker import EngineWorker
 from tests.backend.engine.conftest import create, drain, get
 from tests.backend.engine.test_engine_repair import _bring_up_then_fault, _seed_failing_once

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.provisioning.local.driver import LocalDriver
-from backend.provisioning.local.namespaces import run
+from backend.provisioning.drivers.local.driver import LocalDriver
+from backend.provisioning.drivers.local.namespaces import run
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
 from backend.store.models import AuditEvent

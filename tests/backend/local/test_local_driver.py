@@ -17,25 +17,24 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend import cli
+from backend.domain.clock import utcnow
 from backend.provisioning.driver import Operation, OperationRequest, OpKind
-from backend.provisioning.local import preflight
-from backend.provisioning.local.driver import LocalDriver
-from backend.provisioning.local.namespaces import LocalHostError
-from backend.provisioning.settings import EngineSettings, configured
-from backend.provisioning.simulated import SimulatedDatacenter
-from backend.provisioning.state import utcnow
+from backend.provisioning.drivers.local import preflight
+from backend.provisioning.drivers.local.driver import LocalDriver
+from backend.provisioning.drivers.local.namespaces import LocalHostError
+from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
+from backend.provisioning.settings import EngineSettings, use
 from backend.provisioning.worker import EngineWorker
-from tests.backend.engine.conftest import FAST, create, drain, get, make_worker, sessions
+from tests.backend.engine.conftest import FAST, clock, create, drain, get, make_worker, sessions
 
-__all__ = ["make_worker", "sessions"]  # fixtures of the engine tests, used here
+__all__ = ["clock", "make_worker", "sessions"]  # fixtures of the engine tests, used here
 
 
 @pytest.fixture
 def local_driver_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("GPUCLOUD_DRIVER", "local")
-    configured.cache_clear()
+    use(EngineSettings())  # in force now; the process_configuration fixture puts the old ones back
     yield
-    configured.cache_clear()
 
 
 @pytest.mark.usefixtures("local_driver_env")
@@ -198,7 +197,7 @@ def test_local_address_range_replaces_the_regions_blocks_in_one_pool(
     admin: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPUCLOUD_LOCAL_ADDRESS_RANGE", "172.31.0.0/16")
-    configured.cache_clear()
+    use(EngineSettings())
     east = get(admin, create(admin, name="east")["id"])
     west = get(admin, create(admin, name="west", region="us-west-2", instance_type="8xB200")["id"])
     # Every region draws from the one range: this machine has one routing table.

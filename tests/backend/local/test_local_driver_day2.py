@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend import cli
 from backend.api import cluster_nodes, cluster_workload
-from backend.provisioning.local.driver import LocalDriver
-from backend.provisioning.local.namespaces import run
+from backend.provisioning.drivers.local.driver import LocalDriver
+from backend.provisioning.drivers.local.namespaces import run
 from backend.provisioning.node_config import slurm_control
-from backend.provisioning.settings import EngineSettings, configured
+from backend.provisioning.settings import EngineSettings, use
 from backend.provisioning.worker import EngineWorker
 from backend.store.engine_models import NodeTransition
 from tests.backend.engine.conftest import FAST, create, get, sessions
@@ -37,7 +37,7 @@ def _cluster(admin: TestClient, sessions: sessionmaker[Session], driver: LocalDr
     # A block of its own: other runs of the local driver on this machine may hold 10.0.0.0/22.
     block = secrets.randbelow(16 * 64)
     monkeypatch.setenv("GPUCLOUD_LOCAL_ADDRESS_RANGE", f"172.{16 + block // 64}.{block % 64 * 4}.0/22")
-    configured.cache_clear()  # the driver fixture clears it again at the end
+    use(EngineSettings())  # in force now; the process_configuration fixture puts the old ones back
     run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "key")])
     key = admin.post("/v1/ssh-keys", json={"name": "k", "public_key": (tmp_path / "key.pub").read_text()})
     worker = EngineWorker(sessions, EngineSettings.model_validate(FAST), driver=driver)

@@ -14,10 +14,10 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.provisioning.drivers.local.driver import LocalDriver, tear_down
+from backend.provisioning.drivers.local.namespaces import LocalCluster, run
 from backend.provisioning.engine import pause_cluster, resume_cluster
-from backend.provisioning.local.driver import LocalDriver, tear_down
-from backend.provisioning.local.namespaces import LocalCluster, run
-from backend.provisioning.settings import EngineSettings, configured
+from backend.provisioning.settings import EngineSettings, use
 from backend.provisioning.worker import EngineWorker
 from tests.backend.engine.conftest import FAST, create, get, sessions
 
@@ -28,12 +28,11 @@ __all__ = ["sessions"]  # fixture of the engine tests, used here
 def driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalDriver]:
     root = Path("/var/tmp") / f"gpucloud-local-driver-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("GPUCLOUD_DRIVER", "local")  # what the API reports (login) follows the driver
-    configured.cache_clear()
+    use(EngineSettings())  # in force now; the process_configuration fixture puts the old ones back
     local = LocalDriver(root)
     try:
         yield local
     finally:
-        configured.cache_clear()
         assert local.wait_idle(), "operations still running"
         for cluster_dir in (root / "clusters").glob("*") if (root / "clusters").exists() else []:
             tear_down(LocalCluster(root, cluster_dir.name, "10.0.0.0/22"))

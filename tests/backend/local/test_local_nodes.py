@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from backend.fabric import slurm
-from backend.provisioning.local.driver import shell_of, tear_down
-from backend.provisioning.local.namespaces import NETNS_PREFIX, LocalCluster, LocalNode, run
-from backend.provisioning.local.node_setup import (
+from backend.provisioning.drivers.local.driver import shell_of, tear_down
+from backend.provisioning.drivers.local.namespaces import NETNS_PREFIX, LocalCluster, LocalNode, run
+from backend.provisioning.drivers.local.node_setup import (
     EXPORTS,
     LOCAL_SLURM_HOST,
     cluster_uid,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from backend.provisioning.local.observe import (
+from backend.provisioning.drivers.local.observe import (
     merge_jobs,
     merge_kernel_lines,
     parse_jobcomp_lines,

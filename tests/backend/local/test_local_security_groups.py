@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.provisioning.local.driver import LocalDriver
+from backend.provisioning.drivers.local.driver import LocalDriver
 from backend.provisioning.worker import EngineWorker
 from tests.backend.engine.conftest import sessions
 from tests.backend.local.test_local_driver_day2 import _cluster

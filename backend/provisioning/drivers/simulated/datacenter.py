@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from sqlalchemy.orm import Session
 
-from backend.provisioning import sim_logs, sim_telemetry, sim_workload, spot
+from backend.provisioning import spot
 from backend.provisioning.driver import (
     Job,
     LogRequest,
@@ -23,9 +23,9 @@ from backend.provisioning.driver import (
     Operation,
     OperationRequest,
     OpKind,
-    ProvisioningDriver,
     TelemetryTarget,
 )
+from backend.provisioning.drivers.simulated import CAPABILITIES, logs, telemetry, workload
 from backend.provisioning.settings import EngineSettings
 from backend.store.engine_models import SimulatedOperation
 
@@ -62,6 +62,7 @@ XID_FAULTS = ("XID 79: GPU {gpu} has fallen off the bus", "XID 48: double-bit EC
 
 class SimulatedDatacenter:
     name = "simulated"
+    capabilities = CAPABILITIES
 
     def __init__(self, settings: EngineSettings) -> None:
         self.settings = settings
@@ -150,25 +151,25 @@ class SimulatedDatacenter:
     def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
                         ) -> list[NodeTelemetry]:
         """What the nodes' agents report now (modelled workload, XID events of their health watches)."""
-        return sim_telemetry.nodes_telemetry(self.settings.simulation_seed, session, targets, now)
+        return telemetry.nodes_telemetry(self.settings.simulation_seed, session, targets, now)
 
     def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime,
                      *, cluster_id: str) -> list[Job]:
         """The modelled workload's jobs (those behind the modelled GPU utilisation)."""
         del session, cluster_id
-        return sim_workload.jobs(self.settings.simulation_seed, cluster_name, nodes, now)
+        return workload.jobs(self.settings.simulation_seed, cluster_name, nodes, now)
 
     def cluster_logs(self, session: Session, request: LogRequest, now: dt.datetime) -> list[str]:
         """slurmctld's or a node's log, rebuilt from the engine's records and the modelled workload."""
-        jobs = sim_workload.jobs(self.settings.simulation_seed, request.cluster_name, request.nodes, now)
+        jobs = workload.jobs(self.settings.simulation_seed, request.cluster_name, request.nodes, now)
         if request.node is None:
-            lines = sim_logs.controller_lines(session, request.cluster_id, jobs, now)
+            lines = logs.controller_lines(session, request.cluster_id, jobs, now)
         else:
             (reading,) = self.nodes_telemetry(session, [request.node], now)
-            keys = sim_logs.authorized_key_lines(session, request.cluster_id)
-            lines = sim_logs.node_lines(session, request.node.instance_id, request.node.node_name, jobs,
+            keys = logs.authorized_key_lines(session, request.cluster_id)
+            lines = logs.node_lines(session, request.node.instance_id, request.node.node_name, jobs,
                                         reading, now, keys)
-        return sim_logs.render(lines, request.tail)
+        return logs.render(lines, request.tail)
 
 
 def _aware(value: dt.datetime | None) -> dt.datetime | None:
@@ -184,15 +185,3 @@ def _to_operation(row: SimulatedOperation) -> Operation:
     return Operation(row.client_token, OpKind(row.kind), submitted, _aware(row.ready_at), row.succeeded,
                      row.reason)
 
-
-def make_driver(settings: EngineSettings) -> ProvisioningDriver:
-    """The configured driver: `simulated` (the modelled datacenter) or `local` (namespace nodes on this
-    machine, under `<GPUCLOUD_DATA_DIR>/local`; refuses to start where the host cannot run them)."""
-    if settings.driver == "local":
-        from backend.provisioning.local.driver import LocalDriver, local_root
-        from backend.settings import Settings
-
-        return LocalDriver(local_root(Settings().data_dir))
-    if settings.driver != "simulated":
-        raise ValueError(f"unknown provisioning driver {settings.driver!r} (available: simulated, local)")
-    return SimulatedDatacenter(settings)

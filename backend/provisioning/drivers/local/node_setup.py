@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from backend.fabric.slurm import SlurmHost
-from backend.provisioning.local.namespaces import Bind, LocalCluster, LocalNode, run
+from backend.provisioning.drivers.local.namespaces import Bind, LocalCluster, LocalNode, run
 from backend.provisioning.node_config.ssh import SshShell, SshTarget, ensure_identity
 
 SSH_USER = "ubuntu"

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.domain.lifecycle import NodeStage
-from backend.provisioning.local.driver import LocalDriver, instance_name
+from backend.provisioning.drivers.local.driver import LocalDriver, instance_name
 from backend.store.engine_models import EngineCluster, EngineNode
 
 FAULT_KINDS = ("crash", "xid")

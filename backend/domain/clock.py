@@ -1,7 +1,8 @@
-"""Time source for billing: the system clock in production, a hand-driven clock in tests.
+"""The one time source: a `Clock` is injected wherever time is read (engine, billing, services).
 
-Every billing decision takes `now` from a `Clock` so tests can walk through hours, terms and grace
-periods without sleeping. All datetimes are timezone-aware UTC.
+Production runs on `SystemClock`; tests and simulations drive a `ManualClock` by hand, so they walk
+through phases, leases, terms and grace periods without sleeping. Every datetime is aware UTC.
+Nothing here does I/O: reading the wall clock is the one effect, and only `SystemClock` has it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ from typing import Protocol
 
 
 class Clock(Protocol):
-    def now(self) -> datetime: ...
+    def now(self) -> datetime:
+        """The current time, aware UTC."""
+        ...
 
 
 class SystemClock:
@@ -31,6 +34,7 @@ class ManualClock:
         return self._now
 
     def set(self, moment: datetime) -> None:
+        """Jump to `moment` (forwards or backwards: a test may replay a moment)."""
         self._now = ensure_utc(moment)
 
     def advance(self, delta: timedelta | None = None, **kwargs: float) -> datetime:
@@ -40,6 +44,14 @@ class ManualClock:
             raise ValueError("a ManualClock never goes backwards")
         self._now = self._now + step
         return self._now
+
+
+SYSTEM_CLOCK: Clock = SystemClock()
+
+
+def utcnow() -> datetime:
+    """The system clock's time, for code not yet handed a `Clock` (prefer an injected one)."""
+    return SYSTEM_CLOCK.now()
 
 
 def ensure_utc(moment: datetime) -> datetime:

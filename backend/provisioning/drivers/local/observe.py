@@ -23,7 +23,7 @@ from backend.node_agent.host import HostReading
 from backend.node_agent.links import LinkReading
 from backend.node_agent.nvidia import GpuReading
 from backend.provisioning.driver import Job, NodeTelemetry, Partition
-from backend.provisioning.local.node_setup import KERNEL_LOG, KERNEL_LOG_COMMAND
+from backend.provisioning.drivers.local.node_setup import KERNEL_LOG, KERNEL_LOG_COMMAND
 from backend.provisioning.node_config.configure import read_health
 from backend.provisioning.node_config.shell import NodeCommandError, NodeShell
 

@@ -1,7 +1,7 @@
 """The simulated datacenter's Slurm workload: the jobs behind the modelled GPU utilisation, reproducible
 from the seed.
 
-Each node runs one job per busy 15-minute slot of `sim_telemetry.busy_gpus` (so a node's utilisation
+Each node runs one job per busy 15-minute slot of `telemetry.busy_gpus` (so a node's utilisation
 follows its jobs): the current slot's job is RUNNING, past ones COMPLETED (5 % FAILED), the next busy
 slot's job PENDING in the queue. A job on a node that failed while it ran is FAILED with the node; a
 drained node gets no new job. Job ids count up with time like slurmctld's.
@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 from backend.provisioning.driver import Job, NodeRun
-from backend.provisioning.sim_telemetry import SLOT, _uniform, busy_gpus
+from backend.provisioning.drivers.simulated.telemetry import SLOT, _uniform, busy_gpus
 
 HISTORY = dt.timedelta(hours=24)
 NAMES = ("train-llama-70b", "finetune-lora", "eval-mmlu", "nccl-allreduce-test", "data-prep", "sweep-lr")

@@ -66,7 +66,7 @@ def _uniform(*parts: object) -> float:
 def busy_gpus(seed: int, cluster: str, node: str, attempt: int, gpu_count: int, at: dt.datetime,
               up_since: dt.datetime | None = None) -> int:
     """How many GPUs of the node the modelled workload holds at `at`. A node's first jobs start in the
-    slot after the one it came up in (as `sim_workload.jobs` has it), so a new node reads idle until then."""
+    slot after the one it came up in (as `workload.jobs` has it), so a new node reads idle until then."""
     slot = int(at.timestamp() // SLOT.total_seconds())
     if up_since is not None and slot <= int(up_since.timestamp() // SLOT.total_seconds()):
         return 0

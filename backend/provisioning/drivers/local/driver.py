@@ -40,6 +40,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from backend.domain.clock import SYSTEM_CLOCK, Clock
 from backend.domain.lifecycle import NodeStage
 from backend.fabric import slurm
 from backend.provisioning.driver import (
@@ -53,9 +54,9 @@ from backend.provisioning.driver import (
     Partition,
     TelemetryTarget,
 )
-from backend.provisioning.local import observe, preflight
-from backend.provisioning.local.namespaces import LocalCluster, LocalHostError, LocalNode
-from backend.provisioning.local.node_setup import (
+from backend.provisioning.drivers.local import CAPABILITIES, observe, preflight
+from backend.provisioning.drivers.local.namespaces import LocalCluster, LocalHostError, LocalNode
+from backend.provisioning.drivers.local.node_setup import (
     EXPORTS,
     KERNEL_LOG_COMMAND,
     LOCAL_SLURM_HOST,
@@ -73,7 +74,7 @@ from backend.provisioning.node_config import configure as node_config
 from backend.provisioning.node_config import firewall, slurm_control
 from backend.provisioning.node_config.shell import NodeCommandError, NodeShell
 from backend.provisioning.node_config.ssh import SshShell, close_all
-from backend.provisioning.state import live_nodes, security_rules, utcnow
+from backend.provisioning.state import live_nodes, security_rules
 from backend.provisioning.views import cluster_layout
 from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.models import Cluster, SshKey
@@ -135,9 +136,11 @@ class _Job:
 
 class LocalDriver:
     name = "local"
+    capabilities = CAPABILITIES
 
-    def __init__(self, root: Path, *, check_host: bool = True) -> None:
+    def __init__(self, root: Path, *, check_host: bool = True, clock: Clock = SYSTEM_CLOCK) -> None:
         self.root = root
+        self.clock = clock
         if check_host:
             problems = preflight.host_problems(preflight.address_ranges())
             if problems:
@@ -170,7 +173,7 @@ class LocalDriver:
         return _operation(job, now)
 
     def get(self, session: Session, client_token: str) -> Operation | None:
-        now = utcnow()
+        now = self.clock.now()
         with self._jobs_lock:
             job = self._jobs.get(client_token)
         if job is not None:
@@ -312,8 +315,8 @@ class LocalDriver:
             existing = self._jobs.setdefault(request.client_token, job)
         if existing is job:
             lock = self._cluster_locks.setdefault(cluster_id, threading.Lock())
-            threading.Thread(target=_run_job, args=(job, work, lock), name=f"local-{request.kind}",
-                             daemon=True).start()
+            threading.Thread(target=_run_job, args=(job, work, lock, self.clock),
+                             name=f"local-{request.kind}", daemon=True).start()
         return existing
 
     def _health(self, session: Session, token: str, now: dt.datetime) -> Operation:
@@ -576,13 +579,13 @@ def _need(node: LocalNode | None) -> LocalNode:
     return node
 
 
-def _run_job(job: _Job, work: Callable[[], None], lock: threading.Lock) -> None:
+def _run_job(job: _Job, work: Callable[[], None], lock: threading.Lock, clock: Clock) -> None:
     try:
         with lock:
             work()
     except Exception as exc:  # an operation's failure is its outcome, reported to the engine
         job.succeeded, job.reason = False, f"{type(exc).__name__}: {exc}"[:1000]
-    job.finished_at = utcnow()
+    job.finished_at = clock.now()
     job.done.set()
 
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from backend.provisioning.local.namespaces import run
+from backend.provisioning.drivers.local.namespaces import run
 
 # Programs the driver runs, and the Debian package that ships each one.
 REQUIRED_PROGRAMS = {
@@ -86,9 +86,9 @@ def conflicting_route(cidr: str, routes: Iterable[tuple[str, str]] | None = None
 
 
 def address_ranges() -> list[str]:
-    """The blocks the local driver takes cluster subnets from (see settings.local_address_range)."""
+    """The blocks the local driver takes cluster subnets from (see drivers.local_address_range)."""
     from backend.domain.catalog import default_catalog
-    from backend.provisioning.settings import local_address_range
+    from backend.provisioning.drivers import local_address_range
 
     override = local_address_range()
     if override is not None:

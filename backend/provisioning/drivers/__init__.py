@@ -1,0 +1,79 @@
+"""The driver registry: each provisioning driver's name, declared capabilities and factory.
+
+Every driver lives in its own folder (`simulated/`, `local/`) whose package declares `CAPABILITIES` (a
+`Capabilities`: orchestrators offered, host-network nodes, the day-2 sources it answers) and
+`build(settings, data_dir, clock)`. The engine, the API, the workers and the CLI ask this registry, never
+the driver object, what a driver can do. Adding a driver (own hosts, a cloud) is a new folder with those two
+names plus one line in `DRIVERS`; its class carries the same `CAPABILITIES` as `capabilities`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from backend.domain.clock import SYSTEM_CLOCK, Clock
+from backend.provisioning.driver import Capabilities, ProvisioningDriver
+from backend.provisioning.drivers import local, simulated
+from backend.provisioning.settings import EngineSettings, configured
+
+DriverFactory = Callable[[EngineSettings, Path | None, Clock], ProvisioningDriver]
+
+
+@dataclass(frozen=True)
+class DriverEntry:
+    capabilities: Capabilities
+    build: DriverFactory
+
+
+DRIVERS: dict[str, DriverEntry] = {
+    "simulated": DriverEntry(simulated.CAPABILITIES, simulated.build),
+    "local": DriverEntry(local.CAPABILITIES, local.build),
+}
+
+
+class UnknownDriver(ValueError):
+    """`GPUCLOUD_DRIVER` names no registered driver."""
+
+
+def entry(name: str) -> DriverEntry:
+    """The registered driver `name` (UnknownDriver names the available ones)."""
+    found = DRIVERS.get(name)
+    if found is None:
+        raise UnknownDriver(f"unknown provisioning driver {name!r} (available: {', '.join(DRIVERS)})")
+    return found
+
+
+def capabilities(name: str) -> Capabilities:
+    """What driver `name` offers, without building it (admission, the catalog, the views)."""
+    return entry(name).capabilities
+
+
+def make_driver(settings: EngineSettings, *, data_dir: Path | None = None, clock: Clock = SYSTEM_CLOCK
+                ) -> ProvisioningDriver:
+    """The configured driver (`settings.driver`), built by its registry entry. `data_dir`: where a driver
+    keeps real state (the local driver's nodes; None: the core settings' `data_dir`)."""
+    return entry(settings.driver).build(settings, data_dir, clock)
+
+
+def configured_capabilities() -> Capabilities | None:
+    """What the driver in force offers (None: `GPUCLOUD_DRIVER` names no registered driver)."""
+    found = DRIVERS.get(configured().driver)
+    return None if found is None else found.capabilities
+
+
+def offered_orchestrators() -> tuple[str, ...]:
+    """The orchestrators the driver in force runs (admission refuses others, the catalog lists these)."""
+    offered = configured_capabilities()
+    return () if offered is None else offered.orchestrators
+
+
+def local_address_range() -> str | None:
+    """The block every cluster subnet comes from instead of the catalog's region and fabric blocks: the
+    configured `local_address_range` when the driver's nodes sit on this host's network (all regions share
+    its routing table), else None."""
+    settings, offered = configured(), configured_capabilities()
+    if offered is not None and offered.host_network and settings.local_address_range:
+        return settings.local_address_range
+    return None

@@ -1,0 +1,34 @@
+"""The `local` driver: real nodes as network namespaces on this Linux machine (root only), running real
+Slurm daemons and sshd, with real shared mounts (docs/local-driver.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from backend.domain.clock import Clock
+from backend.provisioning.driver import Capabilities, ProvisioningDriver
+from backend.provisioning.settings import EngineSettings
+
+# No Kubernetes control plane to start here; the nodes sit on host bridges (no public addresses).
+CAPABILITIES = Capabilities(
+    orchestrators=("slurm", "none"),
+    host_network=True,
+    telemetry=True,
+    workload=True,
+    logs=True,
+    partitions=True,
+    volume_data=True,
+)
+
+
+def build(settings: EngineSettings, data_dir: Path | None, clock: Clock) -> ProvisioningDriver:
+    """Namespace nodes under `<data_dir>/local`; refuses to start where the host cannot run them."""
+    del settings
+    from backend.provisioning.drivers.local.driver import LocalDriver, local_root
+
+    if data_dir is None:
+        from backend.settings import Settings
+
+        data_dir = Settings().data_dir
+
+    return LocalDriver(local_root(data_dir), clock=clock)
