@@ -26,9 +26,6 @@ def build(settings: EngineSettings, data_dir: Path | None, clock: Clock) -> Prov
     del settings
     from backend.provisioning.drivers.local.driver import LocalDriver, local_root
 
-    if data_dir is None:
-        from backend.settings import Settings
-
-        data_dir = Settings().data_dir
-
+    if data_dir is None:  # the runtime always passes it; a caller without one has no place for nodes
+        raise ValueError("the local driver keeps its nodes in the data dir: pass data_dir")
     return LocalDriver(local_root(data_dir), clock=clock)
