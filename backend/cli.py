@@ -133,22 +133,15 @@ def _tls_problem(settings: Settings) -> str | None:
     return None
 
 
-def _local_driver_problems() -> str | None:
-    """Why the local driver cannot run on this machine (one message), or None."""
-    from backend.provisioning.drivers.local import preflight
-
-    problems = preflight.host_problems(preflight.address_ranges())
-    return preflight.report(problems) if problems else None
-
-
 def _driver_problem(settings: Settings) -> str | None:
     """Why the configured provisioning driver cannot run on this machine (one message), or None."""
-    if settings.engine.driver != "local":
+    from backend.provisioning.drivers import DRIVERS
+
+    entry = DRIVERS.get(settings.engine.driver)
+    problem = entry.host_problem() if entry is not None else None
+    if problem is None:
         return None
-    problems = _local_driver_problems()
-    if problems is None:
-        return None
-    return f"gpucloud-backend: GPUCLOUD_DRIVER=local cannot run here: {problems}"
+    return f"gpucloud-backend: GPUCLOUD_DRIVER={settings.engine.driver} cannot run here: {problem}"
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -161,8 +154,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     data_dir = settings.data_dir.expanduser()
     unsafe = data_dir_problems(data_dir)
     configured = settings.engine.driver
-    local = _local_driver_problems()
-    verdicts = {"simulated": None, "local": local}
+    verdicts = {name: entry.host_problem() for name, entry in DRIVERS.items()}
     for name in DRIVERS:
         mark = " (configured: GPUCLOUD_DRIVER)" if name == configured else ""
         problem = verdicts.get(name)

@@ -21,15 +21,21 @@ from backend.provisioning.settings import EngineSettings, configured
 DriverFactory = Callable[[EngineSettings, Path | None, Clock], ProvisioningDriver]
 
 
+def _runs_anywhere() -> str | None:
+    return None
+
+
 @dataclass(frozen=True)
 class DriverEntry:
     capabilities: Capabilities
     build: DriverFactory
+    # Why this machine cannot run the driver (one message for `doctor` and `serve`), or None.
+    host_problem: Callable[[], str | None] = _runs_anywhere
 
 
 DRIVERS: dict[str, DriverEntry] = {
     "simulated": DriverEntry(simulated.CAPABILITIES, simulated.build),
-    "local": DriverEntry(local.CAPABILITIES, local.build),
+    "local": DriverEntry(local.CAPABILITIES, local.build, local.host_problem),
 }
 
 

@@ -21,6 +21,14 @@ CAPABILITIES = Capabilities(
 )
 
 
+def host_problem() -> str | None:
+    """Why this machine cannot run local nodes (one message), or None."""
+    from backend.provisioning.drivers.local import preflight
+
+    problems = preflight.host_problems(preflight.address_ranges())
+    return preflight.report(problems) if problems else None
+
+
 def build(settings: EngineSettings, data_dir: Path | None, clock: Clock) -> ProvisioningDriver:
     """Namespace nodes under `<data_dir>/local`; refuses to start where the host cannot run them."""
     del settings
