@@ -45,11 +45,11 @@ from backend.store.repository import (
     get_owned,
     in_scope,
     keyset_page,
+    owned_select,
     referenced,
     scoped_labels,
     touch,
 )
-from backend.store.scoping import scope_filter
 
 # Fields a PATCH may not change (a different value needs a new cluster).
 IMMUTABLE_FIELDS = (
@@ -444,9 +444,7 @@ def list_clusters(
 ) -> tuple[Sequence[Cluster], bool]:
     """A page of the project's clusters within the scope (deleted and destroyed ones left out), oldest
     first."""
-    query = select(Cluster).where(
-        Cluster.project_id == project_id,
-        scope_filter(Cluster.labels, scope),
+    query = owned_select(Cluster, project_id=project_id, scope=scope).where(
         or_(Cluster.deletion_requested_at.is_(None), Cluster.status != DESTROYED),
     )
     if name is not None:

@@ -29,7 +29,15 @@ from backend.domain.ids import is_id_of, new_id
 from backend.provisioning import allocator, public_address
 from backend.services.volumes import check_region
 from backend.store.models import ApiKey, Cluster, ReservedIp
-from backend.store.repository import check_if_match, get_owned, in_scope, keyset_page, scoped_labels, touch
+from backend.store.repository import (
+    check_if_match,
+    get_owned,
+    in_scope,
+    keyset_page,
+    owned_select,
+    scoped_labels,
+    touch,
+)
 from backend.store.reserved_ip_history import (
     ATTACHED,
     DETACHED,
@@ -37,7 +45,6 @@ from backend.store.reserved_ip_history import (
     RESERVED,
     record_reserved_ip_event,
 )
-from backend.store.scoping import scope_filter
 
 KIND = "reserved_ip"
 
@@ -96,8 +103,7 @@ def list_reserved_ips(
     scope: Scope | None = None,
 ) -> tuple[Sequence[ReservedIp], bool]:
     """A page of the project's reserved IPs (within the scope), oldest first."""
-    query = select(ReservedIp).where(ReservedIp.project_id == project_id,
-                                     scope_filter(ReservedIp.labels, scope))
+    query = owned_select(ReservedIp, project_id=project_id, scope=scope)
     if name is not None:
         query = query.where(ReservedIp.name == name)
     return keyset_page(session, query, ReservedIp.id, after_id=after_id, limit=limit)

@@ -13,8 +13,7 @@ from backend.domain.errors import Conflict, validation_failed
 from backend.domain.ids import new_id
 from backend.domain.ssh_keys import ParsedSshKey, parse_public_key
 from backend.store.models import Cluster, ClusterSshKey, SshKey
-from backend.store.repository import check_if_match, get_owned, in_scope, keyset_page, touch
-from backend.store.scoping import scope_filter
+from backend.store.repository import check_if_match, get_owned, in_scope, keyset_page, owned_select, touch
 
 
 def create_ssh_key(
@@ -91,7 +90,7 @@ def list_ssh_keys(
     scope: Scope | None = None,
 ) -> tuple[Sequence[SshKey], bool]:
     """A page of the project's keys within the scope, in creation order, optionally those named `name`."""
-    query = select(SshKey).where(SshKey.project_id == project_id, scope_filter(SshKey.labels, scope))
+    query = owned_select(SshKey, project_id=project_id, scope=scope)
     if name is not None:
         query = query.where(SshKey.name == name)
     return keyset_page(session, query, SshKey.id, after_id=after_id, limit=limit)

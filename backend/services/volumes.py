@@ -16,8 +16,7 @@ from backend.domain.clock import utcnow
 from backend.domain.errors import Conflict, FieldError, Unprocessable, validation_failed
 from backend.domain.ids import new_id
 from backend.store.models import Cluster, ClusterVolume, Volume
-from backend.store.repository import check_if_match, get_owned, keyset_page, touch
-from backend.store.scoping import scope_filter
+from backend.store.repository import check_if_match, get_owned, keyset_page, owned_select, touch
 
 
 def check_region(catalog: Catalog, region: str, *, path: str = "region") -> None:
@@ -94,7 +93,7 @@ def list_volumes(
     scope: Scope | None = None,
 ) -> tuple[Sequence[Volume], bool]:
     """A page of the project's volumes (within the scope) in creation order."""
-    query = select(Volume).where(Volume.project_id == project_id, scope_filter(Volume.labels, scope))
+    query = owned_select(Volume, project_id=project_id, scope=scope)
     if name is not None:
         query = query.where(Volume.name == name)
     return keyset_page(session, query, Volume.id, after_id=after_id, limit=limit)

@@ -3,9 +3,12 @@
 Policy lives here; the transport only sends. A request is retried (tenacity) when repeating it cannot do
 anything twice:
 - the connection could not be made (nothing reached the server): any method;
-- a timeout or broken connection, or a 429/502/503/504 answer: only for replayable requests, meaning
-  GET/HEAD/OPTIONS/PUT/DELETE, PATCH (this API's PATCH carries absolute values) and a POST that carries
-  an `Idempotency-Key` (the server replays the first outcome) or that the caller marks side-effect free.
+- a timeout or broken connection, a 429/502/503/504 answer, or a 409 whose code says the server did
+  nothing and asks for a retry (`RETRYABLE_CONFLICT_CODES`: its transaction kept deadlocking and was
+  rolled back, or the first request with the same Idempotency-Key is still running, so a retry gets its
+  replay): only for replayable requests, meaning GET/HEAD/OPTIONS/PUT/DELETE, PATCH (this API's PATCH
+  carries absolute values) and a POST that carries an `Idempotency-Key` (the server replays the first
+  outcome) or that the caller marks side-effect free. Any other 409 is the answer, never retried.
 Waits honour `Retry-After` (capped at `max_retry_after`), otherwise exponential backoff with jitter.
 The same request object, with the same Idempotency-Key, is sent on every attempt.
 
@@ -38,6 +41,8 @@ if TYPE_CHECKING:  # imported when a client is built: httpx (with rich and click
 _log = logging.getLogger("provider.client")
 
 RETRYABLE_STATUSES = frozenset({429, 502, 503, 504})
+# 409 problem codes the backend answers with Retry-After for a request it did not carry out.
+RETRYABLE_CONFLICT_CODES = frozenset({"conflict_retry", "idempotency_key_in_flight"})
 _REPLAYABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE", "PATCH"})
 _ABANDONABLE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})  # reads: nothing is lost by not waiting
 CANCEL_CHECK_SECONDS = 0.05  # how often a read in flight looks at the cancellation event
@@ -49,6 +54,21 @@ def _not_sent(error: BaseException | None) -> bool:
 
     not_sent = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
     return isinstance(error, not_sent)
+
+
+def _retryable_answer(response: httpx.Response) -> bool:
+    """An answer that asks for the same request again (when replayable); only a 409's body is read."""
+    if response.status_code in RETRYABLE_STATUSES:
+        return True
+    if response.status_code != 409 or "json" not in response.headers.get("content-type", ""):
+        return False
+    response.read()  # a streamed answer's problem document (small); kept for the error raised later
+    try:
+        document = loads(response.content)
+    except ValueError:
+        return False
+    code = document.get("code") if isinstance(document, dict) else None
+    return isinstance(code, str) and code in RETRYABLE_CONFLICT_CODES
 
 
 # Environment variables that make httpx build its TLS context differently from its default.
@@ -285,7 +305,7 @@ class HttpCore:
                     return True
                 return replayable and isinstance(error, httpx.TransportError)
             response: httpx.Response = outcome.result()
-            return replayable and response.status_code in RETRYABLE_STATUSES
+            return replayable and _retryable_answer(response)
 
         def wait(state: tenacity.RetryCallState) -> float:
             outcome = state.outcome

@@ -174,4 +174,5 @@ def test_rest_replay_that_cannot_tell_is_an_error_not_a_forgotten_object(case, s
 
     ctx = context(handler)
     case.resource.delete(ctx, state)
-    assert seen == ["POST"] and ctx.diagnostics.has_errors  # kept in state: the next apply tries again
+    # Only the replayed create is sent (a key still in flight is retried by the client); no DELETE follows.
+    assert set(seen) == {"POST"} and ctx.diagnostics.has_errors  # kept in state: the next apply tries again
