@@ -78,11 +78,12 @@ def _wait_ready(port: int, path: str, process: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def _server(command: list[str], env: dict[str, str], port: int, ready_path: str) -> Iterator[None]:
+def _server(command: list[str], env: dict[str, str], port: int, ready_path: str) -> Iterator[int]:
+    """Run the server; yields its pid."""
     process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_ready(port, ready_path, process)
-        yield
+        yield process.pid
     finally:
         process.terminate()
         process.wait(timeout=20)
@@ -139,9 +140,29 @@ async def _load(port: int, requests: Callable[[int], bytes], count: int) -> dict
     }
 
 
-def _measure(port: int, requests: Callable[[int], bytes], count: int) -> dict[str, Any]:
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) the process has used so far; None where /proc is not there."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(pid: int, port: int, requests: Callable[[int], bytes], count: int) -> dict[str, Any]:
+    """One load, with the server's CPU time per request: on a shared machine it moves far less than
+    the rates, since time spent waiting for a core does not count."""
+    before = _cpu_seconds(pid)
+    figures = asyncio.run(_load(port, requests, count))
+    after = _cpu_seconds(pid)
+    if before is not None and after is not None:
+        figures["server_cpu_us"] = round((after - before) / count * 1e6)
+    return figures
+
+
+def _measure(pid: int, port: int, requests: Callable[[int], bytes], count: int) -> dict[str, Any]:
     asyncio.run(_load(port, requests, min(WARMUP, count)))
-    return asyncio.run(_load(port, requests, count))
+    return _timed(pid, port, requests, count)
 
 
 def _get_request(path: str, key: str) -> Callable[[int], bytes]:
@@ -212,25 +233,26 @@ def _measure_backend(store: str, database_url: str, data_dir: Path) -> dict[str,
     _cli(env, "create-project", "bench")
     key = _cli(env, "create-api-key", "--project", "bench", "--role", "admin")
     public_keys = _public_keys(POST_REQUESTS + WARMUP)
-    with _server([sys.executable, "-m", "backend.cli", "serve", "--port", str(port)], env, port, "/readyz"):
+    serve = [sys.executable, "-m", "backend.cli", "serve", "--port", str(port)]
+    with _server(serve, env, port, "/readyz") as pid:
         created = httpx.post(
             f"http://127.0.0.1:{port}/v1/clusters",
             headers={"Authorization": f"Bearer {key}"},
             json={"name": "bench", "region": "us-east-1", "instance_type": "1xH100"},
         )
         created.raise_for_status()
-        framework = _measure(port, _get_request("/healthz", key), GET_REQUESTS)
-        get = _measure(port, _get_request(f"/v1/clusters/{created.json()['id']}", key), GET_REQUESTS)
+        framework = _measure(pid, port, _get_request("/healthz", key), GET_REQUESTS)
+        get = _measure(pid, port, _get_request(f"/v1/clusters/{created.json()['id']}", key), GET_REQUESTS)
         post_requests = _post_ssh_key_request(key, public_keys)
         asyncio.run(_load(port, lambda i: post_requests(POST_REQUESTS + i), WARMUP))
-        post = asyncio.run(_load(port, post_requests, POST_REQUESTS))
+        post = _timed(pid, port, post_requests, POST_REQUESTS)
     return {"store": store, "healthz": framework, "get_cluster": get, "post_ssh_key": post}
 
 
 def _measure_bare() -> dict[str, Any]:
     port = _free_port()
-    with _server([sys.executable, "-c", BARE_APP, str(port)], dict(os.environ), port, "/"):
-        return _measure(port, _get_request("/", "none"), GET_REQUESTS)
+    with _server([sys.executable, "-c", BARE_APP, str(port)], dict(os.environ), port, "/") as pid:
+        return _measure(pid, port, _get_request("/", "none"), GET_REQUESTS)
 
 
 def _with_bare(store: dict[str, Any]) -> dict[str, Any]:
@@ -266,32 +288,34 @@ def run() -> dict[str, Any]:
 def _print(results: dict[str, Any]) -> None:
     from benchmarks.stats import table
 
+    def row(label: str, figures: dict[str, Any], bare: dict[str, Any]) -> list[str]:
+        cpu = figures.get("server_cpu_us")
+        return [
+            label,
+            f"{figures['rps']:.0f}",
+            f"{figures['p50_ms']:.2f}",
+            f"{figures['p99_ms']:.2f}",
+            f"{figures['rps'] / bare['rps']:.2f}",
+            "-" if cpu is None else str(cpu),
+            "-" if cpu is None or not bare.get("server_cpu_us") else f"{cpu / bare['server_cpu_us']:.1f}",
+        ]
+
     rows = []
     for entry in results["stores"]:
         bare = entry["bare_asgi"]
-        rows.append([f"bare ASGI GET / (before {entry['store']})", f"{bare['rps']:.0f}",
-                     f"{bare['p50_ms']:.2f}", f"{bare['p99_ms']:.2f}", "1.00"])
+        rows.append(row(f"bare ASGI GET / (before {entry['store']})", bare, bare))
         for label, key in (
             ("GET /healthz (app, no DB)", "healthz"),
             ("GET /v1/clusters/{id}", "get_cluster"),
             ("POST /v1/ssh-keys", "post_ssh_key"),
         ):
-            figures = entry[key]
-            rows.append(
-                [
-                    f"{entry['store']} {label}",
-                    f"{figures['rps']:.0f}",
-                    f"{figures['p50_ms']:.2f}",
-                    f"{figures['p99_ms']:.2f}",
-                    f"{figures['rps'] / bare['rps']:.2f}",
-                ]
-            )
+            rows.append(row(f"{entry['store']} {label}", entry[key], bare))
     print(
         f"backend load, concurrency {results['concurrency']} on 127.0.0.1 "
         f"(targets at 8: GET >= {TARGET_GET_RATIO:.0%} of bare ASGI and p99 <= {TARGET_GET_P99_MS:.0f} ms, "
         f"POST p99 <= {TARGET_POST_P99_MS:.0f} ms)"
     )
-    print(table(["scenario", "req/s", "p50 ms", "p99 ms", "x bare"], rows))
+    print(table(["scenario", "req/s", "p50 ms", "p99 ms", "x bare", "server CPU us/req", "x bare CPU"], rows))
     for entry in results["stores"]:
         statuses = {k: entry[k]["statuses"] for k in ("get_cluster", "post_ssh_key")}
         verdicts = ", ".join(

@@ -24,13 +24,12 @@ from backend.services.auth import Principal
 bearer = HTTPBearer(auto_error=False, scheme_name="ApiKey", description="An API key: `Bearer gpc_...`")
 
 
-async def current_principal(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
-) -> Principal:
+async def _authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
     """The caller, from `Authorization: Bearer <key>`; counts the request against the key's rate limit.
 
     Async on purpose: a cached key and a locally counted request cost no thread hop; only cache misses
-    and rate-limit syncs go to the database, in the threadpool.
+    and a rate-limit sync near the budget go to the database, in the threadpool (the periodic syncs run
+    in the background).
     """
     if credentials is None:
         raise Unauthorized(
@@ -54,10 +53,15 @@ async def current_principal(
 def _require(permission: Permission) -> Any:
     """A dependency: the caller, whose role must hold `permission` (403 `forbidden_role` otherwise).
 
-    The dependency carries `permission` so the role matrix (docs/api.md) is read off the routes.
+    The dependency carries `permission` so the role matrix (docs/api.md) is read off the routes. It
+    authenticates itself (one dependency, not one on top of another): every route runs it, and each
+    level of FastAPI's dependency solving costs time on every request.
     """
 
-    async def check(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+    async def check(
+        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+    ) -> Principal:
+        principal = await _authenticate(request, credentials)
         if not allows(principal.role, permission):
             raise Forbidden(refusal(principal.role, permission), field="Authorization", code="forbidden_role")
         return principal

@@ -11,7 +11,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.provisioning.state import aware, utcnow
+from backend.domain.clock import utcnow
+from backend.provisioning.state import aware
 from backend.store.engine_models import Worker, WorkItem
 
 

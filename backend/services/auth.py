@@ -11,9 +11,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain import api_keys
 from backend.domain.access import ROLES, Scope
+from backend.domain.clock import utcnow
 from backend.domain.errors import Conflict, NotFound, Unauthorized, Unprocessable
 from backend.domain.ids import new_id
-from backend.services.clock import utcnow
 from backend.store.models import ApiKey, Project
 
 

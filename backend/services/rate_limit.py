@@ -1,9 +1,11 @@
 """Per-API-key rate limiting with fixed windows counted in the database (shared by every replica).
 
-Each replica counts locally and adds its count to the window's row in the database every
-`sync_every` requests or `sync_seconds`, and on every request once the budget is nearly spent; so
-requests rarely wait for the database and replicas together overshoot by at most `sync_every` each.
-`sync_every=1` counts every request in the database.
+Each replica counts locally and adds its count to the window's row in the database from a
+background thread, every `sync_every / 2` requests or `sync_seconds`, so requests do not wait for
+the database. A request waits for a sync only when `sync_every` requests are unsynced (the background
+fell behind) or the budget is nearly spent (within `sync_every` of the limit); so replicas together
+overshoot by at most `sync_every` each. `sync_every=1` counts every request in the database before
+its answer.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import structlog
 from sqlalchemy import delete
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
@@ -20,12 +24,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.domain.errors import RateLimited
 from backend.store.models import RateLimitCounter
 
+_log = structlog.get_logger("gpucloud.api")
+
 
 @dataclass
 class _Window:
     start: int
     stored: int = 0  # the window's total in the database at the last sync (all replicas)
     pending: int = 0  # this replica's requests not yet added to the database
+    syncing: int = 0  # this replica's requests being added by the sync in flight
     synced_at: float = 0.0
 
 
@@ -45,12 +52,20 @@ class RateLimiter:
         self._limit = limit
         self._window = window_seconds
         self._sync_every = max(1, sync_every)
+        # Background syncs start at half the batch, so that a request waits for one only when they
+        # fall behind: fewer than `sync_every` requests are ever unsynced, as with inline syncs.
+        self._background_every = max(1, self._sync_every // 2)
         self._sync_seconds = sync_seconds
         self._windows: dict[str, _Window] = {}
         self._lock = threading.Lock()
+        # One sync at a time: a request's sync near the budget waits for a background one in flight,
+        # so it learns a total that includes every request this replica counted before it.
+        self._sync_lock = threading.Lock()
+        self._background = _BackgroundSyncs(self.sync)
 
     def count(self, api_key_id: str) -> bool:
-        """Count one request locally; True when the caller must `sync` (database I/O) before `check`."""
+        """Count one request locally; True when the caller must `sync` (database I/O) before `check`.
+        A periodic sync that is due is left to the background thread."""
         if self._limit <= 0:
             return False
         now = time.time()
@@ -60,20 +75,44 @@ class RateLimiter:
             if window is None or window.start != start:
                 window = self._windows[api_key_id] = _Window(start=start, synced_at=time.monotonic())
             window.pending += 1
-            return (
-                window.pending >= self._sync_every
+            unsynced = window.syncing + window.pending
+            if (
+                unsynced >= self._sync_every
+                or window.stored + unsynced >= self._limit - self._sync_every
+            ):
+                return True  # the background syncs fell behind, or the budget is nearly spent
+            due = (
+                window.pending >= self._background_every
                 or time.monotonic() - window.synced_at >= self._sync_seconds
-                or window.stored + window.pending >= self._limit - self._sync_every
             )
+        if due:
+            self._background.request(api_key_id)
+        return False
 
     def sync(self, api_key_id: str) -> None:
         """Add this replica's pending count to the database and learn the window's total."""
-        with self._lock:
-            window = self._windows.get(api_key_id)
-            if window is None or window.pending == 0:
-                return
-            start, pending = window.start, window.pending
-            window.pending = 0
+        with self._sync_lock:
+            with self._lock:
+                window = self._windows.get(api_key_id)
+                if window is None or window.pending == 0:
+                    return
+                start, pending = window.start, window.pending
+                window.pending, window.syncing = 0, pending
+                window.synced_at = time.monotonic()  # not due again while this sync runs
+            try:
+                total = self._store(api_key_id, start, pending)
+            except Exception:
+                with self._lock:
+                    window.syncing = 0
+                    if window.start == start:
+                        window.pending += pending  # counted again by the next sync
+                raise
+            with self._lock:
+                window.syncing = 0
+                if window.start == start:
+                    window.stored, window.synced_at = max(window.stored, total), time.monotonic()
+
+    def _store(self, api_key_id: str, start: int, pending: int) -> int:
         with self._sessions.begin() as session:
             total = self._increment(session, api_key_id, start, pending)
             if total == pending:  # first requests of a new window: forget this key's older windows
@@ -82,16 +121,14 @@ class RateLimiter:
                         RateLimitCounter.api_key_id == api_key_id, RateLimitCounter.window_start < start
                     )
                 )
-        with self._lock:
-            if window.start == start:
-                window.stored, window.synced_at = total, time.monotonic()
+        return total
 
     def check(self, api_key_id: str) -> None:
         """Raise RateLimited when the key's window budget is spent."""
         if self._limit <= 0:
             return
         window = self._windows.get(api_key_id)
-        if window is None or window.stored + window.pending <= self._limit:
+        if window is None or window.stored + window.syncing + window.pending <= self._limit:
             return
         retry_after = max(1, math.ceil(window.start + self._window - time.time()))
         raise RateLimited(
@@ -117,6 +154,45 @@ class RateLimiter:
             index_elements=["api_key_id", "window_start"], set_={"count": RateLimitCounter.count + amount}
         ).returning(RateLimitCounter.count)
         return int(session.execute(statement).scalar_one())
+
+
+class _BackgroundSyncs:
+    """Runs the periodic syncs off the request path: one daemon thread, started when a sync is first
+    due and ended after `idle_seconds` without one (an idle app holds no thread)."""
+
+    def __init__(self, sync: Callable[[str], None], idle_seconds: float = 5.0) -> None:
+        self._sync = sync
+        self._idle_seconds = idle_seconds
+        self._due: dict[str, None] = {}  # insertion-ordered set: each key at most once
+        self._wake = threading.Condition()
+        self._running = False
+
+    def request(self, api_key_id: str) -> None:
+        """Sync `api_key_id` soon (no-op when it is already queued)."""
+        with self._wake:
+            if api_key_id in self._due:
+                return
+            self._due[api_key_id] = None
+            if self._running:
+                self._wake.notify()
+                return
+            self._running = True
+        threading.Thread(target=self._run, name="rate-limit-sync", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                if not self._due:
+                    self._wake.wait(self._idle_seconds)
+                if not self._due:
+                    self._running = False
+                    return
+                api_key_id = next(iter(self._due))
+                del self._due[api_key_id]
+            try:
+                self._sync(api_key_id)
+            except Exception:  # the count stays pending and is added by the next sync
+                _log.warning("rate_limit.sync_failed", api_key_id=api_key_id, exc_info=True)
 
 
 class AddressRateLimiter:

@@ -98,3 +98,63 @@ def test_request_id_is_echoed_or_generated(admin: TestClient) -> None:
     assert generated.startswith("req_")
     problem = admin.get("/v1/ssh-keys/ssh_nope", headers={"X-Request-Id": "abc"})
     assert problem.headers["x-request-id"] == "abc" and problem.json()["request_id"] == "abc"
+
+
+def _stored_count(settings: Settings, key_id: str) -> int:
+    from sqlalchemy import func, select
+
+    from backend.store.models import RateLimitCounter
+
+    engine = make_engine(settings)
+    with make_session_factory(engine)() as session:
+        total = session.scalar(
+            select(func.coalesce(func.sum(RateLimitCounter.count), 0)).where(
+                RateLimitCounter.api_key_id == key_id
+            )
+        )
+    engine.dispose()
+    return int(total or 0)
+
+
+def test_rate_limit_periodic_sync_runs_in_the_background_not_in_the_request(
+    settings: Settings, tenant: Tenant
+) -> None:
+    import time
+
+    from backend.services.rate_limit import RateLimiter
+
+    engine = make_engine(settings)
+    sessions = make_session_factory(engine, write=True)
+    key_id = auth.Authenticator(sessions=sessions, cache_seconds=0).authenticate(tenant.admin_key).api_key_id
+    limiter = RateLimiter(sessions=sessions, limit=1000, window_seconds=3600, sync_every=20)
+    # Far from the budget no request is asked to sync: a sync is due after the 10th (half the batch).
+    assert [limiter.count(key_id) for _ in range(12)] == [False] * 12
+    deadline = time.monotonic() + 30  # the background thread adds them; wait for it, however slow
+    while _stored_count(settings, key_id) < 10 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    engine.dispose()
+    assert _stored_count(settings, key_id) >= 10
+
+
+def test_rate_limit_near_the_budget_every_request_syncs_before_its_answer(
+    settings: Settings, tenant: Tenant
+) -> None:
+    from backend.domain.errors import RateLimited
+    from backend.services.rate_limit import RateLimiter
+
+    engine = make_engine(settings)
+    sessions = make_session_factory(engine, write=True)
+    key_id = auth.Authenticator(sessions=sessions, cache_seconds=0).authenticate(tenant.admin_key).api_key_id
+    limiter = RateLimiter(sessions=sessions, limit=10, window_seconds=3600, sync_every=5)
+    # From the 5th request on (within sync_every of 10) each one syncs before its answer, whatever the
+    # background thread has added by then; the 11th is refused and every request is in the database.
+    for _ in range(10):
+        limiter.hit(key_id)
+    try:
+        limiter.hit(key_id)
+    except RateLimited as limited:
+        assert limited.headers and int(limited.headers["Retry-After"]) >= 1
+    else:
+        raise AssertionError("the 11th request in the window was allowed")
+    engine.dispose()
+    assert _stored_count(settings, key_id) == 11
