@@ -1,8 +1,10 @@
 """gpucloud_gpu_cluster plans against the real backend (issue 11): stable values stay known on an in-place
-change, validation never blocks destroy, reserved terms are visible, diagnostics point at the right place."""
+change, validation never blocks destroy, reserved terms are visible, diagnostics point at the right place;
+a drift plan undoing a scale and a detach keeps the surviving nodes and the login known (issue 27)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -20,6 +22,8 @@ from acceptance.gpucloud_steps import (
     values,
 )
 from acceptance.harness import TerraformFactory
+from acceptance.workflow_steps import eventually
+from provider.client import NotFound
 
 __all__ = ["gpucloud_tf"]
 
@@ -80,6 +84,54 @@ def test_acc_gpu_cluster_label_change_keeps_stable_values_known(
     assert code == 2 and "0 to add, 1 to change, 0 to destroy" in output  # terraform_data not replaced
     apply_and_check(tf)
     tf.destroy()
+
+
+DRIFT = """
+resource "gpucloud_shared_volume" "data" {
+  name     = "data"
+  region   = "us-east-1"
+  size_tib = 1
+}
+
+resource "gpucloud_gpu_cluster" "drift" {
+  name              = "drift"
+  region            = "us-east-1"
+  instance_type     = "8xH100"
+  node_count        = 2
+  shared_volume_ids = [gpucloud_shared_volume.data.id]
+}
+"""
+
+
+def test_acc_gpu_cluster_drift_plan_undoing_a_scale_and_a_detach_keeps_the_survivors_known(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    # Issue 27: undoing a scale and a detach made outside Terraform planned nodes, login and slurm unknown
+    # and showed every node as `- {...} -> null`.
+    tf = gpucloud_tf(DRIFT)
+    apply_and_check(tf)
+    cluster = values(tf, "gpucloud_gpu_cluster.drift")
+    backend.client.update_cluster(cluster["id"], {"node_count": 3})
+    backend.client.detach_volume(cluster["id"], cluster["shared_volume_ids"][0])
+    assert eventually(lambda: len(running(backend, cluster["id"])) == 3)
+    change = planned_change(tf, "gpucloud_gpu_cluster.drift")
+    assert change["actions"] == ["update"]
+    assert (change["before"]["node_count"], change["after"]["node_count"]) == (3, 2)
+    assert change["after"]["nodes"] == change["before"]["nodes"][:2]  # the survivors, as they are
+    for name in ("login", "slurm", "nodes", "num_gpus"):
+        assert not any_unknown(change["after_unknown"].get(name)), (name, change["after_unknown"])
+    assert change["after"]["login"] == cluster["login"] and change["after"]["num_gpus"] == 16
+    apply_and_check(tf)
+    assert values(tf, "gpucloud_gpu_cluster.drift")["nodes"] == cluster["nodes"]
+    tf.destroy()
+
+
+def running(backend: Backend, cluster_id: str) -> list[str]:
+    """The RUNNING cluster's nodes, once every one of them runs (else none)."""
+    body = backend.client.get_cluster(cluster_id)
+    if body["status"] != "RUNNING" or any(n["status"] != "RUNNING" for n in body["nodes"]):
+        return []
+    return [n["name"] for n in body["nodes"]]
 
 
 VOLUME_WEST = """
@@ -229,3 +281,35 @@ def test_acc_gpu_cluster_messages_point_at_the_right_place_and_next_step(
     assert "changing region replaces this one" in output and "choose another region" not in output
     tf.write_main(H200 % 1)
     tf.destroy()
+
+
+EXPIRING = """
+resource "gpucloud_gpu_cluster" "brief" {
+  name          = "brief"
+  region        = "us-east-1"
+  instance_type = "1xH100"
+  expires_at    = "%s"
+}
+"""
+
+
+def test_acc_gpu_cluster_recreated_after_its_expiry_plan_says_why(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    # Issue 27: a cluster deleted at its expiry came back on the next apply with no word about why.
+    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    tf = gpucloud_tf(EXPIRING % soon)
+    apply_and_check(tf)
+    cluster_id = values(tf, "gpucloud_gpu_cluster.brief")["id"]
+    assert eventually(lambda: gone(backend, cluster_id), seconds=60)
+    code, output = plan_text(tf)
+    assert code == 2 and "1 to add, 0 to change, 0 to destroy" in output, output
+    assert "Warning: Cluster Deleted At Its Expiry" in output, output
+    assert f"Cluster {cluster_id} (\"brief\" in us-east-1) was deleted by the backend at {soon}" in output
+
+
+def gone(backend: Backend, cluster_id: str) -> bool:
+    try:
+        return backend.client.get_cluster(cluster_id).get("deletion_requested_at") is not None
+    except NotFound:
+        return True

@@ -8,12 +8,14 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
 from acceptance.backend import Backend, _cli
 from acceptance.cluster_backend import fast_backend
 from acceptance.gpucloud_steps import GpuCloudTerraform, apply_and_check, gpucloud_tf, plan_error, values
+from provider.client import PreconditionFailed
 
 __all__ = ["gpucloud_tf"]
 
@@ -90,3 +92,64 @@ def test_acc_reservation_cluster_replaced_keeps_the_term(
     ]
     tf.destroy()
     assert backend.client.request("GET", "/v1/reservations").body["items"] == []
+
+
+WEEK = """
+resource "gpucloud_reservation" "week" {
+  name          = "%s"
+  region        = "us-east-1"
+  instance_type = "8xH100"
+  node_count    = 1
+  duration_days = 7
+  labels        = { team = "%s" }
+}
+"""
+WEEK_ADDRESS = "gpucloud_reservation.week"
+
+
+def planned_change(tf: Any, address: str) -> dict[str, Any]:
+    """The change `plan -out` records for `address` (actions, before, after, after_unknown)."""
+    tf.plan("-out=change.tfplan")
+    for change in tf.show_json("change.tfplan")["resource_changes"]:
+        if change["address"] == address:
+            found: dict[str, Any] = change["change"]
+            return found
+    raise AssertionError(f"{address} has no planned change")
+
+
+def test_acc_reservation_upfront_at_plan_rename_in_place_and_forfeit_warning(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    # Issue 27: upfront_cost_usd was known only after apply, a rename replaced the reservation (a second
+    # booking and charge), and destroying one with days left warned of nothing.
+    tf = gpucloud_tf(WEEK % ("week", "nlp"))
+    change = planned_change(tf, WEEK_ADDRESS)
+    assert change["actions"] == ["create"] and not change["after_unknown"].get("upfront_cost_usd")
+    planned = Decimal(str(change["after"]["upfront_cost_usd"]))
+    tf.apply(plan_file="change.tfplan")
+    tf.assert_plan_empty()
+    booked = values(tf, WEEK_ADDRESS)
+    remote = backend.client.get_reservation(booked["id"])
+    assert planned == Decimal(remote["upfront_usd"]) == Decimal("4558.176")  # 168 h x 8 GPUs x 3.3915
+
+    tf.write_main(WEEK % ("week renamed", "cv"))
+    change = planned_change(tf, WEEK_ADDRESS)
+    assert change["actions"] == ["update"]
+    changed = {k for k in change["after"] if change["after"][k] != change["before"][k]}
+    assert changed == {"name", "labels"} and not any(change["after_unknown"].values()), change
+    tf.apply(plan_file="change.tfplan")
+    tf.assert_plan_empty()
+    renamed = values(tf, WEEK_ADDRESS)
+    assert renamed["id"] == booked["id"] and renamed["upfront_cost_usd"] == booked["upfront_cost_usd"]
+    remote = backend.client.get_reservation(booked["id"])
+    assert (remote["name"], remote["labels"]) == ("week renamed", {"team": "cv"})
+    held = [r["id"] for r in backend.client.request("GET", "/v1/reservations").body["items"]]
+    assert held == [booked["id"]]  # no second booking
+    with pytest.raises(PreconditionFailed):  # a write from a stale read is refused, not lost
+        backend.client.reservations.update(booked["id"], {"name": "late"}, if_match='"stale"')
+
+    output = " ".join(tf.plan("-destroy").output.split())
+    assert "Warning: Reserved Term Forfeited" in output, output
+    assert f"Destroying reservation {booked['id']} ends its reserved term early: 7.0 days are left" in output
+    assert "about 4,558 USD of the 4,558.18 USD paid up front is forfeited" in output
+    tf.destroy()

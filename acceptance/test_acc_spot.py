@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,8 @@ from acceptance.backend import Backend, running_backend
 from acceptance.cluster_backend import FAST_ENGINE, kill
 from acceptance.gpucloud_steps import GpuCloudTerraform, gpucloud_tf, values
 from backend.domain.catalog import _builtin_catalog, catalog_to_dict
+from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
 from backend.provisioning.settings import EngineSettings
-from backend.provisioning.simulated import SimulatedDatacenter
 
 __all__ = ["gpucloud_tf"]
 
@@ -90,9 +91,21 @@ def test_acc_spot_cluster_with_fallback_plans_clean_through_a_preemption(
     # At 1500 x the seeded preemption may come before the first plan: a plan made while the engine brings
     # up a stand-in shows an in-place update that waits for it (as for any cluster still converging), so
     # the plan is checked once the stand-in runs.
-    tf.apply()
+    tf.plan("-out=spot.tfplan")
+    (change,) = tf.show_json("spot.tfplan")["resource_changes"]
+    tf.apply(plan_file="spot.tfplan")
     state = values(tf, "gpucloud_gpu_cluster.spotty")
     assert state["capacity_type"] == "spot_with_fallback"
+    # Issue 27: the plan priced spot at on-demand (95.76); it is the API's estimate, the spot rate the
+    # meter charges (3 x 8 x 1.596), and the cluster's own figure.
+    spec = {k: state[k] for k in ("region", "instance_type", "node_count", "capacity_type")}
+    estimate = backend.client.estimate_price(spec)
+    planned = Decimal(str(change["change"]["after"]["estimated_hourly_cost_usd"]))
+    assert planned == Decimal(estimate["hourly_usd"]) == Decimal("38.304"), (planned, estimate)
+    assert Decimal(estimate["gpu_hour_usd"]) == Decimal("1.596")
+    assert Decimal(estimate["max_hourly_usd"]) == Decimal("95.76")
+    assert Decimal(str(state["estimated_hourly_cost_usd"])) == planned
+    assert Decimal(str(backend.client.get_cluster(state["id"])["estimated_hourly_cost_usd"])) == planned
     kinds = sorted(n["capacity_type"] for n in state["nodes"])
     assert kinds in (["on_demand", "spot", "spot"], ["on_demand", "on_demand", "spot"]), state["nodes"]
 

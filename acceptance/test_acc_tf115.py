@@ -1,18 +1,22 @@
 """What Terraform 1.12+ users expect of gpucloud, on Terraform 1.15 against the real backend: import
 blocks by resource identity with generated configuration, `terraform query` (list resources with
 filters) whose `-generate-config-out` brings hand-made objects under Terraform, and node actions
-invoked with `terraform apply -invoke`. (Terraform 1.11 runs
+invoked with `terraform apply -invoke`; and the money plans of issue 27 (spot at the rate charged, a
+reservation's up-front charge at plan, renames and autoscaling ranges in place). (Terraform 1.11 runs
 every other module with the same installed provider.)"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
 
 import pytest
 
 from acceptance.backend import Backend
 from acceptance.cluster_backend import fast_backend
-from acceptance.gpucloud_steps import GpuCloudTerraform, gpucloud_tf, new_public_key
+from acceptance.gpucloud_steps import GpuCloudTerraform, gpucloud_tf, new_public_key, values
+from acceptance.harness import Terraform
 from acceptance.workflow_steps import eventually
 
 __all__ = ["gpucloud_tf"]  # fixture used by the tests below
@@ -155,3 +159,77 @@ action "gpucloud_cluster_node_action" "reboot" {{
     assert len(events) == 1, events
     (after,) = backend.client.list_cluster_nodes(cluster["id"])["items"]
     assert after["status"] == "RUNNING" and after["pending_action"] is None
+
+
+MONEY = """
+resource "gpucloud_reservation" "week" {
+  name          = "%s"
+  region        = "us-east-1"
+  instance_type = "8xH100"
+  node_count    = 1
+  duration_days = 7
+}
+
+resource "gpucloud_gpu_cluster" "elastic" {
+  name          = "elastic"
+  region        = "us-east-1"
+  instance_type = "8xH100"
+  autoscaling = {
+    min_nodes = 1
+    max_nodes = %d
+  }
+}
+"""
+SPOT = """
+resource "gpucloud_gpu_cluster" "spot" {
+  name          = "spot"
+  region        = "us-east-1"
+  instance_type = "8xH100"
+  capacity_type = "spot"
+}
+"""
+
+
+def saved_plan(tf: Terraform) -> dict[str, dict[str, Any]]:
+    """`plan -out=money.tfplan`: each resource's planned change (actions, before, after, after_unknown)."""
+    tf.plan("-out=money.tfplan")
+    return {c["address"]: c["change"] for c in tf.show_json("money.tfplan")["resource_changes"]}
+
+
+def changed(change: dict[str, Any]) -> set[str]:
+    after_unknown = {k for k, v in change["after_unknown"].items() if v}
+    return {k for k in change["after"] if change["after"][k] != change["before"][k]} | after_unknown
+
+
+def test_acc_tf115_money_plans_show_what_is_charged_and_keep_the_rest(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend
+) -> None:
+    # Issue 27 on Terraform 1.15: spot planned at the rate charged, the reservation's up-front charge
+    # known at plan, a rename in place, an autoscaling range change planning only `autoscaling`, and the
+    # forfeit warning when destroying a reservation with days left.
+    spot = gpucloud_tf(SPOT, version="1.15")
+    planned_spot = saved_plan(spot)["gpucloud_gpu_cluster.spot"]["after"]["estimated_hourly_cost_usd"]
+    estimate = backend.client.estimate_price(
+        {"region": "us-east-1", "instance_type": "8xH100", "node_count": 1, "capacity_type": "spot"})
+    assert Decimal(str(planned_spot)) == Decimal(estimate["hourly_usd"]) == Decimal("12.768")
+
+    tf = gpucloud_tf(MONEY % ("week", 2), version="1.15")
+    booking = saved_plan(tf)["gpucloud_reservation.week"]
+    upfront = Decimal(str(booking["after"]["upfront_cost_usd"]))
+    tf.apply(plan_file="money.tfplan")
+    tf.assert_plan_empty()
+    reservation = backend.client.get_reservation(values(tf, "gpucloud_reservation.week")["id"])
+    assert upfront == Decimal(reservation["upfront_usd"]) == Decimal("4558.176")
+
+    tf.write_main(MONEY % ("week renamed", 3))
+    changes = saved_plan(tf)
+    assert changes["gpucloud_reservation.week"]["actions"] == ["update"]
+    assert changed(changes["gpucloud_reservation.week"]) == {"name"}
+    assert changed(changes["gpucloud_gpu_cluster.elastic"]) == {"autoscaling"}
+    tf.apply(plan_file="money.tfplan")
+    tf.assert_plan_empty()
+    assert values(tf, "gpucloud_reservation.week")["id"] == reservation["id"]
+
+    output = " ".join(tf.plan("-destroy").output.split())
+    assert f"Destroying reservation {reservation['id']} ends its reserved term early" in output, output
+    tf.destroy()

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
-from backend.api.cluster_schemas import CatalogName, ExpiresAt
+from backend.api.cluster_schemas import CatalogName, ExpiresAt, Labels
 from backend.api.deps import Reader, Writer
 from backend.api.listing import page_args, page_body
 from backend.api.schemas import (
@@ -17,6 +17,7 @@ from backend.api.schemas import (
     READ_ERRORS,
     WRITE_ERRORS,
     IdempotencyKey,
+    IfMatch,
     Page,
     PageSize,
     PageToken,
@@ -24,11 +25,10 @@ from backend.api.schemas import (
 )
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
-from backend.billing.clock import ensure_utc
 from backend.billing.money import micros_to_usd
+from backend.domain.clock import ensure_utc, utcnow
 from backend.provisioning import reservations as holds
 from backend.services import reservations
-from backend.services.clock import utcnow
 from backend.store.billing_models import CapacityReservation
 
 router = APIRouter(prefix="/v1/reservations", tags=["billing"])
@@ -44,6 +44,24 @@ class ReservationCreate(StrictModel):
     starts_at: ExpiresAt | None = Field(
         default=None, description="When the term starts (RFC 3339 with a time zone); default: now"
     )
+    labels: Labels = Field(
+        default_factory=dict,
+        description="Key/value tags; a team-scoped API key's scope label is added (and no other value "
+        "for it accepted)",
+    )
+
+
+class ReservationUpdate(StrictModel):
+    """What changes in place: nothing priced or held (a new term is a new reservation)."""
+
+    name: str | None = Field(
+        default=None, pattern=DISPLAY_NAME_PATTERN, max_length=128, description="Display name"
+    )
+    labels: Labels | None = Field(
+        default=None,
+        description="Replaces the labels; a team-scoped API key's scope label is kept (no other value for "
+        "it accepted)",
+    )
 
 
 class ReservationOut(BaseModel):
@@ -53,6 +71,7 @@ class ReservationOut(BaseModel):
     instance_type: str
     node_count: int
     duration_days: int
+    labels: dict[str, str]
     starts_at: datetime
     ends_at: datetime
     fabric: str = Field(description="The fabric of the region whose nodes are held")
@@ -77,6 +96,7 @@ def to_out(session: Session, row: CapacityReservation) -> ReservationOut:
         instance_type=row.instance_type,
         node_count=row.node_count,
         duration_days=row.duration_days,
+        labels=dict(row.labels or {}),
         starts_at=starts,
         ends_at=ends,
         fabric=row.pool.split("/")[1],
@@ -102,10 +122,12 @@ def create_reservation(
             session=session,
             catalog=app_state(request).catalog,
             project_id=principal.project_id,
+            scope=principal.scope,
             spec=reservations.ReservationSpec(**body.model_dump()),
             now=utcnow(),
         )
-        return WriteOutcome(KIND, row.id, to_out(session, row), 201, location=f"/v1/reservations/{row.id}")
+        return WriteOutcome(KIND, row.id, to_out(session, row), 201, reservations.reservation_etag(row),
+                            location=f"/v1/reservations/{row.id}")
 
     return run_write(request, principal, action="reservation.create", operation=operation, body=body)
 
@@ -114,12 +136,13 @@ def create_reservation(
 def list_reservations(
     request: Request, principal: Reader, page_size: PageSize = None, page_token: PageToken = None
 ) -> Response:
-    """The project's reservations, oldest first."""
+    """The project's reservations (a team-scoped key: its team's), oldest first."""
     state = app_state(request)
     after_id, limit = page_args(state.settings, kind=KIND, page_size=page_size, page_token=page_token)
     with state.read_sessions() as session:
         rows, more = reservations.list_reservations(
-            session=session, project_id=principal.project_id, after_id=after_id, limit=limit
+            session=session, project_id=principal.project_id, scope=principal.scope, after_id=after_id,
+            limit=limit,
         )
         page = Page[ReservationOut].model_validate(page_body(KIND, rows, more, lambda r: to_out(session, r)))
     return Response(page.model_dump_json(), media_type="application/json")
@@ -130,9 +153,32 @@ def get_reservation(reservation_id: str, request: Request, principal: Reader) ->
     """One reservation with its free nodes and the clusters drawing from it."""
     with app_state(request).read_sessions() as session:
         row = reservations.get_reservation(
-            session=session, project_id=principal.project_id, reservation_id=reservation_id
+            session=session, project_id=principal.project_id, reservation_id=reservation_id,
+            scope=principal.scope,
         )
-        return Response(to_out(session, row).model_dump_json(), media_type="application/json")
+        return Response(to_out(session, row).model_dump_json(), media_type="application/json",
+                        headers={"ETag": reservations.reservation_etag(row)})
+
+
+@router.patch("/{reservation_id}", response_model=ReservationOut, responses=WRITE_ERRORS)
+def update_reservation(
+    reservation_id: str,
+    body: ReservationUpdate,
+    request: Request,
+    principal: Writer,
+    if_match: IfMatch = None,
+) -> Response:
+    """Rename and/or relabel in place (no new booking, no new charge); 412 on a stale If-Match."""
+    changes = {name: getattr(body, name) for name in body.model_fields_set}
+
+    def operation(session: Session) -> WriteOutcome:
+        row = reservations.update_reservation(
+            session=session, project_id=principal.project_id, reservation_id=reservation_id,
+            changes=changes, if_match=if_match, scope=principal.scope,
+        )
+        return WriteOutcome(KIND, row.id, to_out(session, row), 200, reservations.reservation_etag(row))
+
+    return run_write(request, principal, action="reservation.update", operation=operation, body=body)
 
 
 @router.delete("/{reservation_id}", status_code=204, responses=WRITE_ERRORS)
@@ -141,7 +187,8 @@ def delete_reservation(reservation_id: str, request: Request, principal: Writer)
 
     def operation(session: Session) -> WriteOutcome:
         reservations.delete_reservation(
-            session=session, project_id=principal.project_id, reservation_id=reservation_id, now=utcnow()
+            session=session, project_id=principal.project_id, reservation_id=reservation_id, now=utcnow(),
+            scope=principal.scope,
         )
         return WriteOutcome(KIND, reservation_id, None, 204)
 

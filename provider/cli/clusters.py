@@ -61,10 +61,21 @@ NODE_COLUMNS = [
 ]
 
 
+CAPACITY_LABELS = {"spot": "spot", "spot_with_fallback": "spot with fallback", "on_demand": "on demand"}
+
+
+def capacity_label(c: dict[str, Any]) -> str:
+    """How an unreserved cluster is billed: what it runs on, or prepaid when it draws a reservation."""
+    if c.get("reservation_id"):
+        return f"reservation {c['reservation_id']} (prepaid)"
+    kind = c.get("capacity_type") or "on_demand"
+    return CAPACITY_LABELS.get(kind, kind)
+
+
 def show_cluster(c: dict[str, Any]) -> None:
     billing = c.get("billing") or {}
     reserved = billing.get("type") == "reserved"
-    term = f"reserved {billing.get('duration_days')} days" if reserved else "on demand"
+    term = f"reserved {billing.get('duration_days')} days" if reserved else capacity_label(c)
     fields: list[tuple[str, Any]] = [
         ("ID", c["id"]),
         ("Name", c["name"]),

@@ -172,7 +172,8 @@ def schema_validators(
         out.append(each_element(*schema_validators(c["items"], text, "items")))
     keys = schema_validators(c["propertyNames"], text, "keys") if "propertyNames" in c else []
     for pattern, values in c.get("patternProperties", {}).items():
-        keys.append(string_matches(pattern, text.get("keys", "")))
+        if (c.get("propertyNames") or {}).get("pattern") != pattern:  # a key is checked once
+            keys.append(string_matches(pattern, text.get("keys", "")))
         out.append(each_element(*schema_validators(values, text, "values")))
     if keys:
         out.insert(0, each_key(*keys))

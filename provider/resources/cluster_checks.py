@@ -70,17 +70,6 @@ class Catalog:
         label = FABRIC_LABELS.get(interconnect, interconnect)
         return f"; for {label} use instance_type {' or '.join(offers)}" if offers else ""
 
-    def reserved_discount(self, itype: str, days: int) -> Decimal:
-        """The discount of the deepest reserved tier a term of `days` reaches (0 below all)."""
-        best = Decimal(0)
-        tiers = sorted(
-            self.instance_types[itype].get("reserved") or [], key=lambda t: int(t["min_duration_days"])
-        )
-        for tier in tiers:
-            if days >= int(tier["min_duration_days"]):
-                best = Decimal(str(tier["discount"]))
-        return best
-
 
 _catalogs: dict[int, Catalog] = {}
 _lock = threading.Lock()
@@ -120,11 +109,44 @@ def _usd(value: Decimal) -> int | Decimal:
 class CostEstimate:
     hourly_usd: int | Decimal
     upfront_usd: int | Decimal | None
+    # The most the cluster can cost per hour (spot_with_fallback: its on-demand stand-ins); the figure
+    # max_hourly_cost_usd is compared with, as the API's admission check does.
+    max_hourly_usd: int | Decimal | None = None
+
+    @property
+    def ceiling_usd(self) -> int | Decimal:
+        return self.hourly_usd if self.max_hourly_usd is None else self.max_hourly_usd
+
+
+def _rate(value: Any) -> Decimal | None:
+    """A listed USD-per-GPU-hour rate (exact decimal strings, as the API writes them)."""
+    return None if value is None else Decimal(str(value))
+
+
+def reserved_gpu_hour(catalog: Catalog, itype: str, days: int) -> Decimal:
+    """The reserved rate of a term of `days`: the listed exact rate of the deepest tier it reaches (the
+    API charges that rate), or on-demand less that tier's discount from a listing without rates."""
+    shape = catalog.instance_types[itype]
+    on_demand = Decimal(str(shape["on_demand_usd_per_gpu_hour"]))
+    tiers = sorted(shape.get("reserved") or [], key=lambda t: int(t["min_duration_days"]))
+    reached = [t for t in tiers if days >= int(t["min_duration_days"])]
+    if not reached:
+        return on_demand
+    listed = _rate(reached[-1].get("usd_per_gpu_hour"))
+    return listed if listed is not None else on_demand * (1 - Decimal(str(reached[-1]["discount"])))
+
+
+def reserved_upfront(rate: Decimal, gpus: int, days: int) -> int | Decimal:
+    """A term's one charge: `gpus` GPUs for `days` days at `rate`, rounded once to the micro-dollar
+    half-up (as the API's `reserved_upfront_micros`)."""
+    return _usd(rate * gpus * days * HOURS_PER_DAY)
 
 
 def estimate(catalog: Catalog, plan: Mapping[str, Any]) -> CostEstimate | None:
-    """Hourly (and reserved up-front) cost from catalog prices, as the API computes it; None when a value
-    it needs is unknown or the catalog has no price."""
+    """Hourly (and reserved up-front) cost from the listed rates, as the API's one price function
+    (`cluster_price`) computes it: spot and spot_with_fallback at the spot rate (fallback's ceiling at
+    on-demand), a drawn reservation 0, a reserved term at its tier's rate. None when a value it needs
+    is unknown or the catalog has no price."""
     itype, nodes, billing = plan.get("instance_type"), plan.get("node_count"), plan.get("billing")
     if not (known(itype) and known(nodes) and known(billing)) or itype not in catalog.instance_types:
         return None
@@ -135,14 +157,23 @@ def estimate(catalog: Catalog, plan: Mapping[str, Any]) -> CostEstimate | None:
     if not known(kind):
         return None
     if kind != "reserved":
-        drawn = plan.get("reservation_id")  # nodes of a capacity reservation are prepaid
-        if is_unknown(drawn):
+        drawn, capacity = plan.get("reservation_id"), plan.get("capacity_type") or "on_demand"
+        if is_unknown(drawn) or is_unknown(capacity):
             return None
-        return CostEstimate(_usd(Decimal(0) if drawn else on_demand * gpus), None)
+        if drawn:  # nodes of a capacity reservation are prepaid
+            return CostEstimate(0, None, 0)
+        if capacity == "on_demand":
+            return CostEstimate(_usd(on_demand * gpus), None, _usd(on_demand * gpus))
+        spot = _rate(shape.get("spot_usd_per_gpu_hour"))
+        if spot is None:
+            return None  # a listing without spot rates: the API prices it at apply
+        ceiling = on_demand if capacity == "spot_with_fallback" else spot
+        return CostEstimate(_usd(spot * gpus), None, _usd(ceiling * gpus))
     if not known(days):
         return None
-    rate = on_demand * (1 - catalog.reserved_discount(itype, int(days)))
-    return CostEstimate(_usd(rate * gpus), _usd(rate * gpus * int(days) * HOURS_PER_DAY))
+    rate = reserved_gpu_hour(catalog, str(itype), int(days))
+    hourly = _usd(rate * gpus)
+    return CostEstimate(hourly, reserved_upfront(rate, gpus, int(days)), hourly)
 
 
 # -- rules --------------------------------------------------------------------------------------------
@@ -291,18 +322,21 @@ def check_capacity(
 
 
 def check_cost_ceiling(
-    ctx: Context, plan: Mapping[str, Any], cost: CostEstimate | None, state: Mapping[str, Any] | None
+    ctx: Context, plan: Mapping[str, Any], cost: CostEstimate | None, state: Mapping[str, Any] | None,
+    catalog: Catalog | None = None,
 ) -> None:
     """max_hourly_cost_usd refuses a create or a change that raises the cost above it. A cost already above
     a lowered limit is a warning (a plan that does not raise it, a destroy included, must go through)."""
     ceiling = plan.get("max_hourly_cost_usd")
-    if cost is None or not known(ceiling) or Decimal(cost.hourly_usd) <= Decimal(ceiling):
+    if cost is None or not known(ceiling) or Decimal(cost.ceiling_usd) <= Decimal(ceiling):
         return
-    before = None if state is None else state.get("estimated_hourly_cost_usd")
-    if state is not None and (not known(before) or Decimal(cost.hourly_usd) <= Decimal(before)):
+    most = cost.ceiling_usd
+    fallback = " with on-demand nodes standing in for spot" if most != cost.hourly_usd else ""
+    before = _prior_ceiling(catalog, state)
+    if state is not None and (before is None or Decimal(most) <= Decimal(before)):
         ctx.warning(
             "Hourly Cost Above Limit",
-            f"The cluster costs {cost.hourly_usd} USD per hour, above max_hourly_cost_usd = {ceiling}. "
+            f"The cluster costs up to {most} USD per hour{fallback}, above max_hourly_cost_usd = {ceiling}. "
             "The limit refuses only creates and changes that raise the cost; lower node_count to get "
             "under it.",
             root("max_hourly_cost_usd"),
@@ -310,10 +344,22 @@ def check_cost_ceiling(
         return
     ctx.error(
         "Hourly Cost Above Limit",
-        f"The cluster would cost {cost.hourly_usd} USD per hour, above max_hourly_cost_usd = {ceiling}. "
+        f"The cluster would cost {most} USD per hour{fallback}, above max_hourly_cost_usd = {ceiling}. "
         "Lower node_count, pick a cheaper instance type or raise the limit.",
         root("max_hourly_cost_usd"),
     )
+
+
+def _prior_ceiling(catalog: Catalog | None, state: Mapping[str, Any] | None) -> int | Decimal | None:
+    """The most the cluster costs as it is now: priced from its state as the API prices the current
+    spec, else the estimate recorded in state (None when neither is known)."""
+    if state is None:
+        return None
+    prior = estimate(catalog, state) if catalog is not None else None
+    if prior is not None:
+        return prior.ceiling_usd
+    recorded = state.get("estimated_hourly_cost_usd")
+    return recorded if known(recorded) else None
 
 
 # -- quotas -------------------------------------------------------------------------------------------

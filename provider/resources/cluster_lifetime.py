@@ -5,6 +5,9 @@ past its expiry and kept only by `deletion_protection`."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
+from collections.abc import Mapping
+from typing import Any
 
 from provider.cty import UNKNOWN, is_unknown
 from provider.framework import DAY_DURATION, Context, DurationType, State, parse_instant, rfc3339_utc, root
@@ -57,6 +60,51 @@ def plan_expiry(ctx: Context, plan: State, state: State | None, config: State | 
             root("idle_teardown_minutes"),
         )
     _warn_if_kept_past_expiry(ctx, state)
+
+
+# Clusters the backend deleted at their expiry, as a refresh found them gone: (name, region) -> what the
+# state said. Terraform refreshes and then plans in the same provider process, but the plan of the create
+# that follows gets no prior state (nor private state), so the refresh leaves it here for that plan.
+_expired: dict[tuple[str, str], dict[str, Any]] = {}
+_expired_lock = threading.Lock()
+
+
+def remember_if_expired(state: Mapping[str, Any], now: dt.datetime | None = None) -> None:
+    """A refresh found the cluster gone: if its state had an expiry that has passed, the backend deleted
+    it for its ttl (or expires_at), and the create Terraform now plans is told so."""
+    expires_at = parse_instant(state.get("expires_at"))
+    name, region = state.get("name"), state.get("region")
+    if expires_at is None or expires_at > (now or dt.datetime.now(dt.UTC)):
+        return
+    if isinstance(name, str) and isinstance(region, str):
+        with _expired_lock:
+            _expired[(name, region)] = {k: state.get(k) for k in ("id", "ttl", "expires_at")}
+
+
+def warn_if_recreating_expired(ctx: Context, plan: Mapping[str, Any]) -> None:
+    """On a create plan: a warning when this cluster is the one the backend deleted at its expiry."""
+    name, region = plan.get("name"), plan.get("region")
+    if not (isinstance(name, str) and isinstance(region, str)):
+        return
+    with _expired_lock:
+        gone = _expired.get((name, region))
+    if gone is None:
+        return
+    lifetime = f"its ttl ({gone['ttl']})" if gone.get("ttl") else "its expires_at"
+    ctx.warning(
+        "Cluster Deleted At Its Expiry",
+        f"Cluster {gone.get('id')} (\"{name}\" in {region}) was deleted by the backend at "
+        f"{gone['expires_at']}, the end of {lifetime}; this plan creates a new cluster in its place, which "
+        "expires in turn. Remove the resource from the configuration to leave it deleted, or change ttl or "
+        "expires_at.",
+        root("ttl") if gone.get("ttl") else root("expires_at"),
+    )
+
+
+def forget_expired() -> None:
+    """Drop what refreshes found (tests)."""
+    with _expired_lock:
+        _expired.clear()
 
 
 def _warn_if_kept_past_expiry(ctx: Context, state: State | None) -> None:

@@ -16,12 +16,18 @@ import time
 from typing import Any
 
 from provider.client import ApiError, Conflict, GpuCloudClient, NotFound
-from provider.cty import UNKNOWN, format_path, is_unknown, is_wholly_known
+from provider.cty import UNKNOWN, format_path, is_unknown
 from provider.framework import Cancelled, Context, Resource, State, keep_semantic_equals, root, timeout
 from provider.resources import cluster_checks as checks
 from provider.resources._common import api_error, api_id_identity, client_of, configured
 from provider.resources.cluster_checks import known
-from provider.resources.cluster_lifetime import plan_expiry
+from provider.resources.cluster_lifetime import plan_expiry, remember_if_expired, warn_if_recreating_expired
+from provider.resources.cluster_plan import (
+    keep_planned_elements,
+    keep_status_without_engine_work,
+    keep_through_scale,
+    node_count_moved,
+)
 from provider.resources.cluster_reservation import warn_if_term_forfeited
 from provider.resources.cluster_wait import (
     ClusterStillConverging,
@@ -139,19 +145,6 @@ def _unknown_while_converging(plan: State, state: State | None) -> None:
         plan["reservation"] = term
 
 
-# What follows node_count (their plan modifiers keep the prior value unless it changes).
-FOLLOW_NODE_COUNT = ("num_gpus", "nodes", "login", "slurm", "kubernetes")
-
-
-def _unknown_with_node_count(plan: State, state: State | None) -> None:
-    """A node_count that autoscaling leaves to the engine (a new range): what follows it is unknown too.
-    The framework's modifiers compare against node_count as Terraform proposed it (the prior value), so
-    they cannot see that this modifier made it unknown."""
-    if state is not None and is_unknown(plan.get("node_count")) and known(state.get("node_count")):
-        for name in FOLLOW_NODE_COUNT:
-            plan[name] = UNKNOWN
-
-
 def _term_may_start(plan: State) -> None:
     """A reserved term not started yet may start during this apply: its dates are not kept as null."""
     term = plan.get("reservation")
@@ -161,12 +154,12 @@ def _term_may_start(plan: State) -> None:
 
 def _keep_planned(new: State, plan: State) -> State:
     """The applied state with the runtime values the plan kept known (an in-place change that cannot alter
-    them): Terraform rejects an apply result that differs from a known planned value, so a node repaired
-    meanwhile shows at the next refresh instead of failing this apply."""
-    for name in RUNTIME_ATTRIBUTES:
-        if name in plan and is_wholly_known(plan[name]):
+    them, whole or a scale's surviving nodes; see `cluster_plan.keep_planned_elements`), and the status a
+    change without engine work kept (`cluster_plan.keep_status_without_engine_work`)."""
+    for name in ("status", "phase"):
+        if isinstance(plan.get(name), str):
             new[name] = plan[name]
-    return new
+    return keep_planned_elements(new, plan, RUNTIME_ATTRIBUTES)
 
 
 def _stopped_waiting(ctx: Context, cluster_id: str, stopped: Exception) -> None:
@@ -234,7 +227,12 @@ class GpuClusterResource(Resource):
                 root("deletion_protection"),
             )
         _unknown_while_converging(plan, state)
-        _unknown_with_node_count(plan, state)
+        node_count_moved(plan, state)
+        keep_through_scale(plan, state, _differs)
+        if state is not None:
+            keep_status_without_engine_work(
+                plan, state, any(_differs(n, plan, state) for n in (*ENGINE_WORK, "reserved_ip_id", "name"))
+            )
         _term_may_start(plan)
         nodes = plan.get("node_count")
         if is_unknown(plan.get("orchestrator")) and plan.get("autoscaling") is not None:
@@ -249,6 +247,8 @@ class GpuClusterResource(Resource):
                 root("node_count"),
             )
         plan_expiry(ctx, plan, state, config)
+        if state is None:
+            warn_if_recreating_expired(ctx, plan)
         if not configured(ctx):
             return plan
         try:
@@ -279,7 +279,7 @@ class GpuClusterResource(Resource):
             checks.check_capacity(ctx, catalog, plan, prior_nodes)
         checks.check_autoscaling_capacity(ctx, catalog, plan, creating)
         cost = checks.estimate(catalog, plan)
-        checks.check_cost_ceiling(ctx, plan, cost, state)
+        checks.check_cost_ceiling(ctx, plan, cost, state, catalog)
         if not ctx.diagnostics.has_errors:
             checks.check_plan_quota(ctx, client_of(ctx), catalog, plan, state, cost)
         if shape is not None and known(plan.get("node_count")) and is_unknown(plan.get("num_gpus")):
@@ -413,14 +413,16 @@ class GpuClusterResource(Resource):
             return state  # an unconfirmed create: the replacing apply finds and deletes it
         try:
             response = client_of(ctx).clusters.get(state["id"])
-        except NotFound:
-            return None
         except ApiError as error:
+            if isinstance(error, NotFound) or error.status == 410:
+                remember_if_expired(state)  # deleted at its expiry: the create's plan says so
+                return None
             api_error(ctx, "Error Reading GPU Cluster", error, subject=SUBJECT)
             return state
         remember_etag(ctx, response.etag)
         body = response.body if isinstance(response.body, dict) else None
         if body is None or body.get("deletion_requested_at") is not None:
+            remember_if_expired(state)
             return None  # gone (or being deleted outside Terraform): the next plan re-creates it
         if body.get("status") == "FAILED" and body.get("status_reason"):
             ctx.private[FAILURE_REASON] = body["status_reason"]  # for the plan's explanation
@@ -475,7 +477,10 @@ class GpuClusterResource(Resource):
                     body = wait_until_running(poller)
             except (ClusterStillConverging, Cancelled) as stopped:
                 _stopped_waiting(ctx, cluster_id, stopped)
-                return self._state(ctx, client, poller.last or body, plan)
+                # Saved with a warning, so Terraform holds it to the plan: the kept nodes and login as planned
+                # (a scale's leaving nodes still listed show at the next refresh).
+                state_now = self._state(ctx, client, poller.last or body, plan)
+                return keep_planned_elements(state_now, plan, RUNTIME_ATTRIBUTES)
             except ClusterWaitError as error:
                 ctx.error("Error Updating GPU Cluster", f"Cluster {cluster_id} did not converge after the "
                           f"change: {error.message}. A cluster left FAILED is replaced by the next apply.")

@@ -139,26 +139,28 @@ AUTOSCALING_ATTRIBUTES: dict[str, Attribute] = {
 
 class NodeCountFollowsAutoscaling:
     """`node_count` left out: 1, or under `autoscaling` the engine's value, kept from the prior state (a
-    move by the autoscaler is not drift) and known only after apply on create or a new range."""
+    move by the autoscaler is not drift), moved into a new range as the API moves it (the nearest bound),
+    and known only after apply on create."""
 
     description = (
-        "Default 1. With `autoscaling` the prior value is kept in plans; it is known after apply on create "
-        "and when `min_nodes` or `max_nodes` change."
+        "Default 1. With `autoscaling` the prior value is kept in plans, moved into a new `min_nodes`.."
+        "`max_nodes` range as the API moves it; it is known after apply on create."
     )
 
     def modify(self, m: PlanModification) -> None:
         if m.config_value is not None or not is_unknown(m.plan_value):
             return
-        config, state = m.resource_config or {}, m.resource_state or {}
+        config = m.resource_config or {}
         scaling = config.get("autoscaling")
         if scaling is None:
             m.plan_value = 1
             return
-        before = state.get("autoscaling") or {}
-        if is_unknown(scaling) or m.creating or m.state_value is None or any(
-                scaling.get(k) != before.get(k) for k in ("min_nodes", "max_nodes")):
+        if is_unknown(scaling) or m.creating or not isinstance(m.state_value, int):
             return
-        m.plan_value = m.state_value
+        low, high = scaling.get("min_nodes"), scaling.get("max_nodes")
+        if is_unknown(low) or is_unknown(high) or low is None or high is None or int(low) > int(high):
+            return
+        m.plan_value = min(max(m.state_value, int(low)), int(high))  # the API's move into the range
 
 
 BILLING_ATTRIBUTES: dict[str, Attribute] = {
@@ -190,10 +192,16 @@ BILLING_ATTRIBUTES: dict[str, Attribute] = {
 
 # What each runtime value follows on an in-place change: it keeps its prior value in the plan unless one
 # of these changes (node names and the login/controller host derive from the cluster name).
-NODES_FOLLOW = ("name", "node_count", "shared_volume_ids", "container", "ssh_key_ids", "reserved_ip_id")
+# (Volumes and SSH keys change no attribute of a node: attaching or detaching keeps them known.)
+NODES_FOLLOW = ("name", "node_count", "container", "reserved_ip_id")
 HOSTS_FOLLOW = ("name", "node_count")
 # The login address (and the Kubernetes API endpoint on it) is the reserved IP, or a floating one.
 ADDRESS_FOLLOWS = (*HOSTS_FOLLOW, "reserved_ip_id")
+KUBERNETES_FOLLOWS = ("node_count", "reserved_ip_id")
+# What `cluster_plan.keep_through_scale` restores after a scale when nothing else they follow changed.
+FOLLOWS = {
+    "nodes": NODES_FOLLOW, "login": ADDRESS_FOLLOWS, "slurm": HOSTS_FOLLOW, "kubernetes": KUBERNETES_FOLLOWS
+}
 # Planned unknown again while the cluster is not RUNNING: they are still changing.
 RUNTIME_ATTRIBUTES = ("nodes", "login", "slurm", "kubernetes", "nccl_env", "reservation")
 
@@ -251,7 +259,7 @@ def computed_attributes() -> dict[str, Attribute]:
             attributes=KUBERNETES_ATTRIBUTES,
             description="Kubernetes API details (Kubernetes clusters only). Credentials come from the "
             "`gpucloud_cluster_credentials` ephemeral resource, never from state.",
-            plan_modifiers=_keep("node_count", "reserved_ip_id"),
+            plan_modifiers=_keep(*KUBERNETES_FOLLOWS),
         ),
         "nccl_env": MapAttribute(
             element_type=STRING,
@@ -261,8 +269,11 @@ def computed_attributes() -> dict[str, Attribute]:
         ),
         "estimated_hourly_cost_usd": NumberAttribute(
             computed=True,
-            description="Hourly cost in USD while all nodes run, from the catalog prices. Known at plan "
-            "time, so `terraform plan` shows what a change costs.",
+            description="Hourly cost in USD while all nodes run, at the rate the meter charges (the API's "
+            "price: spot and `spot_with_fallback` at the spot rate, 0 while drawing a reservation, a "
+            "reserved term at its discounted rate). Known at plan time, so `terraform plan` shows what a "
+            "change costs. `max_hourly_cost_usd` is checked against the most it can cost (on-demand for "
+            "`spot_with_fallback` nodes standing in).",
             semantic=NUMBER_VALUE,
         ),
         "reservation": SingleNestedAttribute(
@@ -288,7 +299,13 @@ CLUSTER_SCHEMA = Schema(
     "configuration is refused, over its cost cap or without capacity, fails that plan as with any "
     "provider; `terraform destroy -refresh=false` skips it.) An "
     "in-place change keeps the values it cannot alter known in the plan (`login`, `kubernetes`, "
-    "`nodes`...), so resources and providers configured from them are not disturbed.\n"
+    "`nodes`...), so resources and providers configured from them are not disturbed: a scale of a "
+    "multi-node cluster keeps its login, Slurm and Kubernetes endpoints and its surviving nodes known (only "
+    "added nodes are known after apply), an `autoscaling` range that leaves `node_count` where it is "
+    "plans nothing else, and a settled cluster keeps its `status` when the engine has nothing to do. "
+    "`estimated_hourly_cost_usd` is the price charged: spot capacity at the spot rate, a drawn "
+    "reservation 0. A create planned for a cluster the backend deleted at its `ttl` or `expires_at` "
+    "says so in a warning.\n"
     "- **In place**: `name`, `node_count` (scaling), `autoscaling` (the range; the engine then moves "
     "`node_count`, see [engine.md](../engine.md#autoscaling)), `container`, `ssh_key_ids`, "
     "`shared_volume_ids` (attach/detach), `security_group_ids`, `reserved_ip_id`, `labels`, "
@@ -480,8 +497,10 @@ CLUSTER_SCHEMA = Schema(
         "max_hourly_cost_usd": NumberAttribute(
             optional=True,
             description="Refuses a create, or a change that raises the hourly cost, above this many USD "
-            "per hour. A cost already above a lowered limit is a warning: changes that do not raise "
-            "it (labels, a scale-down, destroy) go through.",
+            "per hour, checked at plan and by the API against the most the cluster can cost (spot at the "
+            "spot rate; `spot_with_fallback` at on-demand, its stand-ins' rate). A cost already above a "
+            "lowered limit is a warning: changes that do not raise it (labels, a scale-down, destroy) go "
+            "through.",
             validators=api("max_hourly_cost_usd"),
             semantic=NUMBER_VALUE,
         ),

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from provider.client import GpuCloudClient
+from provider.client import ApiError, GpuCloudClient
 from provider.client.collections import Collection
-from provider.cty import STRING
+from provider.cty import STRING, UNKNOWN, is_unknown
 from provider.framework import (
     RFC3339,
     Context,
@@ -22,8 +22,10 @@ from provider.framework import (
     rfc3339_utc,
     use_state_for_unknown,
 )
-from provider.resources._common import number
+from provider.resources._common import client_of, configured, number
 from provider.resources.api_rules import field_validators
+from provider.resources.cluster_checks import catalog_of, known, reserved_gpu_hour, reserved_upfront
+from provider.resources.cluster_reservation import warn_if_reservation_forfeited
 from provider.resources.rest import RestResource
 
 SUBJECT = "reservation"
@@ -42,7 +44,6 @@ class ReservationResource(RestResource):
     type_name = "gpucloud_reservation"
     subject = SUBJECT
     title = "Reservation"
-    blocking_plan = False  # planning calls no API (only create/read/update/delete do)
     import_id_attribute = "id"
     schema = Schema(
         description="Capacity reserved apart from clusters, as capacity blocks are sold: `node_count` nodes "
@@ -50,16 +51,17 @@ class ReservationResource(RestResource):
         "booking until the term ends (on-demand creates cannot take them). The whole term is charged once, "
         "up front, at `starts_at`, at the catalog's reserved rate for its length. Clusters draw from it "
         "with `reservation_id`; their nodes are prepaid, and destroying or replacing a cluster gives its "
-        "nodes back to the reservation for the next one, so the term is never forfeited. Every setting "
-        "replaces the reservation when changed (a new booking and a new charge); destroying it while "
-        "clusters draw from it fails.",
+        "nodes back to the reservation for the next one, so the term is never forfeited. The plan shows "
+        "`upfront_cost_usd`, the charge the booking makes. `name` and `labels` change in place; every other "
+        "setting replaces the reservation when changed (a new booking and a new charge). Destroying or "
+        "replacing it while its term runs warns with the days left and the amount forfeited (nothing is "
+        "refunded); destroying it while clusters draw from it fails.",
         attributes={
             # Required
             "name": StringAttribute(
                 required=True,
-                description="Display name. Changing it replaces the reservation.",
+                description="Display name. Changes in place.",
                 validators=_rules("name", pattern=NAME_RULE),
-                plan_modifiers=[requires_replace()],
             ),
             "region": StringAttribute(
                 required=True,
@@ -99,14 +101,14 @@ class ReservationResource(RestResource):
                 optional=True,
                 description="Free-form key/value tags (up to 64). `team` scopes the reservation as it scopes "
                 "clusters: an API key limited to a team sees, draws from and manages only the reservations "
-                "labelled with its team. Changing them replaces the reservation.",
+                "labelled with its team. Change in place (usage already charged keeps the labels it was "
+                "charged with).",
                 validators=_rules(
                     "labels",
                     keys="key must be 1-63 lowercase letters, digits, '.', '_', '/' or '-', starting and "
                     "ending with a letter or digit",
                     values="must have no control characters",
                 ),
-                plan_modifiers=[requires_replace()],
             ),
             # Computed
             "id": StringAttribute(
@@ -121,7 +123,9 @@ class ReservationResource(RestResource):
                 plan_modifiers=_stable(),
             ),
             "upfront_cost_usd": NumberAttribute(
-                computed=True, description="The one charge for the whole term, made at `starts_at`.",
+                computed=True, description="The one charge for the whole term, made at `starts_at`: term "
+                "hours x nodes x GPUs per node x the catalog's exact reserved GPU-hour rate for the term's "
+                "length, rounded once to the micro-dollar. Known at plan.",
                 plan_modifiers=_stable(),
             ),
             "created_at": StringAttribute(
@@ -139,8 +143,46 @@ class ReservationResource(RestResource):
     def state_from(self, body: dict[str, Any], prior: State) -> State:
         return _state(body, prior)
 
+    def modify_plan(
+        self, ctx: Context, plan: State | None, state: State | None, config: State | None
+    ) -> State | None:
+        plan = super().modify_plan(ctx, plan, state, config)
+        if plan is None:
+            if state is not None:
+                warn_if_reservation_forfeited(ctx, state, "Destroying")
+            return None
+        if state is not None and ctx.requires_replace:
+            warn_if_reservation_forfeited(ctx, state, "Replacing")
+        if state is None and is_unknown(plan.get("upfront_cost_usd")):
+            plan = {**plan, "upfront_cost_usd": _planned_upfront(ctx, plan)}
+        return plan
+
     def update(self, ctx: Context, plan: State, state: State) -> State | None:
-        return {**state, "name": plan["name"]}  # every setting replaces: nothing changes in place
+        changes: dict[str, Any] = {}
+        if plan["name"] != state["name"]:
+            changes["name"] = plan["name"]
+        if (plan.get("labels") or {}) != (state.get("labels") or {}):
+            changes["labels"] = dict(plan.get("labels") or {})  # {} clears them
+        if not changes:
+            return {**state, "labels": plan.get("labels")}  # null and {} alike: nothing to send
+        return self.patch(ctx, plan, state, changes)
+
+
+def _planned_upfront(ctx: Context, plan: State) -> Any:
+    """The charge the booking will make, as the API prices it (`book_reservation`): unknown while a
+    value it needs is unknown or the catalog cannot be read (the API prices it at apply)."""
+    itype, nodes, days = plan.get("instance_type"), plan.get("node_count"), plan.get("duration_days")
+    if not (known(itype) and known(nodes) and known(days)) or not configured(ctx):
+        return UNKNOWN
+    try:
+        catalog = catalog_of(client_of(ctx))
+    except ApiError:
+        return UNKNOWN
+    shape = catalog.instance_types.get(itype)
+    if shape is None:
+        return UNKNOWN  # the API names the unknown type at apply
+    gpus = int(shape["gpu_count"]) * int(nodes)
+    return reserved_upfront(reserved_gpu_hour(catalog, str(itype), int(days)), gpus, int(days))
 
 
 def _body(plan: State) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from provider.framework import (
     DiagnosticError,
     Int64Attribute,
     ListAttribute,
+    MapAttribute,
     NumberAttribute,
     Schema,
     State,
@@ -69,6 +70,19 @@ class SharedVolumeResource(RestResource):
                 description=f"Size in TiB, 1 to {MAX_SIZE_TIB}. Growing is done in place; a smaller value is "
                 "rejected at plan time, because shrinking would lose data.",
                 validators=field_validators("VolumeCreate", "size_tib"),
+            ),
+            # Optional
+            "labels": MapAttribute(
+                element_type=STRING,
+                optional=True,
+                description="Free-form key/value tags (up to 64), e.g. `team`; every storage line is charged "
+                "under them, so chargeback and budgets by label reach the volume's team. Changes in place.",
+                validators=field_validators(
+                    "VolumeCreate", "labels",
+                    text={"keys": "key must be 1-63 lowercase letters, digits, '.', '_', '/' or '-', "
+                          "starting and ending with a letter or digit",
+                          "values": "must have no control characters"},
+                ),
             ),
             # Computed
             "id": StringAttribute(
@@ -150,13 +164,18 @@ class SharedVolumeResource(RestResource):
         return client.volumes
 
     def create_body(self, values: State) -> dict[str, Any]:
-        return {"name": values["name"], "region": values["region"], "size_tib": values["size_tib"]}
+        body = {"name": values["name"], "region": values["region"], "size_tib": values["size_tib"]}
+        if values.get("labels"):
+            body["labels"] = values["labels"]
+        return body
 
     def state_from(self, body: dict[str, Any], prior: State) -> State:
-        return self._state(body)
+        return self._state(body, prior)
 
     def update(self, ctx: Context, plan: State, state: State) -> State | None:
         changes = {k: plan[k] for k in ("name", "size_tib") if plan[k] != state[k]}
+        if (plan.get("labels") or {}) != (state.get("labels") or {}):
+            changes["labels"] = plan.get("labels") or {}
         return self.patch(ctx, plan, state, changes)
 
     def delete_refused(self, ctx: Context, error: ApiError) -> None:
@@ -175,14 +194,17 @@ class SharedVolumeResource(RestResource):
         return SharedVolumeResource._state(body)
 
     @staticmethod
-    def _state(body: Any) -> State:
+    def _state(body: Any, prior: State | None = None) -> State:
         if not isinstance(body, dict):
             raise DiagnosticError("Unexpected API Response", "The API answered without a volume object.")
+        labels = dict(body.get("labels") or {})
         return {
             "id": body["id"],
             "name": body["name"],
             "region": body["region"],
             "size_tib": int(body["size_tib"]),
+            # An empty map and no map are the same to the API: keep what the configuration wrote.
+            "labels": labels if labels or (prior or {}).get("labels") is not None else None,
             "status": body["status"],
             "mount_path": body["mount_path"],
             "attached_cluster_ids": [str(c) for c in body.get("attached_cluster_ids") or []],

@@ -117,6 +117,7 @@ ROUTES: dict[tuple[str, str], Row] = {
     ("GET", "/v1/reservations"): Row(lists="reservation_id"),
     ("POST", "/v1/reservations"): Row(body=lambda n, _: {**RESERVATION, "name": _name(n)}),
     ("GET", "/v1/reservations/{reservation_id}"): Row(),
+    ("PATCH", "/v1/reservations/{reservation_id}"): Row(body=lambda n, _: {"name": _name(n)}),
     ("DELETE", "/v1/reservations/{reservation_id}"): Row(fresh=("reservation_id",)),
     ("GET", "/v1/reserved-ips"): Row(lists="reserved_ip_id"),
     ("POST", "/v1/reserved-ips"): Row(body=lambda n, _: {"region": "us-east-1"}),

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from provider.cli import output
-from provider.cli.clusters import forfeit_notice
+from provider.cli.clusters import forfeit_notice, show_cluster
 from provider.cli.main import error_line
 from provider.cli.ssh import ssh_argv_for_cluster, ssh_argv_for_node
 from provider.client import ApiError, TransportError
@@ -135,3 +135,26 @@ def test_cli_live_status_line_ticks_between_polls() -> None:
     text = line.__rich__()
     assert text.plain == "t PROVISIONING · ProvisioningNodes · nodes 1/2 running · 1m15s"
     assert text.style == "cyan"
+
+
+@pytest.mark.parametrize(
+    ("capacity", "shown"),
+    [("spot", "spot"), ("spot_with_fallback", "spot with fallback"), ("on_demand", "on demand"),
+     (None, "on demand")],
+)
+def test_cli_cluster_info_shows_the_capacity_it_is_billed_at(
+    capacity: str | None, shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cluster = {"id": "cls_1", "name": "a", "status": "RUNNING", "node_count": 1, "instance_type": "8xH100",
+               "region": "us-east-1", "billing": {"type": "on_demand"}, "capacity_type": capacity,
+               "estimated_hourly_cost_usd": Decimal("12.768")}
+    show_cluster(cluster)
+    billing = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("Billing"))
+    assert billing.split(None, 1)[1].strip() == shown
+
+
+def test_cli_cluster_info_says_a_drawn_reservation_prepays_it(capsys: pytest.CaptureFixture[str]) -> None:
+    cluster = {"id": "cls_1", "name": "a", "status": "RUNNING", "node_count": 1, "instance_type": "8xH100",
+               "region": "us-east-1", "billing": {"type": "on_demand"}, "reservation_id": "rsv_1"}
+    show_cluster(cluster)
+    assert "reservation rsv_1 (prepaid)" in capsys.readouterr().out

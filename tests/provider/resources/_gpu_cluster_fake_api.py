@@ -21,7 +21,7 @@ import httpx
 CATALOG_TYPES = [
     {
         "name": "1xH100", "gpu_model": "H100 SXM 80GB", "gpu_count": 1, "fabric_capable": False,
-        "interconnects": ["ethernet"], "on_demand_usd_per_gpu_hour": "4.29",
+        "interconnects": ["ethernet"], "on_demand_usd_per_gpu_hour": "4.29", "spot_usd_per_gpu_hour": "1.716",
         "rules": {"default_interconnect": "ethernet"},
         "reserved": [{"min_duration_days": 1, "discount": "0.10"},
                      {"min_duration_days": 30, "discount": "0.25"}],
@@ -33,6 +33,7 @@ CATALOG_TYPES = [
     {
         "name": "8xH100", "gpu_model": "H100 SXM 80GB", "gpu_count": 8, "fabric_capable": True,
         "interconnects": ["infiniband"], "on_demand_usd_per_gpu_hour": "3.99",
+        "spot_usd_per_gpu_hour": "1.596",
         "rules": {"default_interconnect": "infiniband"},
         "reserved": [{"min_duration_days": 1, "discount": "0.10"},
                      {"min_duration_days": 7, "discount": "0.15"},

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from provider.cty import is_unknown
+from provider.resources.cluster_lifetime import forget_expired
 from tests.provider.resources.test_gpu_cluster_apply import RESOURCE, api, created, ctx_for, fresh_catalog
 from tests.provider.resources.test_gpu_cluster_plan import BASE, errors, plan
 
@@ -70,3 +71,34 @@ def test_gpu_cluster_lifetime_apply_sends_ttl_or_expires_at(api: Any) -> None:
     assert new3 is not None and (new3["ttl"], new3["expires_at"], new3["idle_teardown_minutes"]) == (
         None, None, None
     )
+
+
+def test_gpu_cluster_lifetime_recreating_a_cluster_deleted_at_its_ttl_warns_with_the_expiry(api: Any) -> None:
+    # Issue 27: a cluster deleted by its ttl came back on the next apply with no word about why.
+    forget_expired()
+    try:
+        state = created(api, ttl="8h")  # expired on 2026-11-26 at 09:00
+        del api.clusters[state["id"]]  # the backend deleted it at its expiry
+        assert RESOURCE.read(ctx_for(api), state) is None
+        out, ctx = plan({**BASE, "node_count": 2, "ttl": "8h"})
+        assert out is not None and not errors(ctx)
+        (warning,) = [d for d in ctx.diagnostics if d.severity == "warning"]
+        assert warning.summary == "Cluster Deleted At Its Expiry"
+        assert "Cluster cls_1" in warning.detail and "at 2026-11-26T09:00:00Z, the end of its ttl (8h)" in (
+            warning.detail)
+        _, other = plan({**BASE, "name": "other", "ttl": "8h"})  # another cluster: nothing to say
+        assert not other.diagnostics
+    finally:
+        forget_expired()
+
+
+def test_gpu_cluster_lifetime_cluster_gone_before_its_expiry_is_recreated_quietly(api: Any) -> None:
+    forget_expired()
+    try:
+        state = created(api)
+        del api.clusters[state["id"]]  # deleted by hand, no expiry
+        assert RESOURCE.read(ctx_for(api), state) is None
+        _, ctx = plan({**BASE, "node_count": 2})
+        assert not ctx.diagnostics
+    finally:
+        forget_expired()

@@ -318,7 +318,10 @@ def test_gpu_cluster_plan_label_change_keeps_runtime_values_known():
     planned, ctx = plan(config_of(prior, labels={"team": "ml"}), prior)
     assert not ctx.diagnostics and planned is not None
     assert {n: planned[n] for n in STABLE} == {n: prior[n] for n in STABLE}
-    assert is_unknown(planned["status"])  # the cluster itself may still move
+    # No engine work: a settled cluster keeps its status and phase; engine work may move them.
+    assert (planned["status"], planned["phase"]) == ("RUNNING", "Ready")
+    scaled, _ = plan(config_of(prior, container="pytorch"), prior)
+    assert scaled is not None and is_unknown(scaled["status"]) and is_unknown(scaled["phase"])
 
 
 def test_gpu_cluster_plan_changes_that_alter_runtime_values_plan_them_unknown():
@@ -355,6 +358,19 @@ def test_gpu_cluster_plan_cost_above_a_lowered_limit_warns_unless_the_change_rai
     assert not errors(ctx)
     _, ctx = plan(config_of(prior, max_hourly_cost_usd=10, node_count=2), prior)
     assert "would cost 63.84 USD per hour" in errors(ctx)["max_hourly_cost_usd"]
+
+
+def test_gpu_cluster_plan_spot_is_priced_and_capped_at_the_rate_charged():
+    # Issue 27: a spot 8xH100 planned 31.92 USD/h (on-demand) and max_hourly_cost_usd = 20 refused it.
+    planned, ctx = plan({**BASE, "capacity_type": "spot", "max_hourly_cost_usd": 20})
+    assert planned is not None and not errors(ctx), errors(ctx)
+    assert planned["estimated_hourly_cost_usd"] == Decimal("12.768")
+    # With fallback it costs the spot rate, and up to on-demand while on-demand nodes stand in.
+    planned, ctx = plan({**BASE, "capacity_type": "spot_with_fallback", "max_hourly_cost_usd": 20})
+    assert planned is not None and planned["estimated_hourly_cost_usd"] == Decimal("12.768")
+    assert "31.92 USD per hour with on-demand nodes standing in" in errors(ctx)["max_hourly_cost_usd"]
+    _, ctx = plan({**BASE, "capacity_type": "spot_with_fallback", "max_hourly_cost_usd": 32})
+    assert not errors(ctx)
 
 
 RESERVED_30 = {"type": "reserved", "duration_days": 30, "on_expiry": "decommission"}
@@ -445,9 +461,10 @@ def test_gpu_cluster_plan_autoscaling_makes_node_count_the_engines():
     prior = state_of(node_count=5, num_gpus=40, autoscaling={**scaling, "scale_down_idle_minutes": 10})
     planned, ctx = plan({**BASE, "autoscaling": scaling}, prior)
     assert not ctx.diagnostics and planned == prior
+    # A new range moves node_count into it, to the nearest bound, as the API does.
     planned, _ = plan({**BASE, "autoscaling": {**scaling, "max_nodes": 4}}, prior)
-    assert planned is not None and is_unknown(planned["node_count"])
-    assert is_unknown(planned["num_gpus"]) and is_unknown(planned["nodes"])  # they follow node_count
+    assert planned is not None and planned["node_count"] == 4 and planned["num_gpus"] == 32
+    assert is_unknown(planned["status"])  # a scale down: engine work
     # Without autoscaling a node_count left out is 1, as before.
     planned, _ = plan(dict(BASE), None)
     assert planned is not None and planned["node_count"] == 1
@@ -465,3 +482,56 @@ def test_gpu_cluster_plan_autoscaling_makes_node_count_the_engines():
 def test_gpu_cluster_plan_autoscaling_range_is_checked_at_plan(config, path, words):
     _, ctx = plan({**BASE, **config})
     assert words in errors(ctx).get(path, ""), errors(ctx)
+
+
+def _worker(index: int) -> dict[str, Any]:
+    return dict.fromkeys(NODE_ATTRIBUTES) | {
+        "name": f"train-{index}", "instance_id": f"nod_{index}", "role": "worker", "status": "RUNNING",
+        "private_ip": f"10.0.0.{index + 2}", "hcas": [], "leaves": [], "efa_interfaces": []}
+
+
+MULTI = {
+    "nodes": [_worker(i) for i in range(3)],
+    "login": {"host": "train-jumphost", "port": 22, "user": "ubuntu",
+              "ssh_command": "ssh ubuntu@203.0.113.9"},
+    "slurm": {"controller": "train-jumphost", "partitions": ["gpu"]},
+    "kubernetes": None, "nccl_env": {"NCCL_IB_HCA": "mlx5"}, "node_count": 3, "num_gpus": 24,
+    "estimated_hourly_cost_usd": Decimal("95.76"),
+}
+
+
+def test_gpu_cluster_plan_autoscaling_range_change_keeps_everything_else_known():
+    # Issue 27: raising max_nodes planned node_count, nodes, login, slurm and num_gpus unknown.
+    scaling = {"min_nodes": 1, "max_nodes": 3, "scale_down_idle_minutes": 10}
+    prior = state_of(**MULTI, autoscaling=scaling)
+    planned, ctx = plan({**BASE, "autoscaling": {**scaling, "max_nodes": 6}}, prior)
+    assert planned is not None and not errors(ctx)
+    changed = {name for name in SCHEMA.attributes if planned[name] != prior[name]}
+    assert changed == {"autoscaling"}, changed
+
+
+def test_gpu_cluster_plan_scale_back_keeps_the_survivors_and_the_login_known():
+    # Issue 27: a drift plan undoing a scale showed every node as `- {...} -> null` and login unknown.
+    prior = state_of(**MULTI)
+    planned, ctx = plan(config_of(prior, node_count=2), prior)
+    assert planned is not None and not errors(ctx)
+    assert planned["nodes"] == prior["nodes"][:2]  # the API releases the highest indexes first
+    assert (planned["login"], planned["slurm"]) == (prior["login"], prior["slurm"])
+    assert planned["num_gpus"] == 16 and planned["estimated_hourly_cost_usd"] == Decimal("63.84")
+    assert is_unknown(planned["status"])  # the engine releases a node
+    grown, _ = plan(config_of(prior, node_count=4), prior)
+    assert grown is not None and grown["nodes"][:3] == prior["nodes"] and is_unknown(grown["nodes"][3])
+    assert grown["login"] == prior["login"] and grown["num_gpus"] == 32
+    single, _ = plan(config_of(prior, node_count=1), prior)  # every node's role and the login host change
+    assert single is not None and is_unknown(single["nodes"]) and is_unknown(single["login"])
+    renamed, _ = plan(config_of(prior, node_count=2, name="other"), prior)  # host names follow the name
+    assert renamed is not None and is_unknown(renamed["nodes"]) and is_unknown(renamed["login"])
+
+
+def test_gpu_cluster_plan_volume_detach_keeps_nodes_and_login_known():
+    prior = state_of(**MULTI, shared_volume_ids=["vol_1"], ssh_key_ids=["key_1"])
+    planned, ctx = plan(config_of(prior, ssh_key_ids=["key_1"]), prior)
+    assert planned is not None and not errors(ctx)
+    assert planned["shared_volume_ids"] is None
+    assert {n: planned[n] for n in STABLE} == {n: prior[n] for n in STABLE}
+    assert is_unknown(planned["status"])  # the engine unmounts it

@@ -1,5 +1,6 @@
-"""gpucloud_reservation: labels (sent on create, read back, null when unset, a change replaces), the user's
-spelling of the start instant kept, and plan-time label checks from the API's rules."""
+"""gpucloud_reservation: labels (sent on create, read back, null when unset), name and labels changed in
+place with one PATCH (If-Match), the user's spelling of the start instant kept, and plan-time label checks
+from the API's rules."""
 
 from __future__ import annotations
 
@@ -55,12 +56,39 @@ def test_reservation_without_labels_sends_none_and_keeps_null():
     assert state["labels"] is None and state["starts_at"] == "2026-12-01T08:00:00Z"
 
 
-def test_reservation_label_change_replaces_it():
+def test_reservation_name_and_label_changes_are_planned_in_place():
+    # Issue 27: renaming or relabelling replaced the reservation (a second booking and charge).
     state, _ = created(CONFIG, BODY)
-    planned, replace = plan(RESOURCE, context(), {**CONFIG, "labels": {"team": "cv"}}, state)
-    assert replace == ["labels"] and planned is not None and planned["labels"] == {"team": "cv"}
+    for change in ({"labels": {"team": "cv"}}, {"name": "q4-renamed"}, {"labels": None}):
+        planned, replace = plan(RESOURCE, context(), {**CONFIG, **change}, state)
+        assert replace == [] and planned is not None, change
+        assert planned["upfront_cost_usd"] == state["upfront_cost_usd"] and planned["id"] == "rsv_1"
     same, replace = plan(RESOURCE, context(), {**CONFIG, "starts_at": "2026-12-01T08:00:00Z"}, state)
     assert replace == [] and same == state  # the same instant respelled: no change
+    _, replace = plan(RESOURCE, context(), {**CONFIG, "node_count": 3}, state)
+    assert replace == ["node_count"]
+
+
+def test_reservation_rename_and_relabel_is_one_patch_with_if_match():
+    state, _ = created(CONFIG, BODY)
+    sent: list[tuple[str, Any, str | None]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        sent.append((request.method, json.loads(request.content), request.headers.get("if-match")))
+        return httpx.Response(200, json={**BODY, "name": "q4-b", "labels": {"team": "cv"}},
+                              headers={"etag": '"e2"'})
+
+    ctx = context(handler, private={ETAG_KEY: '"e1"'})
+    config = {**CONFIG, "name": "q4-b", "labels": {"team": "cv"}}
+    planned, _ = plan(RESOURCE, context(), config, state)
+    assert planned is not None
+    new = RESOURCE.update(ctx, planned, state)
+    assert sent == [("PATCH", {"name": "q4-b", "labels": {"team": "cv"}}, '"e1"')]
+    assert new is not None and new["name"] == "q4-b" and new["labels"] == {"team": "cv"}
+    assert new["upfront_cost_usd"] == state["upfront_cost_usd"] and ctx.private[ETAG_KEY] == '"e2"'
+    sent.clear()
+    cleared = RESOURCE.update(context(handler), {**state, "labels": None}, state)
+    assert sent[0][1] == {"labels": {}} and cleared is not None  # null config clears them
 
 
 def test_reservation_label_keys_are_checked_at_plan_time():
