@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints
 
-from backend.api.schemas import StrictModel
+from backend.api.schemas import DateTimeInRange, StrictModel, money_text
 from backend.domain.lifetime import IDLE_MAX_MINUTES, IDLE_MIN_MINUTES, TTL_DOC, TTL_PATTERN
 
 Orchestrator = Literal["slurm", "kubernetes", "none"]
@@ -37,7 +37,7 @@ LabelValue = Annotated[str, StringConstraints(max_length=256, pattern=r"^[^\x00-
 Labels = Annotated[dict[LabelKey, LabelValue], Field(max_length=64, description="Free-form key/value tags")]
 MONEY_MAX_DIGITS, MONEY_DECIMAL_PLACES = 14, 4
 # JSON Schema has no keyword for digits and places: published as extensions for plan-time checks.
-# Strict(False): a JSON number or a decimal string (exact), never a boolean.
+# Strict(False): a JSON number or a plain decimal string (exact), never a boolean.
 Money = Annotated[
     Decimal,
     Strict(False),
@@ -48,6 +48,7 @@ Money = Annotated[
         decimal_places=MONEY_DECIMAL_PLACES,
         json_schema_extra={"x-max-digits": MONEY_MAX_DIGITS, "x-decimal-places": MONEY_DECIMAL_PLACES},
     ),
+    money_text(MONEY_DECIMAL_PLACES),  # after Field: the constraints stay in the JSON Schema
 ]
 
 
@@ -68,7 +69,7 @@ def _rfc3339_text(value: object) -> object:
 
 
 # Strict(False): request bodies are strict, but a date-time arrives as a JSON string.
-ExpiresAt = Annotated[datetime, Strict(False), BeforeValidator(_rfc3339_text)]
+ExpiresAt = Annotated[datetime, Strict(False), BeforeValidator(_rfc3339_text), DateTimeInRange]
 IdleMinutes = Annotated[int, Field(ge=IDLE_MIN_MINUTES, le=IDLE_MAX_MINUTES, description=IDLE_DOC)]
 
 

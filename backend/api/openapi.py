@@ -1,4 +1,5 @@
-"""The OpenAPI document: errors as problem+json; committed as proto/openapi.json."""
+"""The OpenAPI document: errors as problem+json; committed as proto/openapi.json (written by
+`backend.openapi_export`, which builds the app: this module takes the app and never imports it)."""
 
 from __future__ import annotations
 
@@ -24,17 +25,46 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
                 operation["responses"].setdefault(
                     "415", {"description": "The body is not `application/json` (or has no Content-Type)"}
                 )
+            _document_precondition(operation)
             for status, response in operation.get("responses", {}).items():
                 if status.isdigit() and int(status) >= 400:
                     response["content"] = {"application/problem+json": {"schema": PROBLEM_REF}}
                     if status == "422":
                         response["description"] = "Invalid input; `field` names the offending field"
     schemas = document.get("components", {}).get("schemas", {})
+    for schema in schemas.values():
+        _as_strict_as_the_server(schema)
     for unused in ("HTTPValidationError", "ValidationError"):
         schemas.pop(unused, None)
     for name, rules in contract().items():
         schemas[name]["x-gpucloud-rules"] = rules  # what JSON Schema cannot say; see domain.input_rules
     return document
+
+
+def _as_strict_as_the_server(schema: Any) -> None:
+    """Say in JSON Schema what pydantic's document leaves out but the server checks: every key of a map
+    with key rules follows them (pydantic states the rule in `patternProperties` only, which leaves
+    other keys open)."""
+    if isinstance(schema, list):
+        for item in schema:
+            _as_strict_as_the_server(item)
+        return
+    if not isinstance(schema, dict):
+        return
+    keys = schema.get("patternProperties")
+    if isinstance(keys, dict) and len(keys) == 1:  # pydantic's dict with constrained keys
+        schema.setdefault("propertyNames", {}).setdefault("pattern", next(iter(keys)))
+    for value in schema.values():
+        _as_strict_as_the_server(value)
+
+
+def _document_precondition(operation: dict[str, Any]) -> None:
+    """412 is answered exactly where an `If-Match` is taken: documented there, and only there."""
+    responses = operation["responses"]
+    if any(p.get("in") == "header" and p.get("name") == "If-Match" for p in operation.get("parameters", [])):
+        responses.setdefault("412", {"description": "If-Match does not match the current ETag"})
+    else:
+        responses.pop("412", None)
 
 
 def install_openapi(app: FastAPI) -> None:
@@ -51,21 +81,3 @@ def install_openapi(app: FastAPI) -> None:
 def render_openapi(app: FastAPI) -> str:
     """The committed form: sorted keys, two-space indent, trailing newline."""
     return json.dumps(app.openapi(), indent=2, sort_keys=True) + "\n"
-
-
-def export_openapi(path: str) -> None:
-    """Write the committed document (`scripts/generate.sh openapi`); needs no database."""
-    from pathlib import Path
-
-    from backend.app import create_app
-    from backend.settings import Settings
-
-    app = create_app(Settings(database_url="sqlite://", embedded_worker=False))
-    Path(path).write_text(render_openapi(app))
-    app.state.gpucloud.engine.dispose()
-
-
-if __name__ == "__main__":
-    import sys
-
-    export_openapi(sys.argv[1] if len(sys.argv) > 1 else "proto/openapi.json")

@@ -13,6 +13,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from backend.api.route_methods import allowed_methods
 from backend.domain.errors import ApiError, FieldError
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
@@ -37,6 +38,7 @@ _CODES = {
     "decimal_max_places": "out_of_range",
     "decimal_max_digits": "out_of_range",
     "int_from_float": "invalid_type",
+    "date_time_out_of_range": "out_of_range",
 }
 
 # Field names come from the request (unknown keys, label keys): control characters are escaped and
@@ -224,6 +226,9 @@ async def _http_error(request: Request, exc: Exception) -> Response:
             errors=[error],
             request_id=request_id_of(request),
         )
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # the router names only the methods of the first route that matched
+        headers["Allow"] = ", ".join(allowed_methods(request.app.routes, request.scope))
     codes = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "bad_request"}
     detail = exc.detail if isinstance(exc.detail, str) else _STATUS_TITLES.get(exc.status_code, "Error")
     if exc.status_code == 404 and detail == "Not Found":
@@ -232,7 +237,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
         status=exc.status_code,
         code=codes.get(exc.status_code, "http_error"),
         detail=detail,
-        headers=dict(exc.headers or {}),
+        headers=headers,
         request_id=request_id_of(request),
         field="body" if exc.status_code == 413 else None,
     )

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import Header, Query
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict
+from pydantic_core import PydanticCustomError
+
+from backend.billing.money import parse_money_text
 
 # Names of SSH keys and volumes: printable, no leading/trailing blanks, no control characters.
 DISPLAY_NAME_PATTERN = r"^[^\x00-\x20\x7f]([^\x00-\x1f\x7f]{0,126}[^\x00-\x20\x7f])?$"
@@ -22,8 +25,42 @@ def _date_time_text(value: object) -> object:
     return value
 
 
+# Dates the backend can add its longest durations to (365 days of ttl, 90 of a term, a month of billing)
+# and convert to UTC without leaving Python's years 1-9999: an overflow there was a 500, now a 422 here.
+EARLIEST_DATE_TIME = datetime(2, 1, 1, tzinfo=UTC)
+LATEST_DATE_TIME = datetime(9000, 1, 1, tzinfo=UTC)
+
+
+def _date_time_in_range(value: datetime) -> datetime:
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)  # naive: refused later
+    if not EARLIEST_DATE_TIME <= aware < LATEST_DATE_TIME:
+        raise PydanticCustomError(
+            "date_time_out_of_range",
+            "must be from {earliest} and before {latest}",
+            {"earliest": "0002-01-01T00:00:00Z", "latest": "9000-01-01T00:00:00Z"},
+        )
+    return value
+
+
+DateTimeInRange = AfterValidator(_date_time_in_range)
 # A `date-time` query parameter, as documented: pydantic alone would also read "0.5" as Unix seconds.
-DateTimeText = Annotated[datetime, BeforeValidator(_date_time_text)]
+DateTimeText = Annotated[datetime, BeforeValidator(_date_time_text), DateTimeInRange]
+
+
+def money_text(decimal_places: int) -> BeforeValidator:
+    """Money fields of request bodies (with `Strict(False)`): a JSON number, or a plain decimal string
+    with up to `decimal_places` decimals; pydantic alone would also take "1e3" and " 5"."""
+
+    def check(value: object) -> object:
+        if not isinstance(value, str):
+            return value
+        try:
+            return parse_money_text(value, decimal_places=decimal_places)
+        except ValueError as error:
+            # The text goes in as context: braces in what was sent are not a template.
+            raise PydanticCustomError("money_format", "{reason}", {"reason": str(error)}) from None
+
+    return BeforeValidator(check)
 
 
 class StrictModel(BaseModel):

@@ -1,7 +1,12 @@
-"""The one declarative base every table of the backend hangs off (so Alembic sees one metadata)."""
+"""The one declarative base every table of the backend hangs off (so Alembic sees one metadata), and the
+one column type every timestamp uses."""
+
+from datetime import UTC, datetime
 
 from sqlalchemy import MetaData
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.types import DateTime, TypeDecorator
 
 # Explicit constraint names: Alembic migrations and PostgreSQL/SQLite then agree on them.
 NAMING_CONVENTION = {
@@ -15,3 +20,25 @@ NAMING_CONVENTION = {
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timestamp stored in UTC and always read back as an aware UTC datetime.
+
+    PostgreSQL keeps it as `timestamp with time zone`; SQLite has no zoned type and keeps the UTC wall
+    time as text, so without this its values would come back naive. A naive value written is taken as
+    UTC (the backend's clock is UTC; nothing should write a naive value, but none is ever shifted).
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

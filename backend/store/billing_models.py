@@ -16,7 +16,6 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Boolean,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
@@ -27,7 +26,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from backend.store.base import Base
+from backend.store.base import Base, UtcDateTime
 
 # SQLite only auto-increments INTEGER PRIMARY KEY columns.
 SERIAL = BigInteger().with_variant(Integer, "sqlite")
@@ -49,13 +48,16 @@ class UsageRecord(Base):
     cluster_id: Mapped[str | None] = mapped_column(String(64))
     region: Mapped[str] = mapped_column(String(64), nullable=False)
     instance_type: Mapped[str | None] = mapped_column(String(64))
-    period_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    period_end: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    period_start: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    period_end: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
     seconds: Mapped[int] = mapped_column(BigInteger, nullable=False)
     units: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)  # GPUs or TiB
     unit_price_usd: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)  # per unit-hour
     amount_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
-    recorded_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    recorded_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    # The labels of the billed object (cluster, volume, reserved IP, reservation) when the line was
+    # charged (migration 0022): chargeback and budgets group by these, so a relabel never moves past spend.
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict, server_default="{}")
 
 
 Index("ix_billing_usage_records_project_period", UsageRecord.project_id, UsageRecord.period_start)
@@ -75,7 +77,7 @@ class LedgerEntry(Base):
     usage_record_id: Mapped[int | None] = mapped_column(ForeignKey("billing_usage_records.id"))
     description: Mapped[str] = mapped_column(Text, nullable=False, default="")
     actor: Mapped[str] = mapped_column(String(64), nullable=False)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 Index("ix_billing_ledger_entries_project", LedgerEntry.project_id, LedgerEntry.id)
@@ -94,18 +96,18 @@ class Reservation(Base):
     gpus_per_node: Mapped[int] = mapped_column(Integer, nullable=False)
     duration_days: Mapped[int] = mapped_column(Integer, nullable=False)
     on_expiry: Mapped[str] = mapped_column(String(32), nullable=False)
-    term_start: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    term_end: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    term_start: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    term_end: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
     # Until when reserved nodes are covered: the term end, plus the teardown grace for `decommission`.
     # Fixed when the term starts, so changing the grace setting never re-prices charged time.
-    covered_until: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    covered_until: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
     discount: Mapped[Decimal] = mapped_column(Numeric(8, 6), nullable=False)
     gpu_hour_usd: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)
     upfront_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
     usage_key: Mapped[str] = mapped_column(String(200), nullable=False)
     # Set once the expiry action (decommission | convert_to_on_demand) has been carried out.
-    expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    expired_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 class CapacityReservation(Base):
@@ -113,7 +115,7 @@ class CapacityReservation(Base):
     fabric of a region for a term, paid up front once when the term starts. Its undrawn nodes are held in
     the fabric's pool from booking until `ends_at` (admission leaves them to clusters that draw from it,
     `backend.provisioning.reservations`); clusters with `reservation_id` draw from it and give their
-    nodes back when they go. Never updated but for `charged_at` and `deleted_at`."""
+    nodes back when they go. Only `name`, `labels`, `charged_at` and `deleted_at` change after booking."""
 
     __tablename__ = "capacity_reservations"
 
@@ -126,15 +128,17 @@ class CapacityReservation(Base):
     node_count: Mapped[int] = mapped_column(Integer, nullable=False)
     gpus_per_node: Mapped[int] = mapped_column(Integer, nullable=False)
     duration_days: Mapped[int] = mapped_column(Integer, nullable=False)
-    starts_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    ends_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    starts_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    ends_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
     # Priced at booking, so the charge at starts_at never depends on a catalog read later.
     discount: Mapped[Decimal] = mapped_column(Numeric(8, 6), nullable=False)
     gpu_hour_usd: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)
     upfront_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
-    charged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    # As clusters' labels (migration 0020): a scoped key's reservations carry its scope label.
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict, server_default="{}")
+    charged_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    deleted_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 Index("ix_capacity_reservations_pool_ends", CapacityReservation.pool, CapacityReservation.ends_at)
@@ -156,7 +160,7 @@ class Invoice(Base):
     reserved_ip_micros: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
     total_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
     line_count: Mapped[int] = mapped_column(Integer, nullable=False)
-    issued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    issued_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 Index("uq_billing_invoices_project_period", Invoice.project_id, Invoice.period, unique=True)
@@ -168,10 +172,11 @@ class BillingAccount(Base):
     __tablename__ = "billing_accounts"
 
     project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), primary_key=True)
-    # True once the project was granted credits: prepaid projects are subject to exhaustion rules.
+    # True once the project was granted credits (history only: since migration 0022 whether exhaustion
+    # rules apply is `projects.billing_mode`, never inferred from a grant).
     prepaid: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
-    exhausted_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    exhausted_since: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 class ReservedIpEvent(Base):
@@ -189,7 +194,9 @@ class ReservedIpEvent(Base):
     # reserved | attached | detached | released
     event: Mapped[str] = mapped_column(String(16), nullable=False)
     cluster_id: Mapped[str | None] = mapped_column(String(64))
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    # The object's labels at the event (migration 0022): lines charged after the row is gone keep its team.
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict, server_default="{}")
 
 
 class VolumeEvent(Base):
@@ -207,7 +214,9 @@ class VolumeEvent(Base):
     region: Mapped[str] = mapped_column(String(64), nullable=False)
     event: Mapped[str] = mapped_column(String(16), nullable=False)  # created | resized | deleted
     size_tib: Mapped[Decimal] = mapped_column(Numeric(18, 6), nullable=False)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    # The object's labels at the event (migration 0022): lines charged after the row is gone keep its team.
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict, server_default="{}")
 
 
 Index("ix_volume_events_project_at", VolumeEvent.project_id, VolumeEvent.at)
@@ -224,9 +233,9 @@ class CreditHold(Base):
     id: Mapped[int] = mapped_column(SERIAL, primary_key=True, autoincrement=True)
     cluster_id: Mapped[str] = mapped_column(String(64), nullable=False, index=True)
     project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
-    paused_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    decommissioned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    released_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    paused_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    decommissioned_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    released_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
 
 class SettledCluster(Base):
@@ -236,7 +245,7 @@ class SettledCluster(Base):
 
     cluster_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     project_id: Mapped[str] = mapped_column(ForeignKey(PROJECT_FK, ondelete="CASCADE"), nullable=False)
-    settled_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    settled_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 class Budget(Base):
@@ -254,8 +263,8 @@ class Budget(Base):
     thresholds: Mapped[list[int]] = mapped_column(JSON, nullable=False)
     action: Mapped[str] = mapped_column(String(16), nullable=False)
     generation: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 Index("ix_billing_budgets_project_id_id", Budget.project_id, Budget.id)
@@ -277,4 +286,4 @@ class BudgetAlert(Base):
     period: Mapped[str] = mapped_column(String(7), nullable=False)  # YYYY-MM
     threshold: Mapped[int] = mapped_column(Integer, nullable=False)  # percent
     spent_micros: Mapped[int] = mapped_column(BigInteger, nullable=False)
-    raised_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    raised_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)

@@ -13,7 +13,6 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     Boolean,
-    DateTime,
     ForeignKey,
     Index,
     Integer,
@@ -25,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
-from backend.store.base import Base
+from backend.store.base import Base, UtcDateTime
 from backend.store.models import ID
 from backend.store.secrets import EncryptedString
 
@@ -49,15 +48,15 @@ class EngineCluster(Base):
     # absent | creating | ready | releasing | released
     control_plane: Mapped[str] = mapped_column(String(16), nullable=False, default="absent")
     control_plane_op: Mapped[str | None] = mapped_column(String(160))
-    control_plane_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    control_plane_ready_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     kube_ca_cert_pem: Mapped[str | None] = mapped_column(Text)
     # Secret, served only by /credentials: sealed at rest (backend.store.secrets), loaded only when read.
     kube_admin_token: Mapped[str | None] = mapped_column(EncryptedString(128), deferred=True)
     # When the token lapses unless renewed (NULL: never leased; the next read issues a fresh one).
-    kube_admin_token_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    kube_admin_token_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # Batch of nodes that must all pass acceptance before any of them starts (all or nothing).
     current_batch: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
-    first_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    first_ready_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # A create that could not be completed: teardown in progress / done, cluster ends FAILED.
     rollback_reason: Mapped[str | None] = mapped_column(Text)
     # A scale-up that could not be completed for this spec generation (not retried until the spec changes).
@@ -66,7 +65,7 @@ class EngineCluster(Base):
     # Set while billing holds the cluster (credits exhausted): no changes are applied until resumed.
     paused_reason: Mapped[str | None] = mapped_column(Text)
     # Spot (0018): until then the spot market has no capacity for this cluster (it reclaimed some).
-    spot_reclaimed_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    spot_reclaimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime())
     finished: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
 
 
@@ -98,7 +97,7 @@ class EngineNode(Base):
     status_reason: Mapped[str | None] = mapped_column(Text)
     # The stage's driver operation (client token) and when it is due; NULL = not submitted yet.
     op_token: Mapped[str | None] = mapped_column(String(160))
-    op_ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    op_ready_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # 1 for the first node at this index, +1 for each replacement (seeds the simulated faults).
     attempt: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     # Bumped on every driver submission: makes each operation's client token unique and deterministic.
@@ -106,7 +105,7 @@ class EngineNode(Base):
     # Config applied on the node: ssh_key_ids, volume_ids, container (day-2 changes diff against it).
     applied_config: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
     watch_token: Mapped[str | None] = mapped_column(String(160))
-    watch_due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    watch_due_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     # Day 2 (migration 0007_node_repair). The failed node this one replaces in place (same name, index
     # and IP); NULL for a node of a create or scale-up.
     repair_of: Mapped[str | None] = mapped_column(ID)
@@ -122,10 +121,10 @@ class EngineNode(Base):
     # went out.
     capacity_type: Mapped[str] = mapped_column(String(16), nullable=False, default="on_demand",
                                                server_default="on_demand")
-    preempt_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    preempt_notice_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    preempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    preempt_notice_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 class NodeTransition(Base):
@@ -149,7 +148,7 @@ class NodeTransition(Base):
     from_status: Mapped[str | None] = mapped_column(String(24))
     to_status: Mapped[str] = mapped_column(String(24), nullable=False)
     reason: Mapped[str | None] = mapped_column(Text)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False, index=True)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False, index=True)
 
 
 class PhaseRecord(Base):
@@ -160,7 +159,7 @@ class PhaseRecord(Base):
                                             index=True)
     phase: Mapped[str] = mapped_column(String(40), nullable=False)
     detail: Mapped[str | None] = mapped_column(Text)
-    at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 class Allocation(Base):
@@ -178,7 +177,7 @@ class Allocation(Base):
     cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), nullable=False,
                                             index=True)
     node_id: Mapped[str | None] = mapped_column(ID, index=True)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 
 
 # "Which of these values are held, and in which pool?" without reading every row of the kind or pool
@@ -242,9 +241,9 @@ class WorkItem(Base):
     __tablename__ = "engine_work"
 
     cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), primary_key=True)
-    due_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), index=True)
+    due_at: Mapped[datetime | None] = mapped_column(UtcDateTime(), index=True)
     lease_owner: Mapped[str | None] = mapped_column(String(80))
-    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    lease_expires_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     fencing_token: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     passes: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
     last_error: Mapped[str | None] = mapped_column(Text)
@@ -261,8 +260,8 @@ class Step(Base):
                                             index=True)
     node_id: Mapped[str | None] = mapped_column(ID)
     kind: Mapped[str] = mapped_column(String(32), nullable=False)
-    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    submitted_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    ready_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     outcome: Mapped[str | None] = mapped_column(String(16))  # succeeded | failed, once observed
     reason: Mapped[str | None] = mapped_column(Text)
     worker: Mapped[str] = mapped_column(String(80), nullable=False)
@@ -273,8 +272,8 @@ class Worker(Base):
     __tablename__ = "engine_workers"
 
     id: Mapped[str] = mapped_column(String(80), primary_key=True)
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    heartbeat_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
     passes: Mapped[int] = mapped_column(Integer, nullable=False, default=0)
 
 
@@ -285,8 +284,8 @@ class SimulatedOperation(Base):
 
     client_token: Mapped[str] = mapped_column(String(160), primary_key=True)
     kind: Mapped[str] = mapped_column(String(32), nullable=False)
-    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
-    ready_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    submitted_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+    ready_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     succeeded: Mapped[bool] = mapped_column(Boolean, nullable=False)
     reason: Mapped[str | None] = mapped_column(Text)
 
@@ -303,5 +302,5 @@ class NodeMetricChunk(Base):
     node_name: Mapped[str] = mapped_column(String(80), primary_key=True)
     tier: Mapped[int] = mapped_column(Integer, primary_key=True)
     slot: Mapped[int] = mapped_column(Integer, primary_key=True)  # chunk number modulo the ring size
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    started_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
     data: Mapped[bytes] = mapped_column(LargeBinary, nullable=False)

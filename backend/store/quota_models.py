@@ -9,8 +9,7 @@ from datetime import datetime
 from sqlalchemy import BigInteger, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from backend.store.base import Base
-from backend.store.models import UtcDateTime
+from backend.store.base import Base, UtcDateTime
 
 
 class ProjectQuota(Base):
