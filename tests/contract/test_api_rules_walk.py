@@ -316,6 +316,7 @@ NOT_PLAN_TIME = {
     "too_many_lines": "a limit of the usage CSV export, no provider attribute",
     "unsupported_by_driver": "local driver only (this walk's API runs the simulated one); the provider "
     "reads the orchestrators the driver runs from the catalog rules (see test_local_driver.py)",
+    "label_mismatch": "compares with the team labels of the cluster an IP is reserved for, read at apply",
 }
 
 
