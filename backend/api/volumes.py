@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from starlette.responses import Response
 
 from backend.api.cluster_nodes import driver
+from backend.api.cluster_schemas import Labels
 from backend.api.deps import Reader, Writer
 from backend.api.listing import page_args, page_body
 from backend.api.schemas import (
@@ -43,17 +44,24 @@ VOLUME_GROWTH_ERRORS = {
 }
 
 
+# Billing writes them onto each storage line: chargeback and budgets (group_by=label:team) reach the team.
+VOLUME_LABELS_DOC = "Key/value labels (a team-scoped key adds its scope label); storage lines carry them"
+
+
 class VolumeCreate(StrictModel):
     name: str = Field(pattern=DISPLAY_NAME_PATTERN, max_length=128, description="Display name")
     region: str = Field(
         min_length=1, max_length=64, pattern=r"^[a-z0-9-]+$", description="Region (see /v1/regions)"
     )
     size_tib: int = Field(ge=1, le=MAX_SIZE_TIB, description="Size in TiB; can grow later, never shrink")
+    labels: Labels = Field(default_factory=dict, description=VOLUME_LABELS_DOC)
 
 
 class VolumeUpdate(StrictModel):
     name: str | None = Field(default=None, pattern=DISPLAY_NAME_PATTERN, max_length=128)
     size_tib: int | None = Field(default=None, ge=1, le=MAX_SIZE_TIB, description="New size (>= current)")
+    labels: Labels | None = Field(default=None, description="Replaces the labels (spend charged before keeps "
+                                  "the labels it was charged under)")
 
 
 class VolumeOut(BaseModel):
@@ -63,6 +71,7 @@ class VolumeOut(BaseModel):
     size_tib: int
     status: str
     mount_path: str = Field(description="Where clusters mount the volume (stable for the volume's life)")
+    labels: dict[str, str]
     attached_cluster_ids: list[str]
     estimated_hourly_cost_usd: float
     created_at: datetime
@@ -77,6 +86,7 @@ def to_out(row: Volume, attached: list[str], catalog: Catalog) -> VolumeOut:
         size_tib=row.size_tib,
         status=row.status,
         mount_path=f"/mnt/shared/{row.id}",
+        labels=dict(row.labels or {}),
         attached_cluster_ids=attached,
         estimated_hourly_cost_usd=float(volumes.hourly_cost_usd(catalog, row.size_tib)),
         created_at=row.created_at,
@@ -105,6 +115,7 @@ def create_volume(
             name=body.name,
             region=body.region,
             size_tib=body.size_tib,
+            labels=body.labels,
         )
         return WriteOutcome(
             KIND, row.id, to_out(row, [], catalog), 201, etag_for(row.generation), f"/v1/volumes/{row.id}"
@@ -169,6 +180,7 @@ def update_volume(
             volume_id=volume_id,
             name=body.name,
             size_tib=body.size_tib,
+            labels=body.labels,
             if_match=if_match,
         )
         return WriteOutcome(KIND, row.id, _out(session, row, catalog), 200, etag_for(row.generation))

@@ -231,12 +231,22 @@ def check_budgets(session: Session, *, project_id: str, now: datetime) -> int:
 
 
 def check_budget_admission(
-    session: Session, *, project_id: str, labels: Mapping[str, str], now: datetime
+    session: Session,
+    *,
+    project_id: str,
+    labels: Mapping[str, str],
+    now: datetime,
+    what: str = "new clusters are refused",
+    previous_labels: Mapping[str, str] | None = None,
 ) -> None:
-    """402 `budget_exceeded` when a `block_new` budget whose filter the new cluster matches is spent."""
+    """402 `budget_exceeded` when a `block_new` budget whose filter `labels` match is spent (`what`: the
+    refused change, for the message). With `previous_labels` (a relabel) only budgets the cluster did
+    not fall under before count: moving into a blocked team is refused, leaving one is not."""
     query = select(Budget).where(Budget.project_id == project_id, Budget.action == BLOCK_NEW)
     for budget in session.scalars(query.order_by(Budget.id)):
         if not _matches(labels, budget.label_key, budget.label_value):
+            continue
+        if previous_labels is not None and _matches(previous_labels, budget.label_key, budget.label_value):
             continue
         spent = month_spend_micros(session, budget, now)
         if spent < budget.amount_micros:
@@ -245,7 +255,7 @@ def check_budget_admission(
         raise BudgetExceeded(
             f"budget {budget.name!r} ({budget.id}) of {micros_to_usd(budget.amount_micros)} USD a month"
             f"{scope} is spent ({micros_to_usd(spent)} USD in {month_of(now)}) and its action is block_new: "
-            "new clusters are refused until the month ends; raise its amount_usd or set action = notify",
+            f"{what} until the month ends; raise its amount_usd or set action = notify",
             field="budget_id",
             extra={
                 "budget_id": budget.id,

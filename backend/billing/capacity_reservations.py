@@ -19,9 +19,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.billing import actions
-from backend.billing.clock import ensure_utc
 from backend.billing.ledger import PendingCharge
 from backend.billing.money import micros_to_usd
+from backend.domain.clock import ensure_utc
 from backend.store.billing_models import CapacityReservation, UsageRecord
 
 KIND = "reservation"
@@ -86,4 +86,5 @@ def _record(row: CapacityReservation, *, now: datetime) -> UsageRecord:
         unit_price_usd=row.gpu_hour_usd,
         amount_micros=row.upfront_micros,
         recorded_at=ensure_utc(now),
+        labels=dict(row.labels or {}),
     )

@@ -1,8 +1,8 @@
 """Chargeback: a project's usage lines summed per team label, per cluster or per day, with the total.
 
-Every line falls in exactly one group (a line without the label, such as storage or a cluster without
-it, falls in the group with key null), so the groups always add up to the total of the same lines.
-Labels are read from the clusters as they are now: relabel a cluster and its past usage moves with it.
+Every line falls in exactly one group (a line without the label falls in the group with key null), so
+the groups always add up to the total of the same lines. Labels are the line's own: those of its object
+(cluster, volume, reserved IP, reservation) when it was charged, so a relabel never moves past spend.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.billing.clock import ensure_utc
 from backend.billing.money import micros_to_usd
 from backend.billing.reports import UsageFilter, usage_query
+from backend.domain.clock import ensure_utc
 from backend.store.billing_models import UsageRecord
 from backend.store.models import Cluster
 
@@ -54,27 +54,27 @@ def group_usage(session: Session, *, project_id: str, filters: UsageFilter, grou
         raise ValueError(f"bad group_by {group_by!r}")
     rows = session.execute(
         usage_query(project_id, filters).with_only_columns(
-            UsageRecord.cluster_id, UsageRecord.period_start, UsageRecord.amount_micros
+            UsageRecord.cluster_id, UsageRecord.period_start, UsageRecord.amount_micros, UsageRecord.labels
         )
     ).all()
-    clusters = _clusters(session, project_id, {r.cluster_id for r in rows if r.cluster_id})
+    names = _cluster_names(session, project_id, {r.cluster_id for r in rows if r.cluster_id}
+                           if group_by == "cluster" else set())
     label = group_by.removeprefix("label:") if group_by.startswith("label:") else None
     sums: dict[str | None, list[int]] = {}
-    for cluster_id, period_start, amount in rows:
+    for cluster_id, period_start, amount, labels in rows:
         if group_by == "day":
             key: str | None = ensure_utc(period_start).date().isoformat()
         elif group_by == "cluster":
             key = cluster_id
         else:
-            labels = clusters.get(cluster_id, (None, {}))[1] if cluster_id else {}
-            key = labels.get(label) if label is not None else None
+            key = (labels or {}).get(label) if label is not None else None
         totals = sums.setdefault(key, [0, 0])
         totals[0] += int(amount)
         totals[1] += 1
     groups = [
         UsageGroup(
             key=key,
-            name=clusters.get(key, (None, {}))[0] if group_by == "cluster" and key else None,
+            name=names.get(key) if group_by == "cluster" and key else None,
             amount_micros=amount,
             line_count=count,
         )
@@ -89,16 +89,14 @@ def group_usage(session: Session, *, project_id: str, filters: UsageFilter, grou
     )
 
 
-def _clusters(
-    session: Session, project_id: str, ids: set[str]
-) -> dict[str | None, tuple[str, dict[str, str]]]:
-    """Name and labels of the clusters the lines name (deleted clusters keep their rows)."""
+def _cluster_names(session: Session, project_id: str, ids: set[str]) -> dict[str, str]:
+    """Names of the clusters the lines name (deleted clusters keep their rows)."""
     if not ids:
         return {}
-    query = select(Cluster.id, Cluster.name, Cluster.labels).where(
+    query = select(Cluster.id, Cluster.name).where(
         Cluster.project_id == project_id, Cluster.id.in_(sorted(ids))
     )
-    return {row.id: (row.name, dict(row.labels or {})) for row in session.execute(query)}
+    return {row.id: row.name for row in session.execute(query)}
 
 
 def groups_view(result: UsageGroups) -> dict[str, object]:

@@ -1,5 +1,7 @@
 """Compute metering: the engine's node transition history -> reserved terms and priced hour slices.
 
+Each node is priced at `PriceBook.capacity_gpu_hour` of the capacity it ran on, the per-node rate the
+cluster price (`backend.billing.estimate.cluster_price`) adds up, so an estimate is the first hour charged.
 Reads `engine_node_transitions` (append-only, written by the engine with every node status change) and
 `engine_clusters.first_ready_at` (when a cluster first reached RUNNING: a reserved term starts there).
 """
@@ -7,7 +9,7 @@ Reads `engine_node_transitions` (append-only, written by the engine with every n
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
@@ -15,7 +17,6 @@ from functools import partial
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.billing.clock import ensure_utc
 from backend.billing.ledger import PendingCharge
 from backend.billing.meter import (
     RUNNING,
@@ -32,8 +33,9 @@ from backend.billing.meter import (
     running_intervals,
     without_gaps,
 )
-from backend.billing.pricing import PriceBook
+from backend.billing.pricing import ON_DEMAND, SPOT, PriceBook
 from backend.billing.storage_meter import usage_record
+from backend.domain.clock import ensure_utc
 from backend.store.billing_models import CapacityReservation, Reservation, SettledCluster, UsageRecord
 from backend.store.engine_models import EngineCluster
 from backend.store.engine_models import NodeTransition as NodeTransitionRow
@@ -123,7 +125,7 @@ def start_reservation(
         cluster_id=cluster.id,
         node_count=cluster.node_count,
         gpus_per_node=usage.gpus_per_node,
-        on_demand_gpu_hour_usd=prices.on_demand_gpu_hour(usage.instance_type, usage.region),
+        on_demand_gpu_hour_usd=prices.capacity_gpu_hour(usage.instance_type, usage.region, ON_DEMAND),
         discount=discount,
         duration_days=cluster.billing_duration_days,
         term_start=started,
@@ -153,6 +155,7 @@ def start_reservation(
         region=usage.region,
         instance_type=usage.instance_type,
         now=now,
+        labels=dict(cluster.labels or {}),
     )
     return reservation, PendingCharge(charge.key, build)
 
@@ -191,14 +194,16 @@ def compute_records(
     prices: PriceBook,
     cutoff: datetime,
     now: datetime,
+    labels: Mapping[str, str] | None = None,
 ) -> list[PendingCharge]:
-    """Charges for every final hour slice of the cluster's segments (stored or not)."""
+    """Charges for every final hour slice of the cluster's segments (stored or not), each line carrying
+    `labels` (the cluster's when it is charged)."""
     items = compute_usage_items(
         segments,
         gpus_per_node=usage.gpus_per_node,
-        on_demand_gpu_hour_usd=prices.on_demand_gpu_hour(usage.instance_type, usage.region),
+        on_demand_gpu_hour_usd=prices.capacity_gpu_hour(usage.instance_type, usage.region, ON_DEMAND),
         cutoff=cutoff,
-        spot_gpu_hour_usd=prices.spot_gpu_hour(usage.instance_type, usage.region),
+        spot_gpu_hour_usd=prices.capacity_gpu_hour(usage.instance_type, usage.region, SPOT),
     )
     return [
         PendingCharge(
@@ -212,6 +217,7 @@ def compute_records(
                 now=now,
                 cluster_id=usage.cluster_id,
                 instance_type=usage.instance_type,
+                labels=labels,
             ),
         )
         for item in items
@@ -230,15 +236,21 @@ def compute_accrued_micros(
     return accrued_micros(
         segments,
         gpus_per_node=usage.gpus_per_node,
-        on_demand_gpu_hour_usd=prices.on_demand_gpu_hour(usage.instance_type, usage.region),
+        on_demand_gpu_hour_usd=prices.capacity_gpu_hour(usage.instance_type, usage.region, ON_DEMAND),
         cutoff=cutoff,
         now=now,
-        spot_gpu_hour_usd=prices.spot_gpu_hour(usage.instance_type, usage.region),
+        spot_gpu_hour_usd=prices.capacity_gpu_hour(usage.instance_type, usage.region, SPOT),
     )
 
 
 def _reservation_record(
-    charge: ReservationCharge, *, project_id: str, region: str, instance_type: str, now: datetime
+    charge: ReservationCharge,
+    *,
+    project_id: str,
+    region: str,
+    instance_type: str,
+    now: datetime,
+    labels: Mapping[str, str],
 ) -> UsageRecord:
     return UsageRecord(
         idempotency_key=charge.key,
@@ -256,6 +268,7 @@ def _reservation_record(
         unit_price_usd=charge.gpu_hour_usd,
         amount_micros=charge.amount_micros,
         recorded_at=ensure_utc(now),
+        labels=dict(labels),
     )
 
 

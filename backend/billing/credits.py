@@ -1,10 +1,11 @@
 """Credit balance rules, pure: what must happen to a project whose prepaid credits ran out.
 
-Only projects that have been granted credits are prepaid and subject to these rules; a project that
-never received credits is invoiced monthly (postpaid) and is never paused.
+Only prepaid projects (`projects.billing_mode`, set by an operator, never inferred from a grant) are
+subject to these rules; a postpaid project is invoiced monthly, its credits reduce the invoice, and it is
+never paused. Clusters on paid capacity (reserved terms, drawn capacity reservations) are never paused.
 
 Timeline once the balance drops to zero or below at `exhausted_at` (every delay configurable):
-- at once: on-demand clusters are paused (metering stops); reserved clusters run to their end date;
+- at once: on-demand clusters are paused (metering stops); clusters on paid capacity run to its end;
 - + `decommission_after`: on-demand clusters still paused are decommissioned;
 - + `attach_refused_after`: attaching a volume to a cluster is refused;
 - + `volume_data_kept_for`: the volume data deadline; until then volumes and their data are kept.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from backend.billing.clock import ensure_utc
+from backend.domain.clock import ensure_utc
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from backend.billing.clock import ensure_utc
+from backend.domain.clock import ensure_utc
 from backend.store.billing_models import Invoice, UsageRecord
 
 

@@ -10,7 +10,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from backend.billing.clock import ensure_utc
+from backend.domain.clock import ensure_utc
 from backend.store.billing_models import BillingAccount, LedgerEntry, UsageRecord
 
 _IN_CHUNK = 500

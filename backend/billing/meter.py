@@ -26,9 +26,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from enum import StrEnum
 
-from backend.billing.clock import ensure_utc
 from backend.billing.estimate import reserved_upfront_micros
 from backend.billing.money import prorate_micros
+from backend.domain.clock import ensure_utc
 
 RUNNING = "RUNNING"
 # Statuses that stop the meter. PAUSED/STOPPED are listed so a pause stops metering whatever the

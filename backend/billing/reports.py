@@ -8,11 +8,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import Select, bindparam, or_, select
+from sqlalchemy import Select, bindparam, select
 from sqlalchemy.orm import Session
 
-from backend.billing.account import credit_standing
-from backend.billing.clock import ensure_utc
+from backend.billing.account import billing_mode, credit_standing
 from backend.billing.credits import CreditStanding
 from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.invoices import month_bounds, month_of, month_totals
@@ -22,10 +21,10 @@ from backend.billing.money import micros_to_usd
 from backend.billing.pricing import PricingError
 from backend.billing.settings import BillingSettings
 from backend.domain.access import Scope
+from backend.domain.clock import ensure_utc
 from backend.store.billing_models import Invoice, Reservation, UsageRecord
 from backend.store.db import execute_core
 from backend.store.engine_models import EngineCluster
-from backend.store.models import Cluster, ReservedIp, Volume
 from backend.store.scoping import scope_filter
 
 
@@ -36,7 +35,7 @@ class UsageFilter:
     resource_id: str | None = None
     start: datetime | None = None  # period_end > start
     end: datetime | None = None  # period_start < end
-    scope: Scope | None = None  # a team-scoped key: the lines of its team's clusters and volumes only
+    scope: Scope | None = None  # a team-scoped key: the lines labelled with its team only
 
 
 def list_usage(
@@ -64,21 +63,9 @@ def usage_query(project_id: str, filters: UsageFilter) -> Select[UsageRecord]:
     if filters.end is not None:
         query = query.where(UsageRecord.period_start < filters.end)
     if filters.scope is not None:
-        # Clusters stay in the store after deletion; a deleted volume or released IP does not, so its
-        # lines show to unscoped keys only.
-        team_clusters = select(Cluster.id).where(
-            Cluster.project_id == project_id, scope_filter(Cluster.labels, filters.scope)
-        )
-        team_volumes = select(Volume.id).where(
-            Volume.project_id == project_id, scope_filter(Volume.labels, filters.scope)
-        )
-        team_addresses = select(ReservedIp.id).where(
-            ReservedIp.project_id == project_id, scope_filter(ReservedIp.labels, filters.scope)
-        )
-        query = query.where(
-            or_(UsageRecord.cluster_id.in_(team_clusters), UsageRecord.resource_id.in_(team_volumes),
-                UsageRecord.resource_id.in_(team_addresses))
-        )
+        # Each line carries its object's labels as charged (a deleted volume's or a reservation's too),
+        # so a team sees the lines chargeback counts for it, and a relabel moves none of them.
+        query = query.where(scope_filter(UsageRecord.labels, filters.scope))
     return query
 
 
@@ -99,6 +86,7 @@ def usage_item(row: UsageRecord) -> dict[str, Any]:
         "unit_price_usd": str(row.unit_price_usd),
         "amount_usd": str(micros_to_usd(row.amount_micros)),
         "recorded_at": ensure_utc(row.recorded_at),
+        "labels": dict(row.labels or {}),
     }
 
 
@@ -109,6 +97,7 @@ def balance_view(
     balance = balance_micros(session, project_id)
     standing: CreditStanding = credit_standing(session, project_id=project_id, now=now, settings=settings)
     return {
+        "billing_mode": billing_mode(session, project_id),
         "prepaid": standing.prepaid,
         "granted_usd": str(micros_to_usd(granted)),
         "charged_usd": str(micros_to_usd(granted - balance)),

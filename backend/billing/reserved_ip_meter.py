@@ -8,8 +8,8 @@ saw: an attachment between two passes is charged for exactly its seconds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
@@ -17,13 +17,14 @@ from functools import partial
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.billing.clock import ensure_utc
 from backend.billing.ledger import PendingCharge
 from backend.billing.meter import UsageItem, UsageKind, hour_slices, stamp, to_second, unbilled_seconds
 from backend.billing.money import prorate_micros
 from backend.billing.pricing import PriceBook
 from backend.billing.storage_meter import usage_record
+from backend.domain.clock import ensure_utc
 from backend.store.billing_models import ReservedIpEvent
+from backend.store.models import ReservedIp
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class ReservedIpSegment:
     attached: bool
     start: datetime
     end: datetime | None  # None: still reserved in this state
+    labels: Mapping[str, str] = field(default_factory=dict)  # written onto each line (chargeback)
 
 
 def reserved_ip_segments(
@@ -76,14 +78,18 @@ def reserved_ip_segments(
 
 
 def load_reserved_ip_usage(session: Session, *, project_id: str) -> list[ReservedIpSegment]:
-    """Every rate segment of every reserved IP the project ever had, from its history."""
+    """Every rate segment of every reserved IP the project ever had, from its history, with the
+    address's labels now (those of its last event once it is gone)."""
     rows = session.scalars(
         select(ReservedIpEvent).where(ReservedIpEvent.project_id == project_id)
         .order_by(ReservedIpEvent.at, ReservedIpEvent.id)
     ).all()
     regions = {row.reserved_ip_id: row.region for row in rows}
+    labels = {row.reserved_ip_id: dict(row.labels or {}) for row in rows}
+    live = select(ReservedIp.id, ReservedIp.labels).where(ReservedIp.project_id == project_id)
+    labels.update({row.id: dict(row.labels or {}) for row in session.execute(live) if row.id in labels})
     changes = [ReservedIpChange(r.reserved_ip_id, r.event, ensure_utc(r.at)) for r in rows]
-    return reserved_ip_segments(changes, regions)
+    return [replace(s, labels=labels[s.reserved_ip_id]) for s in reserved_ip_segments(changes, regions)]
 
 
 def reserved_ip_usage_items(
@@ -115,7 +121,7 @@ def reserved_ip_records(segments: list[ReservedIpSegment], *, project_id: str, p
         price = prices.reserved_ip_hour(segment.region, attached=segment.attached)
         records.extend(
             PendingCharge(item.key, partial(usage_record, item, project_id=project_id, region=segment.region,
-                                            resource_type="reserved_ip", now=now))
+                                            resource_type="reserved_ip", now=now, labels=segment.labels))
             for item in reserved_ip_usage_items(segment, hour_usd=price, cutoff=cutoff)
         )
     return records

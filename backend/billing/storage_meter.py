@@ -7,7 +7,8 @@ between two passes, or during a billing outage, is charged for exactly the secon
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from functools import partial
@@ -15,7 +16,6 @@ from functools import partial
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.billing.clock import ensure_utc
 from backend.billing.ledger import PendingCharge
 from backend.billing.meter import (
     StorageSegment,
@@ -27,25 +27,32 @@ from backend.billing.meter import (
 )
 from backend.billing.money import prorate_micros
 from backend.billing.pricing import PriceBook
+from backend.domain.clock import ensure_utc
 from backend.store.billing_models import UsageRecord, VolumeEvent
+from backend.store.models import Volume
 
 
 @dataclass(frozen=True)
 class VolumeUsage:
     region: str
     segment: StorageSegment
+    labels: Mapping[str, str] = field(default_factory=dict)  # written onto each line (chargeback)
 
 
 def load_volume_usage(session: Session, *, project_id: str) -> list[VolumeUsage]:
-    """Every size segment of every volume the project ever had, from its history."""
+    """Every size segment of every volume the project ever had, from its history, with the volume's
+    labels now (those of its last event once it is deleted)."""
     rows = session.scalars(
         select(VolumeEvent)
         .where(VolumeEvent.project_id == project_id)
         .order_by(VolumeEvent.at, VolumeEvent.id)
     ).all()
     regions = {row.volume_id: row.region for row in rows}
+    labels = {row.volume_id: dict(row.labels or {}) for row in rows}
+    live = select(Volume.id, Volume.labels).where(Volume.project_id == project_id)
+    labels.update({row.id: dict(row.labels or {}) for row in session.execute(live)})
     changes = [VolumeChange(r.volume_id, r.event, Decimal(r.size_tib), ensure_utc(r.at)) for r in rows]
-    return [VolumeUsage(regions[s.volume_id], s) for s in storage_segments(changes)]
+    return [VolumeUsage(regions[s.volume_id], s, labels[s.volume_id]) for s in storage_segments(changes)]
 
 
 def storage_records(
@@ -73,6 +80,7 @@ def storage_records(
                     region=volume.region,
                     resource_type="volume",
                     now=now,
+                    labels=volume.labels,
                 ),
             )
             for item in items
@@ -89,7 +97,9 @@ def usage_record(
     now: datetime,
     cluster_id: str | None = None,
     instance_type: str | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> UsageRecord:
+    """The usage line of `item`, carrying its object's labels as they are when it is charged."""
     return UsageRecord(
         idempotency_key=item.key,
         project_id=project_id,
@@ -106,6 +116,7 @@ def usage_record(
         unit_price_usd=item.unit_price_usd,
         amount_micros=item.amount_micros,
         recorded_at=ensure_utc(now),
+        labels=dict(labels or {}),
     )
 
 

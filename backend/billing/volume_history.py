@@ -8,7 +8,7 @@ from decimal import Decimal
 
 from sqlalchemy.orm import Session
 
-from backend.billing.clock import ensure_utc
+from backend.domain.clock import ensure_utc
 from backend.store.billing_models import VolumeEvent
 from backend.store.models import Volume
 
@@ -27,5 +27,6 @@ def record_volume_event(session: Session, *, volume: Volume, event: str, at: dat
             event=event,
             size_tib=Decimal(volume.size_tib),
             at=ensure_utc(at),
+            labels=dict(volume.labels or {}),
         )
     )

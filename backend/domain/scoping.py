@@ -59,7 +59,7 @@ _TEAM_OWNED = {
 _RECORDS = (
     "idempotency_records",  # replayed only to a key of the same scope (services.idempotency)
     "audit_events",
-    "billing_usage_records",  # usage lines: scoped through their cluster or volume (billing.reports)
+    "billing_usage_records",  # usage lines: scoped by the labels each carries (billing.reports)
     "billing_reservations",  # a cluster's reserved term: scoped through the cluster
     "billing_credit_holds",
     "billing_settled_clusters",

@@ -20,9 +20,9 @@ from backend.billing.estimate import estimate_cluster_cost
 from backend.billing.money import usd_to_micros
 from backend.billing.pricing import PricingError
 from backend.domain.catalog import Catalog
+from backend.domain.clock import utcnow
 from backend.domain.quotas import Figures, Limits, first_exceeded
 from backend.provisioning import allocator
-from backend.services.clock import utcnow
 from backend.store.models import Cluster
 from backend.store.quota_models import ProjectQuota
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from decimal import Decimal
 
 from sqlalchemy import delete, select
@@ -16,7 +16,14 @@ from backend.domain.clock import utcnow
 from backend.domain.errors import Conflict, FieldError, Unprocessable, validation_failed
 from backend.domain.ids import new_id
 from backend.store.models import Cluster, ClusterVolume, Volume
-from backend.store.repository import check_if_match, get_owned, keyset_page, owned_select, touch
+from backend.store.repository import (
+    check_if_match,
+    get_owned,
+    keyset_page,
+    owned_select,
+    scoped_labels,
+    touch,
+)
 
 
 def check_region(catalog: Catalog, region: str, *, path: str = "region") -> None:
@@ -37,9 +44,10 @@ def create_volume(
     region: str,
     size_tib: int,
     scope: Scope | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Volume:
-    """Create a volume in a known region, labelled with the caller's team scope (402 when the project
-    is out of prepaid credits)."""
+    """Create a volume in a known region with `labels` plus the caller's team scope (402 when the
+    project is out of prepaid credits)."""
     check_region(catalog, region)
     check_admission_allowed(session, project_id=project_id, what="creating a volume")
     now = utcnow()
@@ -50,7 +58,7 @@ def create_volume(
         region=region,
         size_tib=size_tib,
         status="available",
-        labels=scope.as_labels() if scope else {},
+        labels=scoped_labels(labels or {}, scope),
         generation=1,
         created_at=now,
         updated_at=now,
@@ -125,8 +133,9 @@ def update_volume(
     size_tib: int | None,
     if_match: str | None,
     scope: Scope | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Volume:
-    """Rename and/or grow a volume; shrinking is refused (422) because it would lose data, growing a
+    """Rename, relabel and/or grow a volume; shrinking is refused (422) because it would lose data, growing a
     volume of a project out of prepaid credits too (402)."""
     row = get_volume(
         session=session, project_id=project_id, volume_id=volume_id, for_update=True, scope=scope
@@ -144,6 +153,8 @@ def update_volume(
     changed = False
     if name is not None and name != row.name:
         row.name, changed = name, True
+    if labels is not None and scoped_labels(labels, scope) != row.labels:
+        row.labels, changed = scoped_labels(labels, scope), True
     resized = size_tib is not None and size_tib != row.size_tib
     if size_tib is not None and resized:
         row.size_tib, changed = size_tib, True

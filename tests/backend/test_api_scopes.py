@@ -214,6 +214,8 @@ def test_scope_usage_lines_are_the_teams_clusters_and_volumes(
                     unit_price_usd=Decimal(1),
                     amount_micros=1_000_000,
                     recorded_at=hour + timedelta(hours=1),
+                    # As the meter writes them: the labels of the line's object when charged.
+                    labels={"team": "nlp" if resource_id in ("nod_nlp", nlp.volume) else "vision"},
                 )
             )
     engine.dispose()

@@ -4,28 +4,35 @@ with chosen timestamps, a ManualClock, and the metering job run on demand."""
 from __future__ import annotations
 
 import itertools
+import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.billing.clock import ManualClock
+from backend.billing.estimate import reserved_upfront_micros
 from backend.billing.ledger import balance_micros, grant_credits
 from backend.billing.pricing_catalog import default_price_book
 from backend.billing.service import MeteringResult, run_metering
 from backend.billing.settings import BillingSettings
 from backend.billing.volume_history import CREATED, DELETED, RESIZED, record_volume_event
+from backend.domain.clock import ManualClock
 from backend.domain.ids import new_id
 from backend.settings import Settings
-from backend.store.billing_models import UsageRecord
+from backend.store.billing_models import CapacityReservation, UsageRecord
 from backend.store.db import make_engine, make_session_factory
 from backend.store.engine_models import EngineNode, NodeTransition
-from backend.store.models import AuditEvent, Cluster, Project, Volume
+from backend.store.models import AuditEvent, Cluster, Project, ReservedIp, Volume
+from backend.store.reserved_ip_history import RELEASED, RESERVED, record_reserved_ip_event
+from tests.backend.conftest import _postgres_admin_url
 
+Labelled = TypeVar("Labelled", Cluster, Volume, ReservedIp, CapacityReservation)
 T0 = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)
 
 
@@ -51,9 +58,10 @@ class BillingWorld:
         )
 
     # --- core rows --------------------------------------------------------------------------------------
-    def project(self, name: str = "acme") -> str:
+    def project(self, name: str = "acme", billing_mode: str = "postpaid") -> str:
+        """A project, postpaid unless `billing_mode` says prepaid (an operator's choice, never a grant's)."""
         with self.sessions.begin() as session:
-            project = Project(id=new_id("project"), name=name, created_at=T0)
+            project = Project(id=new_id("project"), name=name, billing_mode=billing_mode, created_at=T0)
             session.add(project)
         return project.id
 
@@ -65,13 +73,15 @@ class BillingWorld:
 
     def cluster(self, project_id: str, *, instance_type: str, region: str, node_count: int,
                 billing_type: str = "on_demand", duration_days: int | None = None,
-                on_expiry: str | None = None, deletion_protection: bool = False) -> str:
+                on_expiry: str | None = None, deletion_protection: bool = False,
+                labels: dict[str, str] | None = None, reservation_id: str | None = None) -> str:
         with self.sessions.begin() as session:
             cluster = Cluster(
                 id=new_id("cluster"), project_id=project_id, name=f"c{next(self._names)}", region=region,
                 instance_type=instance_type, node_count=node_count, orchestrator="slurm",
                 interconnect="infiniband", container=None, billing_type=billing_type,
-                billing_duration_days=duration_days, billing_on_expiry=on_expiry, labels={},
+                billing_duration_days=duration_days, billing_on_expiry=on_expiry, labels=labels or {},
+                reservation_id=reservation_id,
                 deletion_protection=deletion_protection, status="PENDING", generation=1, created_at=T0,
                 updated_at=T0,
             )
@@ -115,12 +125,13 @@ class BillingWorld:
         for name in names:
             self.transition(cluster_id, name, status, moment, capacity_type)
 
-    def volume(self, project_id: str, *, region: str, size_tib: int, created: datetime) -> str:
+    def volume(self, project_id: str, *, region: str, size_tib: int, created: datetime,
+               labels: dict[str, str] | None = None) -> str:
         """Create a volume as the volume service does: the row and its `created` history event."""
         with self.sessions.begin() as session:
             volume = Volume(id=new_id("volume"), project_id=project_id, name=f"v{next(self._names)}",
                             region=region, size_tib=size_tib, status="available", generation=1,
-                            created_at=created, updated_at=created)
+                            created_at=created, updated_at=created, labels=labels or {})
             session.add(volume)
             session.flush()
             record_volume_event(session, volume=volume, event=CREATED, at=created)
@@ -140,6 +151,55 @@ class BillingWorld:
             assert volume is not None
             record_volume_event(session, volume=volume, event=DELETED, at=moment)
             session.delete(volume)
+
+    def reserved_ip(self, project_id: str, *, region: str, moment: datetime,
+                    labels: dict[str, str] | None = None) -> str:
+        """Reserve an address as the reserved IP service does: the row and its `reserved` event."""
+        with self.sessions.begin() as session:
+            row = ReservedIp(id=new_id("reserved_ip"), project_id=project_id, name=f"ip{next(self._names)}",
+                             region=region, address=f"198.18.0.{next(self._names) % 250 + 1}",
+                             labels=labels or {}, generation=1, created_at=moment, updated_at=moment)
+            session.add(row)
+            session.flush()
+            record_reserved_ip_event(session, reserved_ip=row, event=RESERVED, at=moment)
+        return row.id
+
+    def reserved_ip_event(self, ip_id: str, event: str, moment: datetime,
+                          cluster_id: str | None = None) -> None:
+        """Attach, detach or release (the row goes) an address as the service and the engine do."""
+        with self.sessions.begin() as session:
+            row = session.get(ReservedIp, ip_id)
+            assert row is not None
+            record_reserved_ip_event(session, reserved_ip=row, event=event, at=moment, cluster_id=cluster_id)
+            if event == RELEASED:
+                session.delete(row)
+
+    def capacity_reservation(self, project_id: str, *, instance_type: str, region: str, node_count: int,
+                             duration_days: int, starts_at: datetime,
+                             labels: dict[str, str] | None = None) -> str:
+        """Book a capacity reservation priced as the reservation service prices it (charged when the
+        metering job first runs after `starts_at`)."""
+        rate = self.prices.reserved_gpu_hour(instance_type, region, duration_days)
+        gpus = self.prices.gpus_per_node(instance_type)
+        with self.sessions.begin() as session:
+            row = CapacityReservation(
+                id=new_id("reservation"), project_id=project_id, name=f"r{next(self._names)}", region=region,
+                instance_type=instance_type, pool=f"{region}/f/{instance_type}", node_count=node_count,
+                gpus_per_node=gpus, duration_days=duration_days, starts_at=starts_at,
+                ends_at=starts_at + timedelta(days=duration_days),
+                discount=self.prices.reserved_discount(instance_type, duration_days), gpu_hour_usd=rate,
+                upfront_micros=reserved_upfront_micros(reserved_rate=rate, gpus=gpus * node_count,
+                                                       duration_days=duration_days),
+                labels=labels or {}, created_at=starts_at,
+            )
+            session.add(row)
+        return row.id
+
+    def relabel(self, model: type[Labelled], row_id: str, labels: dict[str, str]) -> None:
+        with self.sessions.begin() as session:
+            row = session.get(model, row_id)
+            assert row is not None
+            row.labels = labels
 
     # --- reading back -----------------------------------------------------------------------------------
     def balance(self, project_id: str) -> Decimal:
@@ -184,3 +244,20 @@ def world(database_url: str) -> Iterator[BillingWorld]:
                                volume_data_kept_days=7, expiry_grace_minutes=15)
     yield BillingWorld(make_session_factory(engine, write=True), settings)
     engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with no tables yet (SQLite and PostgreSQL in turn)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'old.db'}"
+        return
+    admin_url = make_url(_postgres_admin_url())
+    name = f"gpucloud_migration_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    yield admin_url.set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()

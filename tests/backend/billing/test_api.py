@@ -272,7 +272,9 @@ def test_cluster_billing_view_shows_a_started_term_before_the_metering_pass_char
 
     def shown() -> dict[str, object] | None:
         with billing_world.sessions() as session:
-            spec = cluster_spec(session.get(Cluster, cluster))
+            row = session.get(Cluster, cluster)
+            assert row is not None
+            spec = cluster_spec(row)
             view: dict[str, object] | None = cluster_billing(
                 session, cluster, spec=spec, catalog=default_catalog())["reservation"]
             return view
@@ -282,7 +284,9 @@ def test_cluster_billing_view_shows_a_started_term_before_the_metering_pass_char
                                   subnet="10.0.0.0/24"))
     assert shown() is None  # not run yet: no term
     with billing_world.sessions.begin() as session:
-        session.get(EngineCluster, cluster).first_ready_at = at("10:00:00")
+        engine_cluster = session.get(EngineCluster, cluster)
+        assert engine_cluster is not None
+        engine_cluster.first_ready_at = at("10:00:00")
     billing_world.transition(cluster, "n0", "RUNNING", at("10:00:00"))
     pending = shown()
     assert pending is not None and pending["term_start"] == at("10:00:00")

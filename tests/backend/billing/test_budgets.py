@@ -18,7 +18,7 @@ from tests.backend.conftest import Tenant
 @pytest.fixture
 def shared(world: BillingWorld, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> BillingWorld:
     """The billing world in the tenant's project, with the API and admission on the world's clock."""
-    monkeypatch.setattr(world, "project", lambda name="acme": tenant.project_id)
+    monkeypatch.setattr(world, "project", lambda name="acme", billing_mode="postpaid": tenant.project_id)
     monkeypatch.setattr("backend.api.budgets._clock", world.clock)
     monkeypatch.setattr("backend.services.clusters.utcnow", world.clock.now)
     return world
@@ -81,6 +81,44 @@ def test_budget_thresholds_cross_once_each_with_alerts_and_audit_events(
     crossed = [(e["resource_id"], e["details"]["threshold_percent"]) for e in events["items"]]
     assert sorted(crossed) == [(nlp["id"], 50), (nlp["id"], 80), (nlp["id"], 100)]  # the project budget: 19 %
     assert admin.get(f"/v1/budgets/{everything['id']}").json()["spent_usd"] == "191.520000"
+
+
+def test_budget_block_new_refuses_a_relabel_into_it_a_scale_up_and_a_minimum_raise_under_it(
+    admin: TestClient, shared: BillingWorld, tenant: Tenant
+) -> None:
+    # The review sidestepped block_new by creating under another label and relabelling, and by raising
+    # an autoscaling minimum.
+    base = {"region": "us-east-1", "instance_type": "8xH100", "orchestrator": "slurm"}
+    nlp_fixed = admin.post("/v1/clusters", json={**base, "name": "fixed", "node_count": 1,
+                                                 "labels": {"team": "nlp"}}).json()
+    nlp_auto = admin.post("/v1/clusters", json={**base, "name": "auto", "labels": {"team": "nlp"},
+                                                "autoscaling": {"min_nodes": 1, "max_nodes": 4}}).json()
+    vision = admin.post("/v1/clusters", json={**base, "name": "other", "node_count": 1,
+                                              "labels": {"team": "vision"}}).json()
+    nlp = _budget(admin, name="nlp", amount_usd="60", label_filter={"key": "team", "value": "nlp"},
+                  action="block_new")
+    _labelled(shared, tenant.project_id, "nlp", at("10:00:00"))
+    shared.run(at("11:01:05"))  # 63.84 of 60 spent
+
+    relabel = admin.patch(f"/v1/clusters/{vision['id']}", json={"labels": {"team": "nlp"}})
+    assert relabel.status_code == 402 and relabel.json()["budget_id"] == nlp["id"], relabel.text
+    assert "relabelling a cluster into it is refused" in relabel.json()["detail"]
+    scale = admin.patch(f"/v1/clusters/{nlp_fixed['id']}", json={"node_count": 2})
+    assert scale.status_code == 402 and scale.json()["code"] == "budget_exceeded", scale.text
+    raise_min = admin.patch(f"/v1/clusters/{nlp_auto['id']}",
+                            json={"autoscaling": {"min_nodes": 2, "max_nodes": 4}})
+    assert raise_min.status_code == 402 and "autoscaling.min_nodes" in raise_min.json()["detail"]
+    assert admin.get(f"/v1/clusters/{vision['id']}").json()["labels"] == {"team": "vision"}  # nothing kept
+
+    # What adds no spend under the budget still goes through: labels within the team, leaving it, the
+    # range's maximum, and growth of another team.
+    within = admin.patch(f"/v1/clusters/{nlp_fixed['id']}", json={"labels": {"team": "nlp", "env": "dev"}})
+    assert within.status_code == 200, within.text
+    assert admin.patch(f"/v1/clusters/{nlp_auto['id']}",
+                       json={"autoscaling": {"min_nodes": 1, "max_nodes": 3}}).status_code == 200
+    assert admin.patch(f"/v1/clusters/{vision['id']}", json={"node_count": 2}).status_code == 200
+    leave = admin.patch(f"/v1/clusters/{nlp_fixed['id']}", json={"labels": {"team": "vision"}})
+    assert leave.status_code == 200, leave.text
 
 
 def test_budget_block_new_refuses_creates_under_it_naming_the_budget(

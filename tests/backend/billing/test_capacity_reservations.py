@@ -18,12 +18,12 @@ from fastapi.testclient import TestClient
 from sqlalchemy import inspect, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.billing.clock import ManualClock
 from backend.billing.ledger import balance_micros
 from backend.billing.pricing_catalog import default_price_book
 from backend.billing.service import run_metering
 from backend.billing.settings import BillingSettings
 from backend.domain.catalog import Catalog
+from backend.domain.clock import ManualClock
 from backend.domain.errors import Conflict
 from backend.provisioning import capacity
 from backend.provisioning.engine import InsufficientCapacity, request_reconcile

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import csv
 import io
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from backend.store.models import Cluster
-from tests.backend.billing.conftest import BillingWorld
+from backend.store.models import Cluster, ReservedIp, Volume
+from tests.backend.billing.conftest import BillingWorld, at
 from tests.backend.billing.test_worked_example import GUIDE, play_worked_example
 from tests.backend.conftest import Tenant
 
@@ -24,14 +25,8 @@ TOTAL = "2242.009000"
 @pytest.fixture
 def example(world: BillingWorld, tenant: Tenant, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The worked example played in the tenant's project, `train` labelled team=nlp, `finetune` vision."""
-    monkeypatch.setattr(world, "project", lambda name="acme": tenant.project_id)
-    ids = play_worked_example(world)
-    with world.sessions.begin() as session:
-        for key, team in (("train", "nlp"), ("finetune", "vision")):
-            cluster = session.get(Cluster, ids[key])
-            assert cluster is not None
-            cluster.labels = {"team": team, "env": "prod"}
-    return ids
+    monkeypatch.setattr(world, "project", lambda name="acme", billing_mode="postpaid": tenant.project_id)
+    return play_worked_example(world, teams={"train": "nlp", "finetune": "vision"})
 
 
 def _get(client: TestClient, **params: str) -> Any:
@@ -105,3 +100,51 @@ def test_chargeback_numbers_are_in_the_guide() -> None:
     text = GUIDE.read_text()
     for amount in ("169.309", "2,039.04", "33.66", "2,138.218", "103.791", "2,242.009"):
         assert amount in text.split("## Chargeback", 1)[1], amount
+
+
+def test_chargeback_reads_each_lines_labels_so_relabelling_moves_no_past_spend(
+    member: TestClient, world: BillingWorld, tenant: Tenant
+) -> None:
+    # The review: relabelling a cluster moved its past spend between teams, and the reservation, the
+    # reserved IP lines and storage fell under null.
+    project = tenant.project_id
+    nlp, vision = {"team": "nlp"}, {"team": "vision"}
+    cluster = world.cluster(project, instance_type="8xH100", region="us-east-1", node_count=1, labels=nlp)
+    world.transition(cluster, "n0", "RUNNING", at("10:00:00"))
+    volume = world.volume(project, region="us-east-1", size_tib=1, created=at("10:00:00"), labels=nlp)
+    address = world.reserved_ip(project, region="us-east-1", moment=at("10:00:00"), labels=nlp)
+    world.capacity_reservation(project, instance_type="8xH100", region="us-east-1", node_count=1,
+                               duration_days=1, starts_at=at("10:00:00"), labels=nlp)
+    world.run(at("11:01:00"))  # 10:00-11:00 charged under nlp
+    world.relabel(Cluster, cluster, vision)
+    world.relabel(Volume, volume, vision)
+    world.relabel(ReservedIp, address, vision)
+    world.delete_volume(volume, at("11:30:00"))  # its last slice is charged after the row is gone
+    world.reserved_ip_event(address, "released", at("11:30:00"))
+    world.run(at("12:01:00"))  # 11:00-12:00 charged under vision
+
+    body = _get(member, group_by="label:team")
+    teams = {g["key"]: Decimal(g["amount_usd"]) for g in body["groups"]}
+    hour = Decimal("31.92") + Decimal("0.1122") + Decimal("0.005")
+    half_hour = Decimal("0.0561") + Decimal("0.0025")
+    assert teams == {"nlp": Decimal("689.472") + hour, "vision": Decimal("31.92") + half_hour}
+    lines = _all_lines(member)
+    assert all(line["labels"] in (nlp, vision) for line in lines)
+    assert {line["kind"] for line in lines if line["labels"] == nlp} == {
+        "reservation", "compute_on_demand", "storage", "reserved_ip"
+    }
+
+
+def test_volume_labels_given_through_the_api_reach_each_storage_line(
+    admin: TestClient, member: TestClient, world: BillingWorld
+) -> None:
+    created = admin.post("/v1/volumes", json={"name": "data", "region": "us-east-1", "size_tib": 1,
+                                              "labels": {"team": "nlp"}})
+    assert created.status_code == 201 and created.json()["labels"] == {"team": "nlp"}, created.text
+    later = datetime.now(UTC) + timedelta(hours=2)
+    world.run(later)
+    relabelled = admin.patch(f"/v1/volumes/{created.json()['id']}", json={"labels": {"team": "vision"}})
+    assert relabelled.status_code == 200 and relabelled.json()["labels"] == {"team": "vision"}
+    world.run(later)  # the same moment: nothing new is final, and the lines charged stay nlp's
+    groups = _get(member, group_by="label:team")["groups"]
+    assert [g["key"] for g in groups] == ["nlp"] and groups[0]["line_count"] >= 1

@@ -6,22 +6,24 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.billing.clock import ManualClock, ensure_utc
+from backend.billing.account import set_billing_mode
 from backend.billing.compute_meter import load_cluster_usage
 from backend.billing.meter import to_second
 from backend.billing.pricing_catalog import default_price_book
 from backend.billing.service import run_metering
 from backend.billing.settings import BillingSettings
+from backend.domain.clock import ManualClock, ensure_utc
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
 from backend.settings import Settings
-from backend.store.billing_models import Reservation, SettledCluster, UsageRecord
+from backend.store.billing_models import LedgerEntry, Reservation, SettledCluster, UsageRecord
 from backend.store.db import make_engine, make_session_factory
 from backend.store.engine_models import EngineCluster, NodeTransition, PhaseRecord
 from tests.backend.conftest import Tenant
@@ -124,11 +126,24 @@ def test_reserved_cluster_term_starts_at_first_running_and_expiry_decommissions_
     assert charged == 689_472_000  # the term, and nothing on-demand
 
 
+def prepaid_with_a_cent_left(admin: TestClient, sessions: sessionmaker[Session], project_id: str,
+                             node_count: int) -> dict[str, Any]:
+    """A prepaid project whose create was covered (100 USD) and that then spent all but 0.01 USD."""
+    with sessions.begin() as session:
+        set_billing_mode(session, project_id=project_id, mode="prepaid", now=datetime.now(UTC))
+    assert admin.post("/v1/billing/credits", json={"amount_usd": "100"}).status_code == 201
+    cluster = create(admin, node_count=node_count)
+    with sessions.begin() as session:
+        session.add(LedgerEntry(idempotency_key="test-spend", project_id=project_id, entry_type="charge",
+                                amount_micros=-99_990_000, description="usage", actor="billing",
+                                created_at=datetime.now(UTC)))
+    return cluster
+
+
 def test_credits_run_out_pause_then_decommission_through_the_engine_visible_in_the_api(
-    admin: TestClient, sessions: sessionmaker[Session], worker: EngineWorker
+    admin: TestClient, tenant: Tenant, sessions: sessionmaker[Session], worker: EngineWorker
 ) -> None:
-    assert admin.post("/v1/billing/credits", json={"amount_usd": "0.01"}).status_code == 201
-    cluster = create(admin, node_count=2)
+    cluster = prepaid_with_a_cent_left(admin, sessions, tenant.project_id, node_count=2)
     drain(worker)
     assert get(admin, cluster["id"])["status"] == "RUNNING"
     settings = BillingSettings(settle_seconds=60, decommission_after_hours=0.5)
@@ -156,8 +171,7 @@ def test_credits_run_out_pause_then_decommission_through_the_engine_visible_in_t
 def test_credit_pause_powers_nodes_off_so_the_meter_stops_and_a_top_up_powers_them_on(
     admin: TestClient, tenant: Tenant, sessions: sessionmaker[Session], worker: EngineWorker
 ) -> None:
-    assert admin.post("/v1/billing/credits", json={"amount_usd": "0.01"}).status_code == 201
-    cluster = create(admin, node_count=2)
+    cluster = prepaid_with_a_cent_left(admin, sessions, tenant.project_id, node_count=2)
     drain(worker)
     clock = ManualClock(datetime.now(UTC) + timedelta(minutes=2))
     assert run_metering(sessions=sessions, clock=clock, settings=SETTINGS, prices=default_price_book()

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import select
 
 from backend.billing.account import CreditsExhausted, check_attach_allowed, credit_standing
-from backend.billing.clock import ensure_utc
+from backend.domain.clock import ensure_utc
 from backend.store.billing_models import CreditHold
 from backend.store.engine_models import PhaseRecord
 from tests.backend.billing.conftest import BillingWorld, at
@@ -28,7 +28,7 @@ def _phases(world: BillingWorld, cluster_id: str) -> list[str]:
 
 
 def _running_on_demand(world: BillingWorld, credits: str) -> tuple[str, str]:
-    project = world.project()
+    project = world.project(billing_mode="prepaid")
     world.grant(project, credits, moment=at("09:00:00"))
     cluster = world.cluster(project, instance_type="8xH100", region="us-east-1", node_count=1)
     world.transition(cluster, "n0", "RUNNING", at("10:00:00"))
@@ -93,7 +93,7 @@ def test_top_up_before_the_deadline_resumes_and_metering_restarts(world: Billing
 
 
 def test_reserved_clusters_run_to_their_end_when_credits_run_out(world: BillingWorld) -> None:
-    project = world.project()
+    project = world.project(billing_mode="prepaid")
     world.grant(project, "100.00", moment=at("09:00:00"))
     reserved = world.cluster(
         project,
@@ -125,7 +125,7 @@ def test_postpaid_projects_are_never_paused(world: BillingWorld) -> None:
 def test_deletion_protection_keeps_an_exhausted_cluster_paused_instead_of_decommissioned(
     world: BillingWorld,
 ) -> None:
-    project = world.project()
+    project = world.project(billing_mode="prepaid")
     world.grant(project, "10.00", moment=at("09:00:00"))
     cluster = world.cluster(
         project, instance_type="8xH100", region="us-east-1", node_count=1, deletion_protection=True

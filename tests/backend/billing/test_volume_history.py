@@ -3,16 +3,12 @@ rename never re-dates a resize, and the migration keeps every volume billed as b
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from decimal import Decimal
-from pathlib import Path
 
 import pytest
 from alembic import command
-from sqlalchemy import column, create_engine, func, select, table, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import column, create_engine, func, select, table
 from sqlalchemy.orm import Session
 from sqlalchemy.types import DateTime, Integer, Numeric, String
 
@@ -28,9 +24,8 @@ from backend.settings import Settings
 from backend.store.billing_models import UsageRecord
 from backend.store.db import make_engine, make_session_factory
 from backend.store.migrate import alembic_config
-from backend.store.models import AuditEvent, Project
+from backend.store.models import AuditEvent
 from tests.backend.billing.conftest import BillingWorld, at
-from tests.backend.conftest import _postgres_admin_url
 
 TIB_HOUR = Decimal("0.1122")
 
@@ -120,23 +115,6 @@ def change(world: BillingWorld, project: str, volume_id: str, **fields: object) 
 # --- the migration from 0003_billing, with data ---------------------------------------------------------
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def empty_database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database with no tables yet (SQLite and PostgreSQL in turn)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'old.db'}"
-        return
-    admin_url = make_url(_postgres_admin_url())
-    name = f"gpucloud_migration_{uuid.uuid4().hex[:12]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(text(f'CREATE DATABASE "{name}"'))
-    yield admin_url.set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
-
-
 OLD_VOLUMES = table(
     "volumes",
     *(column(name, String) for name in ("id", "project_id", "name", "region", "status")),
@@ -144,6 +122,20 @@ OLD_VOLUMES = table(
     column("generation", Integer),
     column("created_at", DateTime(timezone=True)),
     column("updated_at", DateTime(timezone=True)),
+)
+# The 0003 columns of projects and usage lines (0022 adds billing_mode and labels; the ORM would insert them).
+OLD_PROJECTS = table(
+    "projects", column("id", String), column("name", String), column("created_at", DateTime(timezone=True))
+)
+OLD_USAGE = table(
+    "billing_usage_records",
+    *(column(name, String) for name in ("idempotency_key", "project_id", "kind", "resource_type",
+                                        "resource_id", "region")),
+    *(column(name, DateTime(timezone=True)) for name in ("period_start", "period_end", "recorded_at")),
+    column("seconds", Integer),
+    column("units", Numeric(18, 6)),
+    column("unit_price_usd", Numeric(18, 6)),
+    column("amount_micros", Integer),
 )
 OLD_SEGMENTS = table(
     "billing_volume_segments",
@@ -187,8 +179,7 @@ def test_volume_history_migration_keeps_existing_volumes_billed_with_their_keys(
                 "started_at": start, "ended_at": end}
 
     with sessions.begin() as session:  # what the old metering job had recorded by 12:30
-        session.add(Project(id=project, name="acme", created_at=at("08:00:00")))
-        session.flush()
+        session.execute(OLD_PROJECTS.insert().values(id=project, name="acme", created_at=at("08:00:00")))
         volume(session, "A", 6, at("09:00:00"), at("11:30:00"))  # resized 4 -> 6 at 11:30, seen
         volume(session, "C", 1, at("12:00:00"), at("12:00:00"))  # created, not seen yet
         volume(session, "D", 5, at("09:00:00"), at("12:00:00"))  # resized 3 -> 5 at 12:00, not seen yet
@@ -201,7 +192,7 @@ def test_volume_history_migration_keeps_existing_volumes_billed_with_their_keys(
             segment("D", 3, at("09:00:00")),
             segment("E", 1, at("09:00:00"), at("10:00:00")),  # deleted at 10:00, seen
         ])
-        session.add(UsageRecord(  # the first hour of A, charged before the upgrade under the old key
+        session.execute(OLD_USAGE.insert().values(  # the first hour of A, charged before the upgrade
             idempotency_key=f"storage:{ids['A']}:20260302T090000Z:20260302T090000Z", project_id=project,
             kind="storage", resource_type="volume", resource_id=ids["A"], region="us-east-1",
             period_start=at("09:00:00"), period_end=at("10:00:00"), seconds=3600, units=Decimal(4),

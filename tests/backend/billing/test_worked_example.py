@@ -28,16 +28,19 @@ EXPECTED = {
 }
 
 
-def play_worked_example(world: BillingWorld) -> dict[str, str]:
-    project = world.project()
+def play_worked_example(world: BillingWorld, teams: dict[str, str] | None = None) -> dict[str, str]:
+    project = world.project(billing_mode="prepaid")
     world.grant(project, "3000.00", moment=at("09:00:00"))
     volume = world.volume(project, region="eu-north-1", size_tib=10, created=at("09:30:00"))
 
-    train = world.cluster(project, instance_type="8xH100", region="us-east-1", node_count=2)
+    labels = {name: {"team": team, "env": "prod"} for name, team in (teams or {}).items()}
+    train = world.cluster(project, instance_type="8xH100", region="us-east-1", node_count=2,
+                          labels=labels.get("train"))
     world.nodes(train, ["train-0", "train-1"], "PROVISIONING", at("09:40:00"))
     world.nodes(train, ["train-0", "train-1"], "RUNNING", at("10:00:00"))
     finetune = world.cluster(project, instance_type="8xH200", region="eu-north-1", node_count=2,
-                             billing_type="reserved", duration_days=1, on_expiry="convert_to_on_demand")
+                             billing_type="reserved", duration_days=1, on_expiry="convert_to_on_demand",
+                             labels=labels.get("finetune"))
     world.nodes(finetune, ["ft-0", "ft-1"], "RUNNING", at("10:05:00"))
     world.run(at("10:30:00"))
 
