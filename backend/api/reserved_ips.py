@@ -210,7 +210,7 @@ def reserve_cluster_address(
         )
         row = reserved_ips.reserve_cluster_address(
             session=session, project_id=principal.project_id, cluster=cluster, name=body.name,
-            labels=body.labels, scope=principal.scope,
+            labels=body.labels, scope=principal.scope, catalog=catalog,
         )
         return WriteOutcome(
             KIND, row.id, to_out(row, cluster.id, catalog), 201, etag_for(row.generation), f"{BASE}/{row.id}"

@@ -182,6 +182,7 @@ def update_volume(
             size_tib=body.size_tib,
             labels=body.labels,
             if_match=if_match,
+            catalog=catalog,
         )
         return WriteOutcome(KIND, row.id, _out(session, row, catalog), 200, etag_for(row.generation))
 

@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 from backend.billing.credits import CreditStanding, standing
 from backend.billing.estimate import CostEstimate, estimate_cluster_cost
 from backend.billing.ledger import balance_micros
-from backend.billing.money import micros_to_usd, usd_to_micros
+from backend.billing.money import SECONDS_PER_HOUR, micros_to_usd, prorate_micros, usd_to_micros
+from backend.billing.pricing import PriceBook
 from backend.billing.settings import BillingSettings, configured, credit_policy
 from backend.domain.clock import ensure_utc
 from backend.domain.errors import ApiError
@@ -130,6 +131,18 @@ def first_charge_micros(new: CostEstimate, old: CostEstimate | None = None) -> i
         return upfront
     before = Decimal(0) if old is None else old.max_hourly_usd
     return usd_to_micros(new.max_hourly_usd - before) if new.max_hourly_usd > before else 0
+
+
+def storage_first_charge_micros(prices: PriceBook, *, region: str, added_tib: int) -> int:
+    """The first billing slice (an hour) of `added_tib` more TiB of storage in `region` (a new volume's
+    size, or what a resize adds), as the storage meter prices a full hour; 0 when nothing is added."""
+    return prorate_micros(prices.storage_tib_hour(region), max(added_tib, 0), SECONDS_PER_HOUR)
+
+
+def reserved_ip_first_charge_micros(prices: PriceBook, *, region: str, attached: bool) -> int:
+    """The first billing slice (an hour) of a new reserved IP in `region`, at the attached rate when it
+    is reserved onto a cluster (`attached`), as the reserved IP meter prices a full hour."""
+    return prorate_micros(prices.reserved_ip_hour(region, attached=attached), 1, SECONDS_PER_HOUR)
 
 
 def _micros(usd: Decimal | None) -> int:

@@ -20,7 +20,8 @@ from decimal import Decimal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.billing.account import check_admission_allowed
+from backend.billing.account import check_admission_allowed, reserved_ip_first_charge_micros
+from backend.billing.pricing_catalog import as_price_book
 from backend.domain.access import Scope
 from backend.domain.catalog import Catalog
 from backend.domain.clock import utcnow
@@ -60,9 +61,11 @@ def create_reserved_ip(
     scope: Scope | None = None,
 ) -> ReservedIp:
     """Reserve the next free address of the region's public block (402 when the project is out of
-    prepaid credits, 409 when the region has none left)."""
+    prepaid credits or its balance does not cover the address's first hour, 409 when the region has none
+    left)."""
     check_region(catalog, region)
-    check_admission_allowed(session, project_id=project_id, what="reserving an IP")
+    charge = reserved_ip_first_charge_micros(as_price_book(catalog), region=region, attached=False)
+    check_admission_allowed(session, project_id=project_id, what="reserving an IP", charge_micros=charge)
     home = catalog.region(region)
     assert home is not None
     allocator.lock_region_addresses(session, region)
@@ -234,17 +237,19 @@ def _let_go(session: Session, cluster: Cluster, now: datetime) -> None:
 
 def reserve_cluster_address(
     *, session: Session, project_id: str, cluster: Cluster, name: str | None, labels: Mapping[str, str],
-    scope: Scope | None = None,
+    scope: Scope | None = None, catalog: Catalog | None = None,
 ) -> ReservedIp:
     """Turn the cluster's floating address into a reserved IP that stays attached to it (409 when the
-    cluster already has one, or has no address yet). The IP takes the cluster's team labels, so the
-    cluster's team sees it whoever reserved it."""
+    cluster already has one, or has no address yet; 402 as `create_reserved_ip`, for its first hour at
+    the attached rate). The IP takes the cluster's team labels, so the cluster's team sees it whoever
+    reserved it. `catalog`: the prices (the catalog in force unless given)."""
     if cluster.reserved_ip_id is not None:
         raise Conflict(f"cluster {cluster.id} already answers on reserved IP {cluster.reserved_ip_id}",
                        field="reserved_ip_id", code="already_reserved",
                        extra={"reserved_ip_id": cluster.reserved_ip_id})
     labels = _with_team_labels(session, project_id, scoped_labels(labels, scope), cluster)
-    check_admission_allowed(session, project_id=project_id, what="reserving an IP")
+    charge = reserved_ip_first_charge_micros(as_price_book(catalog), region=cluster.region, attached=True)
+    check_admission_allowed(session, project_id=project_id, what="reserving an IP", charge_micros=charge)
     address = public_address.give_up_floating(session, cluster_id=cluster.id, region=cluster.region)
     if address is None:
         raise Conflict(f"cluster {cluster.id} has no public address yet; retry once it is provisioning",

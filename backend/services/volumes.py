@@ -8,7 +8,8 @@ from decimal import Decimal
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from backend.billing.account import check_admission_allowed
+from backend.billing.account import check_admission_allowed, storage_first_charge_micros
+from backend.billing.pricing_catalog import as_price_book
 from backend.billing.volume_history import CREATED, DELETED, RESIZED, record_volume_event
 from backend.domain.access import Scope
 from backend.domain.catalog import Catalog
@@ -47,9 +48,11 @@ def create_volume(
     labels: Mapping[str, str] | None = None,
 ) -> Volume:
     """Create a volume in a known region with `labels` plus the caller's team scope (402 when the
-    project is out of prepaid credits)."""
+    project is out of prepaid credits, or its balance does not cover the volume's first hour)."""
     check_region(catalog, region)
-    check_admission_allowed(session, project_id=project_id, what="creating a volume")
+    charge = storage_first_charge_micros(as_price_book(catalog), region=region, added_tib=size_tib)
+    check_admission_allowed(session, project_id=project_id, what="creating a volume",
+                            charge_micros=charge)
     now = utcnow()
     row = Volume(
         id=new_id("volume"),
@@ -134,9 +137,11 @@ def update_volume(
     if_match: str | None,
     scope: Scope | None = None,
     labels: Mapping[str, str] | None = None,
+    catalog: Catalog | None = None,
 ) -> Volume:
     """Rename, relabel and/or grow a volume; shrinking is refused (422) because it would lose data, growing a
-    volume of a project out of prepaid credits too (402)."""
+    volume of a prepaid project whose balance does not cover the added TiB's first hour too (402).
+    `catalog`: the prices (the catalog in force unless given)."""
     row = get_volume(
         session=session, project_id=project_id, volume_id=volume_id, for_update=True, scope=scope
     )
@@ -149,7 +154,10 @@ def update_volume(
             code="shrink_not_supported",
         )
     if size_tib is not None and size_tib > row.size_tib:
-        check_admission_allowed(session, project_id=project_id, what="growing a volume", field="size_tib")
+        charge = storage_first_charge_micros(as_price_book(catalog), region=row.region,
+                                             added_tib=size_tib - row.size_tib)
+        check_admission_allowed(session, project_id=project_id, what="growing a volume", field="size_tib",
+                                charge_micros=charge)
     changed = False
     if name is not None and name != row.name:
         row.name, changed = name, True

@@ -15,8 +15,9 @@ from sqlalchemy import select
 from backend.billing.account import billing_mode
 from backend.cli import main
 from backend.store.billing_models import CreditHold
-from backend.store.models import AuditEvent, Project
+from backend.store.models import AuditEvent, Project, ReservedIp, Volume
 from tests.backend.billing.conftest import BillingWorld, at
+from tests.backend.billing.test_admission import CLUSTER, VOLUME, make_prepaid, spend
 from tests.backend.conftest import Tenant
 
 
@@ -128,3 +129,56 @@ def test_after_exhaustion_only_storage_and_reserved_ips_charge_at_their_rate_at_
     guide = (Path(__file__).resolve().parents[3] / "docs" / "billing.md").read_text()
     assert "paused at 11:15 (31.92 x 1.25 = 39.90 of compute), then **1.127** USD an hour" in guide
     assert "27.048 USD a day" in guide
+
+
+def test_prepaid_admission_refuses_a_volume_or_reserved_ip_whose_first_hour_the_balance_does_not_cover(
+    admin: TestClient, tenant: Tenant, world: BillingWorld
+) -> None:
+    # Volumes (a create, a resize that grows one) and reserved IPs (a reserve, a cluster's address kept)
+    # are admitted like clusters: their first billing slice (an hour) must fit in the prepaid balance.
+    make_prepaid(world.sessions, tenant.project_id)
+    assert admin.post("/v1/billing/credits", json={"amount_usd": "40"}).status_code == 201
+    cluster = admin.post("/v1/clusters", json={**CLUSTER, "node_count": 1, "orchestrator": "slurm"})
+    assert cluster.status_code == 201, cluster.json()
+    spend(world.sessions, tenant.project_id, 38_000_000)  # 2.00 left
+
+    big = admin.post("/v1/volumes", json={**VOLUME, "size_tib": 20})  # 20 TiB x 0.1122 = 2.244 an hour
+    body = big.json()
+    assert big.status_code == 402 and body["code"] == "insufficient_credits", body
+    assert (body["balance_usd"], body["charge_usd"], body["committed_usd"]) == (
+        "2.000000", "2.244000", "0.000000")
+    assert "creating a volume charges 2.244000 USD up front" in body["detail"]
+    volume = admin.post("/v1/volumes", json={**VOLUME, "size_tib": 16})  # 1.7952 an hour fits
+    assert volume.status_code == 201, volume.json()
+    grown = admin.patch(f"/v1/volumes/{volume.json()['id']}", json={"size_tib": 18})  # + 0.2244
+    assert grown.status_code == 200, grown.json()
+
+    spend(world.sessions, tenant.project_id, 1_998_000)  # 0.002 left
+    refused = admin.patch(f"/v1/volumes/{volume.json()['id']}", json={"size_tib": 19})
+    body = refused.json()
+    assert refused.status_code == 402 and body["code"] == "insufficient_credits", body
+    assert (body["field"], body["balance_usd"], body["charge_usd"]) == ("size_tib", "0.002000", "0.112200")
+    assert admin.get(f"/v1/volumes/{volume.json()['id']}").json()["size_tib"] == 18
+    assert admin.patch(f"/v1/volumes/{volume.json()['id']}", json={"name": "kept"}).status_code == 200
+
+    address = admin.post("/v1/reserved-ips", json={"region": "us-east-1"})  # 0.005 an hour
+    body = address.json()
+    assert address.status_code == 402 and body["code"] == "insufficient_credits", body
+    assert (body["balance_usd"], body["charge_usd"]) == ("0.002000", "0.005000")
+    kept = admin.post(f"/v1/clusters/{cluster.json()['id']}/reserve-ip", json={})  # 0.0025 attached
+    body = kept.json()
+    assert kept.status_code == 402 and body["code"] == "insufficient_credits", body
+    assert body["charge_usd"] == "0.002500"
+    with world.sessions() as session:
+        assert session.scalars(select(ReservedIp)).all() == []
+        assert session.scalars(select(Volume)).one().size_tib == 18
+
+    assert admin.post("/v1/billing/credits", json={"amount_usd": "1"}).status_code == 201  # 1.002
+    assert admin.post("/v1/reserved-ips", json={"region": "us-east-1"}).status_code == 201
+    assert admin.patch(f"/v1/volumes/{volume.json()['id']}", json={"size_tib": 19}).status_code == 200
+    kept = admin.post(f"/v1/clusters/{cluster.json()['id']}/reserve-ip", json={})
+    assert kept.status_code == 201, kept.json()
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "billing.md").read_text()
+    for figure in ("20 x 0.1122 = **2.244**", "that volume grown from 18 to 19 TiB | 0.1122",
+                   "a reserved IP | **0.005**", "**0.0025** (attached)"):
+        assert figure in guide, figure

@@ -8,26 +8,38 @@ the line was charged. The lines must match one for one, and the sums per team mu
 groups and each team budget's spend.
 
 The node histories are written as the engine writes them (`engine_node_transitions`), so the run takes
-no sleeps and no engine; `test_engine_integration.py` covers the engine writing them for real.
+no sleeps and no engine. A second scripted run does take the real engine worker, on a ManualClock the
+app's cluster writes and the metering job share: a node repaired after a hardware fault, an autoscaler
+scale-up on waiting jobs and scale-down when the queue empties, and a cluster deleted at its TTL. Its
+lines are recomputed the same way, from the transitions the engine wrote.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from functools import partial
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
+from backend.billing.service import run_metering
 from backend.domain.catalog import default_catalog
-from backend.domain.clock import ensure_utc
-from backend.store.models import Cluster
+from backend.domain.clock import SYSTEM_CLOCK, ManualClock, ensure_utc
+from backend.provisioning.driver import Job, NodeRun, OperationRequest, OpKind
+from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
+from backend.provisioning.settings import EngineSettings
+from backend.provisioning.worker import EngineWorker
+from backend.store.engine_models import EngineNode, NodeTransition
+from backend.store.models import AuditEvent, Cluster
 from tests.backend.billing.conftest import BillingWorld, at
 from tests.backend.conftest import Tenant
+from tests.backend.engine.conftest import FAST, drain
 
 CATALOG = default_catalog()
 SETTLE = timedelta(seconds=60)
@@ -252,3 +264,169 @@ def test_every_line_of_a_scripted_day_reconciles_with_chargeback_and_budgets(
     # The relabel moved no past spend: train's lines before it stay nlp's, those charged after are vision's.
     train_teams = {(line.start, line.team) for line in stored if line.resource.startswith("train")}
     assert ("nlp" in {t for _, t in train_teams}) and ("vision" in {t for _, t in train_teams})
+
+
+# --- a second scripted run, under the real engine worker --------------------------------------------------
+# The meter's documented rule (docs/billing.md, "Compute"): a node is metered from RUNNING until its
+# destruction starts, it fails or it is paused; anything else in between keeps the meter going.
+STOPS = {"DESTROYING", "DESTROYED", "FAILED", "PAUSING", "PAUSED", "STOPPING", "STOPPED"}
+
+
+class FaultsAndQueues(SimulatedDatacenter):
+    """The simulated datacenter with the Slurm queue of each cluster the script sets (the autoscaler
+    reads it) and one scripted hardware fault: (cluster name, node name) -> how long after its first
+    machine's health watch starts."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        super().__init__(settings)
+        self.queues: dict[str, list[Job]] = {}
+        self.faults: dict[tuple[str, str], timedelta] = {}
+
+    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: datetime,
+                     *, cluster_id: str) -> list[Job]:
+        return list(self.queues.get(cluster_name, []))
+
+    def _outcome(self, request: OperationRequest, now: datetime) -> tuple[datetime | None, bool, str | None]:
+        after = self.faults.get((request.cluster_name, request.node_name or ""))
+        if request.kind == OpKind.HEALTH_WATCH and request.attempt == 1 and after is not None:
+            return now + after, False, "XID 79: GPU has fallen off the bus on GPU 3"
+        return super()._outcome(request, now)
+
+
+def slurm_job(job_id: int, state: str, nodes: str = "") -> Job:
+    moment = datetime(2026, 1, 1, tzinfo=UTC)
+    return Job(job_id=job_id, name="sleep", user="alice", partition="gpu", nodes=nodes, gpus=8, state=state,
+               submitted_at=moment, started_at=None if state == "PENDING" else moment, ended_at=None,
+               time_limit=timedelta(hours=1), priority=1, reason="Resources" if state == "PENDING" else None)
+
+
+def test_repair_autoscaling_and_ttl_under_the_engine_reconcile_with_chargeback_and_budgets(
+    world: BillingWorld, tenant: Tenant, admin: TestClient, member: TestClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # One manual clock for the app's cluster writes, the engine worker and the metering job, from a whole
+    # hour ahead of the wall clock (the app's other writes stay in the engine's past).
+    start = (SYSTEM_CLOCK.now() + 2 * HOUR).replace(minute=0, second=0, microsecond=0)
+    if (start + 6 * HOUR).month != start.month:  # budgets count a calendar month: keep the run in one
+        start = (start + 6 * HOUR).replace(hour=0)
+    clock = ManualClock(start)
+    for where in ("backend.provisioning.engine", "backend.services.clusters"):
+        monkeypatch.setattr(f"{where}.utcnow", clock.now)
+    monkeypatch.setattr("backend.api.budgets._clock", clock)
+    project = tenant.project_id
+    budgets = {
+        team: admin.post("/v1/budgets", json={"name": team, "amount_usd": "100000",
+                                              "label_filter": {"key": "team", "value": team}}).json()["id"]
+        for team in ("nlp", "vision")
+    }
+    settings = EngineSettings(**FAST)  # type: ignore[arg-type]
+    driver = FaultsAndQueues(settings)
+    driver.faults[("train", "train-0")] = timedelta(minutes=40)  # repaired in place (node_repair auto)
+    worker = EngineWorker(world.sessions, settings, driver=driver, clock=clock)
+
+    def advance(to: datetime) -> None:
+        """Move the clock to `to`, running the engine at every moment it is due on the way."""
+        while True:
+            due = worker.next_due_at()
+            if due is None or due > to:
+                break
+            clock.set(max(due, clock.now()) + timedelta(microseconds=1))
+            drain(worker, catch_up_with_wall=False)
+        clock.set(max(to, clock.now()))
+        drain(worker, catch_up_with_wall=False)
+
+    def meter(moment: datetime) -> None:
+        advance(moment)
+        run_metering(sessions=world.sessions, clock=clock, settings=world.settings, prices=world.prices)
+
+    def create(body: dict[str, object]) -> str:
+        response = admin.post("/v1/clusters", json={"region": "us-east-1", "instance_type": "8xH100", **body})
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    train = create({"name": "train", "node_count": 1, "labels": NLP})
+    auto = create({"name": "auto", "labels": VISION,
+                   "autoscaling": {"min_nodes": 1, "max_nodes": 3, "scale_down_idle_minutes": 5}})
+    short = create({"name": "short", "node_count": 1, "ttl": "1h", "labels": NLP})
+    advance(start + timedelta(seconds=1))
+    assert {admin.get(f"/v1/clusters/{c}").json()["status"] for c in (train, auto, short)} == {"RUNNING"}
+
+    # 0:20 two jobs wait for nodes on `auto`: the autoscaler adds two.
+    advance(start + timedelta(minutes=20))
+    driver.queues["auto"] = [slurm_job(1, "RUNNING", "auto-0"), slurm_job(2, "PENDING"),
+                             slurm_job(3, "PENDING")]
+    assert worker.autoscale() == 1
+    advance(start + timedelta(minutes=21))
+    assert admin.get(f"/v1/clusters/{auto}").json()["node_count"] == 3
+    meter(start + timedelta(hours=1, minutes=1))  # train-0 failed at 0:40 and was replaced; `short` expired
+    assert admin.get(f"/v1/clusters/{short}").status_code == 404
+    body = admin.get(f"/v1/clusters/{train}").json()
+    assert (body["status"], body["phase"]) == ("RUNNING", "Ready")
+    # 1:30 the queue empties: after the idle time the autoscaler goes back to one node.
+    advance(start + timedelta(hours=1, minutes=30))
+    driver.queues["auto"] = []
+    for _ in range(3):
+        worker.autoscale()
+        advance(clock.now() + timedelta(minutes=6))
+    assert admin.get(f"/v1/clusters/{auto}").json()["node_count"] == 1
+    meter(start + timedelta(hours=2, minutes=1))
+    advance(start + timedelta(hours=2, minutes=10))
+    for cluster in (train, auto):
+        assert admin.delete(f"/v1/clusters/{cluster}").status_code in (200, 202, 204)
+    advance(start + timedelta(hours=2, minutes=11))
+    meter(start + timedelta(hours=3, minutes=1))
+    meter(start + timedelta(hours=4, minutes=1))
+
+    # --- the recomputation, from the node transitions the engine wrote and the catalog ---------------------
+    rate, gpus = gpu_hour("8xH100")
+    teams = {train: "nlp", auto: "vision", short: "nlp"}
+    with world.sessions() as session:
+        history = session.scalars(select(NodeTransition).where(NodeTransition.project_id == project)
+                                  .order_by(NodeTransition.at, NodeTransition.id)).all()
+        audit = [e.details for e in session.scalars(select(AuditEvent).where(
+            AuditEvent.resource_id == auto, AuditEvent.action == "cluster.autoscaled"))]
+        expired = session.scalar(select(AuditEvent).where(AuditEvent.resource_id == short,
+                                                          AuditEvent.action == "cluster.expired"))
+        repaired = session.scalars(select(EngineNode).where(EngineNode.cluster_id == train)
+                                   .order_by(EngineNode.created_at)).all()
+    assert [(e["action"], e["to_node_count"]) for e in audit][:1] == [("scale_up", 3)]
+    assert audit[-1]["action"] == "scale_down" and audit[-1]["to_node_count"] == 1
+    assert expired is not None
+    assert len(repaired) == 2 and repaired[1].repair_of == repaired[0].id  # the repair's new machine
+    expected: list[Line] = []
+    opened: dict[str, datetime] = {}
+    for row in history:
+        moment = ensure_utc(row.at).replace(microsecond=0)
+        if row.to_status == "RUNNING" and row.node_id not in opened:
+            opened[row.node_id] = moment
+        elif row.to_status in STOPS and row.node_id in opened:
+            for s, e in clock_hours(opened.pop(row.node_id), moment):
+                if e > s:
+                    expected.append(Line("compute_on_demand", row.node_id, s, e,
+                                         micros(rate, gpus, seconds(s, e)), teams[row.cluster_id]))
+    assert not opened, "every node was torn down before the last pass"
+    failed = [row for row in history if row.to_status == "FAILED"]
+    assert [row.node_id for row in failed] == [repaired[0].id]
+    assert len({line.resource for line in expected}) == 1 + 1 + 3 + 1  # train x2 machines, auto x3, short
+
+    stored = [Line(row.kind, row.resource_id, ensure_utc(row.period_start), ensure_utc(row.period_end),
+                   row.amount_micros, (row.labels or {}).get("team")) for row in world.records(project)]
+    key = lambda line: (line.kind, line.resource, line.start)  # noqa: E731
+    assert sorted(stored, key=key) == sorted(expected, key=key)
+
+    # By hand (31.92 USD a node-hour): nlp: `short` 0:00-1:00 (its TTL), train-0 0:00-0:40 and its
+    # repair 0:40-2:10 = 31.92 + 21.28 + 47.88; vision: `auto`'s first node 0:00-1:30 and the two it
+    # added 0:20-1:30 (one scaled down then) and 0:20-2:10 = 47.88 + 37.24 + 58.52.
+    assert len(stored) == 12
+
+    per_team: dict[str | None, int] = defaultdict(int)
+    for line in expected:
+        per_team[line.team] += line.amount_micros
+    assert per_team == {"nlp": 101_080_000, "vision": 143_640_000}
+    groups = member.get("/v1/billing/usage", params={"group_by": "label:team"}).json()
+    assert {g["key"]: Decimal(g["amount_usd"]) for g in groups["groups"]} == {
+        team: Decimal(amount) / 1_000_000 for team, amount in per_team.items()
+    }
+    for team, budget_id in budgets.items():
+        spent = admin.get(f"/v1/budgets/{budget_id}").json()["spent_usd"]
+        assert Decimal(spent) == Decimal(per_team[team]) / 1_000_000, team
