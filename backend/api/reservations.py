@@ -26,7 +26,7 @@ from backend.api.schemas import (
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
 from backend.billing.money import micros_to_usd
-from backend.domain.clock import ensure_utc, utcnow
+from backend.domain.clock import utcnow
 from backend.provisioning import reservations as holds
 from backend.services import reservations
 from backend.store.billing_models import CapacityReservation
@@ -87,7 +87,7 @@ class ReservationOut(BaseModel):
 
 def to_out(session: Session, row: CapacityReservation) -> ReservationOut:
     now = utcnow()
-    starts, ends = ensure_utc(row.starts_at), ensure_utc(row.ends_at)
+    starts, ends = row.starts_at, row.ends_at
     status = "scheduled" if now < starts else "active" if now < ends else "ended"
     return ReservationOut(
         id=row.id,
@@ -106,8 +106,8 @@ def to_out(session: Session, row: CapacityReservation) -> ReservationOut:
         gpu_hour_usd=str(row.gpu_hour_usd.normalize()),
         discount=str(row.discount.normalize()),
         upfront_usd=str(micros_to_usd(row.upfront_micros)),
-        charged_at=None if row.charged_at is None else ensure_utc(row.charged_at),
-        created_at=ensure_utc(row.created_at),
+        charged_at=None if row.charged_at is None else row.charged_at,
+        created_at=row.created_at,
     )
 
 

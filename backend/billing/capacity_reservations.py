@@ -44,8 +44,8 @@ def due_charges(
     (marked charged in the caller's transaction, with an audit event)."""
     due = []
     for row in reservations.values():
-        starts = ensure_utc(row.starts_at)
-        deleted = row.deleted_at is not None and ensure_utc(row.deleted_at) <= starts
+        starts = row.starts_at
+        deleted = row.deleted_at is not None and row.deleted_at <= starts
         if row.charged_at is not None or deleted or starts > now:
             continue
         row.charged_at = now
@@ -59,7 +59,7 @@ def due_charges(
             at=now,
             details={
                 "starts_at": starts.isoformat(),
-                "ends_at": ensure_utc(row.ends_at).isoformat(),
+                "ends_at": row.ends_at.isoformat(),
                 "node_count": row.node_count,
                 "upfront_usd": str(micros_to_usd(row.upfront_micros)),
             },
@@ -68,8 +68,8 @@ def due_charges(
 
 
 def _record(row: CapacityReservation, *, now: datetime) -> UsageRecord:
-    starts = ensure_utc(row.starts_at).replace(microsecond=0)
-    ends = ensure_utc(row.ends_at).replace(microsecond=0)
+    starts = row.starts_at.replace(microsecond=0)
+    ends = row.ends_at.replace(microsecond=0)
     return UsageRecord(
         idempotency_key=charge_key(row.id),
         project_id=row.project_id,

@@ -77,7 +77,7 @@ def load_cluster_usage(session: Session, *, project_id: str) -> list[ClusterUsag
     usages = []
     for cluster_id, history in by_cluster.items():
         first = history[0]
-        transitions = [NodeTransition(r.node_id, r.to_status, ensure_utc(r.at)) for r in history]
+        transitions = [NodeTransition(r.node_id, r.to_status, r.at) for r in history]
         usages.append(
             ClusterUsage(
                 cluster_id,
@@ -95,7 +95,7 @@ def term_start(session: Session, cluster: Cluster, usage: ClusterUsage) -> datet
     """When the cluster first reached RUNNING (the engine's record, else all its nodes running together)."""
     engine_cluster = session.get(EngineCluster, cluster.id)
     if engine_cluster is not None and engine_cluster.first_ready_at is not None:
-        return ensure_utc(engine_cluster.first_ready_at)
+        return engine_cluster.first_ready_at
     return first_time_running(usage.intervals, cluster.node_count)
 
 
@@ -173,10 +173,10 @@ def cluster_segments(
     (it draws at most the reservation's nodes) until the reservation's term ends."""
     slots, coverage_end = 0, None
     if capacity_reservation is not None:
-        slots, coverage_end = UNLIMITED_SLOTS, ensure_utc(capacity_reservation.ends_at)
+        slots, coverage_end = UNLIMITED_SLOTS, capacity_reservation.ends_at
     elif reservation is not None:
         slots = reservation.node_count
-        coverage_end = ensure_utc(reservation.covered_until)
+        coverage_end = reservation.covered_until
     elif cluster is not None and cluster.billing_type == "reserved":
         # Before the term starts every node is covered (a fixed rule, so the slices charged at 0 now
         # are never re-priced under other keys later).

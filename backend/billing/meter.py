@@ -114,7 +114,7 @@ def running_intervals(transitions: Iterable[NodeTransition]) -> list[RunningInte
     intervals: list[RunningInterval] = []
     for node_id, history in by_node.items():
         opened: datetime | None = None
-        for transition in sorted(history, key=lambda t: ensure_utc(t.at)):
+        for transition in sorted(history, key=lambda t: t.at):
             if transition.status == RUNNING and opened is None:
                 opened = to_second(transition.at)
             elif transition.status in STOP_STATUSES and opened is not None:
@@ -172,7 +172,7 @@ def storage_segments(changes: Iterable[VolumeChange]) -> list[StorageSegment]:
     segments: list[StorageSegment] = []
     for volume_id, history in by_volume.items():
         opened: StorageSegment | None = None
-        for change in sorted(history, key=lambda c: ensure_utc(c.at)):
+        for change in sorted(history, key=lambda c: c.at):
             moment = to_second(change.at)
             if change.event == "created" and opened is None:
                 opened = StorageSegment(volume_id, change.size_tib, moment, None)

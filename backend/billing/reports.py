@@ -21,7 +21,6 @@ from backend.billing.money import micros_to_usd
 from backend.billing.pricing import PricingError
 from backend.billing.settings import BillingSettings
 from backend.domain.access import Scope
-from backend.domain.clock import ensure_utc
 from backend.store.billing_models import Invoice, Reservation, UsageRecord
 from backend.store.db import execute_core
 from backend.store.engine_models import EngineCluster
@@ -79,13 +78,13 @@ def usage_item(row: UsageRecord) -> dict[str, Any]:
         "cluster_id": row.cluster_id,
         "region": row.region,
         "instance_type": row.instance_type,
-        "period_start": ensure_utc(row.period_start),
-        "period_end": ensure_utc(row.period_end),
+        "period_start": row.period_start,
+        "period_end": row.period_end,
         "seconds": row.seconds,
         "units": str(row.units.normalize()),
         "unit_price_usd": str(row.unit_price_usd),
         "amount_usd": str(micros_to_usd(row.amount_micros)),
-        "recorded_at": ensure_utc(row.recorded_at),
+        "recorded_at": row.recorded_at,
         "labels": dict(row.labels or {}),
     }
 
@@ -130,7 +129,7 @@ def invoices_view(session: Session, *, project_id: str, now: datetime) -> list[d
             "reserved_ip": invoice.reserved_ip_micros,
             "lines": invoice.line_count,
         }
-        items.append(_invoice_item(invoice.period, "closed", closed, issued_at=ensure_utc(invoice.issued_at)))
+        items.append(_invoice_item(invoice.period, "closed", closed, issued_at=invoice.issued_at))
     return items
 
 
@@ -217,8 +216,8 @@ def cluster_billing(
         return {"reservation": started}
     return {
         "reservation": {
-            "term_start": ensure_utc(reservation.term_start),
-            "term_end": ensure_utc(reservation.term_end),
+            "term_start": reservation.term_start,
+            "term_end": reservation.term_end,
             "node_count": reservation.node_count,
             "upfront_usd": str(micros_to_usd(reservation.upfront_micros)),
             "discount": str(reservation.discount.normalize()),

@@ -22,7 +22,6 @@ from backend.billing.meter import UsageItem, UsageKind, hour_slices, stamp, to_s
 from backend.billing.money import prorate_micros
 from backend.billing.pricing import PriceBook
 from backend.billing.storage_meter import usage_record
-from backend.domain.clock import ensure_utc
 from backend.store.billing_models import ReservedIpEvent
 from backend.store.models import ReservedIp
 
@@ -57,7 +56,7 @@ def reserved_ip_segments(
     segments: list[ReservedIpSegment] = []
     for ip_id, history in by_ip.items():
         opened: ReservedIpSegment | None = None
-        for change in sorted(history, key=lambda c: ensure_utc(c.at)):
+        for change in sorted(history, key=lambda c: c.at):
             moment = to_second(change.at)
             if change.event == "reserved" and opened is None:
                 opened = ReservedIpSegment(ip_id, regions[ip_id], False, moment, None)
@@ -88,7 +87,7 @@ def load_reserved_ip_usage(session: Session, *, project_id: str) -> list[Reserve
     labels = {row.reserved_ip_id: dict(row.labels or {}) for row in rows}
     live = select(ReservedIp.id, ReservedIp.labels).where(ReservedIp.project_id == project_id)
     labels.update({row.id: dict(row.labels or {}) for row in session.execute(live) if row.id in labels})
-    changes = [ReservedIpChange(r.reserved_ip_id, r.event, ensure_utc(r.at)) for r in rows]
+    changes = [ReservedIpChange(r.reserved_ip_id, r.event, r.at) for r in rows]
     return [replace(s, labels=labels[s.reserved_ip_id]) for s in reserved_ip_segments(changes, regions)]
 
 

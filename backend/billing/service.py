@@ -132,7 +132,7 @@ def meter_project(
     held: dict[str, list[tuple[datetime, datetime | None]]] = {}
     for hold in all_holds:
         held.setdefault(hold.cluster_id, []).append(
-            (ensure_utc(hold.paused_at), _maybe_utc(hold.released_at))
+            (hold.paused_at, _maybe_utc(hold.released_at))
         )
     open_holds = {h.cluster_id: h for h in all_holds if h.released_at is None}
 
@@ -252,7 +252,7 @@ def _expire_reservations(
     result: MeteringResult,
 ) -> None:
     for reservation in reservations.values():
-        if reservation.expired_at is not None or now < ensure_utc(reservation.term_end):
+        if reservation.expired_at is not None or now < reservation.term_end:
             continue
         reservation.expired_at = now
         result.reservations_expired += 1

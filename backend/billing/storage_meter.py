@@ -51,7 +51,7 @@ def load_volume_usage(session: Session, *, project_id: str) -> list[VolumeUsage]
     labels = {row.volume_id: dict(row.labels or {}) for row in rows}
     live = select(Volume.id, Volume.labels).where(Volume.project_id == project_id)
     labels.update({row.id: dict(row.labels or {}) for row in session.execute(live)})
-    changes = [VolumeChange(r.volume_id, r.event, Decimal(r.size_tib), ensure_utc(r.at)) for r in rows]
+    changes = [VolumeChange(r.volume_id, r.event, Decimal(r.size_tib), r.at) for r in rows]
     return [VolumeUsage(regions[s.volume_id], s, labels[s.volume_id]) for s in storage_segments(changes)]
 
 

@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 
 from backend.domain.errors import Conflict, NotFound
 from backend.provisioning import views
-from backend.provisioning.state import aware
 from backend.store.engine_models import EngineCluster
 
 
@@ -30,7 +29,7 @@ def _unavailable(cluster_id: str) -> NotFound:
 
 
 def _lapsed(state: EngineCluster, now: dt.datetime) -> bool:
-    expires_at = aware(state.kube_admin_token_expires_at)
+    expires_at = state.kube_admin_token_expires_at
     return expires_at is None or expires_at <= now
 
 
@@ -46,7 +45,7 @@ def read_credentials(session: Session, cluster_id: str, *, now: dt.datetime, ttl
         session.flush()
     found = views.cluster_credentials(session, cluster_id)
     assert found is not None
-    return {**found, "expires_at": aware(state.kube_admin_token_expires_at)}
+    return {**found, "expires_at": state.kube_admin_token_expires_at}
 
 
 def renew_credentials(session: Session, cluster_id: str, *, now: dt.datetime, ttl: dt.timedelta

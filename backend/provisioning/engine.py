@@ -25,7 +25,6 @@ from backend.provisioning import allocator, public_address, reservations, spot
 from backend.provisioning.drivers import local_address_range, offered_orchestrators
 from backend.provisioning.settings import configured_driver
 from backend.provisioning.state import (
-    aware,
     live_nodes,
     new_node,
     set_cluster_status,
@@ -356,7 +355,7 @@ def _draw(session: Session, cluster: Cluster, count: int, now: dt.datetime) -> s
         raise Conflict(f"capacity reservation {cluster.reservation_id} does not exist",
                        field="reservation_id", code="reservation_not_found")
     allocator.lock(session, "pool:" + reservation.pool)
-    starts, ends = aware(reservation.starts_at), aware(reservation.ends_at)
+    starts, ends = reservation.starts_at, reservation.ends_at
     assert starts is not None and ends is not None
     if not starts <= now < ends:
         raise Conflict(f"capacity reservation {reservation.id} runs from {starts:%Y-%m-%dT%H:%M:%SZ} to "

@@ -41,7 +41,7 @@ def expire_if_due(
     if reason is None or moment is None:
         idle = _idle_due(session, driver, cluster, now, idle_check)
         if idle is None or idle[0] > now:
-            due.extend(t for t in (aware(cluster.expires_at), idle[0] if idle else None) if t is not None)
+            due.extend(t for t in (cluster.expires_at, idle[0] if idle else None) if t is not None)
             return False
         moment, reason = idle
     if cluster.deletion_protection:
@@ -68,7 +68,7 @@ def lifetime_warnings(row: Any) -> list[str]:
 
 
 def _expiry(cluster: Cluster, now: dt.datetime) -> tuple[str | None, dt.datetime | None]:
-    expires_at = aware(cluster.expires_at)
+    expires_at = cluster.expires_at
     if expires_at is None or expires_at > now:
         return None, None
     reason = f"ttl {cluster.ttl} is up" if cluster.ttl else "expires_at reached"

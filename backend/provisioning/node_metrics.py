@@ -108,7 +108,7 @@ class _Chunks:
                                   slot=key[1], started_at=start, data=_EMPTY_CHUNK)
             self.session.add(row)
             self.rows[key] = row
-        if aware(row.started_at) != start:
+        if row.started_at != start:
             row.started_at, row.data = start, _EMPTY_CHUNK
             self.data.pop(key, None)
         if key not in self.data:

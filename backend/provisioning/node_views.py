@@ -119,7 +119,7 @@ def node_views(session: Session, driver: ProvisioningDriver, cluster: Cluster, n
 
 def _preemption_at(node: EngineNode) -> str | None:
     """When the market reclaims a spot node that got its notice (None for any other node)."""
-    moment = aware(node.preempt_at)
+    moment = node.preempt_at
     return None if moment is None or node.preempt_notice_at is None else spot.iso(moment)
 
 

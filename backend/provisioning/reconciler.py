@@ -27,7 +27,6 @@ from backend.provisioning.engine import add_batch, add_repair, add_replacement
 from backend.provisioning.node_health import in_repair
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.state import (
-    aware,
     desired_config,
     live_nodes,
     set_cluster_status,
@@ -275,7 +274,7 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
         op = _submit(ctx, cluster, node, OperationRequest(token, OpKind.HEALTH_WATCH, cluster.name, node.name,
                                                            attempt, cluster_id=cluster.id, node_id=node.id))
         node.watch_token, node.watch_due_at = token, op.ready_at
-    watch_due = aware(node.watch_due_at)
+    watch_due = node.watch_due_at
     if watch_due is not None:
         if watch_due > ctx.now:
             ctx.due.append(watch_due)
@@ -334,7 +333,7 @@ def _sync_drain(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
         new = True
     else:
         kind, new = OpKind(node.op_token.split("/")[1]), False
-    submitted_due = aware(node.op_ready_at)
+    submitted_due = node.op_ready_at
     if submitted_due is not None and submitted_due > ctx.now:  # submitted and not due: no need to ask
         ctx.due.append(submitted_due)
         return False
@@ -366,7 +365,7 @@ def _spot_watch(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
         if drawn is None:
             return False
         node.preempt_at = drawn
-    reclaim_at = aware(node.preempt_at)
+    reclaim_at = node.preempt_at
     assert reclaim_at is not None
     notice_at = market.spot_notice_at(reclaim_at)
     if ctx.now < notice_at:
@@ -385,7 +384,7 @@ def _spot_watch(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
     state = ctx.session.get(EngineCluster, cluster.id)
     assert state is not None
     returns = market.spot_returns_at(cluster.name, reclaim_at)
-    current = aware(state.spot_reclaimed_until)
+    current = state.spot_reclaimed_until
     state.spot_reclaimed_until = returns if current is None else max(current, returns)
     spot.audit(ctx.session, cluster, "cluster.node_preempted", reclaim_at,
                {"node": node.name, "instance_id": node.id, "spot_returns_at": spot.iso(returns)})
@@ -403,7 +402,7 @@ def _spot_capacity(ctx: PassContext, cluster: Cluster, state: EngineCluster) -> 
     capacity returns), with fallback on-demand nodes while it is short; an on-demand node stands in
     until a spot node that replaces it is RUNNING, then it is released."""
     members = [n for n in live_nodes(ctx.session, cluster.id) if n.active_name is not None]
-    reclaimed = aware(state.spot_reclaimed_until)
+    reclaimed = state.spot_reclaimed_until
     spot_open = reclaimed is None or reclaimed <= ctx.now
     if not spot_open:
         ctx.due.append(reclaimed)  # type: ignore[arg-type]
@@ -533,9 +532,9 @@ def _node_op(ctx: PassContext, cluster: Cluster, node: EngineNode, stage: NodeSt
     request = OperationRequest(token, STAGE_OP[stage], cluster.name, node.name, attempt,
                                cluster.instance_type, node.fabric, node.slot, volumes_changed,
                                cluster_id=cluster.id, node_id=node.id)
-    if node.op_ready_at is not None and aware(node.op_ready_at) > ctx.now:  # type: ignore[operator]
+    if node.op_ready_at is not None and node.op_ready_at > ctx.now:
         # Submitted and not due: no need to ask the driver again.
-        return Operation(token, STAGE_OP[stage], ctx.now, aware(node.op_ready_at), True)
+        return Operation(token, STAGE_OP[stage], ctx.now, node.op_ready_at, True)
     op = _submit(ctx, cluster, node, request, new=new)
     node.op_ready_at = op.ready_at
     return op

@@ -172,16 +172,9 @@ class SimulatedDatacenter:
         return logs.render(lines, request.tail)
 
 
-def _aware(value: dt.datetime | None) -> dt.datetime | None:
-    # SQLite hands back naive datetimes; everything the engine stores is UTC.
-    if value is not None and value.tzinfo is None:
-        return value.replace(tzinfo=dt.UTC)
-    return value
-
-
 def _to_operation(row: SimulatedOperation) -> Operation:
-    submitted = _aware(row.submitted_at)
+    submitted = row.submitted_at
     assert submitted is not None
-    return Operation(row.client_token, OpKind(row.kind), submitted, _aware(row.ready_at), row.succeeded,
+    return Operation(row.client_token, OpKind(row.kind), submitted, row.ready_at, row.succeeded,
                      row.reason)
 

@@ -117,10 +117,6 @@ def _event(code: int, gpu: int, at: dt.datetime, detail: str) -> XidEvent:
                     logged_at=at.astimezone(dt.UTC).isoformat())
 
 
-def _aware(value: dt.datetime) -> dt.datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
-
-
 def nodes_telemetry(seed: int, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
                     ) -> list[NodeTelemetry]:
     tokens = [t.watch_token for t in targets if t.watch_token]
@@ -136,7 +132,7 @@ def node_telemetry(seed: int, watch: SimulatedOperation | None, target: Telemetr
     faulted, code = None, None
     if watch is not None and not watch.succeeded and watch.ready_at is not None and watch.reason:
         match = _FAULT.search(watch.reason)
-        fault_at, started = _aware(watch.ready_at), _aware(watch.submitted_at)
+        fault_at, started = watch.ready_at, watch.submitted_at
         if match is not None:
             fatal, gpu = int(match.group(1)), int(match.group(2))
             warning_at = fault_at - (fault_at - started) / 4
@@ -146,7 +142,7 @@ def node_telemetry(seed: int, watch: SimulatedOperation | None, target: Telemetr
                 events.append(_event(fatal, gpu, fault_at, watch.reason))
                 faulted, code = gpu, fatal
     busy = busy_gpus(seed, target.cluster_name, target.node_name, target.attempt, target.gpu_count, now,
-                     _aware(target.created_at))
+                     target.created_at)
     gpus = [gpu_reading(seed, target, i, now, busy_count=busy, faulted=faulted, fault_code=code)
             for i in range(target.gpu_count)]
     return NodeTelemetry(read_at=now.astimezone(dt.UTC).isoformat(timespec="seconds"), gpus=gpus,
