@@ -105,6 +105,7 @@ def create_app(config: Settings | Runtime) -> FastAPI:
                 metering.stop()
             if worker is not None:
                 worker.stop()
+            state.rate_limiter.close()
             runtime.close()
 
     app = FastAPI(

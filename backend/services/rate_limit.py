@@ -63,6 +63,11 @@ class RateLimiter:
         self._sync_lock = threading.Lock()
         self._background = _BackgroundSyncs(self.sync)
 
+    def close(self) -> None:
+        """Stop the background syncs (at shutdown, before the database goes): what is still pending is
+        this replica's overshoot allowance, not lost budget."""
+        self._background.stop()
+
     def count(self, api_key_id: str) -> bool:
         """Count one request locally; True when the caller must `sync` (database I/O) before `check`.
         A periodic sync that is due is left to the background thread."""
@@ -166,18 +171,31 @@ class _BackgroundSyncs:
         self._due: dict[str, None] = {}  # insertion-ordered set: each key at most once
         self._wake = threading.Condition()
         self._running = False
+        self._stopped = False
+        self._thread: threading.Thread | None = None
 
     def request(self, api_key_id: str) -> None:
         """Sync `api_key_id` soon (no-op when it is already queued)."""
         with self._wake:
-            if api_key_id in self._due:
+            if self._stopped or api_key_id in self._due:
                 return
             self._due[api_key_id] = None
             if self._running:
                 self._wake.notify()
                 return
             self._running = True
-        threading.Thread(target=self._run, name="rate-limit-sync", daemon=True).start()
+            self._thread = threading.Thread(target=self._run, name="rate-limit-sync", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Drop what is queued and wait for a sync in flight, so no connection outlives the app."""
+        with self._wake:
+            self._stopped = True
+            self._due.clear()
+            self._wake.notify()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=10)
 
     def _run(self) -> None:
         while True:
