@@ -8,6 +8,7 @@ always reflect the current membership. Secrets (the Kubernetes admin token) neve
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import bindparam, select
@@ -71,8 +72,31 @@ _STATE_COLUMNS = (EngineCluster.fabric, EngineCluster.hostname_prefix, EngineClu
 
 _STATE = select(*_STATE_COLUMNS).where(EngineCluster.cluster_id == bindparam("cluster_id"))
 
+# The same columns for a read of the cluster row that outer-joins its engine state (the GET path, see
+# services.clusters.read_cluster): prefixed, since the clusters table has columns of the same names.
+JOINED_STATE_COLUMNS = (EngineCluster.cluster_id.label("engine_cluster_id"),
+                        *(column.label(f"engine_{column.key}") for column in _STATE_COLUMNS))
+_STATE_KEYS = tuple(column.key for column in _STATE_COLUMNS)
 
-def _state_row(session: Session, cluster_id: str) -> Any:
+
+@dataclass(frozen=True)
+class _JoinedState:
+    fabric: Any
+    hostname_prefix: Any
+    subnet: Any
+    partition_key: Any
+    jumphost_ip: Any
+    public_ip: Any
+    kube_ca_cert_pem: Any
+    finished: Any
+
+
+def _state_row(session: Session, cluster_id: str, cluster: Any = None) -> Any:
+    if cluster is not None and "engine_cluster_id" in getattr(cluster, "_fields", ()):
+        # A Core row read with JOINED_STATE_COLUMNS: the engine state came with it.
+        if cluster.engine_cluster_id is None:
+            return None
+        return _JoinedState(**{key: getattr(cluster, f"engine_{key}") for key in _STATE_KEYS})
     return execute_core(session, _STATE, {"cluster_id": cluster_id}).one_or_none()
 
 
@@ -131,8 +155,9 @@ def _node_view(n: Any, role: str, network: dict[str, Any] | None, *, member: boo
 def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = None) -> dict[str, Any]:
     """nodes, login, slurm, kubernetes, nccl_env, fabric and phase_history of one cluster.
 
-    `cluster`: the caller's already loaded row, ORM or a Core row of the clusters table (saves a lookup).
-    One query each for the phase history, the engine state and the live nodes.
+    `cluster`: the caller's already loaded row, ORM or a Core row of the clusters table (saves a lookup);
+    a Core row read with `JOINED_STATE_COLUMNS` brings the engine state too (saves another).
+    One query each for the phase history, the engine state (unless joined) and the live nodes.
     """
     catalog = default_catalog()
     history = [
@@ -142,7 +167,7 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
     runtime: dict[str, Any] = {"nodes": [], "login": None, "slurm": None, "kubernetes": None,
                                "nccl_env": {}, "fabric": None, "phase_history": history}
     cluster = cluster if cluster is not None else session.get(Cluster, cluster_id)
-    state = _state_row(session, cluster_id)
+    state = _state_row(session, cluster_id, cluster)
     if cluster is None or state is None or state.finished:
         return runtime
     live = _live_node_rows(session, cluster_id)

@@ -27,10 +27,12 @@ from backend.domain.errors import Conflict, FieldError, NotFound, validation_fai
 from backend.domain.ids import is_id_of, new_id
 from backend.domain.lifetime import parse_ttl
 from backend.provisioning.engine import request_reconcile
+from backend.provisioning.views import JOINED_STATE_COLUMNS
 from backend.services import quotas, reserved_ips
 from backend.services.reservations import check_reservation
 from backend.services.security_groups import ensure_default_group
 from backend.store.db import execute_core
+from backend.store.engine_models import EngineCluster
 from backend.store.models import (
     Cluster,
     ClusterSecurityGroup,
@@ -64,8 +66,13 @@ _LINKS_JOINED = (
     joinedload(Cluster.security_group_links),
 )
 # The GET path reads with two prebuilt Core statements (built and cache-keyed once, no ORM instances):
-# the cluster row, then its SSH key and volume links together.
-_CLUSTER_ROW = select(Cluster.__table__).where(Cluster.id == bindparam("cluster_id"))
+# the cluster row with its engine state (outer-joined: one query instead of two, see provisioning.views),
+# then its SSH key, volume and security group links together.
+_CLUSTER_ROW = (
+    select(Cluster.__table__, *JOINED_STATE_COLUMNS)
+    .select_from(Cluster.__table__.outerjoin(EngineCluster.__table__, EngineCluster.cluster_id == Cluster.id))
+    .where(Cluster.id == bindparam("cluster_id"))
+)
 _CLUSTER_LINKS = union_all(
     select(literal("ssh_key").label("kind"), ClusterSshKey.ssh_key_id.label("ref"), ClusterSshKey.position)
     .where(ClusterSshKey.cluster_id == bindparam("cluster_id")),

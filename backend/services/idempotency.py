@@ -12,16 +12,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import bindparam, delete, insert, select, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from backend.domain.clock import utcnow
 from backend.domain.errors import Conflict, Unprocessable
+from backend.store.db import execute_core
 from backend.store.models import IdempotencyRecord
+
+# Expired records are deleted by the first POST after this many seconds (per process), not by every POST.
+PURGE_EVERY_SECONDS = 60.0
+_purge = {"last": -PURGE_EVERY_SECONDS}
+_purge_guard = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -70,16 +78,24 @@ def hold_key(*, session: Session, project_id: str, key: str, wait_seconds: float
         ) from None
 
 
+# Prebuilt column statements run on the session's connection (`execute_core`): every keyed POST runs
+# them, and the ORM's entity loading and flush are most of their cost.
+_RECORD = select(
+    IdempotencyRecord.id, IdempotencyRecord.request_fingerprint, IdempotencyRecord.response_status,
+    IdempotencyRecord.response_body, IdempotencyRecord.response_headers, IdempotencyRecord.expires_at,
+).where(IdempotencyRecord.project_id == bindparam("project_id"), IdempotencyRecord.key == bindparam("key"))
+_DELETE_RECORD = delete(IdempotencyRecord).where(IdempotencyRecord.id == bindparam("record_id"))
+_INSERT_RECORD = insert(IdempotencyRecord)
+
+
 def find_replay(*, session: Session, project_id: str, key: str, fingerprint: str) -> StoredResponse | None:
     """The stored response for `key`, or None; 422 if the key was used for a different request."""
-    record = session.scalar(
-        select(IdempotencyRecord).where(
-            IdempotencyRecord.project_id == project_id,
-            IdempotencyRecord.key == key,
-            IdempotencyRecord.expires_at > utcnow(),
-        )
-    )
+    record = execute_core(session, _RECORD, {"project_id": project_id, "key": key}).one_or_none()
     if record is None:
+        return None
+    if record.expires_at <= utcnow():
+        # Expired (the periodic purge has not reached it yet): the key is free again.
+        execute_core(session, _DELETE_RECORD, {"record_id": record.id})
         return None
     if record.request_fingerprint != fingerprint:
         raise Unprocessable(
@@ -90,21 +106,30 @@ def find_replay(*, session: Session, project_id: str, key: str, fingerprint: str
     return StoredResponse(record.response_status, record.response_body, dict(record.response_headers))
 
 
+def _purge_expired(session: Session, now: datetime) -> None:
+    """Delete the expired records, if this process has not done so in the last `PURGE_EVERY_SECONDS`."""
+    with _purge_guard:
+        tick = time.monotonic()
+        if tick - _purge["last"] < PURGE_EVERY_SECONDS:
+            return
+        _purge["last"] = tick
+    session.execute(delete(IdempotencyRecord).where(IdempotencyRecord.expires_at <= now))
+
+
 def save_response(
     *, session: Session, project_id: str, key: str, fingerprint: str, response: StoredResponse, ttl_hours: int
 ) -> None:
-    """Store `response` under `key` in the current transaction; expired records go (an indexed delete)."""
+    """Store `response` under `key` in the current transaction; expired records go (an indexed delete,
+    at most once every `PURGE_EVERY_SECONDS` per process: `find_replay` frees an expired key itself)."""
     now = utcnow()
-    session.execute(delete(IdempotencyRecord).where(IdempotencyRecord.expires_at <= now))
-    session.add(
-        IdempotencyRecord(
-            project_id=project_id,
-            key=key,
-            request_fingerprint=fingerprint,
-            response_status=response.status,
-            response_body=response.body,
-            response_headers=response.headers,
-            created_at=now,
-            expires_at=now + timedelta(hours=ttl_hours),
-        )
-    )
+    _purge_expired(session, now)
+    execute_core(session, _INSERT_RECORD, {
+        "project_id": project_id,
+        "key": key,
+        "request_fingerprint": fingerprint,
+        "response_status": response.status,
+        "response_body": response.body,
+        "response_headers": response.headers,
+        "created_at": now,
+        "expires_at": now + timedelta(hours=ttl_hours),
+    })
