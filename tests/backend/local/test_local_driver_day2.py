@@ -33,7 +33,7 @@ def _cluster(admin: TestClient, sessions: sessionmaker[Session], driver: LocalDr
              monkeypatch: pytest.MonkeyPatch, name: str) -> tuple[EngineWorker, dict[str, Any], str]:
     """A running 2-node Slurm cluster, the API reading through the test's driver; (worker, cluster, login)."""
     for module in (cluster_nodes, cluster_workload):
-        monkeypatch.setattr(module, "driver", lambda: driver)
+        monkeypatch.setattr(module, "driver", lambda _request: driver)
     # A block of its own: other runs of the local driver on this machine may hold 10.0.0.0/22.
     block = secrets.randbelow(16 * 64)
     monkeypatch.setenv("GPUCLOUD_LOCAL_ADDRESS_RANGE", f"172.{16 + block // 64}.{block % 64 * 4}.0/22")
