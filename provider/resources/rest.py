@@ -50,6 +50,8 @@ IDEMPOTENCY_KEY = "create_idempotency_key"
 # state values: Terraform does not hand a tainted object's private state to the delete that replaces it.
 UNCONFIRMED_ID_PREFIX = "unconfirmed-create:"
 ETAG_KEY = "etag"
+# Label keys the API added at create (a team-scoped key's team label), which the configuration does not own.
+API_LABELS_KEY = "api_labels"
 UNCONFIRMED_CREATE = (
     "The API did not confirm the create, so it may have happened. The resource is kept in state as "
     "tainted, its id naming the create's Idempotency-Key: the next apply deletes whatever that create "
@@ -185,6 +187,23 @@ def etag_of(ctx: Context) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def own_labels(ctx: Context, configured: Any, answered: Any, *, created: bool) -> Any:
+    """The labels as the configuration owns them. A team-scoped API key's objects get the team's label from
+    the API when the configuration leaves it out; that label is the key's, not the configuration's, so it is
+    remembered (private state) at create and left out of `labels` from then on, unless the configuration
+    writes it itself. Without this, a team key's create would end in "inconsistent result after apply"."""
+    planned = dict(configured or {})
+    labels = dict(answered or {})
+    if created:
+        added = sorted(key for key in labels if key not in planned)
+        if added:
+            ctx.private[API_LABELS_KEY] = added
+    for key in ctx.private.get(API_LABELS_KEY) or ():
+        if key not in planned:
+            labels.pop(key, None)
+    return labels if labels or configured is not None else None
+
+
 def object_of(response: ApiResponse, subject: str) -> dict[str, Any]:
     """The JSON object an answer about one object must carry."""
     if not isinstance(response.body, dict):
@@ -246,7 +265,7 @@ class RestResource(Resource):
             self.create_refused(ctx, error)
             return None
         create_done(ctx)
-        return self._confirmed(ctx, response, plan)
+        return self._confirmed(ctx, response, plan, created=True)
 
     def read(self, ctx: Context, state: State) -> State | None:
         if not configured(ctx) or is_unconfirmed(state):
@@ -291,8 +310,12 @@ class RestResource(Resource):
     def error(self, ctx: Context, verb: str, error: ApiError, *, schema: Schema | None = None) -> None:
         api_error(ctx, self.summary(verb), error, subject=self.subject, schema=schema, renames=self.renames)
 
-    def _confirmed(self, ctx: Context, response: ApiResponse, prior: State) -> State:
+    def _confirmed(self, ctx: Context, response: ApiResponse, prior: State, *,
+                   created: bool = False) -> State:
         remember_etag(ctx, response.etag)
         state = self.state_from(object_of(response, self.subject), prior)
+        if "labels" in state:
+            labels = own_labels(ctx, prior.get("labels"), state["labels"], created=created)
+            state = {**state, "labels": labels}
         result: State = keep_semantic_equals(self.schema, prior, state)
         return result

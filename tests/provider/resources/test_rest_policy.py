@@ -16,7 +16,12 @@ from provider.framework import Resource
 from provider.resources.budget import BudgetResource
 from provider.resources.reservation import ReservationResource
 from provider.resources.reserved_ip import ReservedIpResource
-from provider.resources.rest import IDEMPOTENCY_KEY, UNCONFIRMED_ID_PREFIX, is_unconfirmed
+from provider.resources.rest import (
+    IDEMPOTENCY_KEY,
+    UNCONFIRMED_ID_PREFIX,
+    is_unconfirmed,
+    own_labels,
+)
 from provider.resources.security_group import SecurityGroupResource
 from provider.resources.shared_volume import SharedVolumeResource
 from provider.resources.ssh_key import SshKeyResource
@@ -176,3 +181,22 @@ def test_rest_replay_that_cannot_tell_is_an_error_not_a_forgotten_object(case, s
     case.resource.delete(ctx, state)
     # Only the replayed create is sent (a key still in flight is retried by the client); no DELETE follows.
     assert set(seen) == {"POST"} and ctx.diagnostics.has_errors  # kept in state: the next apply tries again
+
+
+def test_a_team_label_the_api_adds_at_create_is_the_keys_not_the_configurations() -> None:
+    """A team-scoped key creates a volume without labels: the API labels it `team=nlp`. The state keeps the
+    configuration's labels (null), remembers the added key privately, and later reads and updates leave it
+    out, unless the configuration writes that label itself."""
+    ctx = context()
+    assert own_labels(ctx, None, {"team": "nlp"}, created=True) is None
+    assert ctx.private["api_labels"] == ["team"]
+    assert own_labels(ctx, None, {"team": "nlp"}, created=False) is None  # a refresh
+    answered = {"owner": "ana", "team": "nlp"}
+    assert own_labels(ctx, {"owner": "ana"}, answered, created=False) == {"owner": "ana"}
+    assert own_labels(ctx, {"team": "nlp"}, {"team": "nlp"}, created=False) == {"team": "nlp"}
+    # Drift in labels the configuration owns still shows.
+    assert own_labels(ctx, None, {"team": "nlp", "extra": "x"}, created=False) == {"extra": "x"}
+    # An unscoped key: nothing added, nothing remembered.
+    plain = context()
+    assert own_labels(plain, {"a": "b"}, {"a": "b"}, created=True) == {"a": "b"}
+    assert "api_labels" not in plain.private
