@@ -152,7 +152,6 @@ def test_acc_local_driver_slurm_cluster_runs_jobs_over_ssh(
     assert shared.stdout.strip() == "train-0", shared.stderr
 
     # Scale 2 -> 3 -> 2 in place, with a job running on a kept node the whole time.
-    # (a job without --gpus or --mem would take a whole node's memory: the partition defaults are per GPU)
     job = ssh(tmp_path / "alice", login, "sbatch --parsable -w train-0 --gpus=1 --wrap 'sleep 600'")
     job_id = job.stdout.strip()
     assert job_id.isdigit(), job.stderr

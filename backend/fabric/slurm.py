@@ -33,9 +33,20 @@ class SlurmHost:
     state_dir: str = "/var/lib/slurm"  # Debian's packages create slurmctld/ and slurmd/ here
     log_dir: str = "/var/log/slurm"  # daemons log to files: there is no syslog on every host
     run_dir: str = "/run"
+    # slurmdbd, with a MariaDB of its own, runs on the controller: job history (sacct, sreport), QoS,
+    # fair share and the cluster's user as a Slurm administrator. slurmctld needs it up at its first start.
+    accounting: bool = True
 
 
 DATACENTER = SlurmHost()
+SLURMDBD_PORT = 6819
+# Fair share counts most, then QoS; a job's age, size and partition break ties (priority/multifactor).
+PRIORITY_WEIGHTS = {"Fairshare": 10000, "QOS": 5000, "Age": 1000, "JobSize": 1000, "Partition": 1000}
+
+
+def cluster_name(layout: ClusterLayout) -> str:
+    """Slurm's name of the cluster (ClusterName, the accounting database's key): lower case, no dashes."""
+    return layout.name.replace("-", "_").lower()
 
 
 def _by_unit(layout: ClusterLayout) -> dict[int, list[NodeLayout]]:
@@ -60,7 +71,7 @@ def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
     gres = f"gpu:{itype.gpu_short_name}:{itype.gpu_count}"
     lines = [
         f"# slurm.conf for cluster {layout.name} ({layout.cluster_id}); generated, do not edit.",
-        f"ClusterName={layout.name.replace('-', '_')}",
+        f"ClusterName={cluster_name(layout)}",
         f"SlurmctldHost={layout.controller}({layout.controller_ip})",
         "AuthType=auth/munge",
         "CredType=cred/munge",
@@ -73,7 +84,7 @@ def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
         f"SlurmdPidFile={host.run_dir}/slurmd.pid",
         f"SlurmctldLogFile={host.log_dir}/slurmctld.log",
         f"SlurmdLogFile={host.log_dir}/slurmd.log",
-        # No slurmdbd: finished jobs are kept in this file (and by the API's poller), see docs/engine.md.
+        # Finished jobs are also kept in this file (the API's job list reads it), see docs/engine.md.
         "JobCompType=jobcomp/filetxt",
         f"JobCompLoc={host.log_dir}/jobcomp.log",
         "ProctrackType=proctrack/cgroup" if host.cgroups else "ProctrackType=proctrack/linuxproc",
@@ -95,7 +106,23 @@ def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
         "MailProg=/bin/true",
         "SlurmctldTimeout=120",
         "SlurmdTimeout=300",
+        "JobRequeue=1",  # batch jobs of a failed node are requeued (the default, said out loud)
     ]
+    if host.accounting:
+        lines += [
+            "AccountingStorageType=accounting_storage/slurmdbd",
+            f"AccountingStorageHost={layout.controller_ip}",
+            f"AccountingStoragePort={SLURMDBD_PORT}",
+            "AccountingStorageTRES=gres/gpu",
+            # Jobs run under an association (user, account) and its QoS and limits.
+            "AccountingStorageEnforce=associations,limits,qos",
+            f"JobAcctGatherType=jobacct_gather/{'cgroup' if host.cgroups else 'linux'}",
+            "JobAcctGatherFrequency=30",
+            "PriorityType=priority/multifactor",
+            "PriorityDecayHalfLife=7-0",
+            "PriorityMaxAge=7-0",
+            *(f"PriorityWeight{factor}={weight}" for factor, weight in PRIORITY_WEIGHTS.items()),
+        ]
     if host.health_check_program:
         lines += [f"HealthCheckProgram={host.health_check_program}", "HealthCheckInterval=300"]
     if host.shape_from_config:
@@ -113,12 +140,34 @@ def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
         )
     all_nodes = hostlist(n.name for n in layout.nodes) if layout.nodes else ""
     if all_nodes:
-        # Per-GPU defaults so a 1-GPU job takes 1/8 of the node, and finite times so backfill works.
+        # Per-GPU defaults so a 1-GPU job takes 1/8 of the node, memory per CPU so a job without GPUs
+        # takes its share of the memory (not the whole node's), and finite times so backfill works.
         lines.append(
             f"PartitionName=gpu Nodes={all_nodes} Default=YES DefaultTime=01:00:00 MaxTime=7-00:00:00 "
-            f"DefCpuPerGPU={itype.vcpu // itype.gpu_count} DefMemPerGPU={real_memory // itype.gpu_count} "
-            "OverSubscribe=NO State=UP"
+            f"DefCpuPerGPU={itype.vcpu // itype.gpu_count} DefMemPerCPU={real_memory // itype.vcpu} "
+            f"DefMemPerGPU={real_memory // itype.gpu_count} OverSubscribe=NO State=UP"
         )
+    return "\n".join(lines) + "\n"
+
+
+def slurmdbd_conf(cluster: str, host: SlurmHost = DATACENTER) -> str:
+    """slurmdbd's file, on the controller only (mode 0600, owned by SlurmUser: slurmdbd refuses others).
+    MariaDB runs beside it, reached over its local socket as the `slurm` user (unix_socket
+    authentication): no password is kept anywhere."""
+    lines = [
+        f"# slurmdbd.conf of Slurm cluster {cluster}; generated, do not edit.",
+        "AuthType=auth/munge",
+        "DbdHost=localhost",
+        f"DbdPort={SLURMDBD_PORT}",
+        "SlurmUser=slurm",
+        f"LogFile={host.log_dir}/slurmdbd.log",
+        f"PidFile={host.run_dir}/slurmdbd.pid",
+        "StorageType=accounting_storage/mysql",
+        "StorageHost=localhost",
+        "StorageUser=slurm",
+        "StorageLoc=slurm_acct_db",
+        "DefaultQOS=normal",  # slurmdbd makes the `normal` QoS; a new cluster's associations get it
+    ]
     return "\n".join(lines) + "\n"
 
 

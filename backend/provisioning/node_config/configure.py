@@ -1,8 +1,9 @@
 """Node configuration over a `NodeShell`: what a freshly booted server needs to be a cluster node.
 
 The cluster's user with its shared home and authorized keys, `/etc/hosts`, the shared volumes, the munge
-key, the Slurm files, and the daemons (munged, slurmctld, slurmd), plus the reads the engine makes of a
-running node (health, Slurm's own view). Every step is one script per node (one round trip) and
+key, the Slurm files, and the daemons (munged, slurmctld, slurmd; MariaDB and slurmdbd on the controller,
+set up by `accounting.py`), plus the reads the engine makes of a running node (health, Slurm's own
+view). Every step is one script per node (one round trip) and
 idempotent: a user that exists is kept, a daemon that runs is not started again, a mount that is there
 is not mounted again. Nothing here knows how the machine was made or where it runs: it needs a root
 shell on it and the values below, which is the seam a bring-your-own-hosts driver plugs into.
@@ -28,14 +29,17 @@ MUNGE_KEY = "/etc/munge/munge.key"
 STATE_DIRS = {"slurm": ("/var/lib/slurm", "/var/lib/slurm/slurmctld", "/var/lib/slurm/slurmd",
                         "/var/log/slurm", "/run/slurm"),
               "munge": ("/run/munge", "/var/lib/munge", "/var/log/munge")}
+MARIADB_CONFIG = "/etc/mysql/gpucloud-slurmdbd.cnf"  # the accounting database's (accounting.py)
 DAEMONS = {  # program: how it is started, detached from the shell that starts it, logging to a file
     "munged": ("runuser -u munge -- /usr/sbin/munged --foreground", "/var/log/munge/munged.out"),
+    "mariadbd": (f"/usr/sbin/mariadbd --defaults-file={MARIADB_CONFIG}", "/var/log/mysql/mariadbd.out"),
+    "slurmdbd": ("/usr/sbin/slurmdbd -D", "/var/log/slurm/slurmdbd.out"),
     "slurmctld": ("/usr/sbin/slurmctld -D", "/var/log/slurm/slurmctld.out"),
     "slurmd": ("/usr/sbin/slurmd -D", "/var/log/slurm/slurmd.out"),
 }
 # `own NAME`: pids of program NAME in this machine's network namespace.
-_OWN = ('own() { n=$(readlink /proc/self/ns/net); for p in $(pgrep -x "$1"); do '
-        '[ "$(readlink /proc/"$p"/ns/net 2>/dev/null)" = "$n" ] && echo "$p"; done; true; }\n')
+OWN = ('own() { n=$(readlink /proc/self/ns/net); for p in $(pgrep -x "$1"); do '
+       '[ "$(readlink /proc/"$p"/ns/net 2>/dev/null)" = "$n" ] && echo "$p"; done; true; }\n')
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,7 @@ def configure(shell: NodeShell, config: NodeConfig) -> None:
         files.append(NodeFile(MUNGE_KEY, config.munge_key, 0o400, "munge"))
     user, uid = shlex.quote(config.user), config.uid
     script = [
-        _OWN,
+        OWN,
         # The group has the user's number too. No password, but not a locked account either (`*`, not
         # `!`: sshd refuses locked accounts); no lastlog/faillog entry (sparse files sized by the uid).
         f"getent group {user} >/dev/null || groupadd --gid {uid} {user}",
@@ -86,7 +90,7 @@ def configure(shell: NodeShell, config: NodeConfig) -> None:
         _volumes_script(config),
     ]
     if config.munge_key is not None:
-        script.append(_start("munged"))
+        script.append(start_command("munged"))
     shell.run_script("\n".join(script), what="configure the node")
 
 
@@ -103,20 +107,27 @@ def write_cluster_files(shell: NodeShell, config: NodeConfig) -> None:
 
 def start_daemons(shell: NodeShell, programs: Sequence[str]) -> None:
     """Start each program unless it already runs on the node (munged first, if listed)."""
-    script = _OWN + "\n".join(_start(program) for program in programs)
+    script = OWN + "\n".join(start_command(program) for program in programs)
     shell.run_script(script, what=f"start {' '.join(programs)}")
 
 
 def stop_daemon(shell: NodeShell, program: str, seconds: int = 15) -> None:
     """SIGTERM the program, SIGKILL it if still there after `seconds`."""
-    script = (f"{_OWN}pids=$(own {program}); [ -z \"$pids\" ] && exit 0; kill $pids 2>/dev/null || true\n"
-              f"for i in $(seq {seconds * 10}); do [ -z \"$(own {program})\" ] && exit 0; sleep 0.1; done\n"
-              f"kill -9 $(own {program}) 2>/dev/null || true\n")
-    shell.run_script(script, what=f"stop {program}")
+    stop_daemons(shell, [program], seconds)
+
+
+def stop_daemons(shell: NodeShell, programs: Sequence[str], seconds: int = 15) -> None:
+    """Stop each program in turn (SIGTERM, SIGKILL if still there after `seconds`), in one script."""
+    script = [OWN]
+    for program in programs:
+        script.append(f"pids=$(own {program}); if [ -n \"$pids\" ]; then kill $pids 2>/dev/null || true\n"
+                      f"for i in $(seq {seconds * 10}); do [ -z \"$(own {program})\" ] && break\n"
+                      f"sleep 0.1; done; kill -9 $(own {program}) 2>/dev/null || true; fi")
+    shell.run_script("\n".join(script), what=f"stop {' '.join(programs)}")
 
 
 def running(shell: NodeShell, program: str) -> bool:
-    return bool(shell.run_script(f"{_OWN}own {program}", what=f"find {program}").stdout.split())
+    return bool(shell.run_script(f"{OWN}own {program}", what=f"find {program}").stdout.split())
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,7 @@ class Health:
 def read_health(shell: NodeShell, kernel_log_command: str, timeout: float = 10.0) -> Health:
     """Whether slurmd runs, and the XIDs the kernel logged (`kernel_log_command` prints the kernel log:
     `dmesg` on a server, the stand-in file on a local node)."""
-    script = (f"{_OWN}[ -n \"$(own slurmd)\" ] && echo slurmd=running || echo slurmd=stopped\n"
+    script = (f"{OWN}[ -n \"$(own slurmd)\" ] && echo slurmd=running || echo slurmd=stopped\n"
               f"{kernel_log_command} 2>/dev/null || true\n")
     done = shell.run_script(script, what="health check", timeout=timeout)
     lines = done.stdout.splitlines()
@@ -164,7 +175,7 @@ def _slurm_files(files: Mapping[str, str]) -> list[NodeFile]:
     return [NodeFile(f"{SLURM_DIR}/{name}", content.encode()) for name, content in sorted(files.items())]
 
 
-def _start(program: str) -> str:
+def start_command(program: str) -> str:
     command, log = DAEMONS[program]
     return f"[ -n \"$(own {program})\" ] || setsid -f {command} >> {log} 2>&1 < /dev/null"
 

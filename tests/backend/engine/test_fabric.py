@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import subprocess
@@ -169,12 +170,24 @@ def test_slurm_conf_carries_what_a_gpu_cluster_admin_needs() -> None:
         "MailProg=/bin/true",
         "HealthCheckProgram=/usr/sbin/nhc",
         "JobCompType=jobcomp/filetxt",
+        "JobRequeue=1",
+        # Accounting in slurmdbd on the controller, fair share and QoS in the priority.
+        "AccountingStorageType=accounting_storage/slurmdbd",
+        "AccountingStorageHost=10.0.4.4",
+        "AccountingStoragePort=6819",
+        "AccountingStorageTRES=gres/gpu",
+        "AccountingStorageEnforce=associations,limits,qos",
+        "JobAcctGatherType=jobacct_gather/cgroup",
+        "PriorityType=priority/multifactor",
+        "PriorityWeightFairshare=10000",
+        "PriorityWeightQOS=5000",
     ):
         assert line in conf.splitlines(), line
-    # 8 x 3.84 TB of NVMe; a 1-GPU job gets 1/8 of the cores and memory, and every job a finite time.
+    # 8 x 3.84 TB of NVMe; a 1-GPU job gets 1/8 of the cores and memory, a job without GPUs the memory of
+    # its CPUs (1751040 MiB / 208 vCPUs), and every job a finite time.
     assert "RealMemory=1751040 TmpDisk=29296875 Gres=gpu:h100:8" in conf
     assert ("PartitionName=gpu Nodes=train-[0-1] Default=YES DefaultTime=01:00:00 MaxTime=7-00:00:00 "
-            "DefCpuPerGPU=26 DefMemPerGPU=218880 OverSubscribe=NO State=UP") in conf
+            "DefCpuPerGPU=26 DefMemPerCPU=8418 DefMemPerGPU=218880 OverSubscribe=NO State=UP") in conf
     assert "SlurmdParameters" not in conf
     assert slurm.cgroup_conf(layout(2)).splitlines()[1:] == [
         "CgroupPlugin=autodetect", "ConstrainCores=yes", "ConstrainRAMSpace=yes", "ConstrainSwapSpace=yes",
@@ -189,6 +202,7 @@ def test_slurm_files_for_hosts_without_gpus_or_cgroups(tmp_path: Path) -> None:
     conf = slurm.slurm_conf(cluster, host)
 
     assert "ProctrackType=proctrack/linuxproc" in conf and "TaskPlugin=task/affinity\n" in conf
+    assert "JobAcctGatherType=jobacct_gather/linux\n" in conf  # no cgroup tree to read usage from
     assert "PrologFlags=Alloc\n" in conf and "HealthCheck" not in conf
     assert "SlurmdParameters=config_overrides" in conf and "SlurmdPidFile=/run/slurm/slurmd.pid" in conf
     # 22.05 drops file-less GPUs, so the stand-in device files are named, never a bare Count.
@@ -198,6 +212,31 @@ def test_slurm_files_for_hosts_without_gpus_or_cgroups(tmp_path: Path) -> None:
     (tmp_path / "gres.conf").write_text(slurm.gres_conf(cluster, host))
     (tmp_path / "cgroup.conf").write_text(slurm.cgroup_conf(cluster, host))
     assert scontrol(tmp_path, "show", "hostnames", "train-[0-1]").split() == ["train-0", "train-1"]
+
+
+def test_slurmdbd_conf_keeps_no_password_and_names_the_hosts_paths() -> None:
+    host = slurm.SlurmHost(log_dir="/var/log/slurm", run_dir="/run/slurm")
+    conf = slurm.slurmdbd_conf(slurm.cluster_name(layout(2)), host)
+    assert conf.splitlines()[0] == "# slurmdbd.conf of Slurm cluster train; generated, do not edit."
+    assert conf.splitlines()[1:] == [
+        "AuthType=auth/munge", "DbdHost=localhost", "DbdPort=6819", "SlurmUser=slurm",
+        "LogFile=/var/log/slurm/slurmdbd.log", "PidFile=/run/slurm/slurmdbd.pid",
+        "StorageType=accounting_storage/mysql", "StorageHost=localhost", "StorageUser=slurm",
+        "StorageLoc=slurm_acct_db", "DefaultQOS=normal",
+    ]  # MariaDB's unix_socket authentication: no StoragePass
+
+
+def test_slurm_conf_without_accounting_keeps_the_job_file_only(tmp_path: Path) -> None:
+    conf = slurm.slurm_conf(layout(2), slurm.SlurmHost(accounting=False))
+    assert "Accounting" not in conf and "Priority" not in conf and "JobAcctGather" not in conf
+    assert "JobCompType=jobcomp/filetxt" in conf.splitlines() and "JobRequeue=1" in conf.splitlines()
+    (tmp_path / "slurm.conf").write_text(conf)
+    assert scontrol(tmp_path, "show", "hostnames", "train-[0-1]").split() == ["train-0", "train-1"]
+
+
+def test_slurm_cluster_name_is_lower_case_without_dashes() -> None:
+    assert slurm.cluster_name(dataclasses.replace(layout(1), name="My-Train")) == "my_train"
+    assert "ClusterName=train\n" in slurm.slurm_conf(layout(1))
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ def driver(monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalDriver]:
 
 
 def _until(worker: EngineWorker, admin: TestClient, cluster_id: str, wanted: Any,
-           seconds: float = 60) -> None:
+           seconds: float = 180) -> None:
     deadline = time.monotonic() + seconds
     while True:
         body = get(admin, cluster_id)

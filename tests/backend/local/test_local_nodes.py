@@ -27,6 +27,7 @@ from backend.provisioning.drivers.local.node_setup import (
     munge_key,
     node_binds,
     prepare_cluster,
+    start_accounting,
     start_sshd,
 )
 from backend.provisioning.node_config.configure import Mount, NodeConfig, configure, set_access, start_daemons
@@ -97,6 +98,7 @@ def test_local_nodes_booted_then_configured_over_ssh_run_slurm_jobs_and_leave_no
             assert time.monotonic() < deadline
             time.sleep(0.05)
         configure(shell_of(node), config)
+    start_accounting(shell_of(jumphost), files["slurm.conf"])  # slurmdbd answers before slurmctld starts
     start_daemons(shell_of(jumphost), ["munged", "slurmctld"])
     for worker in workers:
         start_daemons(shell_of(worker), ["munged", "slurmd"])

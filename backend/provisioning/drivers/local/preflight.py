@@ -1,6 +1,7 @@
 """What the `local` driver needs from this machine, checked before it touches anything.
 
-Root and Linux (namespaces, bridges, mounts), Debian's daemons and tools, and an address range that no
+Root and Linux (namespaces, bridges, mounts), Debian's daemons and tools (slurmdbd and MariaDB for
+accounting included: the driver does not run Slurm without them), and an address range that no
 route of the host already covers: the driver puts a bridge with an address of every cluster subnet on
 the host, and a developer machine on 10.x must not lose its own network to it.
 """
@@ -26,6 +27,10 @@ REQUIRED_PROGRAMS = {
     # Configuring a node over SSH: the client here, the tools the configuration scripts run on the node.
     "ssh": "openssh-client", "useradd": "passwd", "pgrep": "procps",
     "nft": "nftables",  # security groups: each node's firewall
+    # Accounting on the controller (required: slurm.conf keeps accounting in slurmdbd, and slurmctld does
+    # not start without it): slurmdbd, MariaDB (its server package brings the client tools) and sacctmgr.
+    "slurmdbd": "slurmdbd", "sacctmgr": "slurm-client", "mariadbd": "mariadb-server",
+    "mariadb-install-db": "mariadb-server", "mariadb-admin": "mariadb-server", "mariadb": "mariadb-server",
 }
 PMIX_LIBRARY = "/usr/lib/*/pmix2/lib/libpmix.so*"
 _SBIN = ("/usr/sbin", "/sbin", "/usr/bin", "/bin")
