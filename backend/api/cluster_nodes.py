@@ -1,7 +1,7 @@
-"""Day 2 on a running cluster: its nodes with health and GPU readings (`GET .../nodes`), node actions
-(`POST .../nodes/{name}/actions`) and cluster actions (`POST .../actions`). Actions need an admin key,
-are audited, honour `Idempotency-Key`, and answer 409 with the reason when the node's state forbids
-them."""
+"""Day 2 on a running cluster: its nodes with health and GPU readings (`GET .../nodes`), a node's history
+(`GET .../nodes/{name}/events`), node actions (`POST .../nodes/{name}/actions`) and cluster actions
+(`POST .../actions`). Actions need an admin key, are audited, honour `Idempotency-Key`, and answer 409
+with the reason when the node's state forbids them."""
 
 from __future__ import annotations
 
@@ -14,13 +14,16 @@ from sqlalchemy.orm import Session
 from starlette.responses import Response
 
 from backend.api.deps import Operator, Reader
-from backend.api.schemas import READ_ERRORS, WRITE_ERRORS, StrictModel
+from backend.api.listing import page_args
+from backend.api.schemas import READ_ERRORS, WRITE_ERRORS, Page, PageSize, PageToken, StrictModel
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
+from backend.domain.errors import BadRequest, NotFound
+from backend.domain.pagination import encode_page_token
 from backend.node_agent.host import HostReading
 from backend.node_agent.links import LinkReading
 from backend.node_agent.nvidia import GpuReading
-from backend.provisioning import node_actions, node_metrics, node_views
+from backend.provisioning import node_actions, node_history, node_metrics, node_views
 from backend.provisioning.driver import ProvisioningDriver
 from backend.services import clusters
 
@@ -32,6 +35,7 @@ MetricsWindow = Annotated[
 NodeFilter = Annotated[
     str | None, Query(max_length=80, pattern=r"^[a-z0-9-]+$", description="One node's series only")
 ]
+EVENTS_KIND = "node_event"
 HealthFilter = Annotated[
     Literal["failed", "xid", "healthy"] | None,
     Query(description="failed: FAILED nodes; xid: nodes with recent XID events; healthy: healthy nodes"),
@@ -57,6 +61,21 @@ class XidEventOut(BaseModel):
     hardware: bool = Field(description="True when NVIDIA's catalogue points at the hardware, not the job")
     detail: str
     logged_at: str | None
+
+
+class NodeEventOut(BaseModel):
+    at: dt.datetime = Field(description="When it happened (UTC)")
+    node: str = Field(description="The node's name (it survives a repair)")
+    instance_id: str | None = Field(description="The machine it was about")
+    kind: node_history.NodeEventKind = Field(
+        description="xid, slurmd_down, unreachable, fault: a fault of the running node; degraded, "
+        "recovered: its readings; repair_started / _finished / _failed, restart_started / _finished / "
+        "_failed; restart / replace / drain / resume _requested: a node action; released: scaled down"
+    )
+    code: int | None = Field(description="The XID code of an xid event")
+    detail: str
+    actor: str = Field(description="Who asked: an API key's prefix, or `engine` for what the engine did "
+                       "by itself")
 
 
 class NodeOut(BaseModel):
@@ -91,6 +110,9 @@ class NodeOut(BaseModel):
     links: LinkReading | None = Field(default=None, description="NVLink and InfiniBand link state where "
                                       "the node's agent reads it (a real node); null otherwise")
     read_at: str | None
+    last_event: NodeEventOut | None = Field(
+        default=None, description="The latest event of the node's history (`GET .../nodes/{name}/events`)"
+    )
 
 
 class NodeList(BaseModel):
@@ -131,8 +153,18 @@ class MetricsOut(BaseModel):
     series: list[MetricsSeries]
 
 
+def _event_out(row: Any) -> NodeEventOut:
+    return NodeEventOut(at=row.at, node=row.node_name, instance_id=row.node_id, kind=row.kind, code=row.code,
+                        detail=row.detail, actor=row.actor)
+
+
 def _views(request: Request, session: Session, cluster: Any) -> list[dict[str, Any]]:
-    return node_views.node_views(session, driver(request), cluster, now(request))
+    views = node_views.node_views(session, driver(request), cluster, now(request))
+    last = node_history.last_events(session, cluster.id)
+    for view in views:
+        event = last.get(view["name"])
+        view["last_event"] = _event_out(event) if event is not None else None
+    return views
 
 
 @router.get("/{cluster_id}/nodes", response_model=NodeList, responses=READ_ERRORS)
@@ -149,6 +181,31 @@ def list_nodes(cluster_id: str, request: Request, principal: Reader, health: Hea
         counts[view["health"]] += 1
     chosen = [v for v in every if node_views.matches(v, health)]
     body = NodeList(items=[NodeOut.model_validate(v) for v in chosen], counts=counts)
+    return Response(body.model_dump_json(), media_type="application/json")
+
+
+@router.get("/{cluster_id}/nodes/{name}/events", response_model=Page[NodeEventOut], responses=READ_ERRORS)
+def list_node_events(cluster_id: str, name: NodeName, request: Request, principal: Reader,
+                     page_size: PageSize = None, page_token: PageToken = None) -> Response:
+    """The node's history, newest first: faults (with their XID code), repairs, restarts and node
+    actions with who asked, across every machine that held the name. 404 when the cluster never had a
+    node of that name."""
+    state = app_state(request)
+    after, limit = page_args(state.settings, kind=EVENTS_KIND, page_size=page_size, page_token=page_token)
+    if after is not None and not (after.isascii() and after.isdigit() and len(after) <= 18):  # an event id
+        raise BadRequest("page_token is not a token returned by this listing", field="page_token",
+                         code="invalid_page_token")
+    with state.read_sessions() as session:
+        clusters.get_cluster(session=session, project_id=principal.project_id, scope=principal.scope,
+                             cluster_id=cluster_id)
+        if not node_history.ever_had(session, cluster_id, name):
+            raise NotFound(f"cluster {cluster_id} has no node named {name!r}", field="name")
+        rows = node_history.history(session, cluster_id, name, before_id=int(after) if after else None,
+                                    limit=limit + 1)
+    more = len(rows) > limit
+    rows = rows[:limit]
+    token = encode_page_token(kind=EVENTS_KIND, after_id=str(rows[-1].id)) if more and rows else None
+    body = Page[NodeEventOut](items=[_event_out(r) for r in rows], next_page_token=token)
     return Response(body.model_dump_json(), media_type="application/json")
 
 
@@ -178,7 +235,8 @@ def node_action(cluster_id: str, name: NodeName, body: NodeActionIn, request: Re
         cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
                                        scope=principal.scope,
                                        cluster_id=cluster_id, for_update=True)
-        node_actions.request_node_action(session, catalog, cluster, name, body.action, now=now(request))
+        node_actions.request_node_action(session, catalog, cluster, name, body.action, now=now(request),
+                                         actor=principal.key_prefix)
         session.flush()
         view = next(v for v in _views(request, session, cluster) if v["name"] == name)
         return WriteOutcome("cluster", cluster_id,
@@ -198,7 +256,8 @@ def cluster_action(cluster_id: str, body: ClusterActionIn, request: Request, pri
                                        scope=principal.scope,
                                        cluster_id=cluster_id, for_update=True)
         xid = {v["name"] for v in _views(request, session, cluster) if node_views.matches(v, "xid")}
-        names = node_actions.restart_workers(session, cluster, xid, now=now(request))
+        names = node_actions.restart_workers(session, cluster, xid, now=now(request),
+                                             actor=principal.key_prefix)
         return WriteOutcome("cluster", cluster_id, ClusterActionOut(action=body.action, nodes=names), 202)
 
     return run_write(request, principal, action=f"cluster.{body.action}", operation=operation, body=body)

@@ -11,6 +11,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, Stri
 
 from backend.api.schemas import DateTimeInRange, StrictModel, money_text
 from backend.domain.lifetime import IDLE_MAX_MINUTES, IDLE_MIN_MINUTES, TTL_DOC, TTL_PATTERN
+from backend.provisioning.scale_down import DEFAULT_GRACE_MINUTES, GRACE_DOC, MAX_GRACE_MINUTES
 
 Orchestrator = Literal["slurm", "kubernetes", "none"]
 Interconnect = Literal["infiniband", "efa", "ethernet"]
@@ -71,6 +72,7 @@ def _rfc3339_text(value: object) -> object:
 # Strict(False): request bodies are strict, but a date-time arrives as a JSON string.
 ExpiresAt = Annotated[datetime, Strict(False), BeforeValidator(_rfc3339_text), DateTimeInRange]
 IdleMinutes = Annotated[int, Field(ge=IDLE_MIN_MINUTES, le=IDLE_MAX_MINUTES, description=IDLE_DOC)]
+GraceMinutes = Annotated[int, Field(ge=0, le=MAX_GRACE_MINUTES, description=GRACE_DOC)]
 
 
 AUTOSCALING_DOC = (
@@ -132,6 +134,7 @@ class ClusterCreate(StrictModel):
     ttl: Ttl | None = None
     expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC)
     idle_teardown_minutes: IdleMinutes | None = None
+    scale_down_grace_minutes: GraceMinutes = DEFAULT_GRACE_MINUTES
     autoscaling: Autoscaling | None = Field(default=None, description=AUTOSCALING_DOC)
     reserved_ip_id: RefId | None = Field(
         default=None,
@@ -166,6 +169,7 @@ class ClusterUpdate(StrictModel):
     ttl: Ttl | None = Field(default=None, description=TTL_DOC + "; null clears the expiry")
     expires_at: ExpiresAt | None = Field(default=None, description=EXPIRES_AT_DOC + "; null clears it")
     idle_teardown_minutes: IdleMinutes | None = None
+    scale_down_grace_minutes: GraceMinutes | None = None
     autoscaling: Autoscaling | None = Field(default=None, description=AUTOSCALING_DOC + "; null turns it off")
     reserved_ip_id: RefId | None = Field(
         default=None, description="A reserved IP to answer on (moved from its holder); null: floating address"
@@ -175,7 +179,8 @@ class ClusterUpdate(StrictModel):
     ) = Field(
         default=None,
         max_length=4096,
-        description="With a lower node_count: which nodes to release (default: the highest indexes)",
+        description="With a lower node_count: which nodes to release (default: idle nodes first, then the "
+        "newest); a node running jobs is drained first and given scale_down_grace_minutes",
     )
 
 
@@ -218,6 +223,7 @@ class ClusterOut(BaseModel):
     ttl: str | None
     expires_at: datetime | None
     idle_teardown_minutes: int | None
+    scale_down_grace_minutes: int = Field(default=DEFAULT_GRACE_MINUTES, description=GRACE_DOC)
     autoscaling: dict[str, int] | None = Field(
         default=None, description="min_nodes, max_nodes and scale_down_idle_minutes (null: fixed node_count)"
     )
@@ -248,3 +254,36 @@ class ClusterOut(BaseModel):
         default=None, description="The reserved term once it started (billing.type = reserved)"
     )
     phase_history: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ScaleDownJobOut(BaseModel):
+    job_id: int
+    name: str
+    user: str
+    nodes: str = Field(description="Slurm NodeList (a job on several nodes is requeued as a whole)")
+    started_at: datetime | None
+
+
+class ScaleDownNodeOut(BaseModel):
+    name: str
+    index: int
+    running_jobs: list[ScaleDownJobOut] = Field(
+        description="Jobs running on the node now: it is drained, they get scale_down_grace_minutes to end, "
+        "then they are requeued"
+    )
+    already_leaving: bool = Field(description="An earlier scale-down already chose it (it is draining)")
+
+
+class ScaleDownPreviewOut(BaseModel):
+    """What a scale-down to `node_count` would do, read now (the engine decides again when it runs)."""
+
+    cluster_id: str
+    node_count: int = Field(description="The node_count asked about")
+    current_node_count: int
+    scale_down_grace_minutes: int
+    workload_known: bool = Field(
+        description="False: the driver cannot read the cluster's jobs (no Slurm, or no workload source); "
+        "the newest nodes go first and running jobs are not known"
+    )
+    nodes: list[ScaleDownNodeOut] = Field(description="The nodes that would go: idle first, then the newest")
+    summary: str = Field(description="One sentence for people (plan warnings, the CLI)")

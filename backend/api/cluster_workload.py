@@ -8,7 +8,7 @@ import datetime as dt
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from fastapi import APIRouter, Query, Request
 from fastapi.security.utils import get_authorization_scheme_param
@@ -28,10 +28,21 @@ from backend.services import clusters
 from backend.services.auth import Principal
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
-JOB_STATES = ("running", "pending", "completed", "failed", "unknown")
+# Slurm's job states, lower case (squeue/sacct print them upper case): its base states, then the ones a
+# flag shows.
+JobState = Literal[
+    "pending", "running", "suspended", "completed", "cancelled", "failed", "timeout", "node_fail",
+    "preempted", "boot_fail", "deadline", "out_of_memory", "completing", "configuring", "resizing",
+    "requeued", "requeue_fed", "requeue_hold", "special_exit", "stopped", "revoked", "resv_del_hold",
+    "signaling", "stage_out", "unknown",
+]
+SLURM_JOB_STATES: tuple[str, ...] = get_args(JobState)
+COUNTED_STATES = ("running", "pending", "completed", "failed", "cancelled", "timeout")  # always in `counts`
 StateFilter = Annotated[
-    Literal["running", "pending", "completed", "failed", "unknown"] | None,
-    Query(description="Only jobs in this state (the counts are always over every job)"),
+    JobState | None,
+    Query(description="Only jobs in this Slurm state, lower case (pending, running, completing, completed, "
+                      "failed, cancelled, timeout, node_fail, preempted, requeued, out_of_memory, ...); the "
+                      "counts are always over every job"),
 ]
 Limit = Annotated[int, Query(ge=1, le=1000, description="Most recent jobs returned (default 100)")]
 LogSourceName = Annotated[
@@ -44,14 +55,19 @@ FOLLOW_MAX_SECONDS = 600.0
 
 
 class JobOut(BaseModel):
-    job_id: int
+    job_id: int = Field(description="Slurm's job id (an array task's own: JobIDRaw)")
+    array_job_id: int | None = Field(description="An array task's array job id (Slurm's `1234_5`: 1234)")
+    array_task_id: int | None = Field(description="An array task's index (`1234_5`: 5); null: not one task")
     name: str
     user: str
     partition: str
     nodes: str = Field(description="Slurm NodeList")
-    gpus: int
-    state: str = Field(description="running, pending, completed, failed or unknown")
-    reason: str | None = Field(description="Slurm's reason (pending: Resources, Priority; failed: NodeFail)")
+    gpus: int = Field(description="The job's GPUs over all its nodes (Slurm's gres/gpu TRES)")
+    state: str = Field(description="Slurm's job state, lower case: pending, running, completing, completed, "
+                                   "failed, cancelled, timeout, node_fail, preempted, requeued, "
+                                   "out_of_memory, ... (whatever Slurm says)")
+    reason: str | None = Field(description="Slurm's reason (pending: Resources, Priority; ended: "
+                                            "NonZeroExitCode, TimeLimit, NodeDown)")
     priority: int
     submitted_at: dt.datetime
     started_at: dt.datetime | None
@@ -73,7 +89,9 @@ class PartitionOut(BaseModel):
 
 class JobList(BaseModel):
     items: list[JobOut]
-    counts: dict[str, int] = Field(description="Jobs per state over the last day and the queue")
+    counts: dict[str, int] = Field(description="Jobs per state over the last day and the queue: running, "
+                                               "pending, completed, failed, cancelled, timeout always, "
+                                               "any other state Slurm shows when a job is in it")
     partitions: list[PartitionOut]
 
 
@@ -83,12 +101,17 @@ class LogsOut(BaseModel):
 
 
 def _job_out(job: Job, now: dt.datetime) -> JobOut:
-    state = job.state.lower()
-    return JobOut(job_id=job.job_id, name=job.name, user=job.user, partition=job.partition, nodes=job.nodes,
-                  gpus=job.gpus, state=state if state in JOB_STATES else "unknown", reason=job.reason,
+    return JobOut(job_id=job.job_id, array_job_id=job.array_job_id, array_task_id=job.array_task_id,
+                  name=job.name, user=job.user, partition=job.partition, nodes=job.nodes,
+                  gpus=job.gpus, state=job.state.lower() or "unknown", reason=job.reason,
                   priority=job.priority, submitted_at=job.submitted_at, started_at=job.started_at,
                   ended_at=job.ended_at, run_time_seconds=int(job.run_time(now).total_seconds()),
                   time_limit_seconds=int(job.time_limit.total_seconds()))
+
+
+def _state_order(state: str) -> tuple[int, str]:
+    """Slurm's order of its states; one it has added since, after them."""
+    return (SLURM_JOB_STATES.index(state) if state in SLURM_JOB_STATES else len(SLURM_JOB_STATES), state)
 
 
 @router.get("/{cluster_id}/jobs", response_model=JobList, responses=READ_ERRORS)
@@ -115,7 +138,8 @@ def list_jobs(cluster_id: str, request: Request, principal: Reader, state: State
     items = [_job_out(job, at) for job in jobs]
     counts = Counter(item.state for item in items)
     chosen = [item for item in items if state is None or item.state == state][:limit]
-    body = JobList(items=chosen, counts={s: counts.get(s, 0) for s in JOB_STATES},
+    shown = [*COUNTED_STATES, *sorted(set(counts) - set(COUNTED_STATES), key=_state_order)]
+    body = JobList(items=chosen, counts={s: counts.get(s, 0) for s in shown},
                    partitions=[PartitionOut.model_validate(card) for card in cards])
     return Response(body.model_dump_json(), media_type="application/json")
 

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
-from backend.api.cluster_schemas import NULLABLE_FIELDS, ClusterCreate, ClusterOut, ClusterUpdate
+from backend.api.cluster_nodes import driver, now
+from backend.api.cluster_schemas import (
+    NULLABLE_FIELDS,
+    ClusterCreate,
+    ClusterOut,
+    ClusterUpdate,
+    ScaleDownJobOut,
+    ScaleDownNodeOut,
+    ScaleDownPreviewOut,
+)
 from backend.api.deps import Operator, Reader, Writer, check_cluster_fields
 from backend.api.listing import page_args, page_body
 from backend.api.schemas import (
@@ -27,6 +36,7 @@ from backend.api.writes import WriteOutcome, run_write
 from backend.billing.reports import cluster_billing
 from backend.domain.catalog import Catalog
 from backend.domain.etags import etag_for
+from backend.provisioning import scale_down
 from backend.provisioning.lifetime import lifetime_warnings
 from backend.provisioning.views import cluster_runtime
 from backend.services import clusters
@@ -154,6 +164,33 @@ async def get_cluster(cluster_id: str, request: Request, principal: Reader) -> R
 
     # The hottest route: its database work runs on the small read pool, not FastAPI's 40 threads.
     return await run_read(request, read)
+
+
+@router.get("/{cluster_id}/scale-down-preview", response_model=ScaleDownPreviewOut, responses=READ_ERRORS)
+def scale_down_preview(
+    cluster_id: str, request: Request, principal: Reader,
+    node_count: int | None = Query(default=None, ge=1, le=4096,
+                                   description="The node_count to preview (default: the current one)"),
+) -> Response:
+    """Which nodes a scale-down to `node_count` would remove (idle first, then the newest) and the jobs
+    running on each, which are drained and requeued after `scale_down_grace_minutes`. Changes nothing."""
+    state = app_state(request)
+    at = now(request)
+    with state.read_sessions() as session:
+        row = clusters.get_cluster(session=session, project_id=principal.project_id, scope=principal.scope,
+                                   cluster_id=cluster_id)
+        target = row.node_count if node_count is None else node_count
+        found = scale_down.preview(session, driver(request), row, target, at)
+        current, name = row.node_count, row.name
+    nodes = [ScaleDownNodeOut(
+        name=n.name, index=n.index, already_leaving=n.leaving,
+        running_jobs=[ScaleDownJobOut(job_id=j.job_id, name=j.name, user=j.user, nodes=j.nodes,
+                                      started_at=j.started_at) for j in n.jobs]) for n in found.nodes]
+    body = ScaleDownPreviewOut(cluster_id=cluster_id, node_count=target, current_node_count=current,
+                               scale_down_grace_minutes=found.grace_minutes,
+                               workload_known=found.workload_known, nodes=nodes,
+                               summary=scale_down.summary(name, found))
+    return Response(body.model_dump_json(), media_type="application/json")
 
 
 @router.patch("/{cluster_id}", response_model=ClusterOut, responses=CLUSTER_WRITE_ERRORS)

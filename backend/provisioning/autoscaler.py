@@ -8,14 +8,15 @@ all up (a scale under way is waited for):
   nodes they ask for beyond the idle ones, bounded by max_nodes and the free capacity of the cluster's
   fabric;
 - else scale down the nodes with no job for `scale_down_idle_minutes` (the longest idle first), never
-  below min_nodes and never a node running a job: exactly those nodes are released, not the last ones.
+  below min_nodes and never a node running a job: exactly those nodes go, not the last ones, through
+  the same path as a user's scale-down (backend.provisioning.scale_down: a node a job landed on since
+  the decision is drained and given the cluster's scale_down_grace_minutes).
 Every decision is an audit event (`cluster.autoscaled`) with its reason.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -25,8 +26,9 @@ from sqlalchemy.orm import Session
 from backend.domain.catalog import Catalog
 from backend.domain.quotas import QuotaExceeded
 from backend.provisioning import allocator
-from backend.provisioning.driver import Job, NodeRun
+from backend.provisioning.driver import Job, NodeRun, node_names
 from backend.provisioning.engine import request_reconcile
+from backend.provisioning.scale_down import leaving
 from backend.provisioning.state import aware, live_nodes, wake
 from backend.store.audit_log import add_event
 from backend.store.engine_models import EngineCluster, PhaseRecord
@@ -58,7 +60,6 @@ def use_quota_admission(admit: QuotaAdmission) -> None:
 ACTOR = "engine"
 # Slurm's reasons for a job that would run if the cluster had more (free) nodes.
 WAITING_FOR_NODES = ("Resources", "Priority", "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved")
-_RANGE = re.compile(r"^(.*)\[([\d,-]+)\]$")
 
 
 @dataclass(frozen=True)
@@ -78,24 +79,9 @@ class Decision:
         return "scale_up" if self.node_count > before else "scale_down"
 
 
-def node_names(expression: str) -> set[str]:
-    """The nodes of a Slurm NodeList (`train-[0-2,5]`, `train-1,train-3`)."""
-    names: set[str] = set()
-    for part in re.split(r",(?![^\[]*\])", expression.strip()):
-        found = _RANGE.match(part)
-        if found is None:
-            names.update([part] if part else [])
-            continue
-        prefix, ranges = found.groups()
-        for span in ranges.split(","):
-            low, _, high = span.partition("-")
-            names.update(f"{prefix}{i}" for i in range(int(low), int(high or low) + 1))
-    return names
-
-
 def idle_since(runs: Sequence[NodeRun], jobs: Sequence[Job]) -> dict[str, dt.datetime]:
     """Since when each up node without a running job has had none (its last job's end, or its start)."""
-    busy = set().union(*(node_names(j.nodes) for j in jobs if j.state == "RUNNING"))
+    busy = set().union(*(node_names(j.nodes) for j in jobs if j.holds_nodes()))
     since: dict[str, dt.datetime] = {}
     for run in runs:
         if run.up_since is None or run.failed_at is not None or run.name in busy:
@@ -189,9 +175,11 @@ def apply(session: Session, catalog: Catalog, cluster: Cluster, decision: Decisi
     again)."""
     wake(session, cluster.id, now)  # first: serialises with passes, user changes and other workers
     session.refresh(cluster)
-    current = sorted(n.name for n in live_nodes(session, cluster.id) if n.active_name is not None)
-    if (current != sorted(members) or cluster.deletion_requested_at is not None
-            or cluster.autoscaling_min_nodes is None or cluster.status != "RUNNING"):
+    nodes = [n for n in live_nodes(session, cluster.id) if n.active_name is not None]
+    current = sorted(n.name for n in nodes)
+    if (current != sorted(members) or any(leaving(n) for n in nodes)  # a scale-down still under way
+            or cluster.deletion_requested_at is not None or cluster.autoscaling_min_nodes is None
+            or cluster.status != "RUNNING"):
         session.rollback()
         return False
     before = cluster.node_count

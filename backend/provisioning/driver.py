@@ -9,10 +9,11 @@ healthy node).
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, cast
+from typing import ClassVar, Protocol, cast
 
 from sqlalchemy.orm import Session
 
@@ -39,6 +40,7 @@ class OpKind(StrEnum):
     NODE_RESTART = "node_restart"  # day 2: reboot the machine in place (node action `restart`)
     NODE_DRAIN = "node_drain"  # day 2: no new work on the node (Slurm DRAIN / Kubernetes cordon)
     NODE_RESUME = "node_resume"  # day 2: undo a drain
+    NODE_REQUEUE = "node_requeue"  # scale-down past its grace: requeue the jobs left on a drained node
     NODE_RELEASE = "node_release"
     HEALTH_WATCH = "health_watch"
 
@@ -179,8 +181,8 @@ class Job:
     user: str
     partition: str
     nodes: str
-    gpus: int
-    state: str  # RUNNING | PENDING | COMPLETED | FAILED
+    gpus: int  # the job's GPUs over all its nodes (Slurm's gres/gpu TRES: 3 nodes x gpu:4 = 12)
+    state: str  # Slurm's own job state as squeue/sacct print it: RUNNING, PENDING, COMPLETED, CANCELLED, ...
     submitted_at: dt.datetime
     started_at: dt.datetime | None
     ended_at: dt.datetime | None
@@ -188,11 +190,45 @@ class Job:
     priority: int
     reason: str | None
     node_count: int = 1  # nodes the job asks for (a pending job) or holds
+    array_job_id: int | None = None  # an array task's array (Slurm's `1234_5`: 1234), else None
+    array_task_id: int | None = None  # its index in the array (5); None: not one task (a pending rest)
+
+    # Slurm's states of a job that still holds its nodes, and of one waiting to be given some.
+    HOLDING_STATES: ClassVar[frozenset[str]] = frozenset(
+        {"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED", "RESIZING", "SIGNALING", "STAGE_OUT"})
+    WAITING_STATES: ClassVar[frozenset[str]] = frozenset(
+        {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD"})
 
     def run_time(self, now: dt.datetime) -> dt.timedelta:
         if self.started_at is None:
             return dt.timedelta(0)
         return (self.ended_at or now) - self.started_at
+
+    def holds_nodes(self) -> bool:
+        """Slurm has the job on its nodes (running, completing, configuring, suspended, ...)."""
+        return self.state in self.HOLDING_STATES
+
+    def is_waiting(self) -> bool:
+        """The job waits for nodes (pending, or requeued and not pending yet)."""
+        return self.state in self.WAITING_STATES
+
+
+_RANGE = re.compile(r"^(.*)\[([\d,-]+)\]$")
+
+
+def node_names(expression: str) -> set[str]:
+    """The nodes of a Slurm NodeList (`train-[0-2,5]`, `train-1,train-3`)."""
+    names: set[str] = set()
+    for part in re.split(r",(?![^\[]*\])", expression.strip()):
+        found = _RANGE.match(part)
+        if found is None:
+            names.update([part] if part else [])
+            continue
+        prefix, ranges = found.groups()
+        for span in ranges.split(","):
+            low, _, high = span.partition("-")
+            names.update(f"{prefix}{i}" for i in range(int(low), int(high or low) + 1))
+    return names
 
 
 class WorkloadSource(Protocol):

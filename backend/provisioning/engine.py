@@ -21,7 +21,7 @@ from backend.domain.lifecycle import ClusterPhase, NodeStatus
 from backend.fabric import addressing
 from backend.fabric.kubernetes import new_control_plane_credentials
 from backend.fabric.topology import slot_position
-from backend.provisioning import allocator, public_address, reservations, spot
+from backend.provisioning import allocator, public_address, reservations, scale_down, spot
 from backend.provisioning.drivers import local_address_range, offered_orchestrators
 from backend.provisioning.settings import configured_driver
 from backend.provisioning.state import (
@@ -71,14 +71,18 @@ def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: S
     if state.finished or state.rollback_reason is not None:
         return
     members = [n for n in live_nodes(session, cluster_id) if n.active_name is not None]
+    staying = scale_down.staying(members)
     if remove_node_names:
-        _remove_named(members, list(remove_node_names), cluster.node_count, now)
-    elif cluster.node_count < len(members):
-        for node in sorted(members, key=lambda n: n.index, reverse=True)[: len(members) - cluster.node_count]:
-            node.active_name = None
-            node.updated_at = now
-    elif cluster.node_count > len(members):
-        _scale_up(session, catalog, cluster, state, members, cluster.node_count - len(members), now)
+        _remove_named(cluster, staying, list(remove_node_names), cluster.node_count, now)
+    elif cluster.node_count < len(staying):
+        # The newest are marked; the reconcile pass swaps a busy one for an idle member and lets a busy
+        # one finish its jobs within scale_down_grace_minutes (backend.provisioning.scale_down).
+        scale_down.request(cluster, staying, now)
+    elif cluster.node_count > len(staying):
+        missing = cluster.node_count - len(staying)
+        missing -= scale_down.keep(members, missing, now)  # nodes still leaving stay first
+        if missing > 0:
+            _scale_up(session, catalog, cluster, state, members, missing, now)
     if cluster.status != str(NodeStatus.FAILED):
         cluster.status_reason = None
 
@@ -370,7 +374,9 @@ def _draw(session: Session, cluster: Cluster, count: int, now: dt.datetime) -> s
     return reservation.pool.split("/")[1]
 
 
-def _remove_named(members: list[EngineNode], names: list[str], node_count: int, now: dt.datetime) -> None:
+def _remove_named(cluster: Cluster, members: list[EngineNode], names: list[str], node_count: int,
+                  now: dt.datetime) -> None:
+    """Mark the named members as leaving (the reconcile pass drains a busy one and waits for its jobs)."""
     by_name = {n.name: n for n in members}
     unknown = [name for name in names if name not in by_name]
     if unknown:
@@ -381,9 +387,8 @@ def _remove_named(members: list[EngineNode], names: list[str], node_count: int, 
             "node_count", "inconsistent_with_removed_nodes",
             f"removing {len(set(names))} of {len(members)} nodes leaves {len(members) - len(set(names))}, "
             f"not node_count = {node_count}")])
-    for name in set(names):
-        by_name[name].active_name = None
-        by_name[name].updated_at = now
+    for name in sorted(set(names)):
+        scale_down.mark(by_name[name], cluster, now, "remove_node_names")
 
 
 def _no_capacity(session: Session, catalog: Catalog, cluster: Cluster, requested: int, now: dt.datetime,

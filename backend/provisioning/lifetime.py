@@ -20,7 +20,6 @@ from backend.store.engine_models import PhaseRecord
 from backend.store.models import Cluster
 
 ACTOR = "engine"
-ACTIVE_JOB_STATES = ("RUNNING", "PENDING")
 # A failed or paused cluster runs no jobs of its own will: it is not torn down for being idle.
 WITHOUT_IDLE_WATCH = (str(NodeStatus.FAILED), str(NodeStatus.PAUSED))
 
@@ -88,7 +87,7 @@ def _idle_due(
         return now + idle_check, ""  # still coming up (this pass may finish it): look again then
     runs = node_views.node_runs(session, cluster.id)
     jobs = source.cluster_jobs(session, cluster.name, runs, now, cluster_id=cluster.id)
-    if any(job.state in ACTIVE_JOB_STATES for job in jobs):
+    if any(job.holds_nodes() or job.is_waiting() for job in jobs):
         return now + idle_check, ""
     moments = [run.up_since for run in runs] + [job.ended_at for job in jobs]
     idle_since = max((t for t in map(aware, moments) if t is not None), default=now)

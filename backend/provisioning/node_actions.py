@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 from backend.domain.catalog import Catalog
 from backend.domain.errors import Conflict, NotFound
 from backend.domain.lifecycle import NodeStage, NodeStatus
-from backend.provisioning import allocator
+from backend.provisioning import allocator, node_history
 from backend.provisioning.engine import InsufficientCapacity
 from backend.provisioning.state import wake
 from backend.store.engine_models import EngineCluster, EngineNode
@@ -31,6 +31,7 @@ NodeAction = Literal["restart", "replace", "drain", "resume"]
 NODE_ACTIONS: tuple[str, ...] = ("restart", "replace", "drain", "resume")
 # Restart and replace act on a node that is up or has failed; never on one still coming up.
 _ACTIONABLE_STAGES = (NodeStage.READY, NodeStage.FAILED)
+UNKNOWN_ACTOR = "unknown"  # a caller that did not say who asked (the API always does)
 
 
 class NodeStateConflict(Conflict):
@@ -58,8 +59,9 @@ def member(session: Session, cluster_id: str, name: str) -> EngineNode:
 
 
 def request_node_action(session: Session, catalog: Catalog, cluster: Cluster, name: str,
-                        action: NodeAction, *, now: dt.datetime) -> EngineNode:
-    """Accept `action` on the member node `name` (404 unknown node, 409 when its state forbids it)."""
+                        action: NodeAction, *, now: dt.datetime, actor: str = UNKNOWN_ACTOR) -> EngineNode:
+    """Accept `action` on the member node `name` (404 unknown node, 409 when its state forbids it);
+    `actor`: who asks (an API key's prefix), kept in the node's history."""
     state = _cluster_state(session, cluster)
     node = member(session, cluster.id, name)
     what = f"node {name} is {node.status} ({node.stage})"
@@ -83,11 +85,12 @@ def request_node_action(session: Session, catalog: Catalog, cluster: Cluster, na
         node.pending_action = action
     wake(session, cluster.id, now)  # the reconciler carries it out (drain / resume: to the scheduler)
     node.updated_at = now
+    node_history.requested(session, node, action, actor, now)
     return node
 
 
-def restart_workers(session: Session, cluster: Cluster, xid_nodes: set[str], *, now: dt.datetime
-                    ) -> list[str]:
+def restart_workers(session: Session, cluster: Cluster, xid_nodes: set[str], *, now: dt.datetime,
+                    actor: str = UNKNOWN_ACTOR) -> list[str]:
     """Restart every worker reporting XID errors (failed by a hardware fault, or in `xid_nodes`: recent
     XID events while still running); the names restarted, in index order."""
     _cluster_state(session, cluster)
@@ -101,6 +104,7 @@ def restart_workers(session: Session, cluster: Cluster, xid_nodes: set[str], *, 
                 faulted or node.name in xid_nodes):
             node.pending_action = "restart"
             node.updated_at = now
+            node_history.requested(session, node, "restart", actor, now)
             chosen.append(node.name)
     if chosen:
         wake(session, cluster.id, now)

@@ -6,7 +6,8 @@ its readings show a hardware XID in the last hour, uncorrectable ECC errors, a G
 GPU without readings, or an NVLink / InfiniBand link down), else `healthy`.
 
 The metrics sampler reads every RUNNING node's telemetry anyway; it records the degraded reason on the
-node (`EngineNode.degraded_reason`) and wakes the cluster when it changes, so the reconciler repairs the
+node (`EngineNode.degraded_reason`), with a `degraded` / `recovered` event in the node's history
+(backend/provisioning/node_history.py), and wakes the cluster when it changes, so the reconciler repairs the
 node (node_repair = auto) or shows the cluster Degraded (manual), and a cluster read shows the health
 without asking the nodes.
 """
@@ -20,6 +21,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from backend.domain.lifecycle import NodeStage
+from backend.provisioning import node_history
 from backend.provisioning.driver import NodeTelemetry
 from backend.provisioning.state import wake
 from backend.store.engine_models import EngineNode
@@ -91,8 +93,8 @@ def health_reason(node: Any, degraded: str | None) -> str | None:
 
 def record_degraded(session: Session, nodes: Sequence[EngineNode], readings: Sequence[NodeTelemetry],
                     now: dt.datetime) -> list[EngineNode]:
-    """Record on each RUNNING node why its reading says it is degraded (or that it no longer is) and
-    wake the clusters whose nodes changed; the nodes changed."""
+    """Record on each RUNNING node why its reading says it is degraded (or that it no longer is), as an
+    event of its history too, and wake the clusters whose nodes changed; the nodes changed."""
     changed = []
     for node, reading in zip(nodes, readings, strict=True):
         reason = degraded_reason(reading, now)
@@ -104,4 +106,5 @@ def record_degraded(session: Session, nodes: Sequence[EngineNode], readings: Seq
         wake(session, cluster_id, now)
     for node, reason in changed:
         node.degraded_reason = reason
+        node_history.health_changed(session, node, reason, now)
     return [node for node, _ in changed]

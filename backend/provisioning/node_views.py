@@ -21,6 +21,7 @@ from backend.provisioning.driver import (
     NodeTelemetry,
     ProvisioningDriver,
     TelemetryTarget,
+    node_names,
     telemetry_of,
 )
 from backend.provisioning.node_health import HEALTH_STATES, degraded_reason
@@ -168,7 +169,7 @@ def partitions(cluster: Cluster, runs: list[NodeRun], jobs: list[Job], gpu_type:
         return []
     total = sum(r.gpu_count for r in runs)
     usable = {r.name for r in runs if r.up_since is not None and r.failed_at is None and not r.drained}
-    busy = sum(j.gpus for j in jobs if j.state == "RUNNING" and j.nodes in usable)
+    busy = sum(j.gpus for j in jobs if j.holds_nodes() and j.nodes and node_names(j.nodes) <= usable)
     available = sum(r.gpu_count for r in runs if r.name in usable) - busy
     return [{"name": "gpu", "nodes": len(runs), "gpu_type": gpu_type, "gpus_available": max(0, available),
              "gpus_total": total, "default_time": "01:00:00", "max_time": "7-00:00:00",

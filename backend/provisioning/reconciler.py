@@ -21,7 +21,7 @@ from backend.domain.lifecycle import (
     derive_bring_up_phase,
     derive_cluster_status,
 )
-from backend.provisioning import allocator, lifetime, public_address, spot
+from backend.provisioning import allocator, lifetime, node_history, public_address, scale_down, spot
 from backend.provisioning.driver import Operation, OperationRequest, OpKind, ProvisioningDriver
 from backend.provisioning.engine import add_batch, add_repair, add_replacement
 from backend.provisioning.node_health import in_repair
@@ -101,6 +101,7 @@ def _reconcile(ctx: PassContext, cluster_id: str) -> dt.datetime | None:
     for node in nodes:
         if node.active_name is None and node.stage != S.RELEASING:
             _start_release(ctx, cluster, node, "removed from the cluster")
+            node_history.released(ctx.session, node, "was removed from the cluster", ctx.now)
     if state.paused_reason is not None:
         for node in nodes:
             if node.stage == S.RELEASING:
@@ -126,6 +127,13 @@ def _reconcile(ctx: PassContext, cluster_id: str) -> dt.datetime | None:
         if not progressed:
             break
         nodes = live_nodes(ctx.session, cluster_id)
+    # Scale-down: idle nodes first, a busy one drained and given scale_down_grace_minutes (scale_down.py).
+    for node, why in scale_down.advance(scale_down.Pass(
+            ctx.session, ctx.driver, ctx.now, dt.timedelta(seconds=ctx.settings.idle_check_seconds), ctx.due,
+            lambda c, n, request, new: _submit(ctx, c, n, request, new=new),
+            lambda op: _record_outcome(ctx, op)), cluster):
+        _start_release(ctx, cluster, node, why)
+        node_history.released(ctx.session, node, f"was {why}", ctx.now)
     if spot.uses_spot(cluster) and state.first_ready_at is not None:
         _spot_capacity(ctx, cluster, state)
     _summarise(ctx, cluster, state, live_nodes(ctx.session, cluster_id))
@@ -236,11 +244,14 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
             outcome = AFTER_POWER_OP[stage] if op.succeeded else S.FAILED
             reason = None if op.succeeded else f"{STAGE_OP[stage]} failed: {op.reason}"
             set_stage(ctx.session, cluster, node, outcome, ctx.now, reason)
+            if stage == S.RESTARTING:
+                node_history.restart_finished(ctx.session, node, reason, ctx.now)
             continue
         if not op.succeeded and node.repair_of is not None:
             # A repair's new machine failed to come up: it is the failed member now (repaired again
             # within the daily budget, or left failed), the rest of the cluster is not rolled back.
             set_stage(ctx.session, cluster, node, S.FAILED, ctx.now, op.reason or "operation failed")
+            node_history.repair_failed(ctx.session, node, op.reason or "operation failed", ctx.now)
             return progressed
         if not op.succeeded:
             _bring_up_failed(ctx, cluster, state, node, op.reason or "operation failed")
@@ -256,6 +267,8 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
             set_stage(ctx.session, cluster, node, S.READY, ctx.now)
             continue
         set_stage(ctx.session, cluster, node, _next_bring_up_stage(cluster, node, stage), ctx.now)
+        if node.stage == S.READY and node.repair_of is not None:
+            node_history.repair_finished(ctx.session, node, ctx.now)
     ctx.due.append(ctx.now)
     return progressed
 
@@ -286,6 +299,7 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
                 # noticed it.
                 set_stage(ctx.session, cluster, node, S.FAILED, min(watch_due, ctx.now),
                           f"hardware fault: {fault.reason}")
+                node_history.fault(ctx.session, node, fault.reason, min(watch_due, ctx.now))
                 node.updated_at = ctx.now
                 node.watch_due_at = None
                 ctx.due.append(ctx.now)  # repair (auto) in the next sweep
@@ -298,7 +312,7 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
         if _repair_allowed(ctx, node, f"degraded: {node.degraded_reason}"):
             return _repair(ctx, cluster, node, f"replaced while degraded ({node.degraded_reason}; "
                                                "node_repair = auto)")
-    elif node.status_reason is not None:
+    elif (node.status_reason or "").startswith("degraded"):
         node.status_reason = None  # readings healthy again (or manual): no stale repair note
     if node.capacity_type == spot.SPOT and _spot_watch(ctx, cluster, node):
         return True
@@ -401,7 +415,7 @@ def _spot_capacity(ctx: PassContext, cluster: Cluster, state: EngineCluster) -> 
     """Keep a spot cluster at node_count: spot nodes while the market has them (re-acquired when
     capacity returns), with fallback on-demand nodes while it is short; an on-demand node stands in
     until a spot node that replaces it is RUNNING, then it is released."""
-    members = [n for n in live_nodes(ctx.session, cluster.id) if n.active_name is not None]
+    members = scale_down.staying(live_nodes(ctx.session, cluster.id))
     reclaimed = state.spot_reclaimed_until
     spot_open = reclaimed is None or reclaimed <= ctx.now
     if not spot_open:
@@ -493,6 +507,7 @@ def _repair(ctx: PassContext, cluster: Cluster, node: EngineNode, why: str) -> b
             node.status_reason = f"{node.status_reason}; {NO_SPARE} on {state.fabric} (retried later)"
         ctx.due.append(ctx.now + NO_SPARE_RETRY)
         return False
+    node_history.repair_started(ctx.session, node, replacement, why, ctx.now)
     node.pending_action = None
     _start_release(ctx, cluster, node, why)
     ctx.due.append(ctx.now)
@@ -507,6 +522,7 @@ def _start_restart(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool
     node.degraded_reason = None  # read again once it is back
     node.applied_config = {**node.applied_config, "restarts": int(node.applied_config.get("restarts", 0)) + 1}
     set_stage(ctx.session, cluster, node, S.RESTARTING, ctx.now, "restart requested")
+    node_history.restart_started(ctx.session, node, ctx.now)
     return True
 
 

@@ -27,6 +27,7 @@ from backend.domain.errors import Conflict, FieldError, NotFound, validation_fai
 from backend.domain.ids import is_id_of, new_id
 from backend.domain.lifetime import parse_ttl
 from backend.provisioning.engine import request_reconcile
+from backend.provisioning.scale_down import DEFAULT_GRACE_MINUTES
 from backend.provisioning.views import JOINED_STATE_COLUMNS
 from backend.services import quotas, reserved_ips
 from backend.services.reservations import check_reservation
@@ -123,6 +124,7 @@ def spec_of(
         "ttl": row.ttl,
         "expires_at": row.expires_at,
         "idle_teardown_minutes": row.idle_teardown_minutes,
+        "scale_down_grace_minutes": row.scale_down_grace_minutes,
         "autoscaling": autoscaling_of(row),
         "reserved_ip_id": row.reserved_ip_id,
     }
@@ -337,6 +339,8 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
         row.expiry_blocked_at = None  # a new expiry: a later block is reported again
     row.ttl, row.expires_at = spec.get("ttl"), spec.get("expires_at")
     row.idle_teardown_minutes = spec.get("idle_teardown_minutes")
+    grace = spec.get("scale_down_grace_minutes")
+    row.scale_down_grace_minutes = DEFAULT_GRACE_MINUTES if grace is None else int(grace)
     autoscaling = spec.get("autoscaling") or {}
     row.autoscaling_min_nodes = autoscaling.get("min_nodes")
     row.autoscaling_max_nodes = autoscaling.get("max_nodes")
@@ -506,7 +510,8 @@ def update_cluster(
     """Apply a partial update (absent fields keep their value); immutable fields may only repeat theirs;
     a scale-up of a project out of prepaid credits is refused (402), one past a project quota (403).
 
-    `remove_node_names` picks the nodes a scale-down releases (default: the highest indexes first).
+    `remove_node_names` picks the nodes a scale-down releases (default: idle first, then the newest;
+    backend.provisioning.scale_down drains a busy one and waits scale_down_grace_minutes for its jobs).
     """
     row = _writable(session, project_id, cluster_id, if_match, scope)
     if "labels" in changes:

@@ -151,6 +151,28 @@ class NodeTransition(Base):
     at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False, index=True)
 
 
+class NodeEvent(Base):
+    """Append-only history of one node of a cluster, by its stable name (migration 0023_node_events; see
+    backend/provisioning/node_history.py): faults, repairs, restarts, node actions and who asked, each
+    naming the machine (`node_id`) it was about. Kept with the cluster (deleted with its rows)."""
+
+    __tablename__ = "engine_node_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster_id: Mapped[str] = mapped_column(ForeignKey(CLUSTER_FK, ondelete="CASCADE"), nullable=False)
+    node_name: Mapped[str] = mapped_column(String(80), nullable=False)
+    node_id: Mapped[str | None] = mapped_column(ID)
+    kind: Mapped[str] = mapped_column(String(24), nullable=False)
+    code: Mapped[int | None] = mapped_column(Integer)  # the XID code of an `xid` event
+    detail: Mapped[str] = mapped_column(Text, nullable=False)
+    actor: Mapped[str] = mapped_column(String(64), nullable=False)  # an API key prefix, or "engine"
+    at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
+
+
+# One node's history, newest first, page by page: an index range scan.
+Index("ix_engine_node_events_cluster_node", NodeEvent.cluster_id, NodeEvent.node_name, NodeEvent.id)
+
+
 class PhaseRecord(Base):
     __tablename__ = "engine_phase_history"
 

@@ -129,6 +129,10 @@ class Cluster(Versioned, Base):
     autoscaling_min_nodes: Mapped[int | None] = mapped_column(Integer)
     autoscaling_max_nodes: Mapped[int | None] = mapped_column(Integer)
     autoscaling_idle_minutes: Mapped[int | None] = mapped_column(Integer)
+    # How long a scale-down waits for the jobs on a node it removes before requeueing them (migration
+    # 0024_scale_down_grace; backend.provisioning.scale_down).
+    scale_down_grace_minutes: Mapped[int] = mapped_column(Integer, nullable=False, default=30,
+                                                          server_default="30")
     # Written by the engine (backend.provisioning); core only sets the initial values.
     status: Mapped[str] = mapped_column(String(32), nullable=False, default="PENDING")
     phase: Mapped[str | None] = mapped_column(String(64))

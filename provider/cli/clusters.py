@@ -24,7 +24,7 @@ from provider.cli.keys import register_key_file
 from provider.cli.output import emit, note, print_fields, print_table, table_view
 from provider.cli.ssh import ssh_argv_for_cluster
 from provider.cli.wait import is_gone, is_running, watch_cluster
-from provider.client import GpuCloudClient, new_idempotency_key
+from provider.client import ApiError, GpuCloudClient, new_idempotency_key
 
 
 @click.group()
@@ -226,19 +226,46 @@ def info(app: App, cluster_ref: str, wait: bool, as_json: bool) -> None:
 @click.argument("cluster_ref", metavar="CLUSTER")
 @click.argument("node_count", metavar="N", type=click.IntRange(min=1))
 @click.option("--no-wait", is_flag=True, help="Return once the API accepted the change.")
+@yes_option
 @json_option
 @pass_app
-def scale(app: App, cluster_ref: str, node_count: int, no_wait: bool, as_json: bool) -> None:
-    """Grow or shrink CLUSTER to N nodes (shrinking releases the highest-numbered nodes).
+def scale(app: App, cluster_ref: str, node_count: int, no_wait: bool, yes: bool, as_json: bool) -> None:
+    """Grow or shrink CLUSTER to N nodes.
+
+    Shrinking removes idle nodes first, then the newest. It first says which nodes go and which jobs
+    run on them; a node with running jobs is drained and its jobs get the cluster's
+    scale_down_grace_minutes to end before they are requeued, so it asks first (--yes in scripts).
 
     \b
     Example:
       gpucloud cluster scale train 4
     """
     c = find_cluster(app.client, cluster_ref)
+    if node_count < int(c["node_count"]):
+        _confirm_scale_down(app.client, c, node_count, yes)
     updated = app.client.update_cluster(c["id"], {"node_count": node_count})
     note(f"Scaling {updated['name']} ({updated['id']}) from {c['node_count']} to {node_count} nodes")
     _finish(app, updated, as_json, not no_wait, f"cluster {updated['id']} to run {node_count} nodes")
+
+
+def _confirm_scale_down(client: GpuCloudClient, c: dict[str, Any], node_count: int, yes: bool) -> None:
+    """Say which nodes a scale-down removes and the jobs on them; ask before evicting running jobs."""
+    try:
+        response = client.request("GET", f"/v1/clusters/{c['id']}/scale-down-preview",
+                                  params={"node_count": node_count}, side_effect_free=True)
+        preview: dict[str, Any] = response.body if isinstance(response.body, dict) else {}
+    except ApiError as error:
+        note(f"Could not preview which nodes go ({error}); nodes running jobs are drained and their jobs "
+             "requeued after scale_down_grace_minutes.")
+        confirm(yes, f"Scale {c['name']} ({c['id']}) down to {node_count} nodes?", refused="not scaled")
+        return
+    note(str(preview.get("summary") or f"Scaling {c['name']} to {node_count} nodes."))
+    nodes = [n for n in preview.get("nodes") or [] if isinstance(n, dict)]
+    jobs = sorted({int(j["job_id"]) for n in nodes for j in n.get("running_jobs") or []})
+    if jobs:
+        confirm(yes, f"Drain {', '.join(str(n['name']) for n in nodes if n.get('running_jobs'))} and requeue "
+                f"job(s) {', '.join(map(str, jobs))} if still running after scale_down_grace_minutes "
+                f"({preview.get('scale_down_grace_minutes')})?", refused="not scaled")
 
 
 @cluster.command("edit")

@@ -1,4 +1,5 @@
-"""`gpucloud nodes CLUSTER` (health, scheduler state, machine, GPU readings, recent XID errors) and
+"""`gpucloud nodes CLUSTER` (health, scheduler state, machine, GPU readings, recent XID errors),
+`gpucloud nodes CLUSTER --history NODE` (what happened to a node: faults, repairs, restarts, actions) and
 `gpucloud node restart|replace|drain|resume CLUSTER NODE`."""
 
 from __future__ import annotations
@@ -57,6 +58,17 @@ NODE_COLUMNS: list[Column] = [
 ]
 
 
+def event_kind(event: Mapping[str, Any]) -> str:
+    """The event's kind, with its XID code where it has one (`xid 79`)."""
+    code = event.get("code")
+    return f"{event['kind']} {code}" if code is not None else str(event["kind"])
+
+
+EVENT_COLUMNS: list[Column] = [
+    ("TIME", "at"), ("EVENT", event_kind), ("INSTANCE", "instance_id"), ("BY", "actor"), ("DETAIL", "detail"),
+]
+
+
 def show_nodes(listing: Mapping[str, Any], health: str | None) -> None:
     click.echo(counts_line("Health", listing.get("counts") or {}))
     click.echo()
@@ -68,20 +80,35 @@ def show_nodes(listing: Mapping[str, Any], health: str | None) -> None:
 @click.argument("cluster_ref", metavar="CLUSTER")
 @click.option("--health", type=click.Choice(HEALTH_FILTERS),
               help="Only failed nodes, nodes with recent XID errors (xid), or healthy ones.")
+@click.option("--history", "history", metavar="NODE",
+              help="Instead: NODE's history, newest first (faults with their XID code, repairs, restarts, "
+              "node actions and who asked).")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="With --history: the newest this many events.")
 @json_option
 @pass_app
-def nodes(app: App, cluster_ref: str, health: str | None, as_json: bool) -> None:
-    """List CLUSTER's nodes with health and GPUs.
+def nodes(app: App, cluster_ref: str, health: str | None, history: str | None, limit: int,
+          as_json: bool) -> None:
+    """List CLUSTER's nodes with health and GPUs, or one node's history.
 
     Per node: status, health, scheduler state (Slurm or Kubernetes), machine, GPU utilisation and
-    memory, recent XID errors; first the count of nodes per health state.
+    memory, recent XID errors; first the count of nodes per health state. With --history NODE: what
+    happened to NODE (under its name, across repairs), newest first: time, event, machine, who asked
+    (an API key's prefix, or engine), detail.
 
     \b
     Example:
       gpucloud nodes train
       gpucloud nodes train --health xid
+      gpucloud nodes train --history train-1
     """
+    if history is not None and health is not None:
+        raise click.UsageError("--history shows one node's events: it takes no --health filter")
     c = find_cluster(app.client, cluster_ref)
+    if history is not None:
+        events = app.client.list_node_events(c["id"], history, limit=limit)
+        emit(events, as_json, table_view(EVENT_COLUMNS, empty=f"No events for {history}."))
+        return
     listing = app.client.list_cluster_nodes(c["id"], health=health)
     emit(listing, as_json, lambda body: show_nodes(body, health))
 

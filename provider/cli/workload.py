@@ -13,7 +13,13 @@ from provider.cli.app import App, find_cluster, json_option, pass_app
 from provider.cli.output import Column, counts_line, emit, note, print_table
 from provider.client import GpuCloudClient
 
-JOB_STATES = ["running", "pending", "completed", "failed", "unknown"]
+# Slurm's job states as the API's `state` filter names them (lower case; the CLI takes either case).
+JOB_STATES = [
+    "pending", "running", "suspended", "completed", "cancelled", "failed", "timeout", "node_fail",
+    "preempted", "boot_fail", "deadline", "out_of_memory", "completing", "configuring", "resizing",
+    "requeued", "requeue_fed", "requeue_hold", "special_exit", "stopped", "revoked", "resv_del_hold",
+    "signaling", "stage_out", "unknown",
+]
 
 
 def slurm_duration(seconds: int) -> str:
@@ -28,8 +34,15 @@ def slurm_duration(seconds: int) -> str:
     return f"{minutes}:{secs:02d}"
 
 
+def job_id(job: Mapping[str, Any]) -> str:
+    """As squeue prints it: `1234_5` for task 5 of array job 1234, else the job's id."""
+    if job.get("array_job_id") is not None and job.get("array_task_id") is not None:
+        return f"{job['array_job_id']}_{job['array_task_id']}"
+    return str(job["job_id"])
+
+
 JOB_COLUMNS: list[Column] = [
-    ("JOB", "job_id"), ("NAME", "name"), ("USER", "user"), ("PARTITION", "partition"), ("NODES", "nodes"),
+    ("JOBID", job_id), ("NAME", "name"), ("USER", "user"), ("PARTITION", "partition"), ("NODES", "nodes"),
     ("GPUS", "gpus"),
     ("STATE", lambda j: str(j["state"]).upper()),
     ("REASON", "reason"),
@@ -47,7 +60,7 @@ PARTITION_COLUMNS: list[Column] = [
 def show_jobs(listing: Mapping[str, Any], state: str | None) -> None:
     click.echo(counts_line("Jobs", listing.get("counts") or {}))
     click.echo()
-    which = f"{state} " if state else ""
+    which = f"{state.upper()} " if state else ""
     print_table(JOB_COLUMNS, listing["items"], empty=f"No {which}jobs.")
     if listing.get("partitions"):
         click.echo()
@@ -56,20 +69,25 @@ def show_jobs(listing: Mapping[str, Any], state: str | None) -> None:
 
 @click.command()
 @click.argument("cluster_ref", metavar="CLUSTER")
-@click.option("--state", type=click.Choice(JOB_STATES), help="Only jobs in this state (counts cover all).")
+@click.option("--state", type=click.Choice(JOB_STATES, case_sensitive=False), metavar="STATE",
+              help="Only jobs in this Slurm state, either case: pending, running, completing, completed, "
+                   "failed, cancelled, timeout, node_fail, preempted, requeued, out_of_memory, ... "
+                   "(counts cover all).")
 @click.option("--limit", type=int, help="At most this many jobs, newest first (default 100).")
 @json_option
 @pass_app
 def jobs(app: App, cluster_ref: str, state: str | None, limit: int | None, as_json: bool) -> None:
     """List CLUSTER's jobs and partitions.
 
-    The Slurm job table (as squeue and sacct show it), newest first, after the count of jobs per state,
-    then the partitions (nodes, GPU type, free GPUs, time limits).
+    The Slurm job table (as squeue and sacct show it: Slurm's states, array tasks as 1234_5, a job's
+    GPUs over all its nodes), newest first, after the count of jobs per state, then the partitions
+    (nodes, GPU type, free GPUs, time limits).
 
     \b
     Example:
       gpucloud jobs train
       gpucloud jobs train --state pending
+      gpucloud jobs train --state node_fail
     """
     c = find_cluster(app.client, cluster_ref)
     listing = app.client.list_cluster_jobs(c["id"], state=state, limit=limit)

@@ -8,6 +8,7 @@ second object.
 
 from __future__ import annotations
 
+import itertools
 import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -170,6 +171,13 @@ class GpuCloudClient(HttpCore):
         `health`: failed, xid or healthy nodes only (the counts are over every node)."""
         path = f"/v1/clusters/{_seg(cluster_id)}/nodes"
         return self._body(self.request("GET", path, params={"health": health}))
+
+    def list_node_events(self, cluster_id: str, node: str, *, limit: int | None = None) -> list[Body]:
+        """The node's history, newest first (faults with their XID code, repairs, restarts, node actions
+        and who asked), across every machine that held the name; `limit`: only the newest ones."""
+        path = f"/v1/clusters/{_seg(cluster_id)}/nodes/{_seg(node)}/events"
+        page_size = min(limit, 100) if limit else 100
+        return list(itertools.islice(self.iter_items(path, page_size=page_size), limit))
 
     def node_action(self, cluster_id: str, node: str, action: str, *, idempotency_key: str) -> Body:
         """restart, replace, drain or resume one node (admin); answers `{action, node}`."""

@@ -3,8 +3,10 @@
 The framework's modifiers (`use_state_for_unknown_unless_changed`) keep a runtime value unless an
 attribute it follows changes; for `node_count` that is too coarse. A scale of a multi-node cluster keeps
 its login host, its Slurm controller and Kubernetes endpoint (the jumphost) and every surviving node: the
-API releases the highest-indexed nodes first and adds new ones after the last (nodes are listed by index),
-so a scale down keeps the first `node_count` nodes and a scale up adds unknown nodes after the known ones.
+API adds new nodes after the last (nodes are listed by index), so a scale up adds unknown nodes after the
+known ones; a scale down removes idle nodes first, then the newest, which the engine decides when it
+runs, so its survivors are unknown unless the backend's preview names the nodes that go
+(`provider/resources/cluster_scale_down.py`).
 Crossing the one-node boundary changes every node's role and the login host: then they are unknown.
 """
 
@@ -52,7 +54,7 @@ def keep_through_scale(plan: State, state: State | None, differs: Any) -> None:
         if not is_unknown(plan.get(name)) or any(differs(f, plan, state) for f in others):
             continue
         if name == "nodes":
-            kept = [dict(n) for n in nodes[: int(after)]]
+            kept = [dict(n) for n in nodes] if int(after) > int(before) else []
             plan[name] = kept + [UNKNOWN] * (int(after) - len(kept))
         else:
             plan[name] = state.get(name)

@@ -29,6 +29,7 @@ from provider.resources.cluster_plan import (
     node_count_moved,
 )
 from provider.resources.cluster_reservation import warn_if_term_forfeited
+from provider.resources.cluster_scale_down import plan_survivors, warn_scale_down
 from provider.resources.cluster_wait import (
     ClusterStillConverging,
     ClusterWaitError,
@@ -73,6 +74,7 @@ PATCHABLE = {
     "node_repair": "node_repair",
     "max_hourly_cost_usd": "max_hourly_cost_usd",
     "idle_teardown_minutes": "idle_teardown_minutes",
+    "scale_down_grace_minutes": "scale_down_grace_minutes",
     "autoscaling": "autoscaling",
     "reserved_ip_id": "reserved_ip_id",
 }
@@ -251,6 +253,7 @@ class GpuClusterResource(Resource):
             warn_if_recreating_expired(ctx, plan)
         if not configured(ctx):
             return plan
+        plan_survivors(plan, state, warn_scale_down(ctx, client_of(ctx), plan, state))
         try:
             catalog = checks.catalog_of(client_of(ctx))
         except ApiError as error:

@@ -39,6 +39,7 @@ from provider.resources.cluster_lifetime import TTL
 REF_ID_PATTERN = r"[a-z]{3}_[0-9a-z]+"
 DEFAULT_BILLING = {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"}
 DEFAULT_IDLE_MINUTES = 10
+DEFAULT_SCALE_DOWN_GRACE_MINUTES = 30  # the API's default (backend.provisioning.scale_down)
 DEFAULT_TIMEOUTS = {"create": "2h", "update": "2h", "delete": "1h"}
 
 
@@ -367,7 +368,9 @@ CLUSTER_SCHEMA = Schema(
             optional=True,
             computed=True,
             description="Number of nodes (default 1). Scales in place (the plan checks the region has the "
-            "capacity and the project's quotas the room). More than one node needs a fabric-capable 8-GPU "
+            "capacity and the project's quotas the room; a lower count is warned about, naming the nodes "
+            "that go and the jobs running on them: see `scale_down_grace_minutes`). More than one node "
+            "needs a fabric-capable 8-GPU "
             "instance type. Conflicts with `autoscaling`, under which the engine sets it: then it is "
             "computed and its moves are not drift.",
             validators=api("node_count"),
@@ -528,6 +531,17 @@ CLUSTER_SCHEMA = Schema(
             "many minutes (1 to 43200). Changes in place.",
             validators=api("idle_teardown_minutes"),
         ),
+        "scale_down_grace_minutes": Int64Attribute(
+            optional=True,
+            computed=True,
+            default=DEFAULT_SCALE_DOWN_GRACE_MINUTES,
+            description="How long a scale-down (a lower `node_count`, or the autoscaler) waits for the jobs "
+            "running on a node it removes: idle nodes go first, then the newest; a busy one is drained (no "
+            "new job lands on it) and its jobs get this many minutes to end, then they are requeued (never "
+            "killed) and the node is released. `0` requeues at once (0 to 10080). The plan names the "
+            "nodes a lower `node_count` removes and the jobs running on them. Changes in place.",
+            validators=api("scale_down_grace_minutes"),
+        ),
         "reserved_ip_id": StringAttribute(
             optional=True,
             description="A `gpucloud_reserved_ip` of the cluster's region for the login node to answer on "
@@ -573,6 +587,7 @@ SPEC_FIELDS = {
     "ttl": "ttl",
     "expires_at": "expires_at",
     "idle_teardown_minutes": "idle_teardown_minutes",
+    "scale_down_grace_minutes": "scale_down_grace_minutes",
     "autoscaling": "autoscaling",
     "reserved_ip_id": "reserved_ip_id",
 }
@@ -738,6 +753,7 @@ def cluster_state(
         "ttl": body.get("ttl"),
         "expires_at": rfc3339_utc(body["expires_at"]) if body.get("expires_at") else None,
         "idle_teardown_minutes": body.get("idle_teardown_minutes"),
+        "scale_down_grace_minutes": body.get("scale_down_grace_minutes", DEFAULT_SCALE_DOWN_GRACE_MINUTES),
         "autoscaling": _autoscaling_state(body.get("autoscaling")),
         "reserved_ip_id": body.get("reserved_ip_id"),
         "wait_for_running": prior.get("wait_for_running") if prior.get("wait_for_running") is not None

@@ -103,9 +103,11 @@ ROUTES: dict[tuple[str, str], Row] = {
     ("GET", "/v1/clusters/{cluster_id}/logs"): Row(),
     ("GET", "/v1/clusters/{cluster_id}/metrics"): Row(),
     ("GET", "/v1/clusters/{cluster_id}/nodes"): Row(),
+    ("GET", "/v1/clusters/{cluster_id}/nodes/{name}/events"): Row(),
     ("POST", "/v1/clusters/{cluster_id}/nodes/{name}/actions"): Row(
         body=lambda n, _: {"action": "drain"}, fresh=("cluster_id",)
     ),
+    ("GET", "/v1/clusters/{cluster_id}/scale-down-preview"): Row(),
     ("POST", "/v1/clusters/{cluster_id}/reserve-ip"): Row(body=lambda n, _: {"name": _name(n)},
                                                          fresh=("cluster_id",)),
     ("POST", "/v1/clusters/{cluster_id}/volumes/{volume_id}"): Row(fresh=("volume_id",)),

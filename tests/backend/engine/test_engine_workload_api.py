@@ -3,12 +3,14 @@ seed and consistent with the modelled GPU utilisation) and `GET .../logs` (contr
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Callable
 
 from fastapi.testclient import TestClient
 
-from backend.provisioning.driver import NodeRun, TelemetryTarget
+from backend.api.cluster_workload import _job_out
+from backend.provisioning.driver import Job, NodeRun, TelemetryTarget
 from backend.provisioning.drivers.simulated.telemetry import busy_gpus, node_telemetry
 from backend.provisioning.drivers.simulated.workload import jobs
 from backend.provisioning.worker import EngineWorker
@@ -25,7 +27,7 @@ def test_workload_is_reproducible_and_follows_the_gpu_model() -> None:
     other = jobs(4, "train", NODES, NOW)
     assert first == again and first != other
     states = {j.state for j in first}
-    assert {"RUNNING", "COMPLETED", "PENDING"} <= states
+    assert {"RUNNING", "COMPLETED", "PENDING", "FAILED", "CANCELLED", "TIMEOUT"} <= states  # Slurm's words
     assert len({j.job_id for j in first}) == len(first)
     assert [j.job_id for j in first] == sorted((j.job_id for j in first), reverse=True)
     for job in first:  # every job holds the GPUs the utilisation model says are busy in its slot
@@ -35,6 +37,24 @@ def test_workload_is_reproducible_and_follows_the_gpu_model() -> None:
         assert job.started_at is None or job.started_at >= NOW - dt.timedelta(hours=24, minutes=15)
     running = [j for j in first if j.state == "RUNNING"]
     assert all(j.started_at is not None and j.started_at <= NOW and j.ended_at is None for j in running)
+    for job in first:
+        if job.state == "TIMEOUT":  # killed at its time limit
+            assert job.run_time(NOW) == job.time_limit and job.reason == "TimeLimit"
+        if job.state == "CANCELLED":
+            assert job.ended_at is not None and job.reason is None
+
+
+def test_workload_array_jobs_are_one_task_per_node_of_one_array() -> None:
+    arrays: dict[int, list[Job]] = {}
+    for job in jobs(3, "train", NODES, NOW):
+        assert (job.array_job_id is None) == (job.array_task_id is None)
+        if job.array_job_id is not None:
+            arrays.setdefault(job.array_job_id, []).append(job)
+    assert arrays
+    for array_id, tasks in arrays.items():
+        assert {j.array_task_id for j in tasks} == {int(j.nodes.rsplit("-", 1)[1]) for j in tasks}
+        assert len({j.name for j in tasks}) == 1 and len({j.user for j in tasks}) == 1
+        assert len({j.job_id for j in tasks}) == len(tasks) and all(j.job_id >= array_id for j in tasks)
 
 
 def test_workload_a_node_that_just_came_up_reads_idle_until_its_first_job() -> None:
@@ -57,6 +77,7 @@ def test_workload_a_failed_node_fails_its_job_and_takes_no_new_one() -> None:
     found = jobs(3, "train", down, NOW)
     assert not any(j.state in ("RUNNING", "PENDING") for j in found)
     assert all(j.started_at is not None and j.started_at < failed_at for j in found)
+    assert (found[0].state, found[0].reason, found[0].ended_at) == ("NODE_FAIL", "NodeDown", failed_at)
 
 
 def test_jobs_api_lists_the_job_table_counts_and_partition(
@@ -67,11 +88,12 @@ def test_jobs_api_lists_the_job_table_counts_and_partition(
     response = member.get(f"/v1/clusters/{cluster['id']}/jobs")
     assert response.status_code == 200, response.text
     body = response.json()
-    assert set(body["counts"]) == {"running", "pending", "completed", "failed", "unknown"}
+    assert list(body["counts"]) == ["running", "pending", "completed", "failed", "cancelled", "timeout"]
     assert len(body["items"]) == sum(body["counts"].values())  # a fresh cluster: its first jobs only
     for job in body["items"]:
         assert job["partition"] == "gpu" and job["nodes"] in ("train-0", "train-1")
         assert 1 <= job["gpus"] <= 8 and job["state"] in ("running", "pending")
+        assert set(job) >= {"array_job_id", "array_task_id", "reason"}
     (partition,) = body["partitions"]
     assert (partition["name"], partition["nodes"], partition["gpu_type"], partition["gpus_total"]) == (
         "gpu", 2, "H100 SXM 80GB", 16)
@@ -82,6 +104,29 @@ def test_jobs_api_lists_the_job_table_counts_and_partition(
     only = admin.get(f"/v1/clusters/{cluster['id']}/jobs", params={"state": "pending"}).json()
     assert {j["state"] for j in only["items"]} <= {"pending"} and only["counts"] == body["counts"]
     assert admin.get(f"/v1/clusters/{cluster['id']}/jobs", params={"state": "done"}).status_code == 422
+    assert admin.get(f"/v1/clusters/{cluster['id']}/jobs", params={"state": "RUNNING"}).status_code == 422
+    none = admin.get(f"/v1/clusters/{cluster['id']}/jobs", params={"state": "node_fail"}).json()
+    assert none["items"] == [] and none["counts"] == body["counts"]
+
+
+def test_jobs_api_speaks_slurm_states_arrays_and_total_gpus() -> None:
+    """Whatever state Slurm says reaches the API lower-cased (never mapped to failed); counts name every
+    state a job is in; array tasks carry their ids; `gpus` is the job's total."""
+    at = NOW
+    base = Job(job_id=1, name="x", user="u", partition="gpu", nodes="train-[0-2]", gpus=12, state="RUNNING",
+               submitted_at=at, started_at=at, ended_at=None, time_limit=dt.timedelta(hours=1), priority=1,
+               reason=None, node_count=3)
+    wire = [_job_out(dataclasses.replace(base, job_id=i, state=state), at) for i, state in enumerate(
+        ("NODE_FAIL", "REQUEUED", "OUT_OF_MEMORY", "COMPLETING", "STAGE_OUT", "SOMETHING_NEW"))]
+    assert [j.state for j in wire] == [
+        "node_fail", "requeued", "out_of_memory", "completing", "stage_out", "something_new"]
+    task = _job_out(dataclasses.replace(base, array_job_id=1234, array_task_id=5), at)
+    assert (task.array_job_id, task.array_task_id, task.gpus) == (1234, 5, 12)
+    holding = [s for s in ("RUNNING", "COMPLETING", "SUSPENDED", "PENDING", "REQUEUED", "COMPLETED")
+               if dataclasses.replace(base, state=s).holds_nodes()]
+    waiting = [s for s in ("RUNNING", "PENDING", "REQUEUED", "CANCELLED")
+               if dataclasses.replace(base, state=s).is_waiting()]
+    assert (holding, waiting) == (["RUNNING", "COMPLETING", "SUSPENDED"], ["PENDING", "REQUEUED"])
 
 
 def test_logs_api_serves_controller_and_node_logs(

@@ -16,7 +16,7 @@ from provider.cli import app as app_module
 from provider.cli import output
 from provider.cli.main import main
 from provider.cli.nodes import gpu_memory, gpu_utilisation, reason, recent_xids
-from provider.cli.workload import slurm_duration
+from provider.cli.workload import JOB_STATES, slurm_duration
 from tests.provider.client.fakes import ScriptedApi, make_client, problem
 
 CLUSTER = {"id": "cls_1", "name": "train", "status": "RUNNING", "node_repair": "auto"}
@@ -82,20 +82,49 @@ def test_cli_views_show_one_object_or_its_json(capsys: pytest.CaptureFixture[str
 def test_cli_jobs_prints_counters_job_table_and_partitions(
     api: ScriptedApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    job = {"job_id": 7, "name": "train", "user": "ana", "partition": "gpu", "nodes": "train-[0-1]",
-           "gpus": 16, "state": "running", "reason": None, "priority": 100, "run_time_seconds": 3725,
-           "time_limit_seconds": 86400}
+    job = {"job_id": 7, "array_job_id": None, "array_task_id": None, "name": "train", "user": "ana",
+           "partition": "gpu", "nodes": "train-[0-1]", "gpus": 16, "state": "running", "reason": None,
+           "priority": 100, "run_time_seconds": 3725, "time_limit_seconds": 86400}
+    task = {**job, "job_id": 9, "array_job_id": 8, "array_task_id": 1, "nodes": "train-1", "gpus": 0,
+            "state": "node_fail", "reason": "NodeDown", "run_time_seconds": 5}
     partition = {"name": "gpu", "nodes": 2, "gpu_type": "H100", "gpus_available": 0, "gpus_total": 16,
                  "default_time": "01:00:00", "max_time": "7-00:00:00", "state": "UP"}
-    counts = {"running": 1, "pending": 0, "completed": 3, "failed": 0, "unknown": 0}
-    api.script += [ok([CLUSTER]), ok({"items": [job], "counts": counts, "partitions": [partition]})]
+    counts = {"running": 1, "pending": 0, "completed": 3, "failed": 0, "cancelled": 0, "timeout": 0,
+              "node_fail": 1}
+    api.script += [ok([CLUSTER]), ok({"items": [task, job], "counts": counts, "partitions": [partition]})]
     assert main(["jobs", "train", "--state", "running"]) == 0
     assert dict(api.requests[-1].url.params) == {"state": "running"}
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "Jobs: 1 running, 0 pending, 3 completed, 0 failed, 0 unknown"
-    assert lines[3].split() == ["7", "train", "ana", "gpu", "train-[0-1]", "16", "RUNNING", "-", "1:02:05",
+    assert lines[0] == ("Jobs: 1 running, 0 pending, 3 completed, 0 failed, 0 cancelled, 0 timeout, "
+                        "1 node_fail")
+    assert lines[2].split()[:2] == ["JOBID", "NAME"]
+    assert lines[3].split() == ["8_1", "train", "ana", "gpu", "train-1", "0", "NODE_FAIL", "NodeDown", "0:05",
+                                "1-00:00:00", "100"]  # as squeue prints an array task and Slurm's state
+    assert lines[4].split() == ["7", "train", "ana", "gpu", "train-[0-1]", "16", "RUNNING", "-", "1:02:05",
                                 "1-00:00:00", "100"]
-    assert lines[6].split() == ["gpu", "2", "H100", "0/16", "01:00:00", "7-00:00:00", "UP"]
+    assert lines[7].split() == ["gpu", "2", "H100", "0/16", "01:00:00", "7-00:00:00", "UP"]
+
+
+def test_cli_jobs_state_takes_slurms_names_in_either_case(
+    api: ScriptedApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    empty: dict[str, list[Any] | dict[str, int]] = {"items": [], "counts": {}, "partitions": []}
+    api.script += [ok([CLUSTER]), ok(empty), ok([CLUSTER]), ok(empty)]
+    assert main(["jobs", "train", "--state", "NODE_FAIL"]) == 0
+    assert dict(api.requests[-1].url.params) == {"state": "node_fail"}
+    assert "No NODE_FAIL jobs." in capsys.readouterr().err
+    assert main(["jobs", "train", "--state", "cancelled"]) == 0
+    assert dict(api.requests[-1].url.params) == {"state": "cancelled"}
+    assert main(["jobs", "train", "--state", "done"]) == 1
+
+
+def test_cli_job_states_are_the_apis() -> None:
+    """The CLI's --state choices are the API's `state` filter (proto/openapi.json), in its order."""
+    document = json.loads((Path(__file__).parents[3] / "proto" / "openapi.json").read_text())
+    [state] = [p for p in document["paths"]["/v1/clusters/{cluster_id}/jobs"]["get"]["parameters"]
+               if p["name"] == "state"]
+    [enum] = [option["enum"] for option in state["schema"]["anyOf"] if "enum" in option]
+    assert enum == JOB_STATES
 
 
 def test_cli_nodes_filter_by_health_prints_counts_and_says_when_none_match(

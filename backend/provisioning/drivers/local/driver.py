@@ -67,11 +67,12 @@ from backend.provisioning.drivers.local.node_setup import (
     node_binds,
     node_shell,
     prepare_cluster,
+    start_accounting,
     start_sshd,
     volumes_dir,
 )
 from backend.provisioning.node_config import configure as node_config
-from backend.provisioning.node_config import firewall, slurm_control
+from backend.provisioning.node_config import firewall, slurm_control, slurm_jobs
 from backend.provisioning.node_config.shell import NodeCommandError, NodeShell
 from backend.provisioning.node_config.ssh import SshShell, close_all
 from backend.provisioning.state import live_nodes, security_rules
@@ -89,7 +90,7 @@ _NO_WORK = (OpKind.FABRIC_JOIN, OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START, 
 _WORK = (OpKind.CONTROL_PLANE_CREATE, OpKind.CONTROL_PLANE_RELEASE, OpKind.NODE_BOOT, OpKind.VOLUME_ATTACH,
          OpKind.ORCHESTRATOR_JOIN, OpKind.ACCEPTANCE, OpKind.RECONFIGURE, OpKind.NODE_RELEASE,
          OpKind.NODE_POWER_OFF, OpKind.NODE_POWER_ON, OpKind.NODE_RESTART, OpKind.NODE_DRAIN,
-         OpKind.NODE_RESUME)
+         OpKind.NODE_RESUME, OpKind.NODE_REQUEUE)
 
 
 class UnsupportedHost(RuntimeError):
@@ -343,6 +344,13 @@ class LocalDriver:
                     problem = f"XID {health.xid_events[-1].code}: {health.xid_events[-1].meaning}"
         if problem is None:
             return Operation(token, OpKind.HEALTH_WATCH, now, now + WATCH_INTERVAL, True)
+        if cluster.orchestrator == "slurm":
+            # Found broken: its jobs end in Slurm now (requeued or NODE_FAIL), whatever comes next (a
+            # repair, a restart, or a node left failed under node_repair = manual).
+            controller = self._controller(session, cluster.id)
+            if controller is not None and controller.exists():
+                with contextlib.suppress(LocalHostError, NodeCommandError):
+                    slurm_control.take_down(shell_of(controller), row.name, problem)
         return Operation(token, OpKind.HEALTH_WATCH, now, now, False, problem)
 
     # What each operation does: boot on the host, the rest over SSH -------------------------------
@@ -362,9 +370,11 @@ class LocalDriver:
                                                        node.reason if node is not None else None),
             OpKind.NODE_POWER_OFF: lambda: _power_off(_need(local)),
             OpKind.NODE_POWER_ON: lambda: self._power_on(cluster, plan, _need(local)),
-            OpKind.NODE_RESTART: lambda: self._restart(cluster, plan, _need(local)),
+            OpKind.NODE_RESTART: lambda: self._restart(cluster, plan, _need(local),
+                                                       node.reason if node is not None else None),
             OpKind.NODE_DRAIN: lambda: self._drain(cluster, plan, _need(local), slurm_control.ACTION_REASON),
             OpKind.NODE_RESUME: lambda: self._resume(cluster, plan, _need(local)),
+            OpKind.NODE_REQUEUE: lambda: self._requeue(cluster, plan, _need(local)),
         }
         if kind not in actions:
             raise ValueError(f"the local driver has no operation {kind}")
@@ -419,7 +429,7 @@ class LocalDriver:
         for member in plan.members:
             node = self._node(cluster, member)
             if node.exists():
-                node_config.stop_daemon(shell_of(node), "slurmctld")
+                node_config.stop_daemons(shell_of(node), ["slurmctld", "slurmdbd", "mariadbd"])
 
     def _join(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         if plan.orchestrator != "slurm":
@@ -437,6 +447,17 @@ class LocalDriver:
         controller = cluster.node(plan.controller.name, plan.controller.address, plan.controller.instance)
         return shell_of(controller) if controller.exists() else None
 
+    def _take_down(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode, why: str, *,
+                   machine_replaced: bool = False) -> None:
+        """Slurm DOWN (and DRAIN) for `node` before its machine stops: its jobs are requeued or failed now,
+        not left RUNNING until slurmctld misses the dead slurmd (`SlurmdTimeout`, minutes). Best effort:
+        a controller that does not answer must not keep a broken machine alive."""
+        controller = self._slurm_controller(cluster, plan)
+        if controller is None:
+            return
+        with contextlib.suppress(LocalHostError, NodeCommandError):
+            slurm_control.take_down(controller, node.name, why, machine_replaced=machine_replaced)
+
     def _drain(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode, reason: str) -> None:
         controller = self._slurm_controller(cluster, plan)
         if controller is not None:
@@ -447,13 +468,20 @@ class LocalDriver:
         if controller is not None:
             slurm_control.resume(controller, node.name)
 
+    def _requeue(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+        """A scale-down's grace is over: Slurm takes the node's jobs back (requeued, never killed)."""
+        controller = self._slurm_controller(cluster, plan)
+        if controller is not None:
+            slurm_jobs.requeue_node_jobs(controller, node.name)
+
     def _power_on(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         """Powered off, a node keeps its namespaces and files (its disk): boot it and start its daemons."""
         self._boot(cluster, plan, node)
         self._join(cluster, plan, node)
         self._accept(cluster, plan, node)
 
-    def _restart(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
+    def _restart(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode, why: str | None) -> None:
+        self._take_down(cluster, plan, node, why or "restarted")  # resumed when it joins again
         _power_off(node)
         self._power_on(cluster, plan, node)
 
@@ -470,7 +498,11 @@ class LocalDriver:
         state = ""
         while time.monotonic() < deadline:
             state = node_config.slurm_node_state(controller, node.name)
-            if state.rstrip("*") in ("idle", "mixed", "allocated", "completing"):
+            # Registered (no `*`: slurmctld hears from it). Drained by someone's choice (the drain node
+            # action, an operator: kept across a restart) counts; by Slurm itself (a shape it refuses),
+            # or still gpucloud's repair drain, it does not.
+            if state in ("idle", "mixed", "allocated", "completing") or (
+                    state in ("drained", "draining") and _chosen_drain(controller, node.name)):
                 return
             time.sleep(0.3)
         log = shell_of(node).run(["tail", "-c", "400", "/var/log/slurm/slurmd.log"], check=False).stdout
@@ -507,10 +539,9 @@ class LocalDriver:
     def _release(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode,
                  why: str | None = None) -> None:
         if not plan.deleting and any(m.name == node.name for m in plan.members):
-            # Replaced in place: drain the name in Slurm first (the new machine resumes it on joining).
-            # Best effort: a controller that does not answer must not keep a broken machine alive.
-            with contextlib.suppress(LocalHostError, NodeCommandError):
-                self._drain(cluster, plan, node, f"{slurm_control.REPAIR_REASON}: {why or 'replaced'}")
+            # Replaced in place: its jobs end in Slurm (requeued or NODE_FAIL) before the machine goes;
+            # the name stays down and drained until the new machine joins and resumes it.
+            self._take_down(cluster, plan, node, why or "replaced", machine_replaced=True)
         shell_of(node).close()
         node.destroy()
         if plan.deleting:  # the whole cluster goes: no reconfiguration for the nodes that remain
@@ -542,6 +573,7 @@ class LocalDriver:
         if recorded == wanted and node_config.running(shell, "slurmctld"):
             return
         node_config.stop_daemon(shell, "slurmctld")
+        start_accounting(shell, plan.slurm_files["slurm.conf"])  # slurmdbd answers before slurmctld starts
         node_config.start_daemons(shell, ["munged", "slurmctld"])
         _wait_for_controller(shell)
         node_config.reconfigure_controller(shell)
@@ -571,6 +603,11 @@ def controller_plan(state: EngineCluster, members: Sequence[EngineNode]) -> Node
 def instance_name(node: EngineNode) -> str:
     """The namespace identity of one machine behind a node name (replacements are new instances)."""
     return f"{node.name}.{node.attempt}"
+
+
+def _chosen_drain(controller: NodeShell, node: str) -> bool:
+    found = slurm_control.slurm_node(controller, node)
+    return found is not None and found.chosen_drain
 
 
 def _need(node: LocalNode | None) -> LocalNode:

@@ -1,9 +1,11 @@
 """Real faults on local nodes, for tests and demos: `gpucloud-backend fault --cluster ID --node NAME KIND`.
 
-`crash` kills the node's slurmd, as a kernel panic or an OOM-killed daemon would; `xid` also writes
-an XID line in the format the NVIDIA driver logs to the node's kernel log (the stand-in for `dmesg`,
-since the node has no GPU driver). Neither tells the engine anything: its health watch reads the node
-and finds the failure, through the same path as a failure nobody injected.
+`crash` kills the node's slurmd (SIGKILL, `kill -9`), as a kernel panic or an OOM-killed daemon would; the
+job steps it started are not told, as on a real machine. `xid` also writes an XID line in the format the
+NVIDIA driver logs to the node's kernel log (the stand-in for `dmesg`, since the node has no GPU
+driver). Neither tells the engine or Slurm anything: the engine's health watch reads the node and finds
+the failure, through the same path as a failure nobody injected, and sets the node DOWN in Slurm (its
+jobs requeued: docs/engine.md, "Repair and running jobs").
 """
 
 from __future__ import annotations

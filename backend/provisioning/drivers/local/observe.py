@@ -1,9 +1,11 @@
 """Day-2 reads of local nodes: the Slurm job table, the daemons' logs and the node agent's readings.
 
 Every read goes over the node's shell (SSH), as from any server. Jobs: the queue and the jobs slurmctld
-still holds come from `squeue --json` (Slurm 22.05's openapi v0.0.38 shape) run on the controller;
-finished jobs from the `jobcomp/filetxt` file slurmctld appends to (`JobCompLoc`, the controller's log
-directory): there is no slurmdbd. Logs: the files the daemons write in the node's log directory.
+still holds come from `squeue --json` (Slurm 22.05's openapi v0.0.38 shape) run on the controller; the
+last day's from accounting (`sacct`) where slurmdbd keeps it, else from the `jobcomp/filetxt` file
+slurmctld appends to (`JobCompLoc`, the controller's log directory). States are Slurm's own (RUNNING,
+PENDING, COMPLETING, COMPLETED, CANCELLED, TIMEOUT, NODE_FAIL, ...), GPUs a job's total over its nodes,
+array tasks carry their array's id. Logs: the files the daemons write in the node's log directory.
 Readings: the node agent run by the node's own `python3` (its code on standard input), which reports
 what is there (no NVIDIA driver: no GPU numbers, and says so; host CPU and memory).
 """
@@ -33,6 +35,8 @@ JOBCOMP_LINES = 5000  # finished jobs read back from the jobcomp file (it grows 
 _KEY_VALUE = re.compile(r"(\w+)=(.*?)(?= \w+=|\s*$)")
 _NOT_USABLE = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING")  # node state flags: no GPU of it is offered
 _GPUS = re.compile(r"gpu(?::[\w.-]+)?[:=](\d+)")
+_NO_VAL = 0xFFFFFFFE  # Slurm's "no value" for a 32-bit field (openapi prints some as this number)
+_ACTIVE = ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING")
 
 
 def _fields(line: str) -> dict[str, str]:
@@ -77,38 +81,69 @@ def _count(value: Any) -> int:
 
 
 def _state(raw: str) -> str:
-    """Slurm's job state in the API's words (RUNNING, PENDING, COMPLETED, FAILED; anything else as is)."""
-    if raw in ("RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"):
-        return "RUNNING"
-    if raw in ("FAILED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "CANCELLED"):
-        return "FAILED"
-    return raw
+    """Slurm's job state as it prints it, upper case, without what follows (sacct's `CANCELLED by 1000`)."""
+    return raw.strip().split(" ", 1)[0].upper() or "UNKNOWN"
+
+
+def _reason(raw: Any) -> str | None:
+    """Slurm's reason (`Resources`, `Priority`, `NonZeroExitCode`); its `None` is none."""
+    return None if raw in (None, "", "None", "(null)") else str(raw)
+
+
+def _array_task(value: Any) -> int | None:
+    """An openapi array task id: a number, or null/NO_VAL (not one task of an array)."""
+    return value if isinstance(value, int) and 0 <= value < _NO_VAL else None
+
+
+def _queue_gpus(raw: dict[str, Any], nodes: int) -> int:
+    """A queued job's GPUs over all its nodes: what slurmctld allocated or counts as asked
+    (`gres/gpu=12` in tres_alloc_str/tres_req_str, with gres/gpu in AccountingStorageTRES), else what the
+    job asked: `--gpus` (tres_per_job) is the total, `--gres=gpu:4`/`--gpus-per-node` (tres_per_node) is
+    per node, `--gpus-per-task` per task."""
+    counted = _gpus(raw.get("tres_alloc_str", ""), raw.get("tres_req_str", ""))
+    if counted:
+        return counted
+    if _gpus(raw.get("tres_per_job", "")):
+        return _gpus(raw.get("tres_per_job", ""))
+    if _gpus(raw.get("tres_per_node", "")):
+        return _gpus(raw.get("tres_per_node", "")) * nodes
+    tasks = raw.get("tasks")
+    return _gpus(raw.get("tres_per_task", "")) * (tasks if isinstance(tasks, int) and tasks > 0 else 1)
 
 
 def parse_squeue_json(document: str) -> list[Job]:
-    """Jobs in the output of `squeue --json` (Slurm 22.05, openapi v0.0.38)."""
+    """Jobs in the output of `squeue --json` (Slurm 22.05, openapi v0.0.38): the queue and the jobs
+    slurmctld still holds (MinJobAge), array tasks with their array's id (`array_job_id`, 0: none)."""
     jobs = []
     for raw in json.loads(document).get("jobs", []):
         submitted = _epoch(raw.get("submit_time")) or dt.datetime.fromtimestamp(0, dt.UTC)
         state = _state(str(raw.get("job_state", "UNKNOWN")))
-        reason = raw.get("state_reason")
+        nodes = _count(raw.get("node_count"))
+        array = raw.get("array_job_id")
+        started = _epoch(raw.get("start_time")) if state not in ("PENDING", "REQUEUED") else None
         jobs.append(Job(
             job_id=int(raw["job_id"]), name=str(raw.get("name", "")), user=str(raw.get("user_name", "")),
             partition=str(raw.get("partition", "")), nodes=str(raw.get("nodes", "")),
-            gpus=_gpus(raw.get("tres_alloc_str", ""), raw.get("tres_per_job", ""),
-                       raw.get("tres_per_node", "")),
-            state=state, submitted_at=submitted,
-            started_at=_epoch(raw.get("start_time")) if state != "PENDING" else None,
-            ended_at=_epoch(raw.get("end_time")) if state in ("COMPLETED", "FAILED") else None,
+            gpus=_queue_gpus(raw, nodes), state=state, submitted_at=submitted, started_at=started,
+            ended_at=_epoch(raw.get("end_time")) if started is not None and state not in _ACTIVE else None,
             time_limit=_limit(raw.get("time_limit")), priority=int(raw.get("priority") or 0),
-            reason=None if reason in (None, "", "None") else str(reason),
-            node_count=_count(raw.get("node_count")),
+            reason=_reason(raw.get("state_reason")), node_count=nodes,
+            array_job_id=array if isinstance(array, int) and array > 0 else None,
+            array_task_id=_array_task(raw.get("array_task_id")) if isinstance(array, int) and array else None,
         ))
     return jobs
 
 
+def _finished_reason(state: str) -> str | None:
+    """The reason slurmctld gives a job that ended so (the jobcomp file does not write it)."""
+    return {"FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit", "NODE_FAIL": "NodeDown",
+            "OUT_OF_MEMORY": "OutOfMemory"}.get(state)
+
+
 def parse_jobcomp_lines(lines: Iterable[str]) -> list[Job]:
-    """Finished jobs in the lines `jobcomp/filetxt` writes (`JobId=1 UserId=ubuntu(1001) ... Name=x ...`)."""
+    """Finished jobs in the lines `jobcomp/filetxt` writes (`JobId=1 UserId=ubuntu(1001) ... Name=x ...
+    [ArrayJobId=1 ArrayTaskId=0] DerivedExitCode=0:0 ExitCode=0:0`). Its Tres is the allocation's
+    (gres/gpu only where AccountingStorageTRES counts it)."""
     jobs = []
     for line in lines:
         fields = _fields(line)
@@ -116,7 +151,7 @@ def parse_jobcomp_lines(lines: Iterable[str]) -> list[Job]:
             continue
         state = _state(fields.get("JobState", "UNKNOWN"))
         started, ended = _slurm_time(fields.get("StartTime", "")), _slurm_time(fields.get("EndTime", ""))
-        exit_code = fields.get("ExitCode", "0:0")
+        array, task = fields.get("ArrayJobId", ""), fields.get("ArrayTaskId", "")
         jobs.append(Job(
             job_id=int(fields["JobId"]), name=fields.get("Name", ""),
             user=fields.get("UserId", "").split("(", 1)[0], partition=fields.get("Partition", ""),
@@ -124,29 +159,78 @@ def parse_jobcomp_lines(lines: Iterable[str]) -> list[Job]:
             submitted_at=_slurm_time(fields.get("SubmitTime", "")) or started or dt.datetime.fromtimestamp(
                 0, dt.UTC),
             started_at=started, ended_at=ended, time_limit=_limit(fields.get("TimeLimit")), priority=0,
-            reason=None if state == "COMPLETED" else f"{fields.get('JobState')} (exit {exit_code})",
+            reason=_finished_reason(state), node_count=_count(_number(fields.get("NodeCnt", ""))),
+            array_job_id=int(array) if array.isdigit() and int(array) else None,
+            array_task_id=int(task) if array.isdigit() and task.isdigit() else None,
+        ))
+    return jobs
+
+
+SACCT_FORMAT = ("JobIDRaw,JobID,JobName,User,Partition,NodeList,AllocTRES,ReqTRES,State,Submit,Start,End,"
+                "TimelimitRaw,Priority,Reason,NNodes,ExitCode")
+SACCT = ["sacct", "--parsable2", "--noheader", "--allusers", "--starttime", "now-1days",
+         f"--format={SACCT_FORMAT}", "-X"]
+_SACCT_JOB_ID = re.compile(r"^(\d+)(?:_(\d+)|_\[.*\])?$")
+
+
+def _number(text: str) -> int | None:
+    return int(text) if text.strip().isdigit() else None
+
+
+def parse_sacct(output: str) -> list[Job]:
+    """Jobs in `sacct --parsable2 --noheader -X --format=SACCT_FORMAT` (Slurm 22.05): accounting's record of
+    each allocation, the queue included. JobID `1234_5` is task 5 of array 1234 (`1234_[6-9]`: its tasks
+    not started yet), State `CANCELLED by 1000` is CANCELLED, AllocTRES `gres/gpu=12` the job's GPUs over
+    all its nodes (ReqTRES while it waits), times `Unknown`/`None` are none."""
+    names = SACCT_FORMAT.split(",")
+    jobs = []
+    for line in output.splitlines():
+        values = line.split("|")
+        if len(values) != len(names) or not values[0].isdigit():
+            continue
+        row = dict(zip(names, values, strict=True))
+        state = _state(row["State"])
+        found = _SACCT_JOB_ID.match(row["JobID"])
+        started = _slurm_time(row["Start"]) if state not in ("PENDING", "REQUEUED") else None
+        nodes = row["NodeList"]
+        jobs.append(Job(
+            job_id=int(row["JobIDRaw"]), name=row["JobName"], user=row["User"], partition=row["Partition"],
+            nodes="" if nodes in ("None assigned", "(null)") else nodes,
+            gpus=_gpus(row["AllocTRES"]) or _gpus(row["ReqTRES"]), state=state,
+            submitted_at=_slurm_time(row["Submit"]) or started or dt.datetime.fromtimestamp(0, dt.UTC),
+            started_at=started,
+            ended_at=_slurm_time(row["End"]) if started is not None and state not in _ACTIVE else None,
+            time_limit=_limit(row["TimelimitRaw"]), priority=_number(row["Priority"]) or 0,
+            reason=_reason(row["Reason"]), node_count=_count(_number(row["NNodes"])),
+            array_job_id=int(found[1]) if found is not None and row["JobID"] != found[1] else None,
+            array_task_id=int(found[2]) if found is not None and found[2] else None,
         ))
     return jobs
 
 
 def merge_jobs(queue: Sequence[Job], finished: Sequence[Job]) -> list[Job]:
-    """One row per job id, newest first: the queue's, except that a job in the jobcomp file is finished
-    (keeping what only the queue knew: GPUs and priority, while slurmctld still holds the job)."""
-    by_id = {job.job_id: job for job in queue}
-    for job in finished:
-        known = by_id.get(job.job_id)
-        if known is not None:
-            job = Job(**{**vars(job), "gpus": job.gpus or known.gpus, "priority": known.priority})
-        by_id[job.job_id] = job
+    """One row per job id, newest first. The queue is slurmctld's word now: a job it holds (running or
+    pending again after a requeue, or finished a moment ago) wins over an older record of the same id
+    in accounting or the jobcomp file."""
+    by_id = {job.job_id: job for job in finished}
+    by_id.update({job.job_id: job for job in queue})
     return sorted(by_id.values(), key=lambda j: j.job_id, reverse=True)
 
 
+def read_history(controller: NodeShell) -> list[Job]:
+    """The last day's jobs from accounting (`sacct`, where slurmdbd keeps it), else the jobcomp file
+    (accounting disabled or not answering: sacct exits non-zero)."""
+    done = controller.run(SACCT, check=False)
+    if done.returncode == 0 and "accounting storage is disabled" not in done.stderr.lower():
+        return parse_sacct(done.stdout)
+    return parse_jobcomp_lines(tail(controller, f"{SLURM_LOGS}/jobcomp.log", JOBCOMP_LINES))
+
+
 def read_jobs(controller: NodeShell) -> list[Job]:
-    """The cluster's jobs from its controller: `squeue --json` and the jobcomp file."""
+    """The cluster's jobs from its controller: `squeue --json` and the history (sacct or jobcomp)."""
     done = controller.run(["squeue", "--json"], check=False)
     queue = parse_squeue_json(done.stdout) if done.returncode == 0 and done.stdout.strip() else []
-    finished = parse_jobcomp_lines(tail(controller, f"{SLURM_LOGS}/jobcomp.log", JOBCOMP_LINES))
-    return merge_jobs(queue, finished)
+    return merge_jobs(queue, read_history(controller))
 
 
 def parse_partitions(partition_lines: Iterable[str], node_lines: Iterable[str]) -> list[Partition]:

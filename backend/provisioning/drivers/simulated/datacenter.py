@@ -49,6 +49,7 @@ PHASE_SECONDS: dict[OpKind, tuple[float, float]] = {
     OpKind.NODE_RESTART: (300, 600),  # an estimate: warm reboot, POST of an 8-GPU server, drivers load
     OpKind.NODE_DRAIN: (1, 5),  # an estimate: one scheduler command (scontrol update / kubectl cordon)
     OpKind.NODE_RESUME: (1, 5),
+    OpKind.NODE_REQUEUE: (1, 5),  # scontrol requeue of a leaving node's jobs
 }
 SSH_ONLY_RECONFIGURE_SECONDS = (10.0, 30.0)
 BOOT_FAILURES = ("PXE boot timed out waiting for DHCP", "BMC did not confirm power-on",

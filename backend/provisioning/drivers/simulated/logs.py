@@ -46,7 +46,8 @@ def controller_lines(session: Session, cluster_id: str, jobs: Sequence[Job], now
             lines.append((job.started_at, f"sched: Allocate JobId={job.job_id} NodeList={job.nodes} "
                                           f"#GPUs={job.gpus} Partition={job.partition}"))
         if job.ended_at is not None and job.ended_at <= now:
-            status = "WEXITSTATUS 0" if job.state == "COMPLETED" else f"WTERMSIG 9 ({job.reason})"
+            why = job.reason or job.state
+            status = "WEXITSTATUS 0" if job.state == "COMPLETED" else f"WTERMSIG 9 ({why})"
             lines.append((job.ended_at, f"_job_complete: JobId={job.job_id} {status}"))
             lines.append((job.ended_at, f"_job_complete: JobId={job.job_id} done"))
     return _until(lines, now)

@@ -1,10 +1,12 @@
 """The simulated datacenter's Slurm workload: the jobs behind the modelled GPU utilisation, reproducible
-from the seed.
+from the seed, in Slurm's own states.
 
 Each node runs one job per busy 15-minute slot of `telemetry.busy_gpus` (so a node's utilisation
-follows its jobs): the current slot's job is RUNNING, past ones COMPLETED (5 % FAILED), the next busy
-slot's job PENDING in the queue. A job on a node that failed while it ran is FAILED with the node; a
-drained node gets no new job. Job ids count up with time like slurmctld's.
+follows its jobs): the current slot's job is RUNNING, past ones COMPLETED (5 % FAILED, 3 % TIMEOUT at
+their time limit, 3 % CANCELLED early), the next busy slot's job PENDING in the queue. In some slots the
+nodes' jobs are the tasks of one array job (`sweep-lr`, Slurm's `1234_5`: task 5 of array 1234, one task
+per node). A job on a node that failed while it ran is NODE_FAIL with the node; a drained node gets no
+new job. Job ids count up with time like slurmctld's.
 """
 
 from __future__ import annotations
@@ -20,6 +22,10 @@ NAMES = ("train-llama-70b", "finetune-lora", "eval-mmlu", "nccl-allreduce-test",
 USERS = ("alice", "bob", "carol", "dave", "erin")
 TIME_LIMITS = (dt.timedelta(hours=1), dt.timedelta(hours=4), dt.timedelta(hours=12), dt.timedelta(days=1))
 FAILED_SHARE = 0.05
+TIMEOUT_SHARE = 0.03
+CANCELLED_SHARE = 0.03
+ARRAY_SHARE = 0.15  # slots whose jobs are one array's tasks
+ARRAY_NAME = "sweep-lr"
 
 
 def _slot(at: dt.datetime) -> int:
@@ -50,14 +56,19 @@ def jobs(seed: int, cluster: str, nodes: Sequence[NodeRun], now: dt.datetime) ->
 
 def _job(seed: int, cluster: str, node: NodeRun, slot: int, current: int, gpus: int, now: dt.datetime
          ) -> Job | None:
+    array = _uniform(seed, cluster, slot, "array") < ARRAY_SHARE  # every node's job of the slot: one array
+
     def pick(options: tuple[object, ...], purpose: str) -> object:
-        return options[int(_uniform(seed, cluster, node.name, node.attempt, slot, purpose) * len(options))]
+        key = (slot, purpose) if array else (node.name, node.attempt, slot, purpose)
+        return options[int(_uniform(seed, cluster, *key) * len(options))]
 
     start = _start(slot) + dt.timedelta(seconds=int(_uniform(seed, cluster, node.name, slot, "lag") * 60))
     end = _start(slot + 1) - dt.timedelta(seconds=int(_uniform(seed, cluster, node.name, slot, "early") * 90))
+    limit: dt.timedelta = pick(TIME_LIMITS, "limit")  # type: ignore[assignment]
     started: dt.datetime | None = start
     ended: dt.datetime | None = end
     state, reason = "COMPLETED", None
+    outcome = _uniform(seed, cluster, node.name, slot, "outcome")
     if node.failed_at is not None and start >= node.failed_at:
         return None  # nothing starts on a failed node
     if slot > current or (slot == current and start > now):
@@ -65,15 +76,22 @@ def _job(seed: int, cluster: str, node: NodeRun, slot: int, current: int, gpus: 
             return None
         state, started, ended, reason = "PENDING", None, None, "Resources" if slot > current else "Priority"
     elif node.failed_at is not None and start <= node.failed_at <= end:
-        state, ended, reason = "FAILED", node.failed_at, "NodeFail"
+        state, ended, reason = "NODE_FAIL", node.failed_at, "NodeDown"
     elif end > now:
         state, ended = "RUNNING", None
-    elif _uniform(seed, cluster, node.name, slot, "outcome") < FAILED_SHARE:
+    elif outcome < FAILED_SHARE:
         state, reason = "FAILED", "NonZeroExitCode"
+    elif outcome < FAILED_SHARE + TIMEOUT_SHARE:  # killed at its limit: a job that asked for 14 minutes
+        state, reason, limit = "TIMEOUT", "TimeLimit", dt.timedelta(minutes=14)
+        ended = start + limit
+    elif outcome < FAILED_SHARE + TIMEOUT_SHARE + CANCELLED_SHARE:  # scancel'ed by its user, half-way
+        state, ended = "CANCELLED", start + (end - start) / 2
+    base = 1000 + slot % 10_000 * 4096
     return Job(
-        job_id=1000 + slot % 10_000 * 4096 + node.index, name=str(pick(NAMES, "name")),
+        job_id=base + node.index, name=ARRAY_NAME if array else str(pick(NAMES, "name")),
         user=str(pick(USERS, "user")), partition="gpu", nodes=node.name, gpus=gpus, state=state,
         submitted_at=start - dt.timedelta(minutes=int(_uniform(seed, cluster, node.name, slot, "wait") * 30)),
-        started_at=started, ended_at=ended, time_limit=pick(TIME_LIMITS, "limit"),  # type: ignore[arg-type]
+        started_at=started, ended_at=ended, time_limit=limit,
         priority=1 + int(_uniform(seed, cluster, node.name, slot, "priority") * 10_000), reason=reason,
+        array_job_id=base if array else None, array_task_id=node.index if array else None,
     )

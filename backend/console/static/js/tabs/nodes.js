@@ -1,5 +1,6 @@
 // Nodes: summary cards, filters All/Failed/XID errors/Healthy, one card per node with restart/replace/
-// drain (or resume) behind a confirmation, and a per-GPU drill-down.
+// drain (or resume) behind a confirmation, a per-GPU drill-down and the node's history (its events,
+// read when opened).
 
 import { get, latest, post, STALE } from "../api.js";
 import { badge, card, clear, confirmAction, errorBox, fmt, filterTabs, h, notify, table } from "../dom.js";
@@ -33,7 +34,34 @@ function gpuTable(gpus) {
   ], gpus, { caption: "GPUs" });
 }
 
-function nodeCard(node, act) {
+const HISTORY_PAGE = 20;
+
+function eventKind(e) {
+  return e.code === null ? e.kind : `${e.kind} ${e.code}`;
+}
+
+function historyDrill(clusterId, node) {
+  const body = h("div", null, h("p", { class: "muted" }, "Loading…"));
+  const load = async () => {
+    try {
+      const page = await get(`/clusters/${clusterId}/nodes/${encodeURIComponent(node.name)}/events`, { page_size: HISTORY_PAGE });
+      clear(body, table([
+        { label: "Time", value: (e) => fmt.time(e.at) },
+        { label: "Event", value: eventKind },
+        { label: "Instance", value: (e) => (e.instance_id ? h("code", null, e.instance_id) : "—") },
+        { label: "By", value: (e) => e.actor },
+        { label: "Detail", value: (e) => e.detail },
+      ], page.items, { caption: `History of ${node.name}`, empty: "Nothing has happened to this node yet." }),
+      page.next_page_token ? h("p", { class: "muted small" }, `The newest ${HISTORY_PAGE} events; \`gpucloud nodes ${clusterId} --history ${node.name} --limit 500\` lists more.`) : null);
+    } catch (error) {
+      clear(body, errorBox(error));
+    }
+  };
+  return h("details", { class: "drill", dataset: { drill: "history" }, ontoggle: (event) => { if (event.target.open) load(); } },
+    h("summary", null, "History"), body);
+}
+
+function nodeCard(node, act, clusterId) {
   const gpus = node.gpus || [];
   const utilisation = mean(gpus.map((g) => g.utilization_pct));
   const actions = node.drained ? ["restart", "replace", "resume"] : ["restart", "replace", "drain"];
@@ -50,12 +78,14 @@ function nodeCard(node, act) {
       h("dt", null, "XID events"), h("dd", null, fmt.int(node.xid_events.length)),
       node.pending_action ? [h("dt", null, "Pending"), h("dd", null, node.pending_action)] : null),
     node.health_reason ? h("p", { class: "warning small" }, node.health_reason) : null,
+    node.last_event ? h("p", { class: "muted small", dataset: { lastEvent: node.last_event.kind } },
+      `Last event: ${eventKind(node.last_event)}, ${fmt.time(node.last_event.at)}`) : null,
     h("div", { class: "node-actions" }, actions.map((action) => h("button", {
       type: "button", class: `button small ${action === "replace" ? "danger" : "ghost"}`,
       dataset: { action }, "aria-label": `${action} ${node.name}`, disabled: node.pending_action ? true : null,
       onclick: () => act(node, action),
     }, action[0].toUpperCase() + action.slice(1)))),
-    h("details", { class: "drill" },
+    h("details", { class: "drill", dataset: { drill: "gpus" } },
       h("summary", null, gpus.length ? `GPUs (${gpus.length})` : "GPUs"),
       gpus.length ? gpuTable(gpus) : h("p", { class: "muted" }, node.gpus_unavailable_reason || "No GPU readings."),
       node.xid_events.length ? table([
@@ -64,7 +94,8 @@ function nodeCard(node, act) {
         { label: "Meaning", value: (e) => e.meaning },
         { label: "Detail", value: (e) => e.detail },
         { label: "Logged", value: (e) => fmt.time(e.logged_at) },
-      ], node.xid_events, { caption: "XID events" }) : null));
+      ], node.xid_events, { caption: "XID events" }) : null),
+    historyDrill(clusterId, node));
 }
 
 export async function render(panel, context) {
@@ -112,9 +143,10 @@ export async function render(panel, context) {
       filter = value;
       draw().then(() => filterSlot.querySelector("[aria-selected=true]")?.focus());
     }));
-    const open = new Set([...list.querySelectorAll("details[open]")].map((d) => d.closest("[data-node]").dataset.node));
-    clear(list, nodes.items.length ? nodes.items.map((n) => nodeCard(n, act)) : h("p", { class: "muted" }, "No nodes match."));
-    for (const d of list.querySelectorAll("details")) if (open.has(d.closest("[data-node]").dataset.node)) d.open = true;
+    const drillOf = (d) => `${d.closest("[data-node]").dataset.node}/${d.dataset.drill}`;
+    const open = new Set([...list.querySelectorAll("details[open]")].map(drillOf));
+    clear(list, nodes.items.length ? nodes.items.map((n) => nodeCard(n, act, context.id)) : h("p", { class: "muted" }, "No nodes match."));
+    for (const d of list.querySelectorAll("details")) if (open.has(drillOf(d))) d.open = true;
   };
   await draw();
   const timer = setInterval(() => draw().catch(() => {}), REFRESH_MS);
