@@ -172,6 +172,9 @@ class NodeRun:
     up_since: dt.datetime | None  # RUNNING since (None: not up)
     failed_at: dt.datetime | None  # FAILED at (None: not failed)
     drained: bool
+    # A repair in place: when the machine this one replaces failed (its running job was requeued and
+    # restarts here). None: not a replacement of a failed machine.
+    replaced_failure: dt.datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -158,7 +158,8 @@ def node_runs(session: Session, cluster_id: str) -> list[NodeRun]:
         runs.append(NodeRun(name=node.name, index=node.index, attempt=node.attempt, gpu_count=node.gpu_count,
                             up_since=aware(latest.get(node.id)) if up else None,
                             failed_at=aware(failed.get(node.id)) if node.stage == NodeStage.FAILED else None,
-                            drained=node.drained))
+                            drained=node.drained,
+                            replaced_failure=aware(failed.get(node.repair_of)) if node.repair_of else None))
     return runs
 
 

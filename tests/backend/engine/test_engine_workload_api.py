@@ -71,13 +71,34 @@ def test_workload_a_node_that_just_came_up_reads_idle_until_its_first_job() -> N
     assert busy_gpus(3, "train", "train-0", 1, 8, NOW, same_slot) == 0
 
 
-def test_workload_a_failed_node_fails_its_job_and_takes_no_new_one() -> None:
-    failed_at = NOW - dt.timedelta(minutes=3)
+def test_workload_a_failed_node_requeues_its_job_and_takes_no_new_one() -> None:
+    """The engine sets a failed node DOWN in Slurm, which requeues its batch job: pending (BeginTime while
+    slurmctld holds it, then Resources) under the same id; nothing new starts on the node."""
+    failed_at = NOW - dt.timedelta(minutes=1)
     down = [NodeRun("train-0", 0, 1, 8, NOW - dt.timedelta(hours=30), failed_at, True)]
     found = jobs(3, "train", down, NOW)
-    assert not any(j.state in ("RUNNING", "PENDING") for j in found)
-    assert all(j.started_at is not None and j.started_at < failed_at for j in found)
-    assert (found[0].state, found[0].reason, found[0].ended_at) == ("NODE_FAIL", "NodeDown", failed_at)
+    assert not any(j.state == "RUNNING" for j in found)
+    (requeued,) = [j for j in found if j.state == "PENDING"]
+    assert (requeued.reason, requeued.started_at, requeued.ended_at) == ("BeginTime", None, None)
+    assert all(j.started_at is not None and j.started_at < failed_at for j in found if j is not requeued)
+    later = jobs(3, "train", down, NOW + dt.timedelta(minutes=5))
+    assert [j.reason for j in later if j.job_id == requeued.job_id] == ["Resources"]
+
+
+def test_workload_a_requeued_job_runs_again_on_the_repaired_node() -> None:
+    """The replacement (same name, next attempt) runs the requeued job once it is up, under the same id."""
+    failed_at = NOW - dt.timedelta(minutes=1)
+    down = [NodeRun("train-0", 0, 1, 8, NOW - dt.timedelta(hours=30), failed_at, True)]
+    (requeued,) = [j for j in jobs(3, "train", down, NOW) if j.state == "PENDING"]
+    coming = [NodeRun("train-0", 0, 2, 8, None, None, False, replaced_failure=failed_at)]
+    assert [(j.job_id, j.state) for j in jobs(3, "train", coming, NOW)] == [(requeued.job_id, "PENDING")]
+    up_at = NOW + dt.timedelta(minutes=1)
+    back = [NodeRun("train-0", 0, 2, 8, up_at, None, False, replaced_failure=failed_at)]
+    same = requeued.job_id
+    rerun = [j for j in jobs(3, "train", back, up_at + dt.timedelta(seconds=5)) if j.job_id == same]
+    assert [(j.state, j.started_at, j.nodes) for j in rerun] == [("RUNNING", up_at, "train-0")]
+    done = [j for j in jobs(3, "train", back, up_at + dt.timedelta(minutes=20)) if j.job_id == same]
+    assert [j.state for j in done] == ["COMPLETED"] and done[0].ended_at is not None
 
 
 def test_jobs_api_lists_the_job_table_counts_and_partition(
