@@ -127,6 +127,9 @@ def test_local_crashed_node_requeues_its_jobs_which_finish_on_the_repaired_node(
     _wait(worker, lambda: get(admin, cluster["id"]), _converged(2), 180)
     after = {n["name"]: n["instance_id"] for n in admin.get(f"{url}/nodes").json()["items"]}
     assert after["rq-0"] == before["rq-0"] and after["rq-1"] != before["rq-1"]
+    # The repaired node's history says what happened: the fault the health watch found, then the repair.
+    history = [e["kind"] for e in admin.get(f"{url}/nodes/rq-1/events").json()["items"]]
+    assert history[:3] == ["repair_finished", "repair_started", "slurmd_down"], history
     done = _wait(worker, lambda: _ssh(key, login, "cat single.done pair.done 2>/dev/null"),
                  lambda words: len(words) == 3, 300)
     assert done == ["rq-1", "rq-0", "rq-1"], done  # single ran on the repaired rq-1, pair on both
