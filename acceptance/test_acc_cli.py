@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -276,6 +277,34 @@ def test_acc_cli_ctrl_c_stops_watching_but_not_the_create(backend: Backend, home
     resumed = ok_json(gpucloud(home, "cluster", "info", cluster_id, "--wait", "--json", backend=backend))
     assert isinstance(resumed, dict) and resumed["status"] == "RUNNING"  # not cancelled
     backend.client.delete_cluster(cluster_id)
+
+
+def test_acc_cli_security_group_and_budget_lifecycle(backend: Backend, home: Path) -> None:
+    run = lambda *args: gpucloud(home, *args, backend=backend)  # noqa: E731
+
+    group = ok_json(run("security-group", "create", "lab", "--ingress", "tcp:22:203.0.113.0/24",
+                        "--ingress", "tcp:8888-8890:10.8.0.0/16", "--egress", "all::0.0.0.0/0", "--json"))
+    assert isinstance(group, dict) and [r["to_port"] for r in group["ingress"]] == [None, 8890]
+    listed = ok_json(run("security-group", "list", "--json"))
+    assert isinstance(listed, list) and group["id"] in [g["id"] for g in listed]
+    shown = run("security-group", "show", "lab")
+    assert shown.returncode == 0, shown.stderr
+    assert "8888-8890" in shown.stdout and "203.0.113.0/24" in shown.stdout
+    broken = one_error_line(run("security-group", "create", "bad", "--ingress", "tcp:22:10.0.0.1/8"))
+    assert "invalid_security_rule" in broken and "request id req_" in broken
+    assert ok_json(run("security-group", "delete", "lab", "--yes", "--json")) == group
+    assert "no security group named 'lab'" in one_error_line(run("security-group", "show", "lab"))
+
+    budget = ok_json(run("budget", "create", "nlp", "--amount", "5000.50", "--label-filter", "team=nlp",
+                         "--action", "block_new", "--json"))
+    assert isinstance(budget, dict) and Decimal(budget["amount_usd"]) == Decimal("5000.50")
+    budgets = ok_json(run("budget", "list", "--json"))
+    assert isinstance(budgets, list) and [b["id"] for b in budgets] == [budget["id"]]
+    shown = run("budget", "show", budget["id"])
+    assert shown.returncode == 0 and "0.00 of 5000.50 USD (0%)" in shown.stdout, shown.stderr
+    assert "HTTP 422" in one_error_line(run("budget", "create", "zero", "--amount", "0"))
+    assert ok_json(run("budget", "delete", "nlp", "--yes", "--json")) == budget
+    assert ok_json(run("budget", "list", "--json")) == []
 
 
 def test_acc_cli_api_outage_is_one_error_line(backend: Backend, home: Path) -> None:

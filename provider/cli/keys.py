@@ -1,4 +1,5 @@
-"""`gpucloud ssh-key add/list/rm`, and turning `-i PUBKEY_FILE` into a registered key id."""
+"""`gpucloud ssh-key add/list/delete` (`rm`: a hidden alias kept for scripts), and turning `-i PUBKEY_FILE`
+into a registered key id."""
 
 from __future__ import annotations
 
@@ -90,17 +91,23 @@ def list_keys(app: App, as_json: bool) -> None:
     emit(app.client.list_ssh_keys(), as_json, table_view(KEY_COLUMNS, empty=empty))
 
 
-@ssh_key.command("rm")
+@ssh_key.command("delete")
 @click.argument("key")
 @json_option
 @pass_app
-def remove_key(app: App, key: str, as_json: bool) -> None:
-    """Remove the SSH key KEY (id or name). `--json` prints the key as it was.
+def delete_key(app: App, key: str, as_json: bool) -> None:
+    """Delete the SSH key KEY (id or name). `--json` prints the key as it was.
 
     \b
     Example:
-      gpucloud ssh-key rm laptop
+      gpucloud ssh-key delete laptop
     """
     found = find_ssh_key(app.client, key)
     app.client.delete_ssh_key(found["id"])
-    emit(found, as_json, lambda _: note(f"Removed SSH key {found['id']} ({found['name']})."))
+    emit(found, as_json, lambda _: note(f"Deleted SSH key {found['id']} ({found['name']})."))
+
+
+# `ssh-key rm`, its name before every group said `delete`: works as before, left out of help and docs.
+ssh_key.add_command(click.Command(
+    "rm", callback=delete_key.callback, params=delete_key.params, help=delete_key.help, hidden=True
+))

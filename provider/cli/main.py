@@ -14,12 +14,17 @@ from collections.abc import Sequence
 import click
 
 from provider.cli.app import CLI_MAX_RETRIES, App, cli_version, json_option, pass_app
+from provider.cli.budgets import budget
 from provider.cli.catalog import balance, estimate, instance_types, regions, usage, volume
 from provider.cli.clusters import cluster
 from provider.cli.config import ConfigError, config_path, read_config, write_config
 from provider.cli.keys import ssh_key
 from provider.cli.nodes import node, nodes
 from provider.cli.output import note, print_json
+from provider.cli.quotas import quota
+from provider.cli.reservations import reservation
+from provider.cli.reserved_ips import reserved_ip
+from provider.cli.security_groups import security_group
 from provider.cli.ssh import ssh
 from provider.cli.wait import INTERRUPTED
 from provider.cli.workload import jobs, logs
@@ -110,8 +115,8 @@ def completion(shell: str) -> None:
     click.echo(completer(cli, {}, PROG, COMPLETE_VAR).source())
 
 
-COMMANDS = (cluster, ssh, jobs, nodes, node, logs, volume, ssh_key, usage, balance, regions, instance_types,
-            estimate)
+COMMANDS = (cluster, ssh, jobs, nodes, node, logs, volume, ssh_key, security_group, reserved_ip, reservation,
+            budget, quota, usage, balance, regions, instance_types, estimate)
 for command in COMMANDS:
     cli.add_command(command)
 

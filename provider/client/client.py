@@ -118,15 +118,93 @@ class GpuCloudClient(HttpCore):
     def delete_volume(self, volume_id: str, *, if_match: str | None = None) -> None:
         self.request("DELETE", f"/v1/volumes/{_seg(volume_id)}", if_match=if_match)
 
+    # ---- security groups ---------------------------------------------------------------------------
+
+    def create_security_group(self, body: Mapping[str, Any], *, idempotency_key: str) -> Body:
+        """`{name, description, ingress, egress}`; a rule is `{protocol, from_port, to_port, cidr_blocks,
+        description}`."""
+        return self._body(self.security_groups.create(body, idempotency_key=idempotency_key))
+
+    def get_security_group(self, security_group_id: str) -> Body:
+        return self._body(self.security_groups.get(security_group_id))
+
+    def list_security_groups(self, *, name: str | None = None) -> list[Body]:
+        return list(self.security_groups.items(name=name))
+
+    def update_security_group(
+        self, security_group_id: str, changes: Mapping[str, Any], *, if_match: str | None = None
+    ) -> Body:
+        """Partial update; a rule list given replaces the whole list."""
+        return self._body(self.security_groups.update(security_group_id, changes, if_match=if_match))
+
+    def delete_security_group(self, security_group_id: str, *, if_match: str | None = None) -> None:
+        self.security_groups.delete(security_group_id, if_match=if_match)
+
     # ---- reserved IPs ------------------------------------------------------------------------------
+
+    def create_reserved_ip(self, body: Mapping[str, Any], *, idempotency_key: str) -> Body:
+        """`{region, name, labels}`: an address of the region's public pool, the project's until released."""
+        return self._body(self.reserved_ips.create(body, idempotency_key=idempotency_key))
 
     def get_reserved_ip(self, reserved_ip_id: str) -> Body:
         return self._body(self.request("GET", f"/v1/reserved-ips/{_seg(reserved_ip_id)}"))
 
+    def list_reserved_ips(self, *, name: str | None = None) -> list[Body]:
+        return list(self.reserved_ips.items(name=name))
+
+    def update_reserved_ip(
+        self, reserved_ip_id: str, changes: Mapping[str, Any], *, if_match: str | None = None
+    ) -> Body:
+        """`name` (null clears it) and/or `labels` (replaced)."""
+        return self._body(self.reserved_ips.update(reserved_ip_id, changes, if_match=if_match))
+
+    def delete_reserved_ip(self, reserved_ip_id: str, *, if_match: str | None = None) -> None:
+        """Release the address to the pool (409 `reserved_ip_attached` while a cluster holds it)."""
+        self.reserved_ips.delete(reserved_ip_id, if_match=if_match)
+
     # ---- reservations ------------------------------------------------------------------------------
+
+    def create_reservation(self, body: Mapping[str, Any], *, idempotency_key: str) -> Body:
+        """`{name, region, instance_type, node_count, duration_days, starts_at, labels}`: prices the term
+        and holds its nodes."""
+        return self._body(self.reservations.create(body, idempotency_key=idempotency_key))
 
     def get_reservation(self, reservation_id: str) -> Body:
         return self._body(self.reservations.get(reservation_id))
+
+    def list_reservations(self) -> list[Body]:
+        return list(self.reservations.items())
+
+    def update_reservation(
+        self, reservation_id: str, changes: Mapping[str, Any], *, if_match: str | None = None
+    ) -> Body:
+        """`name` and/or `labels` (replaced): nothing priced or held changes in place."""
+        return self._body(self.reservations.update(reservation_id, changes, if_match=if_match))
+
+    def delete_reservation(self, reservation_id: str) -> None:
+        """Give the capacity back early (no refund once started; 409 while clusters draw from it)."""
+        self.reservations.delete(reservation_id)
+
+    # ---- budgets -----------------------------------------------------------------------------------
+
+    def create_budget(self, body: Mapping[str, Any], *, idempotency_key: str) -> Body:
+        """`{name, amount_usd, label_filter, thresholds, action}` (a monthly amount)."""
+        return self._body(self.budgets.create(body, idempotency_key=idempotency_key))
+
+    def get_budget(self, budget_id: str) -> Body:
+        return self._body(self.budgets.get(budget_id))
+
+    def list_budgets(self) -> list[Body]:
+        return list(self.budgets.items())
+
+    def update_budget(
+        self, budget_id: str, changes: Mapping[str, Any], *, if_match: str | None = None
+    ) -> Body:
+        """Partial update; `label_filter: null` widens it to the project."""
+        return self._body(self.budgets.update(budget_id, changes, if_match=if_match))
+
+    def delete_budget(self, budget_id: str, *, if_match: str | None = None) -> None:
+        self.budgets.delete(budget_id, if_match=if_match)
 
     # ---- clusters ----------------------------------------------------------------------------------
 
