@@ -91,6 +91,56 @@ class Autoscaling(StrictModel):
         description="A node with no job for this many minutes is released (never below min_nodes)",
     )
 
+SLURM_CONFIG_DOC = (
+    "Slurm clusters: partitions beyond the default `gpu` one, QoS (in slurmdbd, allowed to the cluster's "
+    "user) and a prolog / epilog script on one of the cluster's shared volumes. Changes apply in place "
+    "(slurm.conf rewritten, `scontrol reconfigure`, QoS set with sacctmgr); null: none"
+)
+SlurmName = Annotated[str, StringConstraints(min_length=1, max_length=32, pattern=r"^[a-z][a-z0-9_-]*$")]
+MAX_SLURM_MINUTES = 365 * 24 * 60
+SLURM_SCRIPT_ROOT = "/mnt/shared/"  # where shared volumes are mounted on the nodes
+SlurmScript = Annotated[
+    str,
+    StringConstraints(max_length=255, pattern=r"^/mnt/shared/[a-z]{3}_[0-9a-z]+(/[A-Za-z0-9._-]+)+$"),
+    Field(description="Absolute path of an executable on an attached shared volume: "
+          "/mnt/shared/<volume id>/<path>, run by slurmd as root"),
+]
+
+
+class SlurmPartition(StrictModel):
+    name: SlurmName = Field(description="Partition name (not `gpu`, the generated default partition)")
+    max_time_minutes: int = Field(
+        default=7 * 24 * 60, ge=1, le=MAX_SLURM_MINUTES, description="Longest time limit of a job (MaxTime)"
+    )
+    default_time_minutes: int = Field(
+        default=60, ge=1, le=MAX_SLURM_MINUTES,
+        description="Time limit of a job that asks for none (DefaultTime); at most max_time_minutes",
+    )
+    default: bool = Field(default=False, description="The default partition in place of `gpu` (one at most)")
+
+
+class SlurmQos(StrictModel):
+    name: SlurmName = Field(description="QoS name (not `normal`, which every cluster has)")
+    priority: int = Field(default=0, ge=0, le=1_000_000, description="Priority of the QoS' jobs (Priority)")
+    max_wall_minutes: int | None = Field(
+        default=None, ge=1, le=MAX_SLURM_MINUTES,
+        description="Longest wall time of a job (MaxWall); null: none",
+    )
+
+
+class SlurmConfig(StrictModel):
+    partitions: list[SlurmPartition] = Field(
+        default_factory=list, max_length=16,
+        description="Partitions beside `gpu`, each with every node of the cluster",
+    )
+    qos: list[SlurmQos] = Field(
+        default_factory=list, max_length=16,
+        description="QoS beside `normal`, each allowed to the cluster's user (sbatch --qos=<name>)",
+    )
+    prolog: SlurmScript | None = Field(default=None, description="Prolog= of slurm.conf")
+    epilog: SlurmScript | None = Field(default=None, description="Epilog= of slurm.conf")
+
+
 SECURITY_GROUPS_DOC = (
     "Security groups whose rules the nodes enforce (traffic between the cluster's own nodes is always "
     "allowed); empty: the project's default group (SSH in from anywhere, all out). Changes apply in place"
@@ -136,6 +186,7 @@ class ClusterCreate(StrictModel):
     idle_teardown_minutes: IdleMinutes | None = None
     scale_down_grace_minutes: GraceMinutes = DEFAULT_GRACE_MINUTES
     autoscaling: Autoscaling | None = Field(default=None, description=AUTOSCALING_DOC)
+    slurm_config: SlurmConfig | None = Field(default=None, description=SLURM_CONFIG_DOC)
     reserved_ip_id: RefId | None = Field(
         default=None,
         description="A reserved IP of the cluster's region its login node answers on (default: a floating "
@@ -171,6 +222,9 @@ class ClusterUpdate(StrictModel):
     idle_teardown_minutes: IdleMinutes | None = None
     scale_down_grace_minutes: GraceMinutes | None = None
     autoscaling: Autoscaling | None = Field(default=None, description=AUTOSCALING_DOC + "; null turns it off")
+    slurm_config: SlurmConfig | None = Field(
+        default=None, description=SLURM_CONFIG_DOC + ". Replaced whole by a PATCH"
+    )
     reserved_ip_id: RefId | None = Field(
         default=None, description="A reserved IP to answer on (moved from its holder); null: floating address"
     )
@@ -187,7 +241,7 @@ class ClusterUpdate(StrictModel):
 # Fields whose null in a PATCH means "clear it"; for the others null means "leave unchanged".
 NULLABLE_FIELDS = (
     "container", "max_hourly_cost_usd", "ttl", "expires_at", "idle_teardown_minutes", "autoscaling",
-    "reserved_ip_id",
+    "reserved_ip_id", "slurm_config",
 )
 
 
@@ -228,6 +282,9 @@ class ClusterOut(BaseModel):
         default=None, description="min_nodes, max_nodes and scale_down_idle_minutes (null: fixed node_count)"
     )
     reserved_ip_id: str | None = None
+    slurm_config: dict[str, Any] | None = Field(
+        default=None, description="The declared Slurm configuration, defaults filled in (null: none)"
+    )
     warnings: list[str] = Field(
         default_factory=list,
         description="Conditions to act on, such as an expiry that deletion_protection blocked",

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from backend.fabric.layout import ClusterLayout, NodeLayout, hostlist
 
@@ -39,6 +41,21 @@ class SlurmHost:
 
 
 DATACENTER = SlurmHost()
+
+
+@dataclass(frozen=True)
+class PowerSaving:
+    """An autoscaled cluster the Slurm way: every node name up to max_nodes is declared, those with no
+    machine yet as `State=CLOUD`; slurmctld asks for them with `ResumeProgram` when a job needs them and
+    gives idle ones back with `SuspendProgram` (docs/engine.md, "Autoscaling")."""
+
+    cloud_nodes: tuple[str, ...]  # declared names with no machine (yet): State=CLOUD, powered down
+    min_nodes: int  # SuspendExcNodes=<all>:<min_nodes>: Slurm never powers down below it
+    suspend_time: int  # seconds idle before SuspendProgram (scale_down_idle_minutes)
+    resume_program: str
+    suspend_program: str
+    resume_timeout: int = 600  # a resumed node not registered by then goes DOWN (its job is requeued)
+    suspend_timeout: int = 120
 SLURMDBD_PORT = 6819
 # Fair share counts most, then QoS; a job's age, size and partition break ties (priority/multifactor).
 PRIORITY_WEIGHTS = {"Fairshare": 10000, "QOS": 5000, "Age": 1000, "JobSize": 1000, "Partition": 1000}
@@ -65,7 +82,9 @@ def _tmp_disk_mib(local_nvme: str) -> int:
     return int(count * float(match.group(2)) * _SIZE_UNITS_MIB[match.group(3)])
 
 
-def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
+def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER,
+               config: Mapping[str, Any] | None = None, power: PowerSaving | None = None) -> str:
+    """`config`: the cluster's declared `slurm_config` (partitions, prolog, epilog; QoS live in slurmdbd)."""
     itype = layout.instance_type
     real_memory = int(itype.ram_gib * 1024 * (1 - OS_MEMORY_RESERVE))
     gres = f"gpu:{itype.gpu_short_name}:{itype.gpu_count}"
@@ -127,7 +146,12 @@ def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
         lines += [f"HealthCheckProgram={host.health_check_program}", "HealthCheckInterval=300"]
     if host.shape_from_config:
         lines.append("SlurmdParameters=config_overrides")
-    if layout.interconnect != "ethernet" and len(layout.nodes) > 1:
+    for key in ("prolog", "epilog"):  # scripts on a shared volume of the cluster, run by slurmd as root
+        if (config or {}).get(key):
+            lines.append(f"{key.capitalize()}={(config or {})[key]}")
+    if power is not None:
+        lines += _power_lines(layout, power)
+    if layout.interconnect != "ethernet" and len(layout.nodes) + len(power.cloud_nodes if power else ()) > 1:
         lines.append("TopologyPlugin=topology/tree")
     lines.append("")
     for unit, nodes in _by_unit(layout).items():
@@ -138,16 +162,108 @@ def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
             f"TmpDisk={_tmp_disk_mib(itype.local_nvme)} Gres={gres} "
             f"Feature={layout.fabric.name},su{unit:02d} State=UNKNOWN"
         )
-    all_nodes = hostlist(n.name for n in layout.nodes) if layout.nodes else ""
+    cloud = _cloud(layout, power)
+    if cloud:  # no machine yet, so no scalable unit: the fabric's feature only
+        lines.append(
+            f"NodeName={hostlist(cloud)} CPUs={itype.vcpu} Boards=1 "
+            f"SocketsPerBoard={itype.sockets} CoresPerSocket={itype.cores_per_socket} "
+            f"ThreadsPerCore={itype.threads_per_core} RealMemory={real_memory} "
+            f"TmpDisk={_tmp_disk_mib(itype.local_nvme)} Gres={gres} "
+            f"Feature={layout.fabric.name} State=CLOUD"
+        )
+    declared = [n.name for n in layout.nodes] + list(cloud)
+    all_nodes = hostlist(declared) if declared else ""
     if all_nodes:
         # Per-GPU defaults so a 1-GPU job takes 1/8 of the node, memory per CPU so a job without GPUs
         # takes its share of the memory (not the whole node's), and finite times so backfill works.
+        # The user's partitions (`slurm_config`) take every node too, with their own times; one of them
+        # may be the default instead of `gpu`.
+        partitions = list((config or {}).get("partitions") or [])
+        gpu_default = "NO" if any(p.get("default") for p in partitions) else "YES"
+        per_gpu = (f"DefCpuPerGPU={itype.vcpu // itype.gpu_count} DefMemPerCPU={real_memory // itype.vcpu} "
+                   f"DefMemPerGPU={real_memory // itype.gpu_count} OverSubscribe=NO State=UP")
         lines.append(
-            f"PartitionName=gpu Nodes={all_nodes} Default=YES DefaultTime=01:00:00 MaxTime=7-00:00:00 "
-            f"DefCpuPerGPU={itype.vcpu // itype.gpu_count} DefMemPerCPU={real_memory // itype.vcpu} "
-            f"DefMemPerGPU={real_memory // itype.gpu_count} OverSubscribe=NO State=UP"
+            f"PartitionName=gpu Nodes={all_nodes} Default={gpu_default} DefaultTime=01:00:00 "
+            f"MaxTime=7-00:00:00 {per_gpu}"
         )
+        for part in partitions:
+            default = "YES" if part.get("default") else "NO"
+            lines.append(
+                f"PartitionName={part['name']} Nodes={all_nodes} Default={default} "
+                f"DefaultTime={slurm_minutes(int(part['default_time_minutes']))} "
+                f"MaxTime={slurm_minutes(int(part['max_time_minutes']))} {per_gpu}"
+            )
     return "\n".join(lines) + "\n"
+
+
+# Lines `scontrol reconfigure` applies to a running slurmctld (22.05): partitions, prolog and epilog.
+# Any other change (the node list above all) needs slurmctld restarted.
+RECONFIGURABLE = ("PartitionName=", "Prolog=", "Epilog=")
+
+
+def restart_part(conf: str) -> str:
+    """The part of a slurm.conf that only a slurmctld restart applies (its other lines reconfigure).
+    Of the NodeName lines, the declared names and shapes: an elastic cluster's node joining or leaving
+    moves its name between a scalable unit's line and the CLOUD line (State, Feature), which
+    `scontrol reconfigure` applies while slurmctld keeps the node's power state (a restart would not)."""
+    lines = [line for line in conf.splitlines() if not line.startswith(RECONFIGURABLE)]
+    nodes = [line for line in lines if line.startswith("NodeName=")]
+    return "\n".join([line for line in lines if not line.startswith("NodeName=")] + _node_part(nodes))
+
+
+def _node_part(lines: list[str]) -> list[str]:
+    names: set[str] = set()
+    shapes: set[str] = set()
+    for line in lines:
+        first, *rest = line.split()
+        names |= _expand(first.removeprefix("NodeName="))
+        shapes.add(" ".join(token for token in rest if not token.startswith(("Feature=", "State="))))
+    return [f"# nodes {','.join(sorted(names))}", *sorted(shapes)] if lines else []
+
+
+def _expand(expression: str) -> set[str]:
+    """The names of a hostlist expression (`train-[0-2,5]`)."""
+    names: set[str] = set()
+    for part in re.split(r",(?![^\[]*\])", expression):
+        found = re.fullmatch(r"(.*)\[([\d,-]+)\]", part)
+        if found is None:
+            names.update([part] if part else [])
+            continue
+        for span in found.group(2).split(","):
+            low, _, high = span.partition("-")
+            names.update(f"{found.group(1)}{i}" for i in range(int(low), int(high or low) + 1))
+    return names
+
+
+def slurm_minutes(minutes: int) -> str:
+    """Minutes as a Slurm time: `days-hours:minutes:00`, or `hours:minutes:00` under a day."""
+    days, rest = divmod(minutes, 24 * 60)
+    clock = f"{rest // 60:02d}:{rest % 60:02d}:00"
+    return f"{days}-{clock}" if days else clock
+
+
+def _cloud(layout: ClusterLayout, power: PowerSaving | None) -> tuple[str, ...]:
+    """The CLOUD names, never a member's (a name declared twice stops slurmctld)."""
+    members = {n.name for n in layout.nodes}
+    return () if power is None else tuple(name for name in power.cloud_nodes if name not in members)
+
+
+def _power_lines(layout: ClusterLayout, power: PowerSaving) -> list[str]:
+    """Slurm's power saving over every declared node: at least `min_nodes` of them stay up."""
+    names = hostlist([n.name for n in layout.nodes] + list(_cloud(layout, power)))
+    return [
+        f"ResumeProgram={power.resume_program}",
+        f"SuspendProgram={power.suspend_program}",
+        f"SuspendTime={power.suspend_time}",
+        f"ResumeTimeout={power.resume_timeout}",
+        f"SuspendTimeout={power.suspend_timeout}",
+        f"SuspendExcNodes={names}:{power.min_nodes}",
+        # A registering cloud node's address is the one it registers from (no DNS); a node given back
+        # (or DOWN after a resume that timed out) is idle again, ready to be asked for; `sinfo` shows the
+        # powered-down nodes to the cluster's user.
+        "SlurmctldParameters=cloud_reg_addrs,idle_on_node_suspend",
+        "PrivateData=cloud",
+    ]
 
 
 def slurmdbd_conf(cluster: str, host: SlurmHost = DATACENTER) -> str:
@@ -197,7 +313,9 @@ def cgroup_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
     return "\n".join(lines) + "\n"
 
 
-def topology_conf(layout: ClusterLayout) -> str:
+def topology_conf(layout: ClusterLayout, cloud_nodes: tuple[str, ...] = ()) -> str:
+    """`cloud_nodes`: declared names with no machine yet (power saving), under a switch of their own
+    until they are placed (a node not under any switch could not take a multi-node job)."""
     lines = [f"# topology.conf for cluster {layout.name}: fabric {layout.fabric.name}, "
              f"{layout.fabric.kind}; one switch per scalable unit (its rail leaves) under the spines."]
     units = _by_unit(layout)
@@ -206,6 +324,10 @@ def topology_conf(layout: ClusterLayout) -> str:
         switch = f"{layout.fabric.name}-su{unit:02d}"
         switch_names.append(switch)
         lines.append(f"SwitchName={switch} Nodes={hostlist(n.name for n in nodes)}")
+    members = {n.name for n in layout.nodes}
+    if cloud := [name for name in cloud_nodes if name not in members]:
+        switch_names.append(f"{layout.fabric.name}-cloud")
+        lines.append(f"SwitchName={switch_names[-1]} Nodes={hostlist(cloud)}")
     if switch_names:
         lines.append(f"SwitchName={layout.fabric.name}-spines Switches={','.join(switch_names)}")
     return "\n".join(lines) + "\n"

@@ -12,6 +12,12 @@ all up (a scale under way is waited for):
   the same path as a user's scale-down (backend.provisioning.scale_down: a node a job landed on since
   the decision is drained and given the cluster's scale_down_grace_minutes).
 Every decision is an audit event (`cluster.autoscaled`) with its reason.
+
+For an elastic cluster (a driver that reads Slurm's power-saving requests, `power_requests`;
+backend.provisioning.power_saving) Slurm's requests decide instead: names slurmctld resumed for a job
+(ResumeProgram) are added, within max_nodes, quota and capacity; members it powered down
+(SuspendProgram, after the same idle time) are removed, down to min_nodes, through the same scale-down
+path. The squeue rules above remain for other clusters and drivers without the capability.
 """
 
 from __future__ import annotations
@@ -25,8 +31,16 @@ from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog
 from backend.domain.quotas import QuotaExceeded
+from backend.fabric.layout import hostlist
 from backend.provisioning import allocator
-from backend.provisioning.driver import Job, NodeRun, node_names
+from backend.provisioning.driver import (
+    Job,
+    NodeRun,
+    PowerRequests,
+    ProvisioningDriver,
+    node_names,
+    power_requests_of,
+)
 from backend.provisioning.engine import request_reconcile
 from backend.provisioning.scale_down import leaving
 from backend.provisioning.state import aware, live_nodes, wake
@@ -97,12 +111,40 @@ def waiting_nodes(jobs: Sequence[Job]) -> tuple[int, int]:
     return len(waiting), sum(max(1, j.node_count) for j in waiting)
 
 
+def decide_power(scaling: Range, runs: Sequence[NodeRun], requests: PowerRequests, *,
+                 free_nodes: int) -> Decision | None:
+    """Slurm's own requests: the names it resumed for jobs, the members it powered down."""
+    count = len(runs)
+    if requests.resume:
+        wanted = len(requests.resume)
+        grow = min(wanted, scaling.max_nodes - count, free_nodes)
+        if grow <= 0:
+            return None
+        bound = ""
+        if grow < wanted:
+            bound = (f"; capped at max_nodes {scaling.max_nodes}" if count + grow == scaling.max_nodes
+                     else f"; capped by capacity ({free_nodes} free nodes on the fabric)")
+        return Decision(count + grow, (), f"Slurm resumed {hostlist(requests.resume)} for jobs pending for "
+                        f"lack of nodes (ResumeProgram): adding {grow}{bound}")
+    remove = tuple(sorted(requests.suspend))[: max(0, count - scaling.min_nodes)]
+    if not remove:
+        return None
+    return Decision(count - len(remove), remove, f"Slurm powered down {', '.join(remove)} after "
+                    f"{_span(scaling.idle)} without a job (SuspendProgram); min_nodes {scaling.min_nodes}")
+
+
 def decide(scaling: Range, runs: Sequence[NodeRun], jobs: Sequence[Job], *, free_nodes: int,
-           now: dt.datetime) -> Decision | None:
-    """What the autoscaler does about one cluster now (None: nothing)."""
+           now: dt.datetime, power: PowerRequests | None = None) -> Decision | None:
+    """What the autoscaler does about one cluster now (None: nothing). `power`: Slurm's pending
+    power-saving requests of an elastic cluster (then they alone decide), None for any other."""
     count = len(runs)
     if any(r.up_since is None and r.failed_at is None for r in runs):
         return None  # nodes still coming up (a scale under way): Slurm cannot place jobs on them yet
+    if power is not None:
+        # An elastic cluster: Slurm decides which nodes it needs and which it gives back. The queue
+        # rules would race it (a node the queue rule removes while Slurm powers down another one, a
+        # node added that Slurm did not resume).
+        return decide_power(scaling, runs, power, free_nodes=free_nodes)
     idle = idle_since(runs, jobs)
     waiting_jobs, asked = waiting_nodes(jobs)
     if waiting_jobs:
@@ -131,6 +173,13 @@ def decide(scaling: Range, runs: Sequence[NodeRun], jobs: Sequence[Job], *, free
 def _span(idle: dt.timedelta) -> str:
     seconds = idle.total_seconds()
     return f"{seconds / 60:g} minutes" if seconds % 60 == 0 else f"{seconds:g} seconds"
+
+
+def power_requests(driver: ProvisioningDriver, session: Session, cluster_id: str,
+                   runs: Sequence[NodeRun]) -> PowerRequests | None:
+    """Slurm's pending power-saving requests for the cluster, from a driver that reads them (else None)."""
+    source = power_requests_of(driver)
+    return None if source is None else source.power_requests(session, cluster_id, [r.name for r in runs])
 
 
 def range_of(cluster: Cluster, idle_unit: dt.timedelta) -> Range | None:

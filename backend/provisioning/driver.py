@@ -247,6 +247,32 @@ def workload_of(driver: ProvisioningDriver) -> WorkloadSource | None:
 
 
 @dataclass(frozen=True)
+class PowerRequests:
+    """What slurmctld's power saving asked for and the cluster does not have yet
+    (backend.provisioning.power_saving)."""
+
+    resume: tuple[str, ...] = ()  # names Slurm powers up that have no machine
+    suspend: tuple[str, ...] = ()  # members Slurm powered down
+
+    def __bool__(self) -> bool:
+        return bool(self.resume or self.suspend)
+
+
+class PowerRequestSource(Protocol):
+    def power_requests(self, session: Session, cluster_id: str, members: Sequence[str]
+                       ) -> PowerRequests | None:
+        """What slurmctld's power saving asked for (ResumeProgram, SuspendProgram) that the cluster's
+        `members` do not satisfy yet; requests already satisfied are acknowledged (dropped). None: the
+        cluster is not elastic, or its controller cannot be asked now."""
+        ...
+
+
+def power_requests_of(driver: ProvisioningDriver) -> PowerRequestSource | None:
+    """The driver as a source of Slurm power-saving requests (an optional capability), or None."""
+    return cast(PowerRequestSource, driver) if callable(getattr(driver, "power_requests", None)) else None
+
+
+@dataclass(frozen=True)
 class LogRequest:
     """Logs of the controller (`source` = "controller") or of one member node (`source` = its name)."""
 

@@ -325,8 +325,8 @@ def _ready_node(ctx: PassContext, cluster: Cluster, node: EngineNode) -> bool:
     if applied.get("container") != config["container"]:
         set_stage(ctx.session, cluster, node, S.RECREATING_CONTAINER, ctx.now)
         return True
-    wanted = (config["volume_ids"], config["ssh_key_ids"], config["security_rules"])
-    if (applied.get("volume_ids"), applied.get("ssh_key_ids"), applied.get("security_rules")) != wanted:
+    keys = ("volume_ids", "ssh_key_ids", "security_rules", "slurm_config")
+    if tuple(applied.get(key) for key in keys) != tuple(config[key] for key in keys):
         set_stage(ctx.session, cluster, node, S.RECONFIGURING, ctx.now)
         return True
     return False

@@ -36,6 +36,8 @@ def desired_config(cluster: Cluster) -> dict[str, Any]:
         "volume_ids": [link.volume_id for link in cluster.volume_links],
         "container": cluster.container,
         "security_rules": security_rules(cluster),
+        # The user's Slurm configuration (partitions, QoS, prolog/epilog): a change reconfigures Slurm.
+        "slurm_config": cluster.slurm_config,
     }
 
 

@@ -8,6 +8,7 @@ always reflect the current membership. Secrets (the Kubernetes admin token) neve
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -192,7 +193,9 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
     runtime["nccl_env"] = nccl_env(layout.interconnect, layout.instance_type)
     base = f"/v1/clusters/{cluster_id}/artifacts"
     if layout.orchestrator == "slurm":
+        declared = [p["name"] for p in (getattr(cluster, "slurm_config", None) or {}).get("partitions") or []]
         runtime["slurm"] = {"controller": layout.controller, "partition": "gpu",
+                            "partitions": ["gpu", *declared],
                             "artifacts": {name: f"{base}/{name}" for name in
                                           ("slurm.conf", "gres.conf", "topology.conf", "hosts")}}
     if layout.orchestrator == "kubernetes":
@@ -218,9 +221,12 @@ def artifact(session: Session, cluster_id: str, name: str) -> str | None:
                            "items": kubernetes.node_objects(layout, networks)}, indent=2)
     if layout.orchestrator != "slurm":
         return None
-    generators = {"slurm.conf": slurm.slurm_conf, "gres.conf": slurm.gres_conf,
-                  "cgroup.conf": slurm.cgroup_conf, "topology.conf": slurm.topology_conf,
-                  "hosts": slurm.hosts_file}
+    if name == "slurm.conf":  # with the user's partitions, prolog and epilog
+        cluster = session.get(Cluster, cluster_id)
+        return slurm.slurm_conf(layout, config=cluster.slurm_config if cluster is not None else None)
+    generators: dict[str, Callable[[ClusterLayout], str]] = {
+        "gres.conf": slurm.gres_conf, "cgroup.conf": slurm.cgroup_conf,
+        "topology.conf": slurm.topology_conf, "hosts": slurm.hosts_file}
     return generators[name](layout)
 
 

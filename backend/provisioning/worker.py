@@ -228,8 +228,9 @@ class EngineWorker:
                 runs = node_views.node_runs(session, cluster_id)
                 now = self.clock.now()
                 jobs = source.cluster_jobs(session, cluster.name, runs, now, cluster_id=cluster_id)
+                power = autoscaler.power_requests(self.driver, session, cluster_id, runs)
                 free = autoscaler.free_nodes(session, self.catalog, cluster, now)
-            decision = autoscaler.decide(scaling, runs, jobs, free_nodes=free, now=now)
+            decision = autoscaler.decide(scaling, runs, jobs, free_nodes=free, now=now, power=power)
             if decision is None:
                 continue
             with self.session_factory() as session:

@@ -60,6 +60,8 @@ IMMUTABLE_FIELDS = (
 )
 IMMUTABLE_BILLING_FIELDS = ("type", "duration_days")
 DESTROYED = "DESTROYED"
+GENERATED_PARTITION, GENERATED_QOS = "gpu", "normal"  # every Slurm cluster has them
+SLURM_SCRIPT_ROOT = "/mnt/shared/"  # where the nodes mount shared volumes
 MICROS = Decimal(1_000_000)
 _LINKS_JOINED = (
     joinedload(Cluster.ssh_key_links),
@@ -127,6 +129,7 @@ def spec_of(
         "scale_down_grace_minutes": row.scale_down_grace_minutes,
         "autoscaling": autoscaling_of(row),
         "reserved_ip_id": row.reserved_ip_id,
+        "slurm_config": row.slurm_config,
     }
 
 
@@ -166,6 +169,7 @@ def _check_spec(
         *(current or {}).get("security_group_ids", []),
     }
     errors += _check_references(session, project_id, full, scope, kept)
+    errors += check_slurm_config(full)
     if full.get("reservation_id") not in (None, (current or {}).get("reservation_id")):
         errors += check_reservation(session, project_id, full, scope)
     errors += reserved_ips.check_reference(
@@ -179,6 +183,67 @@ def _check_spec(
     if set(full.get("volume_ids") or []) - set(attached):
         check_attach_allowed(session, project_id=project_id, now=utcnow())
     return full
+
+
+def _plain(value: Any) -> Any:
+    """A request model (the PATCH body's `slurm_config`) as the plain dict stored and compared."""
+    dump = getattr(value, "model_dump", None)
+    return dump() if callable(dump) else value
+
+
+def check_slurm_config(spec: Mapping[str, Any]) -> list[FieldError]:
+    """The rules of `slurm_config` between its fields and with the rest of the spec: Slurm clusters only;
+    partition and QoS names unique and not the generated ones (`gpu`, `normal`); one default partition at
+    most; a default time within the maximum; prolog and epilog on a volume attached to the cluster."""
+    config = spec.get("slurm_config")
+    if not isinstance(config, Mapping):
+        return []
+    if spec.get("orchestrator") != "slurm":
+        orchestrator = spec.get("orchestrator")
+        return [FieldError("slurm_config", "requires_slurm",
+                           f"slurm_config needs orchestrator slurm (this cluster's is {orchestrator})")]
+    errors: list[FieldError] = []
+    for kind, reserved in (("partitions", GENERATED_PARTITION), ("qos", GENERATED_QOS)):
+        seen: set[str] = set()
+        for index, item in enumerate(config.get(kind) or []):
+            name, path = item.get("name"), f"slurm_config.{kind}[{index}].name"
+            if name == reserved:
+                errors.append(FieldError(path, "reserved_name",
+                                         f"{name} is generated for every Slurm cluster; choose another name"))
+            elif name in seen:
+                errors.append(FieldError(path, "duplicate_name", f"{name} is declared twice in {kind}"))
+            seen.add(str(name))
+    partitions = list(config.get("partitions") or [])
+    for index, part in enumerate(partitions):
+        if int(part.get("default_time_minutes") or 0) > int(part.get("max_time_minutes") or 0):
+            errors.append(FieldError(
+                f"slurm_config.partitions[{index}].default_time_minutes", "above_max_time",
+                f"default_time_minutes {part.get('default_time_minutes')} is above max_time_minutes "
+                f"{part.get('max_time_minutes')} of partition {part.get('name')}",
+            ))
+    defaults = [index for index, part in enumerate(partitions) if part.get("default")]
+    for index in defaults[1:]:
+        errors.append(FieldError(
+            f"slurm_config.partitions[{index}].default", "multiple_defaults",
+            f"only one partition may be the default; {partitions[defaults[0]].get('name')} already is",
+        ))
+    volumes = list(spec.get("volume_ids") or [])
+    for key in ("prolog", "epilog"):
+        script = config.get(key)
+        if not isinstance(script, str):
+            continue
+        parts = script.split("/")  # "", "mnt", "shared", <volume id>, ...
+        if any(part in (".", "..") for part in parts[4:]):
+            errors.append(FieldError(f"slurm_config.{key}", "invalid_path",
+                                     f"{key} {script} must not contain '.' or '..' segments"))
+        elif len(parts) < 5 or parts[3] not in volumes:
+            attached = ", ".join(f"{SLURM_SCRIPT_ROOT}{v}" for v in volumes) or "none"
+            errors.append(FieldError(
+                f"slurm_config.{key}", "not_on_attached_volume",
+                f"{key} {script} is not on a shared volume attached to the cluster (attached: {attached}); "
+                "attach the volume in volume_ids",
+            ))
+    return errors
 
 
 Referenced = TypeVar("Referenced", SshKey, Volume, SecurityGroup)
@@ -345,6 +410,7 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
     row.autoscaling_min_nodes = autoscaling.get("min_nodes")
     row.autoscaling_max_nodes = autoscaling.get("max_nodes")
     row.autoscaling_idle_minutes = autoscaling.get("scale_down_idle_minutes")
+    row.slurm_config = spec.get("slurm_config")
     row.ssh_key_links = [
         ClusterSshKey(ssh_key_id=ref, position=i) for i, ref in enumerate(spec.get("ssh_key_ids") or [])
     ]
@@ -372,7 +438,8 @@ def create_cluster(
     now = utcnow()
     if spec.get("autoscaling") is not None and spec.get("node_count") is not None:
         raise validation_failed([_NODE_COUNT_WITH_AUTOSCALING])
-    spec = {**spec, "labels": scoped_labels(spec.get("labels") or {}, scope)}
+    spec = {**spec, "labels": scoped_labels(spec.get("labels") or {}, scope),
+            "slurm_config": _plain(spec.get("slurm_config"))}
     spec = {**spec, **lifetime_changes(spec, current=None, created_at=now, now=now)}
     full = _check_spec(session, catalog, project_id, spec, scope=scope)
     check_admission_allowed(session, project_id=project_id, what="creating a cluster",
@@ -516,6 +583,8 @@ def update_cluster(
     row = _writable(session, project_id, cluster_id, if_match, scope)
     if "labels" in changes:
         changes = {**changes, "labels": scoped_labels(changes["labels"] or {}, scope)}
+    if "slurm_config" in changes:
+        changes = {**changes, "slurm_config": _plain(changes["slurm_config"])}
     current = cluster_spec(row)
     errors = [
         FieldError(field, "immutable_field", f"{field} cannot change in place (create a new cluster)")

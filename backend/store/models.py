@@ -129,6 +129,9 @@ class Cluster(Versioned, Base):
     autoscaling_min_nodes: Mapped[int | None] = mapped_column(Integer)
     autoscaling_max_nodes: Mapped[int | None] = mapped_column(Integer)
     autoscaling_idle_minutes: Mapped[int | None] = mapped_column(Integer)
+    # The Slurm configuration the user declares (partitions, QoS, prolog/epilog; 0025_slurm_config): the
+    # API's `slurm_config` with defaults filled in, None when none is declared.
+    slurm_config: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     # How long a scale-down waits for the jobs on a node it removes before requeueing them (migration
     # 0024_scale_down_grace; backend.provisioning.scale_down).
     scale_down_grace_minutes: Mapped[int] = mapped_column(Integer, nullable=False, default=30,

@@ -44,6 +44,7 @@ from provider.resources.gpu_cluster_schema import (
     reservation_state,
     spec_from_plan,
 )
+from provider.resources.gpu_cluster_slurm import check_slurm_config, slurm_config_spec
 from provider.resources.rest import (
     OutcomeUnknown,
     create_done,
@@ -77,9 +78,11 @@ PATCHABLE = {
     "scale_down_grace_minutes": "scale_down_grace_minutes",
     "autoscaling": "autoscaling",
     "reserved_ip_id": "reserved_ip_id",
+    "slurm_config": "slurm_config",
 }
 # Changes the engine has to carry out on the nodes (the update then waits for convergence).
-ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids", "security_group_ids")
+ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids", "security_group_ids",
+               "slurm_config")
 
 
 SETS = ("ssh_key_ids", "shared_volume_ids", "security_group_ids")
@@ -241,6 +244,8 @@ class GpuClusterResource(Resource):
             plan["orchestrator"] = "slurm"  # the autoscaler reads the Slurm queue
         elif is_unknown(plan.get("orchestrator")) and known(nodes):
             plan["orchestrator"] = "slurm" if int(nodes) > 1 else "none"
+        if config is not None:  # with the orchestrator's default (slurm for several nodes, else none)
+            check_slurm_config(ctx, config, plan.get("orchestrator"))
         if plan.get("orchestrator") == "none" and known(nodes) and int(nodes) > 1:
             ctx.error(
                 "Orchestrator Required",
@@ -447,6 +452,13 @@ class GpuClusterResource(Resource):
                 changes[listed] = sorted(changes[listed] or [])
         if "labels" in changes:
             changes["labels"] = changes["labels"] or {}
+        before = set(state.get("shared_volume_ids") or [])
+        after = set(plan.get("shared_volume_ids") or [])
+        if "slurm_config" in changes:
+            changes["slurm_config"] = slurm_config_spec(changes["slurm_config"])
+            if before != after:  # a prolog may be on a volume attached by this apply: one PATCH for both
+                changes["volume_ids"] = sorted(after)
+                before = after
         if _differs("ttl", plan, state) or _differs("expires_at", plan, state):
             # A ttl sets expires_at (from created_at); null in both clears the expiry.
             changes.update({"ttl": plan["ttl"]} if plan.get("ttl") is not None
@@ -459,8 +471,6 @@ class GpuClusterResource(Resource):
                 response = client.clusters.update(cluster_id, changes, if_match=etag_of(ctx))
                 remember_etag(ctx, response.etag)
                 body = response.body
-            before = set(state.get("shared_volume_ids") or [])
-            after = set(plan.get("shared_volume_ids") or [])
             for volume_id in sorted(before - after):
                 body = client.detach_volume(cluster_id, volume_id)
             for volume_id in sorted(after - before):

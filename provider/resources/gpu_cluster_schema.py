@@ -35,6 +35,12 @@ from provider.framework.validators import Validator
 from provider.resources._common import number
 from provider.resources.api_rules import field_validators
 from provider.resources.cluster_lifetime import TTL
+from provider.resources.gpu_cluster_slurm import (
+    SLURM_CONFIG_ATTRIBUTES,
+    SLURM_CONFIG_DESCRIPTION,
+    slurm_config_spec,
+    slurm_config_state,
+)
 
 REF_ID_PATTERN = r"[a-z]{3}_[0-9a-z]+"
 DEFAULT_BILLING = {"type": "on_demand", "duration_days": None, "on_expiry": "decommission"}
@@ -196,12 +202,13 @@ BILLING_ATTRIBUTES: dict[str, Attribute] = {
 # (Volumes and SSH keys change no attribute of a node: attaching or detaching keeps them known.)
 NODES_FOLLOW = ("name", "node_count", "container", "reserved_ip_id")
 HOSTS_FOLLOW = ("name", "node_count")
+SLURM_FOLLOWS = (*HOSTS_FOLLOW, "slurm_config")  # its partitions list the declared ones
 # The login address (and the Kubernetes API endpoint on it) is the reserved IP, or a floating one.
 ADDRESS_FOLLOWS = (*HOSTS_FOLLOW, "reserved_ip_id")
 KUBERNETES_FOLLOWS = ("node_count", "reserved_ip_id")
 # What `cluster_plan.keep_through_scale` restores after a scale when nothing else they follow changed.
 FOLLOWS = {
-    "nodes": NODES_FOLLOW, "login": ADDRESS_FOLLOWS, "slurm": HOSTS_FOLLOW, "kubernetes": KUBERNETES_FOLLOWS
+    "nodes": NODES_FOLLOW, "login": ADDRESS_FOLLOWS, "slurm": SLURM_FOLLOWS, "kubernetes": KUBERNETES_FOLLOWS
 }
 # Planned unknown again while the cluster is not RUNNING: they are still changing.
 RUNTIME_ATTRIBUTES = ("nodes", "login", "slurm", "kubernetes", "nccl_env", "reservation")
@@ -252,8 +259,9 @@ def computed_attributes() -> dict[str, Attribute]:
         "slurm": SingleNestedAttribute(
             computed=True,
             attributes=SLURM_ATTRIBUTES,
-            description="Slurm details (Slurm clusters only).",
-            plan_modifiers=_keep(*HOSTS_FOLLOW),
+            description="Slurm details (Slurm clusters only); `partitions` lists `gpu` and those of "
+            "`slurm_config`.",
+            plan_modifiers=_keep(*SLURM_FOLLOWS),
         ),
         "kubernetes": SingleNestedAttribute(
             computed=True,
@@ -310,7 +318,8 @@ CLUSTER_SCHEMA = Schema(
     "- **In place**: `name`, `node_count` (scaling), `autoscaling` (the range; the engine then moves "
     "`node_count`, see [engine.md](../engine.md#autoscaling)), `container`, `ssh_key_ids`, "
     "`shared_volume_ids` (attach/detach), `security_group_ids`, `reserved_ip_id`, `labels`, "
-    "`deletion_protection`, `node_repair`, `max_hourly_cost_usd`, "
+    "`deletion_protection`, `node_repair`, `max_hourly_cost_usd`, `slurm_config` (Slurm reconfigured, "
+    "jobs keep running), "
     "`billing.on_expiry`. "
     "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `capacity_type` (moving "
     "running nodes between capacity types would interrupt them: a new cluster is the honest change), "
@@ -385,6 +394,11 @@ CLUSTER_SCHEMA = Schema(
             "`scale_down_idle_minutes` (those very nodes, never one running a job, never below "
             "`min_nodes`); each decision is an audit event (`cluster.autoscaled`) with its reason. The "
             "cluster starts with `min_nodes`. Changes in place; conflicts with `node_count`.",
+        ),
+        "slurm_config": SingleNestedAttribute(
+            optional=True,
+            attributes=SLURM_CONFIG_ATTRIBUTES,
+            description=SLURM_CONFIG_DESCRIPTION,
         ),
         "orchestrator": StringAttribute(
             optional=True,
@@ -590,6 +604,7 @@ SPEC_FIELDS = {
     "scale_down_grace_minutes": "scale_down_grace_minutes",
     "autoscaling": "autoscaling",
     "reserved_ip_id": "reserved_ip_id",
+    "slurm_config": "slurm_config",
 }
 
 
@@ -609,6 +624,9 @@ def spec_from_plan(plan: dict[str, Any]) -> dict[str, Any]:
             continue  # the engine's: the API starts the cluster at min_nodes
         if tf_name == "expires_at" and (plan.get("ttl") is not None or is_unknown(value)):
             continue  # computed from ttl by the API
+        if tf_name == "slurm_config":
+            spec[api_name] = slurm_config_spec(value)
+            continue
         spec[api_name] = sorted(value) if tf_name in SORTED_SETS else value
     return spec
 
@@ -756,6 +774,7 @@ def cluster_state(
         "scale_down_grace_minutes": body.get("scale_down_grace_minutes", DEFAULT_SCALE_DOWN_GRACE_MINUTES),
         "autoscaling": _autoscaling_state(body.get("autoscaling")),
         "reserved_ip_id": body.get("reserved_ip_id"),
+        "slurm_config": slurm_config_state(body.get("slurm_config"), prior.get("slurm_config")),
         "wait_for_running": prior.get("wait_for_running") if prior.get("wait_for_running") is not None
         else True,
         "timeouts": prior.get("timeouts"),

@@ -64,8 +64,12 @@ RESOURCES: dict[str, tuple[str, str, dict[str, str], dict[str, Any]]] = {
     "SecurityGroupCreate": ("/v1/security-groups", "gpucloud_security_group", {}, {"name": "lab"}),
 }
 # Lists of objects (`ingress[].protocol` in the table): a breaking value goes into one valid element.
-OBJECT_LISTS = {"ingress", "egress"}
+OBJECT_LISTS = {"ingress", "egress", "partitions", "qos"}
 VALID_RULE = {"protocol": "tcp", "from_port": 22, "cidr_blocks": ["0.0.0.0/0"]}
+# A valid element of each list of objects (the security groups' rules, slurm_config's partitions and QoS).
+VALID_ELEMENTS: dict[str, dict[str, Any]] = {
+    "ingress": VALID_RULE, "egress": VALID_RULE, "partitions": {"name": "debug"}, "qos": {"name": "urgent"}
+}
 
 # One body fragment breaking each x-gpucloud-rule, by (schema, code).
 RULE_BREAKERS: dict[tuple[str, str], Any] = {
@@ -168,9 +172,9 @@ def _violations(c: dict[str, Any]) -> Iterator[tuple[str, Any]]:
 def _nest(dotted: str, value: Any) -> dict[str, Any]:
     first, _, rest = dotted.partition(".")
     if first.endswith("[]"):  # one element of a list of objects
-        return {first[:-2]: [{**VALID_RULE, **_nest(rest, value)}]}
+        return {first[:-2]: [{**VALID_ELEMENTS[first[:-2]], **_nest(rest, value)}]}
     if first in OBJECT_LISTS and not rest and isinstance(value, list):  # the list's own size
-        return {first: [VALID_RULE] * len(value)}
+        return {first: [VALID_ELEMENTS[first]] * len(value)}
     return {first: _nest(rest, value) if rest else value}
 
 
@@ -207,6 +211,13 @@ def _config(schema: str, body: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         if attr in OBJECT_LISTS:
             empty = dict.fromkeys(resource.schema.attributes[attr].attributes)
             value = [{**empty, **element} for element in value]
+        if isinstance(value, dict) and attr == "slurm_config":  # nested lists of objects inside
+            nested = resource.schema.attributes[attr].attributes
+            value = {**dict.fromkeys(nested), **value}
+            for name in ("partitions", "qos"):
+                if value[name] is not None:
+                    value[name] = [{**dict.fromkeys(nested[name].attributes), **element}
+                                   for element in value[name]]
         if isinstance(value, float):
             value = Decimal(str(value))
         config[attr] = value
@@ -289,6 +300,30 @@ PLAN_BREAKERS: dict[tuple[str, str, str], dict[str, Any]] = {
     },
     ("ClusterCreate", "autoscaling", "requires_slurm"): {
         "orchestrator": "kubernetes", "autoscaling": {"min_nodes": 1, "max_nodes": 2}
+    },
+    ("ClusterCreate", "slurm_config", "requires_slurm"): {"slurm_config": {"qos": [{"name": "urgent"}]}},
+    # The rules between slurm_config's fields blame the element's attribute (the list here).
+    ("ClusterCreate", "slurm_config.partitions", "reserved_name"): {
+        "orchestrator": "slurm", "slurm_config": {"partitions": [{"name": "gpu"}]}
+    },
+    ("ClusterCreate", "slurm_config.qos", "duplicate_name"): {
+        "orchestrator": "slurm", "slurm_config": {"qos": [{"name": "urgent"}, {"name": "urgent"}]}
+    },
+    ("ClusterCreate", "slurm_config.partitions", "multiple_defaults"): {
+        "orchestrator": "slurm",
+        "slurm_config": {"partitions": [{"name": "a", "default": True}, {"name": "b", "default": True}]},
+    },
+    ("ClusterCreate", "slurm_config.partitions", "above_max_time"): {
+        "orchestrator": "slurm",
+        "slurm_config": {
+            "partitions": [{"name": "debug", "max_time_minutes": 30, "default_time_minutes": 60}]
+        },
+    },
+    ("ClusterCreate", "slurm_config.prolog", "not_on_attached_volume"): {
+        "orchestrator": "slurm", "slurm_config": {"prolog": "/mnt/shared/vol_0abc/prolog.sh"}
+    },
+    ("ClusterCreate", "slurm_config.epilog", "invalid_path"): {
+        "orchestrator": "slurm", "slurm_config": {"epilog": "/mnt/shared/vol_0abc/../epilog.sh"}
     },
 }
 # Rules about other objects are plan-time warnings (the API still refuses them at apply): Terraform
@@ -383,4 +418,7 @@ def test_api_rules_walk_catalog_and_reference_rules_are_refused_at_plan_time(
     renames = RESOURCES[schema][2]
     severity = pb.Diagnostic.WARNING if (schema, field, code) in PLAN_WARNINGS else pb.Diagnostic.ERROR
     first, *rest = field.split(".")
-    assert [renames.get(first, first), *rest] in _plan_errors(planning_server, schema, body, severity)
+    wanted = [renames.get(first, first), *rest]
+    # An element's attribute of a list is blamed below the list (`slurm_config.partitions[1].default`).
+    found = _plan_errors(planning_server, schema, body, severity)
+    assert any(path[: len(wanted)] == wanted for path in found), found

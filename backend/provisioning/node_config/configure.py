@@ -159,7 +159,9 @@ def reconfigure_controller(shell: NodeShell) -> None:
 def slurm_node_state(shell: NodeShell, node_name: str) -> str:
     """Slurm's state of one node as sinfo prints it (`idle`, `mixed`, `down*`...), or what went wrong."""
     done = shell.run(["sinfo", "-h", "-N", "-n", node_name, "-o", "%T"], check=False)
-    return done.stdout.strip() or done.stderr.strip()
+    # A node in several partitions (a cluster's `slurm_config`) has a line in each, all alike.
+    lines = done.stdout.split()
+    return lines[0] if lines else done.stderr.strip()
 
 
 def _hosts_file(hosts: str) -> NodeFile:

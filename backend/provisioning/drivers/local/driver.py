@@ -43,6 +43,7 @@ from sqlalchemy.orm import Session
 from backend.domain.clock import SYSTEM_CLOCK, Clock
 from backend.domain.lifecycle import NodeStage
 from backend.fabric import slurm
+from backend.provisioning import power_saving
 from backend.provisioning.driver import (
     Job,
     LogRequest,
@@ -52,6 +53,7 @@ from backend.provisioning.driver import (
     OperationRequest,
     OpKind,
     Partition,
+    PowerRequests,
     TelemetryTarget,
 )
 from backend.provisioning.drivers.local import CAPABILITIES, observe, preflight
@@ -71,9 +73,9 @@ from backend.provisioning.drivers.local.node_setup import (
     start_sshd,
     volumes_dir,
 )
+from backend.provisioning.node_config import accounting, firewall, slurm_control, slurm_jobs
 from backend.provisioning.node_config import configure as node_config
-from backend.provisioning.node_config import firewall, slurm_control, slurm_jobs
-from backend.provisioning.node_config.shell import NodeCommandError, NodeShell
+from backend.provisioning.node_config.shell import NodeCommandError, NodeFile, NodeShell
 from backend.provisioning.node_config.ssh import SshShell, close_all
 from backend.provisioning.state import live_nodes, security_rules
 from backend.provisioning.views import cluster_layout
@@ -122,6 +124,10 @@ class ClusterPlan:
     members: tuple[NodePlan, ...] = ()
     # The security group rules every node enforces ({"ingress": [...], "egress": [...]}).
     security_rules: dict[str, Any] = field(default_factory=dict)
+    # The QoS the user declares (`slurm_config.qos`), made in slurmdbd by sacctmgr.
+    slurm_qos: tuple[dict[str, Any], ...] = ()
+    # An elastic cluster's power saving (names up to max_nodes, CLOUD where no machine is), or None.
+    power: slurm.PowerSaving | None = None
 
 
 @dataclass
@@ -233,6 +239,33 @@ class LocalDriver:
         node = self._machine(session, request.node.instance_id)
         return [] if node is None or not node.exists() else observe.node_log(shell_of(node), request.tail)
 
+    def power_requests(self, session: Session, cluster_id: str, members: Sequence[str]
+                       ) -> PowerRequests | None:
+        """Slurm's power-saving requests (the request file its ResumeProgram and SuspendProgram append
+        to on the controller), read over the controller's root shell; those `members` satisfy are
+        dropped from the file (backend.provisioning.power_saving)."""
+        cluster = session.get(Cluster, cluster_id)
+        state = session.get(EngineCluster, cluster_id)
+        if cluster is None or state is None or cluster.autoscaling_max_nodes is None:
+            return None
+        if power_saving.for_cluster(cluster, state, members) is None:
+            return None
+        controller = self._controller(session, cluster_id)
+        if controller is None or not controller.exists():
+            return None
+        shell = shell_of(controller)
+        try:
+            text = shell.run_script(power_saving.READ_SCRIPT, what="read Slurm's power requests").stdout
+            pending, done = power_saving.settle(power_saving.parse(text), members,
+                                                power_saving.names(state.hostname_prefix,
+                                                                   cluster.autoscaling_max_nodes))
+            if done:
+                shell.run_script(power_saving.prune_script(len(text.splitlines()), done),
+                                 what="acknowledge Slurm's power requests")
+        except (LocalHostError, NodeCommandError):
+            return None  # the controller does not answer now: the next round asks again
+        return pending
+
     def _machine(self, session: Session, node_id: str) -> LocalNode | None:
         """The namespace node behind an engine node (its current instance)."""
         row = session.get(EngineNode, node_id)
@@ -277,13 +310,18 @@ class LocalDriver:
         controller = controller_plan(state, members)
         files: dict[str, str] = {}
         hosts = ""
+        power = None
         if layout is not None:
+            # The names the node lines declare (the layout's members), never another view of them: a name
+            # both a member and CLOUD is a duplicate slurmctld refuses to start with.
+            power = power_saving.for_cluster(cluster, state, [n.name for n in layout.nodes])
             hosts = slurm.hosts_file(layout)
             if cluster.orchestrator == "slurm" and layout.nodes:
-                files = {"slurm.conf": slurm.slurm_conf(layout, LOCAL_SLURM_HOST),
+                files = {"slurm.conf": slurm.slurm_conf(layout, LOCAL_SLURM_HOST, cluster.slurm_config,
+                                                        power=power),
                          "gres.conf": slurm.gres_conf(layout, LOCAL_SLURM_HOST),
                          "cgroup.conf": slurm.cgroup_conf(layout, LOCAL_SLURM_HOST),
-                         "topology.conf": slurm.topology_conf(layout)}
+                         "topology.conf": slurm.topology_conf(layout, power.cloud_nodes if power else ())}
         keys = tuple(key.public_key for link in cluster.ssh_key_links
                      if (key := session.get(SshKey, link.ssh_key_id)) is not None)
         volumes = {f"{VOLUME_ROOT}/{link.volume_id}": self.volume_dir(link.volume_id)
@@ -292,7 +330,8 @@ class LocalDriver:
                            controller, files, hosts, keys, volumes,
                            cluster.deletion_requested_at is not None or state.rollback_reason is not None,
                            tuple(NodePlan(n.name, instance_name(n), n.private_ip) for n in members),
-                           security_rules(cluster))
+                           security_rules(cluster),
+                           tuple((cluster.slurm_config or {}).get("qos") or ()), power=power)
 
     def _start(self, session: Session, request: OperationRequest, now: dt.datetime) -> _Job:
         cluster_id = request.cluster_id
@@ -436,7 +475,16 @@ class LocalDriver:
             return
         self._lay_out(cluster, plan)
         self._sync_controller(cluster, plan)
-        node_config.start_daemons(shell_of(node), ["munged", "slurmd"])
+        if plan.power is None:
+            node_config.start_daemons(shell_of(node), ["munged", "slurmd"])
+        else:
+            # slurmctld takes a resumed node's registration only with a boot time after its resume
+            # request; a namespace node shares the host's kernel (and uptime): `-b` reports a boot.
+            node_config.start_daemons(shell_of(node), ["munged"])
+            command, log = node_config.DAEMONS["slurmd"]
+            shell_of(node).run_script(f'{node_config.OWN}[ -n "$(own slurmd)" ] || '
+                                      f"setsid -f {command} -b >> {log} 2>&1 < /dev/null",
+                                      what="start slurmd")
         controller = self._slurm_controller(cluster, plan)
         if controller is not None:  # a repair drained the name in Slurm: its new machine takes work
             slurm_control.resume_after_repair(controller, node.name)
@@ -514,6 +562,16 @@ class LocalDriver:
         script = self._firewall(cluster, plan)
         for target in self._with_login(cluster, plan, node):
             firewall.apply(shell_of(target), script)
+        if plan.orchestrator == "slurm" and plan.slurm_files and plan.controller is not None:
+            # The user's partitions, prolog/epilog (slurm.conf) and QoS: slurm.conf as slurmctld has it
+            # already (every node's reconfigure but the first, a volume or key change) needs the QoS only.
+            recorded = cluster.dir / "slurmctld.conf.sha256"
+            wanted = hashlib.sha256(plan.slurm_files["slurm.conf"].encode()).hexdigest()
+            controller = self._node(cluster, plan.controller)
+            if recorded.exists() and recorded.read_text() == wanted and controller.exists():
+                self._sync_qos(plan, shell_of(controller))
+            else:
+                self._sync_controller(cluster, plan)
 
     @staticmethod
     def _firewall(cluster: LocalCluster, plan: ClusterPlan) -> str:
@@ -542,6 +600,8 @@ class LocalDriver:
             # Replaced in place: its jobs end in Slurm (requeued or NODE_FAIL) before the machine goes;
             # the name stays down and drained until the new machine joins and resumes it.
             self._take_down(cluster, plan, node, why or "replaced", machine_replaced=True)
+        elif not plan.deleting and plan.power is not None:
+            self._power_down(cluster, plan, node.name)
         shell_of(node).close()
         node.destroy()
         if plan.deleting:  # the whole cluster goes: no reconfiguration for the nodes that remain
@@ -567,17 +627,59 @@ class LocalDriver:
             if node.exists():
                 node_config.write_cluster_files(shell_of(node), config)
         shell = shell_of(controller)
-        wanted = hashlib.sha256(plan.slurm_files["slurm.conf"].encode()).hexdigest()
+        self._prepare_power(plan, shell)
+        conf = plan.slurm_files["slurm.conf"]
+        wanted = hashlib.sha256(conf.encode()).hexdigest()
+        # The lines only a restart applies; the user's partitions, prolog and epilog reconfigure in place.
+        fixed = hashlib.sha256(slurm.restart_part(conf).encode()).hexdigest()
         recorded_file = cluster.dir / "slurmctld.conf.sha256"
+        fixed_file = cluster.dir / "slurmctld.fixed.sha256"
         recorded = recorded_file.read_text() if recorded_file.exists() else ""
-        if recorded == wanted and node_config.running(shell, "slurmctld"):
+        running = node_config.running(shell, "slurmctld")
+        if recorded == wanted and running:
+            self._sync_qos(plan, shell)
             return
-        node_config.stop_daemon(shell, "slurmctld")
-        start_accounting(shell, plan.slurm_files["slurm.conf"])  # slurmdbd answers before slurmctld starts
-        node_config.start_daemons(shell, ["munged", "slurmctld"])
-        _wait_for_controller(shell)
-        node_config.reconfigure_controller(shell)
+        if running and recorded and fixed_file.exists() and fixed_file.read_text() == fixed:
+            node_config.reconfigure_controller(shell)  # same nodes: slurmctld keeps running (22.05)
+        else:
+            node_config.stop_daemon(shell, "slurmctld")
+            start_accounting(shell, conf)  # slurmdbd answers before slurmctld starts
+            node_config.start_daemons(shell, ["munged", "slurmctld"])
+            _wait_for_controller(shell)
+            node_config.reconfigure_controller(shell)
         recorded_file.write_text(wanted)
+        fixed_file.write_text(fixed)
+        self._sync_qos(plan, shell)
+
+    @staticmethod
+    def _sync_qos(plan: ClusterPlan, controller: NodeShell) -> None:
+        """The declared QoS in the controller's slurmdbd, allowed to the cluster's user (a no-op when the
+        controller already has them)."""
+        conf = plan.slurm_files["slurm.conf"]
+        cluster_name = accounting.slurm_setting(conf, "ClusterName")
+        if cluster_name is not None and accounting.uses_slurmdbd(conf):
+            accounting.apply_qos(controller, cluster_name, SSH_USER, plan.slurm_qos)
+
+    @staticmethod
+    def _prepare_power(plan: ClusterPlan, controller: NodeShell) -> None:
+        """An elastic cluster's ResumeProgram and SuspendProgram, and their request directory (slurm's
+        only), on the controller (files skipped when already there)."""
+        if plan.power is None:
+            return
+        controller.write_files([
+            NodeFile(power_saving.RESUME_PROGRAM, power_saving.program("resume").encode(), 0o755),
+            NodeFile(power_saving.SUSPEND_PROGRAM, power_saving.program("suspend").encode(), 0o755)])
+        controller.run_script(power_saving.prepare_script(), what="prepare Slurm's power requests")
+
+    def _power_down(self, cluster: LocalCluster, plan: ClusterPlan, name: str) -> None:
+        """A member the engine released stays declared (CLOUD): Slurm is told it is powered down, so that
+        it is idle (powered down) and can be resumed again, not DOWN for a slurmd that stopped
+        answering. Best effort."""
+        controller = self._slurm_controller(cluster, plan)
+        if controller is not None:
+            with contextlib.suppress(LocalHostError, NodeCommandError):
+                controller.run(["scontrol", "update", f"NodeName={name}", "State=POWER_DOWN_FORCE"],
+                               check=False)
 
     @staticmethod
     def _node(cluster: LocalCluster, plan: NodePlan) -> LocalNode:
