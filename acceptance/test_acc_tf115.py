@@ -150,8 +150,9 @@ action "gpucloud_cluster_node_action" "reboot" {{
              if line.startswith("Action action.gpucloud_cluster_node_action.reboot (triggered by CLI): ")]
     assert shown[0].startswith(f"restart of {node['name']} accepted; {node['name']} is RUNNING, restart "
                                "pending"), shown
-    assert shown[-2:] == [f"{node['name']} is RUNNING, machine {node['instance_id']}",
-                          f"{node['name']} is RUNNING again"], shown
+    # The node's status reason is its last history event: the restart it just finished.
+    assert shown[-2:] == [f"{node['name']} is RUNNING (restarted: machine {node['instance_id']} is back), "
+                          f"machine {node['instance_id']}", f"{node['name']} is RUNNING again"], shown
     assert "Actions: 1 invoked." in invoked.stdout
     events = backend.client.request(
         "GET", "/v1/audit-events", params={"action": "cluster.node_restart", "resource_id": cluster["id"]}

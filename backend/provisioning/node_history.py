@@ -12,8 +12,9 @@ who asked (an API key's prefix for node actions, `engine` for what the engine do
 - node actions as accepted: `restart_requested`, `replace_requested`, `drain_requested`,
   `resume_requested` (actor: the key that asked); `released` (removed by a scale-down).
 
-Each event also becomes the node's `status_reason` (`<what>: <detail>`) unless the node's status has a
-reason of its own (FAILED, DESTROYING, PAUSED: the engine's more specific text stays), and is written to
+Each event but an accepted node action (whose pending action speaks for it) also becomes the node's
+`status_reason` (`<what>: <detail>`) unless the node's status has a reason of its own (FAILED,
+DESTROYING, PAUSED: the engine's more specific text stays), and is written to
 the audit log as `node.<kind>` (resource: the cluster), except node actions, which the request that
 asked for them audits already (`cluster.node_<action>`). Events are kept as long as the cluster's
 engine rows (deleted with them).
@@ -77,15 +78,16 @@ def summary(kind: str, detail: str) -> str:
 
 
 def record(session: Session, node: EngineNode, kind: str, detail: str, *, at: dt.datetime,
-           actor: str = ENGINE, code: int | None = None, audit: bool = True) -> NodeEvent:
-    """Add one event about `node` to the session's transaction: the history row, the node's
+           actor: str = ENGINE, code: int | None = None, audit: bool = True, reason: bool = True
+           ) -> NodeEvent:
+    """Add one event about `node` to the session's transaction: the history row, with `reason` the node's
     status_reason (unless its status has its own) and, with `audit`, the audit event `node.<kind>`."""
     if kind not in EVENT_KINDS:
         raise ValueError(f"unknown node event kind {kind!r}")
     event = NodeEvent(cluster_id=node.cluster_id, node_name=node.name, node_id=node.id, kind=kind, code=code,
                       detail=detail, actor=actor, at=at)
     session.add(event)
-    if node.status not in _OWN_REASON:
+    if reason and node.status not in _OWN_REASON:
         node.status_reason = summary(kind, detail)
     if audit:
         cluster = session.get(Cluster, node.cluster_id)
@@ -114,9 +116,10 @@ def health_changed(session: Session, node: EngineNode, reason: str | None, at: d
 
 
 def requested(session: Session, node: EngineNode, action: str, actor: str, at: dt.datetime) -> NodeEvent:
-    """A node action accepted from `actor` (the request audits itself: no second audit event)."""
+    """A node action accepted from `actor`. The request audits itself (no second audit event) and the
+    node's pending action says what is to come, so its status_reason stays what it was."""
     return record(session, node, f"{action}_requested", f"{action} requested by {actor}", at=at, actor=actor,
-                  audit=False)
+                  audit=False, reason=False)
 
 
 def repair_started(session: Session, old: EngineNode, new: EngineNode, why: str, at: dt.datetime
