@@ -111,19 +111,27 @@ def waiting_nodes(jobs: Sequence[Job]) -> tuple[int, int]:
     return len(waiting), sum(max(1, j.node_count) for j in waiting)
 
 
+def _growth(scaling: Range, count: int, wanted: int, free_nodes: int) -> tuple[int, str] | None:
+    """How many of the `wanted` nodes can be added (max_nodes, free capacity), and what capped it."""
+    grow = min(wanted, scaling.max_nodes - count, free_nodes)
+    if grow <= 0:
+        return None
+    bound = ""
+    if grow < wanted:
+        bound = (f"; capped at max_nodes {scaling.max_nodes}" if count + grow == scaling.max_nodes
+                 else f"; capped by capacity ({free_nodes} free nodes on the fabric)")
+    return grow, bound
+
+
 def decide_power(scaling: Range, runs: Sequence[NodeRun], requests: PowerRequests, *,
                  free_nodes: int) -> Decision | None:
     """Slurm's own requests: the names it resumed for jobs, the members it powered down."""
     count = len(runs)
     if requests.resume:
-        wanted = len(requests.resume)
-        grow = min(wanted, scaling.max_nodes - count, free_nodes)
-        if grow <= 0:
+        growth = _growth(scaling, count, len(requests.resume), free_nodes)
+        if growth is None:
             return None
-        bound = ""
-        if grow < wanted:
-            bound = (f"; capped at max_nodes {scaling.max_nodes}" if count + grow == scaling.max_nodes
-                     else f"; capped by capacity ({free_nodes} free nodes on the fabric)")
+        grow, bound = growth
         return Decision(count + grow, (), f"Slurm resumed {hostlist(requests.resume)} for jobs pending for "
                         f"lack of nodes (ResumeProgram): adding {grow}{bound}")
     remove = tuple(sorted(requests.suspend))[: max(0, count - scaling.min_nodes)]
@@ -148,14 +156,10 @@ def decide(scaling: Range, runs: Sequence[NodeRun], jobs: Sequence[Job], *, free
     idle = idle_since(runs, jobs)
     waiting_jobs, asked = waiting_nodes(jobs)
     if waiting_jobs:
-        wanted = asked - len(idle)
-        grow = min(wanted, scaling.max_nodes - count, free_nodes)
-        if grow <= 0:
+        growth = _growth(scaling, count, asked - len(idle), free_nodes)
+        if growth is None:
             return None
-        bound = ""
-        if grow < wanted:
-            bound = (f"; capped at max_nodes {scaling.max_nodes}" if count + grow == scaling.max_nodes
-                     else f"; capped by capacity ({free_nodes} free nodes on the fabric)")
+        grow, bound = growth
         return Decision(count + grow, (), f"{waiting_jobs} job(s) pending for lack of nodes ask for "
                         f"{asked} node(s), {len(idle)} idle: adding {grow}{bound}")
     if count <= scaling.min_nodes:

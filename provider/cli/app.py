@@ -104,7 +104,20 @@ def confirm(yes: bool, question: str, *, refused: str) -> None:
 yes_option = click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 
 
-def _one(found: list[dict[str, Any]], kind: str, ref: str, listing: str) -> dict[str, Any]:
+def name_and_label_changes(name: str | None, labels: tuple[str, ...]) -> dict[str, Any]:
+    """The PATCH body of an `update NAME|--name|--label` command; a usage error when it changes nothing."""
+    changes: dict[str, Any] = {}
+    if name is not None:
+        changes["name"] = name
+    if labels:
+        changes["labels"] = parse_labels(labels, "--label")
+    if not changes:
+        raise click.UsageError("nothing to change: give --name or --label")
+    return changes
+
+
+def one_named(found: list[dict[str, Any]], kind: str, ref: str, listing: str) -> dict[str, Any]:
+    """The one object of `kind` named `ref`, or a usage error pointing at `gpucloud LISTING`."""
     if len(found) == 1:
         return found[0]
     if not found:
@@ -117,16 +130,16 @@ def find_cluster(client: GpuCloudClient, ref: str) -> dict[str, Any]:
     """A cluster by id (cls_...) or by name."""
     if ref.startswith("cls_"):
         return client.get_cluster(ref)
-    return _one(client.list_clusters(name=ref), "cluster", ref, "cluster list")
+    return one_named(client.list_clusters(name=ref), "cluster", ref, "cluster list")
 
 
 def find_volume(client: GpuCloudClient, ref: str) -> dict[str, Any]:
     if ref.startswith("vol_"):
         return client.get_volume(ref)
-    return _one(client.list_volumes(name=ref), "volume", ref, "volume list")
+    return one_named(client.list_volumes(name=ref), "volume", ref, "volume list")
 
 
 def find_ssh_key(client: GpuCloudClient, ref: str) -> dict[str, Any]:
     if ref.startswith("ssh_"):
         return client.get_ssh_key(ref)
-    return _one(client.list_ssh_keys(name=ref), "SSH key", ref, "ssh-key list")
+    return one_named(client.list_ssh_keys(name=ref), "SSH key", ref, "ssh-key list")

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from provider.cli.app import App, _one, confirm, json_option, pass_app, yes_option
+from provider.cli.app import App, confirm, json_option, one_named, pass_app, yes_option
 from provider.cli.output import emit, note, print_fields, print_table, table_view
 from provider.client import GpuCloudClient, new_idempotency_key
 
@@ -20,7 +20,7 @@ def find_budget(client: GpuCloudClient, ref: str) -> dict[str, Any]:
     """A budget by id (bud_...) or by name."""
     if ref.startswith("bud_"):
         return client.get_budget(ref)
-    return _one([b for b in client.list_budgets() if b["name"] == ref], "budget", ref, "budget list")
+    return one_named([b for b in client.list_budgets() if b["name"] == ref], "budget", ref, "budget list")
 
 
 def usd(value: Any) -> str | None:

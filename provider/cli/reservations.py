@@ -8,7 +8,16 @@ from typing import Any
 
 import click
 
-from provider.cli.app import App, _one, confirm, json_option, parse_labels, pass_app, yes_option
+from provider.cli.app import (
+    App,
+    confirm,
+    json_option,
+    name_and_label_changes,
+    one_named,
+    parse_labels,
+    pass_app,
+    yes_option,
+)
 from provider.cli.budgets import usd
 from provider.cli.output import emit, note, print_fields, table_view
 from provider.cli.reserved_ips import labels_text
@@ -20,7 +29,7 @@ def find_reservation(client: GpuCloudClient, ref: str) -> dict[str, Any]:
     if ref.startswith("rsv_"):
         return client.get_reservation(ref)
     named = [r for r in client.list_reservations() if r["name"] == ref]
-    return _one(named, "reservation", ref, "reservation list")
+    return one_named(named, "reservation", ref, "reservation list")
 
 
 def drawn(r: Mapping[str, Any]) -> int:
@@ -143,13 +152,7 @@ def update(app: App, reservation_ref: str, name: str | None, labels: tuple[str, 
     Example:
       gpucloud reservation update train-q1 --name train-q1-nlp --label team=nlp
     """
-    changes: dict[str, Any] = {}
-    if name is not None:
-        changes["name"] = name
-    if labels:
-        changes["labels"] = parse_labels(labels, "--label")
-    if not changes:
-        raise click.UsageError("nothing to change: give --name or --label")
+    changes = name_and_label_changes(name, labels)
     found = find_reservation(app.client, reservation_ref)
     emit(app.client.update_reservation(found["id"], changes), as_json, show_reservation)
 

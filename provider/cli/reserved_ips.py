@@ -8,7 +8,17 @@ from typing import Any
 
 import click
 
-from provider.cli.app import App, _one, confirm, find_cluster, json_option, parse_labels, pass_app, yes_option
+from provider.cli.app import (
+    App,
+    confirm,
+    find_cluster,
+    json_option,
+    name_and_label_changes,
+    one_named,
+    parse_labels,
+    pass_app,
+    yes_option,
+)
 from provider.cli.output import emit, note, print_fields, table_view
 from provider.client import GpuCloudClient, new_idempotency_key
 
@@ -29,8 +39,8 @@ def find_reserved_ip(client: GpuCloudClient, ref: str) -> dict[str, Any]:
         return client.get_reserved_ip(ref)
     if ref.replace(".", "").isdigit() or ":" in ref:
         by_address = [i for i in client.list_reserved_ips() if i["address"] == ref]
-        return _one(by_address, "reserved IP", ref, "reserved-ip list")
-    return _one(client.list_reserved_ips(name=ref), "reserved IP", ref, "reserved-ip list")
+        return one_named(by_address, "reserved IP", ref, "reserved-ip list")
+    return one_named(client.list_reserved_ips(name=ref), "reserved IP", ref, "reserved-ip list")
 
 
 def labels_text(labels: Mapping[str, str] | None) -> str:
@@ -121,13 +131,7 @@ def update(app: App, ip_ref: str, name: str | None, labels: tuple[str, ...], as_
     Example:
       gpucloud reserved-ip update edge --name edge-1 --label team=nlp
     """
-    changes: dict[str, Any] = {}
-    if name is not None:
-        changes["name"] = name
-    if labels:
-        changes["labels"] = parse_labels(labels, "--label")
-    if not changes:
-        raise click.UsageError("nothing to change: give --name or --label")
+    changes = name_and_label_changes(name, labels)
     ip = find_reserved_ip(app.client, ip_ref)
     emit(app.client.update_reserved_ip(ip["id"], changes), as_json, show_ip)
 

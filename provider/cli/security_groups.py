@@ -9,7 +9,7 @@ from typing import IO, Any
 
 import click
 
-from provider.cli.app import App, _one, confirm, json_option, pass_app, yes_option
+from provider.cli.app import App, confirm, json_option, one_named, pass_app, yes_option
 from provider.cli.output import emit, note, print_fields, print_table, table_view
 from provider.client import GpuCloudClient, new_idempotency_key
 
@@ -24,7 +24,7 @@ def find_security_group(client: GpuCloudClient, ref: str) -> dict[str, Any]:
     """A security group by id (sgr_...) or by name."""
     if ref.startswith("sgr_"):
         return client.get_security_group(ref)
-    return _one(client.list_security_groups(name=ref), "security group", ref, "security-group list")
+    return one_named(client.list_security_groups(name=ref), "security group", ref, "security-group list")
 
 
 def parse_rule(text: str, option: str) -> dict[str, Any]:
