@@ -52,6 +52,7 @@ from provider.resources.rest import (
     id_for_delete,
     is_unconfirmed,
     keep_unconfirmed,
+    own_labels,
     plan_create_key,
     remember_etag,
     send_create,
@@ -373,7 +374,7 @@ class GpuClusterResource(Resource):
             )
         if body is None:
             return None
-        state = self._state(ctx, client, body, plan)
+        state = self._state(ctx, client, body, plan, created=True)
         if plan.get("wait_for_running") is False:
             create_done(ctx)
             return state
@@ -383,17 +384,17 @@ class GpuClusterResource(Resource):
         except (ClusterStillConverging, Cancelled) as stopped:
             create_done(ctx)  # in state from now on: the next apply resumes the wait, never re-creates
             _stopped_waiting(ctx, body["id"], stopped)
-            return self._state(ctx, client, poller.last or body, plan)
+            return self._state(ctx, client, poller.last or body, plan, created=True)
         except ClusterWaitError as error:
             ctx.error(
                 "Error Creating GPU Cluster",
                 f"Cluster {body['id']} did not become RUNNING: {error.message}. It is saved in state as "
                 "tainted; the next apply replaces it.",
             )
-            return self._state(ctx, client, poller.last or body, plan)
+            return self._state(ctx, client, poller.last or body, plan, created=True)
         create_done(ctx)
         remember_etag(ctx, poller.etag)  # the first refresh then finds nothing new
-        state = self._state(ctx, client, body, plan)
+        state = self._state(ctx, client, body, plan, created=True)
         _warn_failed_nodes(ctx, state)  # came up, then lost a node it keeps failed: created all the same
         return state
 
@@ -538,10 +539,11 @@ class GpuClusterResource(Resource):
         """The state of an API object as an import reads it (`terraform query` builds states with it)."""
         return self._state(ctx, client_of(ctx), body, {})
 
-    def _state(self, ctx: Context, client: GpuCloudClient, body: dict[str, Any], prior: State) -> State:
-        state: State = keep_semantic_equals(
-            self.schema, prior, cluster_state(body, prior, self._reservation(client, body))
-        )
+    def _state(self, ctx: Context, client: GpuCloudClient, body: dict[str, Any], prior: State, *,
+               created: bool = False) -> State:
+        read = cluster_state(body, prior, self._reservation(client, body))
+        read["labels"] = own_labels(ctx, prior.get("labels"), read["labels"], created=created)
+        state: State = keep_semantic_equals(self.schema, prior, read)
         return state
 
     @staticmethod

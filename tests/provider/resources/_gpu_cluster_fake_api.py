@@ -90,6 +90,7 @@ class FakeClusterApi:
     credentials_lapsed: bool = False  # renewals answer 409 credentials_expired
     credential_reads: int = 0
     credential_renewals: int = 0
+    scope_labels: dict[str, str] = field(default_factory=dict)  # what a team-scoped key's creates get
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _clock: itertools.count[int] = field(default_factory=lambda: itertools.count(0))
 
@@ -198,7 +199,8 @@ class FakeClusterApi:
             "orchestrator": spec.get("orchestrator") or ("slurm" if nodes > 1 else "none"),
             "interconnect": spec.get("interconnect") or itype["interconnects"][0],
             "container": spec.get("container"), "ssh_key_ids": spec.get("ssh_key_ids", []),
-            "volume_ids": spec.get("volume_ids", []), "billing": billing, "labels": spec.get("labels", {}),
+            "volume_ids": spec.get("volume_ids", []), "billing": billing,
+            "labels": {**spec.get("labels", {}), **self.scope_labels},
             "deletion_protection": spec.get("deletion_protection", False),
             "max_hourly_cost_usd": spec.get("max_hourly_cost_usd"),
             "status": "PENDING", "phase": "Admitted", "status_reason": None,

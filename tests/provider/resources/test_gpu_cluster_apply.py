@@ -89,6 +89,17 @@ def test_gpu_cluster_create_waits_for_running_and_fills_every_computed_value(api
     assert posts[0][2]["orchestrator"] == "slurm" and "ssh_key_ids" not in posts[0][2]
 
 
+def test_gpu_cluster_created_by_a_team_key_keeps_the_configured_labels(api):
+    """The API labels a team key's cluster with its team; that label is the key's, so neither the create
+    nor a refresh puts it into `labels` (no "inconsistent result after apply")."""
+    api.scope_labels = {"team": "nlp"}
+    ctx = ctx_for(api, {IDEMPOTENCY_KEY: "key-1"})
+    state = RESOURCE.create(ctx, planned(labels=None))
+    assert not ctx.diagnostics and state is not None and state["labels"] is None
+    assert api.clusters["cls_1"]["labels"] == {"team": "nlp"}
+    assert RESOURCE.read(ctx, state)["labels"] is None
+
+
 def test_gpu_cluster_create_without_waiting_returns_at_once(api):
     ctx = ctx_for(api)
     state = RESOURCE.create(ctx, planned(wait_for_running=False))
