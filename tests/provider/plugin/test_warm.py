@@ -330,7 +330,10 @@ def _served_warm(plugin: LaunchedPlugin) -> bool:
               if len(fields) > 7 and fields[7] == plugin.handshake.address}
     assert inodes, "nobody listens on the handshake's socket"
     fd_dir = Path(f"/proc/{plugin.process.pid}/fd")
-    held = {os.readlink(fd_dir / fd) for fd in os.listdir(fd_dir)}
+    held: set[str] = set()
+    for fd in os.listdir(fd_dir):
+        with contextlib.suppress(FileNotFoundError):  # closed since it was listed (a race, not a socket)
+            held.add(os.readlink(fd_dir / fd))
     return not held & {f"socket:[{inode}]" for inode in inodes}
 
 
