@@ -251,9 +251,7 @@ def scale(app: App, cluster_ref: str, node_count: int, no_wait: bool, yes: bool,
 def _confirm_scale_down(client: GpuCloudClient, c: dict[str, Any], node_count: int, yes: bool) -> None:
     """Say which nodes a scale-down removes and the jobs on them; ask before evicting running jobs."""
     try:
-        response = client.request("GET", f"/v1/clusters/{c['id']}/scale-down-preview",
-                                  params={"node_count": node_count}, side_effect_free=True)
-        preview: dict[str, Any] = response.body if isinstance(response.body, dict) else {}
+        preview = client.scale_down_preview(c["id"], node_count)
     except ApiError as error:
         note(f"Could not preview which nodes go ({error}); nodes running jobs are drained and their jobs "
              "requeued after scale_down_grace_minutes.")

@@ -250,6 +250,12 @@ class GpuCloudClient(HttpCore):
         path = f"/v1/clusters/{_seg(cluster_id)}/nodes"
         return self._body(self.request("GET", path, params={"health": health}))
 
+    def scale_down_preview(self, cluster_id: str, node_count: int) -> Body:
+        """What a scale-down to `node_count` would do (read-only): `nodes` that go, each with its
+        `running_jobs`, `summary`, `scale_down_grace_minutes`, `workload_known`."""
+        path = f"/v1/clusters/{_seg(cluster_id)}/scale-down-preview"
+        return self._body(self.request("GET", path, params={"node_count": node_count}, side_effect_free=True))
+
     def list_node_events(self, cluster_id: str, node: str, *, limit: int | None = None) -> list[Body]:
         """The node's history, newest first (faults with their XID code, repairs, restarts, node actions
         and who asked), across every machine that held the name; `limit`: only the newest ones."""

@@ -14,17 +14,6 @@ from provider.cty import is_unknown
 from provider.framework import Context, State, root
 from provider.resources.cluster_checks import known
 
-PREVIEW_PATH = "/v1/clusters/{cluster_id}/scale-down-preview"
-
-
-def scale_down_preview(client: GpuCloudClient, cluster_id: str, node_count: int) -> dict[str, Any]:
-    """The backend's answer: `nodes` (each with `running_jobs`), `summary`, `scale_down_grace_minutes`."""
-    response = client.request("GET", PREVIEW_PATH.format(cluster_id=cluster_id),
-                              params={"node_count": node_count}, side_effect_free=True)
-    if not isinstance(response.body, dict):
-        raise ValueError("the scale-down preview answered without a JSON object")
-    return response.body
-
 
 def warn_scale_down(ctx: Context, client: GpuCloudClient, plan: State, state: State | None
                     ) -> dict[str, Any] | None:
@@ -36,8 +25,8 @@ def warn_scale_down(ctx: Context, client: GpuCloudClient, plan: State, state: St
     if not isinstance(before, int) or not isinstance(after, int) or after >= before or not cluster_id:
         return None
     try:
-        preview = scale_down_preview(client, str(cluster_id), after)
-    except (ApiError, ValueError, OSError) as error:
+        preview = client.scale_down_preview(str(cluster_id), after)
+    except (ApiError, OSError) as error:
         ctx.warning(
             "Scale-Down Removes Nodes",
             f"node_count goes from {before} to {after}: {before - after} node(s) are removed, idle ones "
