@@ -75,6 +75,10 @@ class Operation:
     ready_at: dt.datetime | None
     succeeded: bool
     reason: str | None = None
+    # NODE_BOOT and CONTROL_PLANE_CREATE, once succeeded: the machine's SSH host key as an OpenSSH
+    # public-key line (`ssh-ed25519 AAAA...`), which the API publishes for clients to verify; None: the
+    # driver does not know it.
+    host_key: str | None = None
 
     def done(self, now: dt.datetime) -> bool:
         return self.ready_at is not None and now >= self.ready_at
@@ -142,6 +146,8 @@ class NodeTelemetry:
     # The scheduler's own view of the node (Slurm: IDLE, MIXED, ALLOCATED, DRAIN, DOWN, UNKNOWN), where the
     # driver can ask it; None: derived from the engine's state and the GPU readings instead.
     orchestrator_state: str | None = None
+    # The scheduler's reason for a drained or down node (Slurm's `Reason=`), where the driver can tell.
+    orchestrator_reason: str | None = None
     # NVLink and InfiniBand link state, where a real agent read it (None: not read by this driver).
     links: LinkReading | None = None
 

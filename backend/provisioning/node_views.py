@@ -74,6 +74,15 @@ def orchestrator_state(orchestrator: str, node: EngineNode, busy_gpus: int | Non
     return "ALLOCATED" if busy_gpus >= node.gpu_count else "MIXED"
 
 
+def scheduler_reason(node: EngineNode, telemetry: NodeTelemetry | None) -> str | None:
+    """Why the scheduler keeps work off a drained or down node: its own reason where the driver reads it
+    (Slurm's `Reason=`), else that the engine drained it; None for a node in service."""
+    out_of_service = node.drained or node.stage == NodeStage.FAILED
+    if telemetry is not None and telemetry.orchestrator_reason and out_of_service:
+        return telemetry.orchestrator_reason
+    return "drained: no new work starts on it" if node.drained else None
+
+
 def telemetry_target(cluster: Cluster, node: EngineNode) -> TelemetryTarget:
     return TelemetryTarget(cluster_name=cluster.name, node_name=node.name, instance_id=node.id,
                            attempt=node.attempt, instance_type=node.instance_type, gpu_count=node.gpu_count,
@@ -101,7 +110,8 @@ def node_views(session: Session, driver: ProvisioningDriver, cluster: Cluster, n
         views.append({
             "name": node.name, "role": role, "index": node.index, "instance_id": node.id,
             "status": node.status, "status_reason": node.status_reason,
-            "health": health(node, telemetry, now), "health_reason": health_reason(node, telemetry, now),
+            "health": health(node, telemetry, now),
+            "health_reason": health_reason(node, telemetry, now) or scheduler_reason(node, telemetry),
             "orchestrator_state": telemetry.orchestrator_state if (
                 telemetry is not None and telemetry.orchestrator_state is not None
                 and node.stage == NodeStage.READY) else orchestrator_state(cluster.orchestrator, node, busy),

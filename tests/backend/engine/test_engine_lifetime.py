@@ -168,7 +168,7 @@ def test_engine_idle_teardown_deletes_a_slurm_cluster_after_its_queue_stays_empt
     monkeypatch: pytest.MonkeyPatch,
     clock: ManualClock,
 ) -> None:
-    start = dt.datetime(2026, 3, 3, 2, 0, tzinfo=dt.UTC)  # busy for its first hour in the model
+    start = dt.datetime(2026, 3, 3, 1, 0, tzinfo=dt.UTC)  # busy for its first hour in the model
     on_the_apps_time(monkeypatch, clock, start)
     cluster = create(admin, node_count=1, orchestrator="slurm", idle_teardown_minutes=10)
     assert cluster["idle_teardown_minutes"] == 10

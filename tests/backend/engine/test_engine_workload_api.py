@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from backend.api.cluster_workload import _job_out
 from backend.provisioning.driver import Job, NodeRun, TelemetryTarget
 from backend.provisioning.drivers.simulated.telemetry import busy_gpus, node_telemetry
-from backend.provisioning.drivers.simulated.workload import jobs
+from backend.provisioning.drivers.simulated.workload import jobs, snapshot
 from backend.provisioning.worker import EngineWorker
 from tests.backend.engine.conftest import create, drain, get
 from tests.backend.engine.test_engine_repair import _bring_up_then_fault, _seed_failing_once
@@ -27,13 +27,15 @@ def test_workload_is_reproducible_and_follows_the_gpu_model() -> None:
     other = jobs(4, "train", NODES, NOW)
     assert first == again and first != other
     states = {j.state for j in first}
-    assert {"RUNNING", "COMPLETED", "PENDING", "FAILED", "CANCELLED", "TIMEOUT"} <= states  # Slurm's words
+    assert {"RUNNING", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"} <= states  # Slurm's words
+    minutes = (NOW + dt.timedelta(minutes=m) for m in range(-60, 60))
+    assert any(j.state == "PENDING" for at in minutes for j in jobs(3, "train", NODES, at))  # a queue forms
     assert len({j.job_id for j in first}) == len(first)
     assert [j.job_id for j in first] == sorted((j.job_id for j in first), reverse=True)
-    for job in first:  # every job holds the GPUs the utilisation model says are busy in its slot
-        if job.started_at is not None:
-            node = next(n for n in NODES if n.name == job.nodes)
-            assert job.gpus == busy_gpus(3, "train", node.name, 1, 8, job.started_at)
+    for job in first:  # an array task is its node's own job: the GPUs the model gives the node
+        if job.array_task_id is not None and job.nodes == f"train-{job.array_task_id}":
+            slot_start = job.submitted_at.replace(minute=job.submitted_at.minute // 15 * 15, second=0)
+            assert job.gpus == busy_gpus(3, "train", job.nodes, 1, 8, slot_start)
         assert job.started_at is None or job.started_at >= NOW - dt.timedelta(hours=24, minutes=15)
     running = [j for j in first if j.state == "RUNNING"]
     assert all(j.started_at is not None and j.started_at <= NOW and j.ended_at is None for j in running)
@@ -52,35 +54,40 @@ def test_workload_array_jobs_are_one_task_per_node_of_one_array() -> None:
             arrays.setdefault(job.array_job_id, []).append(job)
     assert arrays
     for array_id, tasks in arrays.items():
-        assert {j.array_task_id for j in tasks} == {int(j.nodes.rsplit("-", 1)[1]) for j in tasks}
+        assert len({j.array_task_id for j in tasks}) == len(tasks)
+        assert min(j.job_id for j in tasks) == array_id  # an array's id is its first task's
         assert len({j.name for j in tasks}) == 1 and len({j.user for j in tasks}) == 1
         assert len({j.job_id for j in tasks}) == len(tasks) and all(j.job_id >= array_id for j in tasks)
 
 
-def test_workload_a_node_that_just_came_up_reads_idle_until_its_first_job() -> None:
-    """The GPU model and the job table agree on a new node: no job yet, so no busy GPU and no load."""
+def test_workload_a_new_node_reads_busy_exactly_with_its_running_jobs() -> None:
+    """The GPU readings follow the schedule on a new node: idle until its first job starts (within a
+    minute of it coming up, unless in a slot's last minutes), then exactly the GPUs of its jobs."""
     for minutes in range(0, 15 * 8, 7):  # wherever in its slot the node came up
         up = NOW - dt.timedelta(minutes=minutes)
         fresh = [NodeRun("train-0", 0, 1, 8, up, None, False)]
-        running = [j for j in jobs(3, "train", fresh, NOW) if j.state == "RUNNING"]
+        schedule = snapshot(3, "train", fresh, NOW)
+        running = [j for j in schedule.jobs if j.state == "RUNNING"]
         target = TelemetryTarget("train", "train-0", "i-1", 1, "8xH100", 8, None, up)
-        reading = node_telemetry(3, None, target, NOW)
+        reading = node_telemetry(3, None, target, NOW, allocated=schedule.allocated["train-0"])
         busy = [g for g in reading.gpus or [] if g.utilization_pct]
         assert len(busy) == sum(j.gpus for j in running), (minutes, running, busy)
-    same_slot = NOW.replace(minute=0)
-    assert busy_gpus(3, "train", "train-0", 1, 8, NOW, same_slot) == 0
+        assert all(j.started_at is not None and j.started_at >= up for j in running)
 
 
 def test_workload_a_failed_node_requeues_its_job_and_takes_no_new_one() -> None:
     """The engine sets a failed node DOWN in Slurm, which requeues its batch job: pending (BeginTime while
-    slurmctld holds it, then Resources) under the same id; nothing new starts on the node."""
+    slurmctld holds it, then Resources) under the same id, on no node; nothing new starts on the node."""
     failed_at = NOW - dt.timedelta(minutes=1)
+    up = [NodeRun("train-0", 0, 1, 8, NOW - dt.timedelta(hours=30), None, False)]
+    (was_running,) = [j for j in jobs(3, "train", up, failed_at) if j.state == "RUNNING"]
     down = [NodeRun("train-0", 0, 1, 8, NOW - dt.timedelta(hours=30), failed_at, True)]
     found = jobs(3, "train", down, NOW)
     assert not any(j.state == "RUNNING" for j in found)
-    (requeued,) = [j for j in found if j.state == "PENDING"]
-    assert (requeued.reason, requeued.started_at, requeued.ended_at) == ("BeginTime", None, None)
-    assert all(j.started_at is not None and j.started_at < failed_at for j in found if j is not requeued)
+    (requeued,) = [j for j in found if j.job_id == was_running.job_id]
+    assert (requeued.state, requeued.reason, requeued.nodes, requeued.started_at) == (
+        "PENDING", "BeginTime", "", None)
+    assert all(j.started_at < failed_at for j in found if j.started_at is not None)
     later = jobs(3, "train", down, NOW + dt.timedelta(minutes=5))
     assert [j.reason for j in later if j.job_id == requeued.job_id] == ["Resources"]
 
@@ -88,13 +95,14 @@ def test_workload_a_failed_node_requeues_its_job_and_takes_no_new_one() -> None:
 def test_workload_a_requeued_job_runs_again_on_the_repaired_node() -> None:
     """The replacement (same name, next attempt) runs the requeued job once it is up, under the same id."""
     failed_at = NOW - dt.timedelta(minutes=1)
-    down = [NodeRun("train-0", 0, 1, 8, NOW - dt.timedelta(hours=30), failed_at, True)]
-    (requeued,) = [j for j in jobs(3, "train", down, NOW) if j.state == "PENDING"]
+    up = [NodeRun("train-0", 0, 1, 8, NOW - dt.timedelta(hours=30), None, False)]
+    (was_running,) = [j for j in jobs(3, "train", up, failed_at) if j.state == "RUNNING"]
+    same = was_running.job_id
     coming = [NodeRun("train-0", 0, 2, 8, None, None, False, replaced_failure=failed_at)]
-    assert [(j.job_id, j.state) for j in jobs(3, "train", coming, NOW)] == [(requeued.job_id, "PENDING")]
+    waiting = [(j.state, j.nodes) for j in jobs(3, "train", coming, NOW) if j.job_id == same]
+    assert waiting == [("PENDING", "")]
     up_at = NOW + dt.timedelta(minutes=1)
     back = [NodeRun("train-0", 0, 2, 8, up_at, None, False, replaced_failure=failed_at)]
-    same = requeued.job_id
     rerun = [j for j in jobs(3, "train", back, up_at + dt.timedelta(seconds=5)) if j.job_id == same]
     assert [(j.state, j.started_at, j.nodes) for j in rerun] == [("RUNNING", up_at, "train-0")]
     done = [j for j in jobs(3, "train", back, up_at + dt.timedelta(minutes=20)) if j.job_id == same]

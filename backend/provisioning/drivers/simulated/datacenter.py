@@ -8,12 +8,17 @@ under the same seed fails the same nodes at the same steps; the operations thems
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 from collections.abc import Sequence
+from dataclasses import replace
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sqlalchemy.orm import Session
 
+from backend.domain.lifecycle import NodeStage
 from backend.provisioning import spot
 from backend.provisioning.driver import (
     Job,
@@ -25,9 +30,10 @@ from backend.provisioning.driver import (
     OpKind,
     TelemetryTarget,
 )
-from backend.provisioning.drivers.simulated import CAPABILITIES, logs, telemetry, workload
+from backend.provisioning.drivers.simulated import CAPABILITIES, logs, slurm, telemetry, workload
 from backend.provisioning.settings import EngineSettings
-from backend.store.engine_models import SimulatedOperation
+from backend.store.engine_models import EngineNode, SimulatedOperation
+from backend.store.models import Cluster
 
 # (typical seconds, p95 seconds), from shared/reference/datacenter.md; release/container/power are estimates
 # (power-on boots the installed image: no PXE or image download, so shorter than a first boot).
@@ -143,7 +149,10 @@ class SimulatedDatacenter:
                                           submitted_at=now, ready_at=ready_at, succeeded=succeeded,
                                           reason=reason)
             session.add(existing)
-        return _to_operation(existing)
+        operation = _to_operation(existing)
+        if operation.succeeded and request.kind in (OpKind.NODE_BOOT, OpKind.CONTROL_PLANE_CREATE):
+            operation = dataclasses.replace(operation, host_key=machine_host_key(request))
+        return operation
 
     def get(self, session: Session, client_token: str) -> Operation | None:
         found = self._find(session, client_token)
@@ -151,18 +160,44 @@ class SimulatedDatacenter:
 
     def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
                         ) -> list[NodeTelemetry]:
-        """What the nodes' agents report now (modelled workload, XID events of their health watches)."""
-        return telemetry.nodes_telemetry(self.settings.simulation_seed, session, targets, now)
+        """What the nodes' agents report now: the GPUs their running jobs hold read busy (the modelled
+        schedule), XID events of their health watches; with Slurm's state and reason of each node."""
+        watches = telemetry.health_watches(session, targets)
+        schedules: dict[str, workload.Snapshot] = {}  # one replay of the schedule per cluster
+        readings = []
+        for target in targets:
+            watch = watches.get(target.watch_token or "")
+            node = session.get(EngineNode, target.instance_id)
+            if node is not None and node.cluster_id not in schedules:
+                schedules[node.cluster_id] = self._schedule(session, node.cluster_id, target.cluster_name,
+                                                            now)
+            allocated = 0 if node is None else schedules[node.cluster_id].allocated.get(target.node_name, 0)
+            reading = telemetry.node_telemetry(self.settings.simulation_seed, watch, target, now,
+                                               allocated=allocated)
+            readings.append(reading if node is None else _with_slurm_state(session, reading, node, watch,
+                                                                             allocated))
+        return readings
+
+    def _schedule(self, session: Session, cluster_id: str, cluster_name: str, now: dt.datetime
+                  ) -> workload.Snapshot:
+        from backend.provisioning.node_views import node_runs  # the read model imports the drivers' types
+
+        return self._snapshot(session, cluster_name, cluster_id, node_runs(session, cluster_id), now,
+                              history=False)
+
+    def _snapshot(self, session: Session, cluster_name: str, cluster_id: str, nodes: Sequence[NodeRun],
+                  now: dt.datetime, *, history: bool = True) -> workload.Snapshot:
+        return slurm.snapshot(self.settings.simulation_seed, session, cluster_name, cluster_id, nodes, now,
+                              history=history)
 
     def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime,
                      *, cluster_id: str) -> list[Job]:
-        """The modelled workload's jobs (those behind the modelled GPU utilisation)."""
-        del session, cluster_id
-        return workload.jobs(self.settings.simulation_seed, cluster_name, nodes, now)
+        """The modelled schedule's jobs (those whose GPUs the node readings show busy)."""
+        return self._snapshot(session, cluster_name, cluster_id, nodes, now).jobs
 
     def cluster_logs(self, session: Session, request: LogRequest, now: dt.datetime) -> list[str]:
         """slurmctld's or a node's log, rebuilt from the engine's records and the modelled workload."""
-        jobs = workload.jobs(self.settings.simulation_seed, request.cluster_name, request.nodes, now)
+        jobs = self._snapshot(session, request.cluster_name, request.cluster_id, request.nodes, now).jobs
         if request.node is None:
             lines = logs.controller_lines(session, request.cluster_id, jobs, now)
         else:
@@ -171,6 +206,31 @@ class SimulatedDatacenter:
             lines = logs.node_lines(session, request.node.instance_id, request.node.node_name, jobs,
                                         reading, now, keys)
         return logs.render(lines, request.tail)
+
+
+def machine_host_key(request: OperationRequest) -> str:
+    """The SSH host key of the machine a boot brings up: a valid ed25519 key derived from the cluster, the
+    node (the jumphost for the control plane) and the attempt, so it is stable across reads and a node
+    replaced in place presents a new one, as a new machine would."""
+    cluster = request.cluster_id or request.cluster_name
+    machine = request.node_name or "jumphost"
+    seed = hashlib.sha256(f"ssh-host-key|{cluster}|{machine}|{request.attempt}".encode()).digest()
+    public = Ed25519PrivateKey.from_private_bytes(seed).public_key()
+    return public.public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
+
+
+def _with_slurm_state(session: Session, reading: NodeTelemetry, node: EngineNode,
+                      watch: SimulatedOperation | None, allocated: int) -> NodeTelemetry:
+    """A Slurm cluster's node reading with slurmctld's state and reason of the node."""
+    cluster = session.get(Cluster, node.cluster_id)
+    if cluster is None or cluster.orchestrator != "slurm":
+        return reading
+    failed = node.stage == NodeStage.FAILED
+    fault = watch.reason if watch is not None and not watch.succeeded else node.status_reason
+    return replace(reading,
+                   orchestrator_state=slurm.node_state(allocated, node.gpu_count, drained=node.drained,
+                                                       failed=failed),
+                   orchestrator_reason=slurm.node_reason(drained=node.drained, failed=failed, fault=fault))
 
 
 def _to_operation(row: SimulatedOperation) -> Operation:

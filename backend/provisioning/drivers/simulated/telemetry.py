@@ -1,12 +1,13 @@
 """What the simulated datacenter's node agents report: GPU readings and XID events in the node agent's
 own types, plausible and reproducible from the seed.
 
-The workload is modelled per node in 15-minute slots: a slot is busy with probability 0.75, then a job
-holds all eight GPUs (70 %) or a few; busy GPUs run at 80-99 % with most of their memory in use, hot and
-near their power limit, idle ones at P0 idle values (the idle numbers are the real H200 node's,
-tests/backend/node_agent/data). A health watch that ends in a fault (see SimulatedDatacenter) shows as
-XID events: a warning XID on the faulty GPU a quarter of the watch's span before the fault, then the
-fatal one at the fault, as a node agent reading the kernel log would see them.
+The GPUs a node's running jobs have allocated (the modelled Slurm schedule, `workload.snapshot`) are
+busy: 80-99 % with most of their memory in use, hot and near their power limit; the others read P0 idle
+values (the idle numbers are the real H200 node's, tests/backend/node_agent/data). A node's own job of a
+15-minute slot asks for all its GPUs (70 %) or a few, in a busy slot (probability 0.75): `busy_gpus`. A
+health watch that ends in a fault (see SimulatedDatacenter) shows as XID events: a warning XID on the
+faulty GPU a quarter of the watch's span before the fault, then the fatal one at the fault, as a node
+agent reading the kernel log would see them.
 """
 
 from __future__ import annotations
@@ -63,13 +64,10 @@ def _uniform(*parts: object) -> float:
     return int.from_bytes(digest[:8], "big") / 2**64
 
 
-def busy_gpus(seed: int, cluster: str, node: str, attempt: int, gpu_count: int, at: dt.datetime,
-              up_since: dt.datetime | None = None) -> int:
-    """How many GPUs of the node the modelled workload holds at `at`. A node's first jobs start in the
-    slot after the one it came up in (as `workload.jobs` has it), so a new node reads idle until then."""
+def busy_gpus(seed: int, cluster: str, node: str, attempt: int, gpu_count: int, at: dt.datetime) -> int:
+    """How many GPUs the node's own job of the slot of `at` asks for (0: the node has none that slot);
+    whether it runs, and where, is the schedule's (`workload`)."""
     slot = int(at.timestamp() // SLOT.total_seconds())
-    if up_since is not None and slot <= int(up_since.timestamp() // SLOT.total_seconds()):
-        return 0
     if _uniform(seed, cluster, node, attempt, slot, "busy") >= BUSY_SHARE:
         return 0
     if gpu_count == 1 or _uniform(seed, cluster, node, attempt, slot, "whole") < WHOLE_NODE_SHARE:
@@ -117,17 +115,17 @@ def _event(code: int, gpu: int, at: dt.datetime, detail: str) -> XidEvent:
                     logged_at=at.astimezone(dt.UTC).isoformat())
 
 
-def nodes_telemetry(seed: int, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
-                    ) -> list[NodeTelemetry]:
+def health_watches(session: Session, targets: Sequence[TelemetryTarget]) -> dict[str, SimulatedOperation]:
+    """The targets' current health watches, by token."""
     tokens = [t.watch_token for t in targets if t.watch_token]
-    watches = {op.client_token: op for op in session.scalars(
+    return {op.client_token: op for op in session.scalars(
         select(SimulatedOperation).where(SimulatedOperation.client_token.in_(tokens)))} if tokens else {}
-    return [node_telemetry(seed, watches.get(t.watch_token or ""), t, now) for t in targets]
 
 
-def node_telemetry(seed: int, watch: SimulatedOperation | None, target: TelemetryTarget, now: dt.datetime
-                   ) -> NodeTelemetry:
-    """One node's reading; `watch`: its current health watch (where its XID events come from)."""
+def node_telemetry(seed: int, watch: SimulatedOperation | None, target: TelemetryTarget, now: dt.datetime,
+                   *, allocated: int) -> NodeTelemetry:
+    """One node's reading; `watch`: its current health watch (where its XID events come from);
+    `allocated`: the GPUs its running jobs hold (the first ones of the node read busy)."""
     events: list[XidEvent] = []
     faulted, code = None, None
     if watch is not None and not watch.succeeded and watch.ready_at is not None and watch.reason:
@@ -141,9 +139,7 @@ def node_telemetry(seed: int, watch: SimulatedOperation | None, target: Telemetr
             if fault_at <= now:
                 events.append(_event(fatal, gpu, fault_at, watch.reason))
                 faulted, code = gpu, fatal
-    busy = busy_gpus(seed, target.cluster_name, target.node_name, target.attempt, target.gpu_count, now,
-                     target.created_at)
-    gpus = [gpu_reading(seed, target, i, now, busy_count=busy, faulted=faulted, fault_code=code)
+    gpus = [gpu_reading(seed, target, i, now, busy_count=allocated, faulted=faulted, fault_code=code)
             for i in range(target.gpu_count)]
     return NodeTelemetry(read_at=now.astimezone(dt.UTC).isoformat(timespec="seconds"), gpus=gpus,
                          gpus_unavailable_reason=None, xid_events=events)

@@ -13,10 +13,11 @@ export function summarise(cluster, nodes, jobs) {
   const used = gpus.reduce((sum, g) => sum + (g.memory_used_mib || 0), 0);
   const total = gpus.reduce((sum, g) => sum + (g.memory_total_mib || 0), 0);
   const running = jobs.items.filter((j) => j.state === "running");
-  const partitionsAllocated = jobs.partitions.reduce((sum, p) => sum + (p.gpus_total - p.gpus_available), 0);
   return {
     totalGpus: cluster.num_gpus,
-    allocatedGpus: jobs.partitions.length ? partitionsAllocated : running.reduce((sum, j) => sum + j.gpus, 0),
+    // What the running jobs hold: a partition's total less its available GPUs would also count the GPUs
+    // of drained, down or booting nodes, which no job holds.
+    allocatedGpus: running.reduce((sum, j) => sum + j.gpus, 0),
     avgUtilisation: utils.length ? utils.reduce((a, b) => a + b, 0) / utils.length : null,
     memoryUsedMib: gpus.length ? used : null,
     memoryTotalMib: gpus.length ? total : null,
