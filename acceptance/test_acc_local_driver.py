@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,10 +98,19 @@ def config(node_count: int, keys: list[tuple[str, str]], logins: tuple[str, ...]
     """
 
 
+def known_hosts_entry(login: dict[str, object]) -> str:
+    """The login host's known_hosts line from the key the API publishes (`[host]:port` off port 22)."""
+    host = login["host"] if login["port"] == 22 else f"[{login['host']}]:{login['port']}"
+    return f"{host} {login['host_key']}\n"
+
+
 def ssh(key: Path, login: dict[str, object], command: str) -> subprocess.CompletedProcess[str]:
+    """`command` on the login host as `ubuntu` with `key`, its host key verified against the published one."""
+    known_hosts = key.with_name(f"{key.name}.known_hosts")
+    known_hosts.write_text(known_hosts_entry(login))
     return subprocess.run(
-        ["ssh", "-i", str(key), "-p", str(login["port"]), "-o", "StrictHostKeyChecking=no",
-         "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+        ["ssh", "-i", str(key), "-p", str(login["port"]), "-o", "StrictHostKeyChecking=yes",
+         "-o", f"UserKnownHostsFile={known_hosts}", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
          "-o", "LogLevel=ERROR", f"ubuntu@{login['host']}", command],
         capture_output=True, text=True, timeout=120, check=False)
 
@@ -205,6 +216,70 @@ def test_acc_local_driver_slurm_cluster_runs_jobs_over_ssh(
         time.sleep(0.2)
     assert ours(cluster_id) == {"namespaces": [], "pids": [], "mounts": [], "links": [], "ssh_masters": []}
     assert not (backend.data_dir / "local" / "clusters" / cluster_id).exists()
+
+
+def test_acc_local_driver_gpucloud_ssh_to_a_worker_verifies_host_keys_without_an_agent(
+    gpucloud_tf: GpuCloudTerraform, backend: Backend, tmp_path: Path
+) -> None:
+    """`gpucloud ssh NODE -- -i KEY CMD` from a script: a fresh HOME, no ssh-agent, no terminal; the key
+    reaches the jump too, the host keys are the API's and checked strictly, the exit status is CMD's."""
+    keys = [keypair(tmp_path, "dave")]
+    tf = gpucloud_tf(config(2, keys, logins=("dave",), name="keyed", volumes=("data",)))
+    apply_and_check(tf)
+    cluster = values(tf, ADDRESS)
+    assert [node["host_key"] for node in cluster["nodes"]] == [cluster["login"]["host_key"]] * 2  # one key
+    assert str(cluster["login"]["host_key"]).startswith("ssh-ed25519 ")  # (the driver's, see node_setup)
+    home, key = tmp_path / "home", str(tmp_path / "dave")
+    home.mkdir()
+
+    def gpucloud(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("GPUCLOUD_") and k not in ("SSH_AUTH_SOCK", "XDG_CONFIG_HOME")}
+        env.update(backend.provider_env, HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        return subprocess.run([sys.executable, "-m", "provider.cli.main", *args], env=env,
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                              check=False)
+
+    worker = gpucloud("ssh", "keyed-1", "--", "-i", key, "-o", "BatchMode=yes", "hostname")
+    assert (worker.returncode, worker.stdout.strip()) == (0, "keyed-1"), worker.stderr
+    assert gpucloud("ssh", "keyed-1", "--", "-i", key, "-o", "BatchMode=yes", "exit 3").returncode == 3
+    login = gpucloud("ssh", "keyed", "--", "-i", key, "-o", "BatchMode=yes", "hostname")
+    assert (login.returncode, login.stdout.strip()) == (0, "keyed-jumphost"), login.stderr
+    known_hosts = home / ".config" / "gpucloud" / "known_hosts"
+    assert known_hosts.stat().st_mode & 0o777 == 0o600
+    assert f" {cluster['login']['host_key']}\n" in known_hosts.read_text()
+
+    # Strict checking really verifies: with another key filed for the worker, the same command is refused.
+    dry = gpucloud("ssh", "keyed-1", "--dry-run", "--", "-i", key, "-o", "BatchMode=yes", "hostname")
+    assert dry.returncode == 0, dry.stderr
+    impostor = keypair(tmp_path, "impostor")[1].split()[:2]
+    genuine = known_hosts.read_text()
+    forged = "".join(f"{line.split()[0]} {' '.join(impostor)}\n" if ".keyed-1 " in line else f"{line}\n"
+                     for line in genuine.splitlines())
+    assert forged != genuine
+    known_hosts.write_text(forged)
+    refused = subprocess.run(shlex.split(dry.stdout), env={**os.environ, "HOME": str(home)},
+                             stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                             check=False)
+    assert refused.returncode == 255 and "Host key verification failed" in refused.stderr, refused.stderr
+
+    # --print-config: plain ssh and scp by node name (it writes the genuine keys back).
+    printed = gpucloud("ssh", "--print-config", "keyed", "--", "-i", key)
+    assert printed.returncode == 0, printed.stderr
+    ssh_config = tmp_path / "ssh_config"
+    ssh_config.write_text(printed.stdout)
+    (tmp_path / "payload").write_text("over scp\n")
+    plain = {**os.environ, "HOME": str(home)}
+    plain.pop("SSH_AUTH_SOCK", None)
+    copied = subprocess.run(["scp", "-F", str(ssh_config), "-o", "BatchMode=yes", str(tmp_path / "payload"),
+                             "keyed-0:payload"], env=plain, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert copied.returncode == 0, copied.stderr
+    read = subprocess.run(["ssh", "-F", str(ssh_config), "-o", "BatchMode=yes", "keyed-0", "cat payload"],
+                          env=plain, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert read.stdout == "over scp\n", read.stderr
+    tf.destroy()
 
 
 def test_acc_local_driver_backend_killed_mid_create_scale_and_delete_converges(

@@ -301,8 +301,18 @@ class ClusterOut(BaseModel):
     deletion_requested_at: datetime | None
     created_at: datetime
     updated_at: datetime
-    nodes: list[dict[str, Any]] = Field(default_factory=list)
-    login: dict[str, Any] | None = None
+    nodes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="name, instance_id, role, index, status, health, private_ip, public_ip, network, "
+        "capacity_type, preemption_at, and host_key: the node's SSH host key as an OpenSSH public-key line "
+        "(`ssh-ed25519 AAAA...`) to verify it by, null until the machine has booted",
+    )
+    login: dict[str, Any] | None = Field(
+        default=None,
+        description="How to SSH in: host, public_ip (the address), user, ssh_command, and host_key: the "
+        "login host's SSH host key (the jumphost's for a multi-node cluster, else the node's) as an "
+        "OpenSSH public-key line, null until it is up. Null before the cluster is placed",
+    )
     slurm: dict[str, Any] | None = None
     kubernetes: dict[str, Any] | None = None
     nccl_env: dict[str, str] = Field(default_factory=dict)

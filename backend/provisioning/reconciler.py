@@ -175,6 +175,8 @@ def _control_plane(ctx: PassContext, cluster: Cluster, state: EngineCluster) -> 
     if op.done(ctx.now):
         _record_outcome(ctx, op)
         state.control_plane, state.control_plane_ready_at = "ready", op.ready_at
+        if op.succeeded and op.host_key is not None:
+            state.login_host_key = op.host_key
     elif op.ready_at is not None:
         ctx.due.append(op.ready_at)
 
@@ -240,6 +242,8 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
             return progressed
         _record_outcome(ctx, op)
         progressed = True
+        if op.succeeded and op.host_key is not None:  # a boot reports the machine's SSH host key
+            node.host_key = op.host_key
         if stage in AFTER_POWER_OP:  # a power operation: no bring-up rollback, the node is just broken
             outcome = AFTER_POWER_OP[stage] if op.succeeded else S.FAILED
             reason = None if op.succeeded else f"{STAGE_OP[stage]} failed: {op.reason}"

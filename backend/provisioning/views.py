@@ -44,7 +44,7 @@ _NODE_COLUMNS = (EngineNode.id, EngineNode.name, EngineNode.active_name, EngineN
                  EngineNode.scalable_unit, EngineNode.private_ip, EngineNode.public_ip, EngineNode.status,
                  EngineNode.status_reason, EngineNode.stage, EngineNode.repair_of, EngineNode.pending_action,
                  EngineNode.degraded_reason, EngineNode.capacity_type, EngineNode.preempt_at,
-                 EngineNode.preempt_notice_at)
+                 EngineNode.preempt_notice_at, EngineNode.host_key)
 
 
 # Read statements are built once (SQLAlchemy also memoizes their cache keys): the GET path runs them all.
@@ -68,7 +68,7 @@ def _live_node_rows(session: Session, cluster_id: str) -> list[Any]:
 # The engine state a read view needs (the admin token stays out: it is served by /credentials only).
 _STATE_COLUMNS = (EngineCluster.fabric, EngineCluster.hostname_prefix, EngineCluster.subnet,
                   EngineCluster.partition_key, EngineCluster.jumphost_ip, EngineCluster.public_ip,
-                  EngineCluster.kube_ca_cert_pem, EngineCluster.finished)
+                  EngineCluster.kube_ca_cert_pem, EngineCluster.login_host_key, EngineCluster.finished)
 
 
 _STATE = select(*_STATE_COLUMNS).where(EngineCluster.cluster_id == bindparam("cluster_id"))
@@ -89,6 +89,7 @@ class _JoinedState:
     jumphost_ip: Any
     public_ip: Any
     kube_ca_cert_pem: Any
+    login_host_key: Any
     finished: Any
 
 
@@ -136,6 +137,13 @@ def _login_address(layout: ClusterLayout) -> str | None:
     return layout.public_ip
 
 
+def _login_host_key(layout: ClusterLayout, state: Any, members: list[Any]) -> str | None:
+    """The login host's SSH host key: the jumphost's for a multi-node cluster, else the node's."""
+    key = state.login_host_key if layout.multi_node else next(
+        (n.host_key for n in members if n.name == layout.controller), None)
+    return None if key is None else str(key)
+
+
 def _iso(value: Any) -> str | None:
     stamp = aware(value)
     return None if stamp is None else stamp.isoformat().replace("+00:00", "Z")
@@ -149,6 +157,7 @@ def _node_view(n: Any, role: str, network: dict[str, Any] | None, *, member: boo
     return {"name": n.name, "instance_id": n.id, "role": role, "index": n.index, "status": n.status,
             "status_reason": n.status_reason, "health": health, "private_ip": n.private_ip,
             "public_ip": n.public_ip, "network": network, "capacity_type": n.capacity_type,
+            "host_key": n.host_key,
             # Spot: set once the market gave notice, with the moment the node is reclaimed.
             "preemption_at": _iso(n.preempt_at) if n.preempt_notice_at is not None else None}
 
@@ -186,7 +195,8 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
     login_host = f"{layout.name}-jumphost" if layout.multi_node else layout.controller
     address = _login_address(layout)
     runtime["login"] = {"host": login_host, "public_ip": address, "user": SSH_USER,
-                        "ssh_command": f"ssh {SSH_USER}@{address}"}
+                        "ssh_command": f"ssh {SSH_USER}@{address}",
+                        "host_key": _login_host_key(layout, state, nodes)}
     runtime["fabric"] = {"name": layout.fabric.name, "kind": layout.fabric.kind,
                          "partition_key": layout.partition_key, "subnet": layout.subnet,
                          "scalable_units": sorted({n.scalable_unit for n in layout.nodes})}

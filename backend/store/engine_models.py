@@ -66,6 +66,9 @@ class EngineCluster(Base):
     paused_reason: Mapped[str | None] = mapped_column(Text)
     # Spot (0018): until then the spot market has no capacity for this cluster (it reclaimed some).
     spot_reclaimed_until: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    # Migration 0026_ssh_host_keys. The jumphost's SSH host key (OpenSSH public-key line) as the driver
+    # reported it when the control plane came up; NULL: not known (no jumphost, or not up yet).
+    login_host_key: Mapped[str | None] = mapped_column(Text)
     finished: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
 
 
@@ -123,6 +126,9 @@ class EngineNode(Base):
                                                server_default="on_demand")
     preempt_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     preempt_notice_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    # Migration 0026_ssh_host_keys. The machine's SSH host key (OpenSSH public-key line) as the driver
+    # reported it when the node booted; NULL: not known yet.
+    host_key: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
     updated_at: Mapped[datetime] = mapped_column(UtcDateTime(), nullable=False)
 

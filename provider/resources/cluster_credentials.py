@@ -55,6 +55,10 @@ class ClusterCredentialsEphemeralResource(EphemeralResource):
             "port": Int64Attribute(computed=True, description="SSH port."),
             "user": _computed("SSH user."),
             "ssh_command": _computed("A ready-to-run SSH command line."),
+            "host_key": _computed(
+                "The SSH host's public key as an OpenSSH public-key line (`ssh-ed25519 AAAA...`) for a "
+                "known_hosts entry; null until the login host is up."
+            ),
             "expires_at": _computed(
                 "When the kubeconfig's token lapses unless renewed (RFC 3339; Kubernetes clusters only). "
                 "Terraform renews it while it runs; a later run opens fresh credentials."

@@ -81,6 +81,11 @@ NODE_ATTRIBUTES: dict[str, Attribute] = {
     ),
     "private_ip": _computed_str("Address on the cluster's private subnet."),
     "public_ip": _computed_str("Public address, when the node has one (single-node clusters)."),
+    "host_key": _computed_str(
+        "The node's SSH host key as an OpenSSH public-key line (`ssh-ed25519 AAAA...`), for a known_hosts "
+        "entry under `private_ip` (workers are reached through the login host). Null until the machine "
+        "has booted; a node replaced in place presents a new one (a refresh records it)."
+    ),
     "fabric": _computed_str("Name of the fabric (InfiniBand or EFA network) the node is cabled to."),
     "partition_key": _computed_str("InfiniBand partition key (P_Key) isolating the cluster, e.g. `0x8001`."),
     "hcas": ListAttribute(
@@ -104,6 +109,12 @@ LOGIN_ATTRIBUTES: dict[str, Attribute] = {
     "port": Int64Attribute(computed=True, description="SSH port."),
     "user": _computed_str("Login user."),
     "ssh_command": _computed_str("A ready-to-run SSH command line."),
+    "host_key": _computed_str(
+        "The login host's SSH host key as an OpenSSH public-key line (`ssh-ed25519 AAAA...`): the "
+        "jumphost's of a multi-node cluster, else the node's. Null until it is up. `gpucloud ssh` verifies "
+        "it (strict host key checking); for other clients write `<host> <host_key>` (`[<host>]:<port> "
+        "<host_key>` when `port` is not 22) to a known_hosts file."
+    ),
 }
 
 SLURM_ATTRIBUTES: dict[str, Attribute] = {
@@ -663,6 +674,7 @@ def node_state(node: dict[str, Any], *, multi_node: bool) -> dict[str, Any]:
         "capacity_type": node.get("capacity_type") or "on_demand",
         "private_ip": node.get("private_ip"),
         "public_ip": node.get("public_ip"),
+        "host_key": node.get("host_key"),
         "fabric": fabric,
         "partition_key": network.get("partition_key"),
         "hcas": hcas,
@@ -680,6 +692,7 @@ def login_state(login: dict[str, Any] | None) -> dict[str, Any] | None:
         "port": int(login.get("port") or 22),
         "user": login.get("user"),
         "ssh_command": login.get("ssh_command"),
+        "host_key": login.get("host_key"),
     }
 
 

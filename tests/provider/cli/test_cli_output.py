@@ -1,6 +1,6 @@
 """The CLI's formatting: exact JSON, plain tables off a terminal, status colours on one, one-line errors
-(from problem documents served by httpx.MockTransport), the forfeit notice of a reserved cluster and the
-ssh command lines."""
+(from problem documents served by httpx.MockTransport) and the forfeit notice of a reserved cluster (ssh
+command lines: test_cli_ssh.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ import pytest
 from provider.cli import output
 from provider.cli.clusters import forfeit_notice, show_cluster
 from provider.cli.main import error_line
-from provider.cli.ssh import ssh_argv_for_cluster, ssh_argv_for_node
 from provider.client import ApiError, TransportError
 from tests.provider.client.fakes import ScriptedApi, make_client, problem
 
@@ -105,23 +104,6 @@ def test_cli_forfeit_notice_only_for_a_started_reserved_term() -> None:
     )
     expired = {**RESERVED, "reservation": {**RESERVED["reservation"], "expired": True}}
     assert forfeit_notice(expired) is None
-
-
-CLUSTER = {
-    "id": "cls_1",
-    "status": "RUNNING",
-    "login": {"host": "t-jumphost", "public_ip": "198.18.0.7", "user": "ubuntu"},
-}
-
-
-def test_cli_ssh_goes_through_the_jumphost_to_a_worker() -> None:
-    assert ssh_argv_for_cluster(CLUSTER) == ["ssh", "-p", "22", "ubuntu@198.18.0.7"]
-    worker = {"name": "t-1", "role": "worker", "status": "RUNNING", "private_ip": "10.0.0.11"}
-    assert ssh_argv_for_node(CLUSTER, worker) == [
-        "ssh", "-J", "ubuntu@198.18.0.7:22", "-p", "22", "ubuntu@10.0.0.11"
-    ]
-    single = {"name": "t-0", "role": "standalone", "status": "RUNNING", "private_ip": "10.0.0.10"}
-    assert ssh_argv_for_node(CLUSTER, single) == ["ssh", "-p", "22", "ubuntu@198.18.0.7"]
 
 
 def test_cli_live_status_line_ticks_between_polls() -> None:

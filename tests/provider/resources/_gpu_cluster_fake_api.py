@@ -64,6 +64,7 @@ CATALOG_TYPES = [
 ]
 REGIONS = [{"name": "us-east-1"}, {"name": "us-west-2"}]
 STEPS = ["PENDING", "PROVISIONING", "RUNNING"]
+LOGIN_HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILogin"  # the API's OpenSSH line (shape only)
 
 
 @dataclass
@@ -255,11 +256,13 @@ class FakeClusterApi:
             network["efa_interfaces"] = [{"device": f"rdmap{i}s0"} for i in range(4)]
         return {"name": f"{cluster['name']}-{index}", "index": index, "instance_id": f"nod_{index}",
                 "status": cluster["status"],
-                "private_ip": f"10.0.0.{index + 10}", "public_ip": None, "network": network}
+                "private_ip": f"10.0.0.{index + 10}", "public_ip": None, "network": network,
+                "host_key": f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINode{index}"}
 
     def _runtime(self, cluster: dict[str, Any]) -> None:
         cluster["login"] = {"host": f"{cluster['name']}-jumphost", "public_ip": "198.18.0.7",
-                            "user": "ubuntu", "ssh_command": "ssh ubuntu@198.18.0.7"}
+                            "user": "ubuntu", "ssh_command": "ssh ubuntu@198.18.0.7",
+                            "host_key": LOGIN_HOST_KEY}
         if cluster["orchestrator"] == "slurm":
             cluster["slurm"] = {"controller": f"{cluster['name']}-jumphost", "partition": "gpu"}
         if cluster["orchestrator"] == "kubernetes":

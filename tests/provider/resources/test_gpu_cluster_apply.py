@@ -21,7 +21,7 @@ from provider.resources.cluster_credentials import ClusterCredentialsEphemeralRe
 from provider.resources.cluster_data_source import GpuClusterDataSource
 from provider.resources.gpu_cluster import GpuClusterResource
 from provider.resources.rest import IDEMPOTENCY_KEY
-from tests.provider.resources._gpu_cluster_fake_api import FakeClusterApi
+from tests.provider.resources._gpu_cluster_fake_api import LOGIN_HOST_KEY, FakeClusterApi
 
 RESOURCE = GpuClusterResource()
 SCHEMA = RESOURCE.schema
@@ -79,7 +79,8 @@ def test_gpu_cluster_create_waits_for_running_and_fills_every_computed_value(api
     assert node["partition_key"] == "0x8001" and node["topology_path"] == "ib-east-a/su00/pos00"
     assert node["role"] == "worker" and node["instance_id"] == "nod_0"
     assert state["login"] == {"host": "198.18.0.7", "port": 22, "user": "ubuntu",
-                              "ssh_command": "ssh ubuntu@198.18.0.7"}
+                              "ssh_command": "ssh ubuntu@198.18.0.7", "host_key": LOGIN_HOST_KEY}
+    assert node["host_key"] == "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINode0"
     assert state["slurm"] == {"controller": "train-jumphost", "partitions": ["gpu"]}
     assert state["kubernetes"] is None and state["reservation"] is None
     assert state["ssh_key_ids"] is None and state["labels"] == {"team": "ml"}

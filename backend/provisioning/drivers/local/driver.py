@@ -69,6 +69,7 @@ from backend.provisioning.drivers.local.node_setup import (
     node_binds,
     node_shell,
     prepare_cluster,
+    published_host_key,
     start_accounting,
     start_sshd,
     volumes_dir,
@@ -93,6 +94,8 @@ _WORK = (OpKind.CONTROL_PLANE_CREATE, OpKind.CONTROL_PLANE_RELEASE, OpKind.NODE_
          OpKind.ORCHESTRATOR_JOIN, OpKind.ACCEPTANCE, OpKind.RECONFIGURE, OpKind.NODE_RELEASE,
          OpKind.NODE_POWER_OFF, OpKind.NODE_POWER_ON, OpKind.NODE_RESTART, OpKind.NODE_DRAIN,
          OpKind.NODE_RESUME, OpKind.NODE_REQUEUE)
+# The operations that bring a machine up: they report its SSH host key (the cluster's, see node_setup).
+_BOOTS = (OpKind.NODE_BOOT, OpKind.CONTROL_PLANE_CREATE, OpKind.NODE_POWER_ON, OpKind.NODE_RESTART)
 
 
 class UnsupportedHost(RuntimeError):
@@ -138,6 +141,7 @@ class _Job:
     finished_at: dt.datetime | None = None
     succeeded: bool = True
     reason: str | None = None
+    host_key: str | None = None  # a boot's: the host key the machine presents, for the API to publish
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -346,6 +350,8 @@ class LocalDriver:
             node = NodePlan(row.name, instance_name(row), row.private_ip, row.status_reason)
         work = self._work(request.kind, plan, node)
         job = _Job(request.client_token, request.kind, now)
+        if request.kind in _BOOTS:
+            work = _reporting_host_key(work, job, self.cluster(plan.cluster_id, plan.subnet))
         with self._jobs_lock:
             # Finished operations are kept a while for the engine to read, then forgotten (it records
             # outcomes in its own steps; a token asked for again is simply run again, idempotently).
@@ -731,7 +737,17 @@ def _run_job(job: _Job, work: Callable[[], None], lock: threading.Lock, clock: C
 def _operation(job: _Job, now: dt.datetime) -> Operation:
     if not job.done.is_set():
         return Operation(job.token, job.kind, job.submitted_at, now + POLL, True)
-    return Operation(job.token, job.kind, job.submitted_at, now, job.succeeded, job.reason)
+    return Operation(job.token, job.kind, job.submitted_at, now, job.succeeded, job.reason,
+                     job.host_key if job.succeeded else None)
+
+
+def _reporting_host_key(work: Callable[[], None], job: _Job, cluster: LocalCluster) -> Callable[[], None]:
+    """`work` (a boot), then the host key the booted machine presents recorded on the job."""
+    def boot_and_report() -> None:
+        work()
+        job.host_key = published_host_key(cluster)
+
+    return boot_and_report
 
 
 def shell_of(node: LocalNode) -> SshShell:

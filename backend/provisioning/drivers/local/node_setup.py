@@ -144,6 +144,16 @@ def volumes_dir(root: Path) -> Path:
     return root / "volumes"
 
 
+def published_host_key(cluster: LocalCluster) -> str | None:
+    """The host key every node of the cluster (the jumphost too) presents, as `ssh-ed25519 AAAA...` for
+    the API to publish; None before `prepare_cluster` made it."""
+    public = cluster.dir / "ssh" / "ssh_host_ed25519_key.pub"
+    if not public.exists():
+        return None
+    key_type, blob = public.read_text().split()[:2]
+    return f"{key_type} {blob}"
+
+
 def host_key_alias(cluster: LocalCluster) -> str:
     return f"gpucloud-{cluster.key}"
 
