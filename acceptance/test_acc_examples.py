@@ -1,4 +1,6 @@
-"""The example roots that read an existing cluster, run for real against the backend:
+"""Every example names the provider `gpucloud/gpucloud` (docs/installing.md: a CLI configuration points
+Terraform at the backend's network mirror), and the example roots that read an existing cluster run
+for real against the backend:
 
 - examples/terraform/kubernetes: the values main.tf hands to the kubernetes and helm providers (endpoint,
   CA certificate, the token of the ephemeral admin kubeconfig) are the cluster's, and nothing lands on
@@ -10,6 +12,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -59,6 +62,19 @@ def _example_root(terraform: TerraformFactory, backend: Backend, name: str, *fil
     for file in files:
         shutil.copy(TERRAFORM_EXAMPLES / name / file, tf.workdir / file)
     return tf
+
+
+def test_acc_examples_name_the_provider_as_teams_install_it() -> None:
+    # A registry host in a source address would tie a shared module to one backend, and a lock file
+    # written for one address does not verify the other: one address everywhere.
+    sources = {
+        path.relative_to(EXAMPLES).as_posix(): re.findall(r'gpucloud\s*=\s*{[^}]*source\s*=\s*"([^"]+)"',
+                                                          path.read_text())
+        for path in EXAMPLES.rglob("*.tf")
+    }
+    naming = {path: found for path, found in sources.items() if found}
+    assert "terraform/modules/gpu-training-cluster/versions.tf" in naming
+    assert {path: found for path, found in naming.items() if found != ["gpucloud/gpucloud"]} == {}
 
 
 def test_acc_examples_are_formatted(terraform: TerraformFactory) -> None:

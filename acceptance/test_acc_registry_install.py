@@ -1,108 +1,40 @@
-"""Installing the provider as Terraform installs any provider: from the backend's registry over HTTPS.
+"""Installing the provider as Terraform installs any provider: from the backend over HTTPS.
 
-One backend for the module serves HTTPS (`serve --tls-cert/--tls-key`, a throwaway CA that Terraform and
-the provider trust through SSL_CERT_FILE) with real packages: linux_amd64 and darwin_arm64 zips built by
-release/provider_package.py (wheels from PyPI, cached in build/provider-wheels), SHA256SUMS signed with
-a fresh gpg key. Terraform runs with no CLI configuration (registry) or a `network_mirror` block, and
-the provider runs on the system's python3 with no Python environment of ours on PATH.
+One backend for the module serves HTTPS with real signed packages (acceptance/provider_registry.py).
+Terraform runs with the `network_mirror` CLI configuration docs/installing.md gives teams (the source
+stays `gpucloud/gpucloud`), or with no CLI configuration and the backend as the registry host, and the
+provider runs on the system's python3 with no Python environment of ours on PATH.
 """
 
 from __future__ import annotations
 
 import base64
-import datetime
 import hashlib
-import os
 import re
 import shutil
-import subprocess
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from acceptance.backend import Backend, Tls, running_backend
 from acceptance.harness import Terraform
+from acceptance.provider_registry import (
+    PLATFORMS,
+    VERSION,
+    Registry,
+    network_mirror_config,
+    registry_backend,
+    signed_packages,
+)
 from backend.services.provider_packages import package_hash_v1
-from release.provider_package import DEFAULT_WHEELS, build, package_name, project_version, sign
-
-VERSION = project_version()
-PLATFORMS = ("linux_amd64", "darwin_arm64")
-
-
-@dataclass
-class Registry:
-    backend: Backend
-    host: str  # localhost:PORT, the registry host in source addresses
-    packages: Path
-    env: dict[str, str]  # for Terraform (and so the provider): trust the CA, reach the API, no venv
-
-
-def _throwaway_tls(directory: Path) -> Tls:
-    """A CA and a certificate for `localhost` signed by it (what `SSL_CERT_FILE` makes Go trust)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    day = datetime.timedelta(days=1)
-
-    def name(common_name: str) -> x509.Name:
-        return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-    def certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name,
-                    signer: ec.EllipticCurvePrivateKey, *, ca: bool) -> x509.Certificate:
-        builder = (
-            x509.CertificateBuilder().subject_name(name(subject)).issuer_name(issuer)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - day).not_valid_after(now + day)
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        )
-        if not ca:
-            san = x509.SubjectAlternativeName([x509.DNSName("localhost")])
-            builder = builder.add_extension(san, critical=False)
-        return builder.sign(signer, hashes.SHA256())
-
-    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca_cert = certificate("gpucloud test CA", ca_key, name("gpucloud test CA"), ca_key, ca=True)
-    server_cert = certificate("localhost", server_key, ca_cert.subject, ca_key, ca=False)
-    tls = Tls(cert=directory / "server.pem", key=directory / "server-key.pem", ca=directory / "ca.pem")
-    tls.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    tls.cert.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-    tls.key.write_bytes(server_key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
-    return tls
-
-
-def _signed_packages(directory: Path, gnupg_home: Path) -> Path:
-    for platform in PLATFORMS:
-        build(platform, version=VERSION, out_dir=directory, wheels_dir=DEFAULT_WHEELS)
-    gnupg_home.mkdir(mode=0o700)
-    subprocess.run(["gpg", "--homedir", str(gnupg_home), "--batch", "--quiet", "--passphrase", "",
-                    "--quick-gen-key", "gpucloud acceptance <acceptance@gpucloud.invalid>", "ed25519", "sign",
-                    "never"], check=True, capture_output=True)
-    sign(directory, version=VERSION, key="acceptance@gpucloud.invalid", gnupg_home=gnupg_home)
-    return directory
-
-
-def _path_without_our_python() -> str:
-    """PATH without this virtual environment: the package must run on the system's python3."""
-    ours = str(Path(sys.prefix))
-    return os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if not p.startswith(ours))
+from release.provider_package import DEFAULT_WHEELS, build, package_name
 
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
-    root = tmp_path_factory.mktemp("registry")
-    packages = _signed_packages(root / "packages", root / "gnupg")
-    tls = _throwaway_tls(root)
-    settings = {"GPUCLOUD_PROVIDER_PACKAGES_DIR": str(packages)}
-    with running_backend(root / "data", env=settings, tls=tls) as backend:
-        env = {**backend.provider_env, "SSL_CERT_FILE": str(tls.ca), "PATH": _path_without_our_python()}
-        yield Registry(backend, backend.url.removeprefix("https://"), packages, env)
+    packages = signed_packages(tmp_path_factory)
+    with registry_backend(tmp_path_factory.mktemp("registry"), packages) as served:
+        yield served
 
 
 def _configuration(source: str) -> str:
@@ -184,26 +116,38 @@ def test_acc_registry_lock_file_verifies_across_install_paths(registry: Registry
     assert (first.workdir / lock).read_text() == (third.workdir / lock).read_text()
 
 
-def test_acc_registry_network_mirror(registry: Registry, tmp_path: Path) -> None:
+def test_acc_registry_network_mirror_is_the_team_story(registry: Registry, tmp_path: Path) -> None:
+    """docs/installing.md's story: configurations keep `gpucloud/gpucloud`, a CLI configuration points
+    Terraform at the backend's network mirror, the lock file is written once for the team's platforms
+    with `terraform providers lock -net-mirror` and committed, and every init after that is read-only."""
     config = tmp_path / "mirror.tfrc"
-    config.write_text(f"""
-provider_installation {{
-  network_mirror {{
-    url     = "https://{registry.host}/v1/mirror/"
-    include = ["registry.terraform.io/gpucloud/gpucloud"]
-  }}
-  direct {{
-    exclude = ["registry.terraform.io/gpucloud/gpucloud"]
-  }}
-}}
-""")
-    terraform = _terraform(tmp_path / "work", registry, tmp_path / "home", TF_CLI_CONFIG_FILE=str(config))
-    terraform.write_main(_configuration("gpucloud/gpucloud"))
-    init = terraform.init()
+    config.write_text(network_mirror_config(registry.mirror_url))
+    source = "gpucloud/gpucloud"
+    mirror = {"TF_CLI_CONFIG_FILE": str(config)}
+    alice = _terraform(tmp_path / "alice" / "infra", registry, tmp_path / "alice", **mirror)
+    alice.write_main(_configuration(source))
+    alice.run("providers", "lock", f"-net-mirror={registry.mirror_url}",
+              *(f"-platform={platform}" for platform in PLATFORMS))
+    lock = (alice.workdir / ".terraform.lock.hcl").read_text()
+    assert 'provider "registry.terraform.io/gpucloud/gpucloud"' in lock
+    for platform in PLATFORMS:  # h1: of each platform's package, as Terraform hashes what it unpacks
+        assert package_hash_v1(registry.packages / package_name(VERSION, platform)) in _locked_hashes(alice)
+
+    # Bob's clone has the committed lock file: a read-only init installs from the mirror and verifies it.
+    bob = _terraform(tmp_path / "bob" / "infra", registry, tmp_path / "bob", **mirror)
+    bob.write_main(_configuration(source))
+    shutil.copy(alice.workdir / ".terraform.lock.hcl", bob.workdir / ".terraform.lock.hcl")
+    init = bob.init("-lockfile=readonly")
     assert f"Installed gpucloud/gpucloud v{VERSION}" in init.stdout
-    zip_path = registry.packages / package_name(VERSION, "linux_amd64")
-    assert package_hash_v1(zip_path) in _locked_hashes(terraform)
-    terraform.plan()
+    assert "gpucloud_ssh_key.ops will be created" in bob.plan().stdout
+    assert (bob.workdir / ".terraform.lock.hcl").read_text() == lock
+
+    # The backend as the registry host (no CLI configuration) serves the same packages: the same h1:
+    # hashes (the registry adds the zh: hashes of its signed SHA256SUMS; a mirror's lock has h1: only).
+    host = _terraform(tmp_path / "carol" / "infra", registry, tmp_path / "carol")
+    host.write_main(_configuration(f"{registry.host}/gpucloud/gpucloud"))
+    host.run("providers", "lock", *(f"-platform={platform}" for platform in PLATFORMS))
+    assert sorted(_locked_hashes(alice)) == sorted(h for h in _locked_hashes(host) if h.startswith("h1:"))
 
 
 def test_acc_registry_package_rebuilds_byte_identical(registry: Registry, tmp_path: Path) -> None:

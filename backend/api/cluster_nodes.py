@@ -19,6 +19,7 @@ from backend.api.schemas import READ_ERRORS, WRITE_ERRORS, Page, PageSize, PageT
 from backend.api.state import app_state
 from backend.api.writes import WriteOutcome, run_write
 from backend.domain.errors import BadRequest, NotFound
+from backend.domain.lifecycle import no_such_node
 from backend.domain.pagination import encode_page_token
 from backend.node_agent.host import HostReading
 from backend.node_agent.links import LinkReading
@@ -86,7 +87,8 @@ class NodeOut(BaseModel):
     status: str
     status_reason: str | None
     health: Literal["healthy", "degraded", "unreachable", "failed", "repairing"]
-    health_reason: str | None = Field(description="Why the node is not healthy (null when it is)")
+    health_reason: str | None = Field(description="Why the node is not healthy, or why a healthy one takes "
+                                      "no new work (drained: the scheduler's reason); null otherwise")
     orchestrator_state: str | None = Field(
         description="Slurm: IDLE, ALLOCATED, MIXED, DRAIN, DOWN, UNKNOWN; Kubernetes: Ready, NotReady, "
         "SchedulingDisabled; null without an orchestrator"
@@ -196,10 +198,11 @@ def list_node_events(cluster_id: str, name: NodeName, request: Request, principa
         raise BadRequest("page_token is not a token returned by this listing", field="page_token",
                          code="invalid_page_token")
     with state.read_sessions() as session:
-        clusters.get_cluster(session=session, project_id=principal.project_id, scope=principal.scope,
-                             cluster_id=cluster_id)
+        cluster = clusters.get_cluster(session=session, project_id=principal.project_id,
+                                       scope=principal.scope, cluster_id=cluster_id)
         if not node_history.ever_had(session, cluster_id, name):
-            raise NotFound(f"cluster {cluster_id} has no node named {name!r}", field="name")
+            names = node_actions.member_names(session, cluster_id)
+            raise NotFound(no_such_node(cluster.name, name, names), field="name")
         rows = node_history.history(session, cluster_id, name, before_id=int(after) if after else None,
                                     limit=limit + 1)
     more = len(rows) > limit

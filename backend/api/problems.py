@@ -14,7 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from backend.api.route_methods import allowed_methods
-from backend.domain.errors import ApiError, FieldError
+from backend.domain.errors import ApiError, FieldError, more_errors
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 _log = structlog.get_logger("gpucloud.api")
@@ -191,7 +191,7 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
     first = next((e for e in errors if e.code == "malformed_json"), errors[0]) if errors else None
     detail = first.message if first else "the request is invalid"
     if len(errors) > 1 and not malformed:
-        detail = f"{detail} (and {len(errors) - 1} more)"
+        detail = f"{detail} ({more_errors(len(errors) - 1)})"
     return problem_response(
         status=status,
         code=first.code if first else "validation_failed",

@@ -7,6 +7,7 @@ the rules between fields are data in `domain.input_rules`, published in the Open
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ BILLING_TYPES = ("on_demand", "reserved")
 ON_EXPIRY = ("decommission", "convert_to_on_demand")
 RESERVED_MIN_DAYS = 1
 RESERVED_MAX_DAYS = 90
+LIST_ALL_TYPES_UP_TO = 10  # an unknown instance type's error lists every type when there are this few
 __all__ = ["FieldError", "apply_cluster_defaults", "rules_for", "validate_cluster_spec"]
 
 
@@ -62,22 +64,24 @@ def validate_cluster_spec(spec: Mapping[str, Any], catalog: Catalog) -> list[Fie
                                  f"choose one of {known}"))
     itype = catalog.instance_type(str(full.get("instance_type")))
     if itype is None:
-        known = ", ".join(t.name for t in catalog.instance_types)
-        errors.append(FieldError("instance_type", "unknown_instance_type",
-                                 f"unknown instance type {full.get('instance_type')!r}; "
-                                 f"choose one of {known}"))
+        errors.append(_unknown_instance_type(full.get("instance_type"), catalog))
     node_count = full.get("node_count")
+    judged = full  # what the rules between fields see
     if not isinstance(node_count, int) or isinstance(node_count, bool) or node_count < 1:
         errors.append(FieldError("node_count", "out_of_range", "node_count must be an integer >= 1"))
-        node_count = None
     elif node_count > 1 and itype is not None and not itype.fabric_capable:
+        capable = ", ".join(t.name for t in catalog.instance_types if t.fabric_capable)
         errors.append(FieldError(
             "node_count", "requires_fabric_capable_type",
-            f"{itype.name} is not fabric-capable: clusters of more than one node need an 8-GPU type "
-            "with InfiniBand or EFA",
+            f"{itype.name} is not fabric-capable, so a cluster of it has one node: node_count = "
+            f"{node_count} needs an 8-GPU type with InfiniBand or EFA; set node_count = 1, or "
+            f"instance_type to one of {capable}",
         ))
-    errors += _check_interconnect(full.get("interconnect"), region.name if region else None,
-                                  itype.name if itype else None, catalog)
+        judged = {**full, "node_count": 1}  # the fix: other fields are judged as they would be then
+    if itype is not None or full.get("interconnect") is not None:
+        # An unknown type has no default interconnect: only a value the caller gave is judged.
+        errors += _check_interconnect(full.get("interconnect"), region.name if region else None,
+                                      itype.name if itype else None, catalog)
     errors += _check_orchestrator(full.get("orchestrator"))
     errors += _check_container(full.get("container"))
     errors += _check_billing(full.get("billing") or {})
@@ -89,8 +93,21 @@ def validate_cluster_spec(spec: Mapping[str, Any], catalog: Catalog) -> list[Fie
         ))
     errors += _check_autoscaling(full, region.name if region else None, itype, catalog)
     # Name (a hostname prefix), orchestrator and container against node_count, the reserved term.
-    errors += broken_rules("ClusterCreate", full)
+    errors += broken_rules("ClusterCreate", judged)
     return errors
+
+
+def _unknown_instance_type(name: object, catalog: Catalog) -> FieldError:
+    """`instance_type` names no type: the closest names first, and every type when the list is short."""
+    names = [t.name for t in catalog.instance_types]
+    close = difflib.get_close_matches(str(name), names, n=3, cutoff=0.6)
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
+    listed = ", ".join(names) if len(names) <= LIST_ALL_TYPES_UP_TO else (
+        f"{', '.join(close or names[:LIST_ALL_TYPES_UP_TO])} (`gpucloud instance-types` and the "
+        "gpucloud_instance_types data source list all)"
+    )
+    return FieldError("instance_type", "unknown_instance_type",
+                      f"unknown instance type {name!r}; {hint}choose one of {listed}")
 
 
 def _check_autoscaling(full: Mapping[str, Any], region: str | None, itype: InstanceType | None,

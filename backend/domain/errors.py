@@ -82,8 +82,13 @@ class Unavailable(ApiError):
     status, code, title = 503, "unavailable", "Service Unavailable"
 
 
+def more_errors(count: int) -> str:
+    """The tail of a 422's detail that says how many other field errors `errors` lists."""
+    return f"and {count} more error{'s' if count > 1 else ''}, listed in errors"
+
+
 def validation_failed(errors: list[FieldError]) -> Unprocessable:
     """A 422 naming every offending field; `field` and `code` come from the first one."""
     first = errors[0]
-    detail = first.message if len(errors) == 1 else f"{first.message} (and {len(errors) - 1} more)"
+    detail = first.message if len(errors) == 1 else f"{first.message} ({more_errors(len(errors) - 1)})"
     return Unprocessable(detail, field=first.path, errors=errors, code=first.code)

@@ -8,6 +8,7 @@ cluster `phase` summarises the stages of its nodes and control plane.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from enum import StrEnum
 
@@ -190,3 +191,20 @@ def derive_bring_up_phase(stages: Iterable[NodeStage], *, control_plane_ready: b
     if not first_bring_up and phase not in READY_LIKE_PHASES:
         return ClusterPhase.SCALING
     return phase
+
+
+NODE_NAMES_LISTED_UP_TO = 10  # an unknown node's error lists every name of clusters this small
+
+
+def no_such_node(cluster: str, name: str, names: Iterable[str]) -> str:
+    """Why `name` names no node of `cluster`, for a mistyped name: the closest names, and every name
+    when the cluster is small (an empty cluster says so)."""
+    known = sorted(names)
+    if not known:
+        return f"cluster {cluster} has no node named {name!r}: it has no nodes now"
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    hint = f"; did you mean {' or '.join(close)}?" if close else "."
+    if len(known) <= NODE_NAMES_LISTED_UP_TO:
+        return f"cluster {cluster} has no node named {name!r}{hint} Its nodes: {', '.join(known)}"
+    return (f"cluster {cluster} has no node named {name!r}{hint} It has {len(known)} nodes "
+            f"({known[0]} ... {known[-1]}; `gpucloud nodes {cluster}` lists them)")

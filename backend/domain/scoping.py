@@ -157,8 +157,9 @@ def scoped_labels(labels: Mapping[str, str], scope: Scope | None) -> dict[str, s
     if scope.key not in labels:
         return {**labels, scope.key: scope.value}
     raise Forbidden(
-        f"this API key is scoped to {scope}: labels.{scope.key} must be {scope.value!r} (or left out, "
-        "and it is set to that)",
+        f"this API key is scoped to {scope} and cannot set {scope.key}={labels[scope.key]}: "
+        f"labels.{scope.key} must be {scope.value!r} (or left out, and it is set to that); an API key "
+        "without a team scope may hand objects to another team",
         field=f"labels.{scope.key}",
         code="out_of_scope",
     )

@@ -47,26 +47,24 @@ def cidr_problem(text: str) -> str | None:
 
 
 def rule_problems(rule: Mapping[str, Any], path: str) -> list[FieldError]:
-    """What is wrong with one rule at `path` (e.g. `ingress[0]`), beyond what the JSON Schema checks."""
-    errors: list[FieldError] = []
+    """What is wrong with one rule at `path` (e.g. `ingress[0]`), beyond what the JSON Schema checks. Each
+    message starts with `path`: a group's rules are a list, and the reader must know which one is wrong."""
+    problems: list[tuple[str, str]] = []  # (field under the rule, message)
     protocol, low, high = rule.get("protocol"), rule.get("from_port"), rule.get("to_port")
     if protocol in PORTLESS_PROTOCOLS:
-        for name, value in (("from_port", low), ("to_port", high)):
-            if value is not None:
-                errors.append(FieldError(f"{path}.{name}", CODE,
-                                         f"{name} is not allowed with protocol {protocol} (it matches every "
-                                         "packet of the protocol): remove it"))
+        problems += [(name, f"{name} is not allowed with protocol {protocol} (it matches every packet of the "
+                            "protocol): remove it")
+                     for name, value in (("from_port", low), ("to_port", high)) if value is not None]
     elif low is None:
-        errors.append(FieldError(f"{path}.from_port", CODE,
-                                 f"protocol {protocol} needs from_port (1-65535; to_port for a range)"))
+        problems.append(("from_port", f"protocol {protocol} needs from_port (1-65535; to_port for a range)"))
     elif high is not None and high < low:
-        errors.append(FieldError(f"{path}.to_port", CODE,
-                                 f"to_port {high} is below from_port {low}; a range runs from low to high"))
+        backwards = f"to_port {high} is below from_port {low}; a range runs from low to high"
+        problems.append(("to_port", backwards))
     for index, cidr in enumerate(rule.get("cidr_blocks") or []):
         problem = cidr_problem(cidr)
         if problem is not None:
-            errors.append(FieldError(f"{path}.cidr_blocks[{index}]", CODE, problem))
-    return errors
+            problems.append((f"cidr_blocks[{index}]", problem))
+    return [FieldError(f"{path}.{where}", CODE, f"{path}: {message}") for where, message in problems]
 
 
 def rules_problems(body: Mapping[str, Any]) -> list[FieldError]:

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog
 from backend.domain.errors import Conflict, NotFound
-from backend.domain.lifecycle import NodeStage, NodeStatus
+from backend.domain.lifecycle import NodeStage, NodeStatus, no_such_node
 from backend.provisioning import allocator, node_history
 from backend.provisioning.engine import InsufficientCapacity
 from backend.provisioning.state import wake
@@ -50,12 +50,18 @@ def _cluster_state(session: Session, cluster: Cluster) -> EngineCluster:
     return state
 
 
-def member(session: Session, cluster_id: str, name: str) -> EngineNode:
-    node = session.scalars(select(EngineNode).where(EngineNode.cluster_id == cluster_id,
+def member(session: Session, cluster: Cluster, name: str) -> EngineNode:
+    node = session.scalars(select(EngineNode).where(EngineNode.cluster_id == cluster.id,
                                                     EngineNode.active_name == name)).one_or_none()
     if node is None:
-        raise NotFound(f"cluster {cluster_id} has no node named {name!r}", field="name")
+        raise NotFound(no_such_node(cluster.name, name, member_names(session, cluster.id)), field="name")
     return node
+
+
+def member_names(session: Session, cluster_id: str) -> list[str]:
+    """The names of the cluster's member nodes now (what a mistyped name is compared with)."""
+    return list(session.scalars(select(EngineNode.active_name).where(
+        EngineNode.cluster_id == cluster_id, EngineNode.active_name.is_not(None))))
 
 
 def request_node_action(session: Session, catalog: Catalog, cluster: Cluster, name: str,
@@ -63,7 +69,7 @@ def request_node_action(session: Session, catalog: Catalog, cluster: Cluster, na
     """Accept `action` on the member node `name` (404 unknown node, 409 when its state forbids it);
     `actor`: who asks (an API key's prefix), kept in the node's history."""
     state = _cluster_state(session, cluster)
-    node = member(session, cluster.id, name)
+    node = member(session, cluster, name)
     what = f"node {name} is {node.status} ({node.stage})"
     if node.pending_action is not None:
         raise NodeStateConflict(f"node {name} already has a pending {node.pending_action}")

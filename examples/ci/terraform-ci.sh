@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # The Terraform steps of a gpucloud pipeline, one mode per CI job. See docs/guides/ci.md.
 #
-#   terraform-ci.sh plan    init from the mirror (lock file read-only), fmt -check, validate,
-#                           plan -out=$TF_PLAN_FILE -detailed-exitcode; exits 0 with or without changes
+#   terraform-ci.sh plan    init from the backend's network mirror (committed lock file, read-only),
+#                           fmt -check, validate, plan -out=$TF_PLAN_FILE -detailed-exitcode; exits 0
+#                           with or without changes
 #   terraform-ci.sh apply   init (read-only lock), apply the saved plan $TF_PLAN_FILE, nothing else
 #   terraform-ci.sh drift   init, plan -refresh-only -detailed-exitcode; exits 2 on drift with a summary
-#   terraform-ci.sh lock    write .terraform.lock.hcl from the mirror (what plan does when it is missing)
+#   terraform-ci.sh lock    write .terraform.lock.hcl for $GPUCLOUD_LOCK_PLATFORMS, to commit (run it
+#                           once, and again after a provider upgrade)
 #
 # Environment:
 #   TF_ROOT                    root module to run in (default: the current directory)
-#   GPUCLOUD_PROVIDER_MIRROR   filesystem mirror holding registry.terraform.io/gpucloud/gpucloud
-#                              (`terraform-provider-gpucloud install --mirror DIR` writes one)
-#   GPUCLOUD_ENDPOINT, GPUCLOUD_API_KEY   read by the provider
+#   GPUCLOUD_ENDPOINT, GPUCLOUD_API_KEY   read by the provider; the endpoint also names the mirror
+#   GPUCLOUD_PROVIDER_MIRROR_URL   the backend's provider network mirror (default:
+#                              $GPUCLOUD_ENDPOINT/v1/mirror/); https:// only, as Terraform requires
+#   SSL_CERT_FILE              a CA bundle, when the backend's certificate is signed by a private CA
+#   GPUCLOUD_LOCK_PLATFORMS    platforms the lock mode records (default: linux_amd64 darwin_arm64)
 #   TF_BACKEND_CONFIG          optional file of backend settings for `init -backend-config=` (remote state)
 #   TF_PLAN_FILE               saved plan, relative to TF_ROOT (default: gpucloud.tfplan)
 #   TERRAFORM                  Terraform command, may carry arguments (default: terraform)
@@ -29,6 +33,7 @@ DRIFT_PLAN_FILE=${DRIFT_PLAN_FILE:-drift.tfplan}
 PYTHON=${PYTHON:-python3}
 PROVIDER=registry.terraform.io/gpucloud/gpucloud
 read -r -a TF <<<"${TERRAFORM:-terraform}"
+read -r -a LOCK_PLATFORMS <<<"${GPUCLOUD_LOCK_PLATFORMS:-linux_amd64 darwin_arm64}"
 COLOR=()
 if [[ -n ${NO_COLOR:-} ]]; then COLOR=(-no-color); fi
 
@@ -39,23 +44,34 @@ die() { printf 'terraform-ci: %s\n' "$*" >&2; exit 1; }
 tf() { "${TF[@]}" "$@"; }
 set_output() { if [[ -n ${GITHUB_OUTPUT:-} ]]; then echo "$1=$2" >>"$GITHUB_OUTPUT"; fi; }
 
-# Install providers from the mirror only: a CLI configuration of our own, so nothing on the runner
-# (a plugin cache, a ~/.terraformrc) changes which provider bytes run.
+# The backend's network mirror: GPUCLOUD_PROVIDER_MIRROR_URL, else /v1/mirror/ of the API endpoint.
+mirror_url() {
+  local url=${GPUCLOUD_PROVIDER_MIRROR_URL:-}
+  if [[ -z $url ]]; then
+    [[ -n ${GPUCLOUD_ENDPOINT:-} ]] ||
+      die "set GPUCLOUD_ENDPOINT (or GPUCLOUD_PROVIDER_MIRROR_URL): the backend serves the provider"
+    url="${GPUCLOUD_ENDPOINT%/}/v1/mirror/"
+  fi
+  [[ $url == https://* ]] || die "the provider mirror $url must be https:// (Terraform installs \
+providers over HTTPS only): serve the backend with --tls-cert/--tls-key or behind a TLS proxy"
+  printf '%s/\n' "${url%/}"
+}
+
+# Install gpucloud/gpucloud from the backend's network mirror, every other provider from its registry:
+# a CLI configuration of our own, so nothing on the runner (a plugin cache, a ~/.terraformrc) changes
+# which provider bytes run, and registry.terraform.io is never asked for gpucloud/gpucloud.
 use_mirror() {
-  [[ -n ${GPUCLOUD_PROVIDER_MIRROR:-} ]] || die "GPUCLOUD_PROVIDER_MIRROR must name the provider mirror"
-  [[ -d $GPUCLOUD_PROVIDER_MIRROR ]] || die "provider mirror $GPUCLOUD_PROVIDER_MIRROR does not exist"
-  local mirror
-  mirror=$(cd "$GPUCLOUD_PROVIDER_MIRROR" && pwd)
+  MIRROR_URL=$(mirror_url)
   CLI_CONFIG=$(mktemp "${RUNNER_TEMP:-${TMPDIR:-/tmp}}/terraform-ci.XXXXXX")
   trap 'rm -f "$CLI_CONFIG"' EXIT
   cat >"$CLI_CONFIG" <<EOF
 provider_installation {
-  filesystem_mirror {
-    path    = "$mirror"
-    include = ["registry.terraform.io/gpucloud/*"]
+  network_mirror {
+    url     = "$MIRROR_URL"
+    include = ["$PROVIDER"]
   }
   direct {
-    exclude = ["registry.terraform.io/gpucloud/*"]
+    exclude = ["$PROVIDER"]
   }
 }
 EOF
@@ -63,26 +79,25 @@ EOF
   unset TF_PLUGIN_CACHE_DIR
 }
 
-# The lock file pins the provider's h1: hash. The mirror's launcher names the Python environment it
-# runs, so its hash is per runner image: when the repository carries no lock file (the default, see
-# docs/guides/ci.md) the plan job writes it from the mirror and hands it to the apply job with the
-# plan; every init after that is read-only and fails if the provider bytes differ.
-ensure_lock() {
-  if [[ -f .terraform.lock.hcl ]]; then
-    log "using the existing .terraform.lock.hcl"
-    return
-  fi
-  local platform
-  platform=$(tf version -json | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["platform"])')
-  log "no .terraform.lock.hcl: locking $PROVIDER for $platform from the mirror"
+# The committed lock file pins the provider's hashes for every platform the team uses. CI never writes
+# it: init is read-only, so what runs is the provider the reviewed commit names.
+require_lock() {
+  [[ -f .terraform.lock.hcl ]] || die "no .terraform.lock.hcl in $TF_ROOT: run \`terraform-ci.sh \
+lock\` there (terraform providers lock -net-mirror=$MIRROR_URL for ${LOCK_PLATFORMS[*]}) and commit it"
+  log "using the committed .terraform.lock.hcl"
+}
+
+write_lock() {
+  local platforms=() platform
+  for platform in "${LOCK_PLATFORMS[@]}"; do platforms+=(-platform="$platform"); done
+  log "locking $PROVIDER for ${LOCK_PLATFORMS[*]} from $MIRROR_URL: commit .terraform.lock.hcl"
   tf get "${COLOR[@]}" >/dev/null # providers lock reads the whole configuration, module calls too
-  tf providers lock "${COLOR[@]}" -fs-mirror="$(cd "$GPUCLOUD_PROVIDER_MIRROR" && pwd)" \
-    -platform="$platform" "$PROVIDER"
+  tf providers lock "${COLOR[@]}" -net-mirror="$MIRROR_URL" "${platforms[@]}" "$PROVIDER"
 }
 
 init() {
   use_mirror
-  ensure_lock
+  require_lock
   local backend=()
   if [[ -n ${TF_BACKEND_CONFIG:-} ]]; then backend=(-backend-config="$TF_BACKEND_CONFIG"); fi
   log "terraform init -lockfile=readonly"
@@ -149,6 +164,6 @@ case $MODE in
   plan) plan ;;
   apply) apply ;;
   drift) drift ;;
-  lock) use_mirror; ensure_lock ;;
+  lock) use_mirror; write_lock ;;
   *) die "usage: terraform-ci.sh plan|apply|drift|lock (got '${MODE}')" ;;
 esac

@@ -5,6 +5,7 @@ Knows nothing of Terraform; the provider's resources turn its errors into diagno
 
 from provider.client.client import DEFAULT_ENDPOINT, GpuCloudClient, new_idempotency_key
 from provider.client.errors import (
+    TLS_VERIFICATION_FAILED,
     ApiError,
     BadRequest,
     ClientError,
@@ -28,6 +29,7 @@ from provider.client.waiter import wait_for
 
 __all__ = [
     "DEFAULT_ENDPOINT",
+    "TLS_VERIFICATION_FAILED",
     "ApiError",
     "ApiResponse",
     "BadRequest",

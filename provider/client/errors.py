@@ -108,6 +108,10 @@ class ServerError(ApiError):
     default_code = "server_error"
 
 
+# TransportError's code when the API's TLS certificate did not verify: retrying cannot help.
+TLS_VERIFICATION_FAILED = "tls_verification_failed"
+
+
 class TransportError(ApiError):
     """No usable response: connection refused, timeout, broken connection (after retries).
     `may_have_arrived` is False when no attempt left this process (every one failed to connect): the

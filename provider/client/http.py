@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
 from provider.client._wire import dumps, error_from_response, event_data, loads, retry_after_seconds
-from provider.client.errors import ApiError, ServerError, TransportError
+from provider.client.errors import TLS_VERIFICATION_FAILED, ApiError, ServerError, TransportError
 
 if TYPE_CHECKING:  # imported when a client is built: httpx (with rich and click) costs ~50 ms per launch,
     import ssl  # and Terraform starts the provider for schema and validation calls that need no client
@@ -54,6 +54,34 @@ def _not_sent(error: BaseException | None) -> bool:
 
     not_sent = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
     return isinstance(error, not_sent)
+
+
+def certificate_problem(error: BaseException | None) -> str | None:
+    """Why the API's TLS certificate did not verify (`self-signed certificate`...), when that is what
+    `error` (or an exception it wraps) is; None for any other failure."""
+    import ssl
+
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, ssl.SSLCertVerificationError):
+            return str(getattr(error, "verify_message", None) or getattr(error, "reason", None) or error)
+        if "CERTIFICATE_VERIFY_FAILED" in str(error):
+            return str(error).rsplit("certificate verify failed: ", 1)[-1].split(" (_ssl")[0]
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def tls_failure(endpoint: str, problem: str, method: str, path: str) -> TransportError:
+    """The error of a TLS verification failure: the endpoint, why, and how to make it trusted."""
+    return TransportError(
+        status=0, code=TLS_VERIFICATION_FAILED, method=method, path=path, may_have_arrived=False,
+        detail=(
+            f"TLS verification of the API's certificate at {endpoint} failed ({problem}). To trust a "
+            "private CA or a self-signed certificate, set SSL_CERT_FILE to a PEM bundle holding it (or "
+            "SSL_CERT_DIR to a directory of them); for a local backend without TLS, use an http:// endpoint"
+        ),
+    )
 
 
 def _retryable_answer(response: httpx.Response) -> bool:
@@ -301,6 +329,8 @@ class HttpCore:
                 return False
             if outcome.failed:
                 error = outcome.exception()
+                if certificate_problem(error) is not None:
+                    return False  # the same certificate fails the same way on every attempt
                 if _not_sent(error):
                     return True
                 return replayable and isinstance(error, httpx.TransportError)
@@ -358,6 +388,8 @@ class HttpCore:
         try:
             response: httpx.Response = retrying(attempt, request, stream)
         except httpx.TransportError as exc:
+            if (problem := certificate_problem(exc)) is not None:
+                raise tls_failure(self.endpoint, problem, request.method, request.url.path) from exc
             raise TransportError(
                 status=0,
                 detail=f"could not reach the API at {self.endpoint}: {type(exc).__name__}: {exc}",

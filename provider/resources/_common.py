@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from provider.client import (
+    TLS_VERIFICATION_FAILED,
     ApiError,
     Conflict,
     Forbidden,
@@ -109,17 +110,23 @@ def path_from_field(
     return AttributePath(steps)
 
 
+# 403 codes whose detail already says what to change (`forbidden_role` names the key to use itself).
+SELF_EXPLAINED_REFUSALS = frozenset({"quota_exceeded", "out_of_scope"})
+
+
 def _next_step(error: ApiError, subject: str) -> str:
     if isinstance(error, Unauthorized):
         return "The API key was rejected: check api_key in the provider block or GPUCLOUD_API_KEY."
     if isinstance(error, Forbidden):
-        if "admin key" in error.detail or error.code == "quota_exceeded":
-            return ""  # the API already said which key to use, or which quota the change passes
+        if "admin key" in error.detail or error.code in SELF_EXPLAINED_REFUSALS:
+            return ""  # the API already said which key to use, which quota or which team scope
         return (
             "Creating, changing or deleting objects and reading cluster credentials need an API key with "
             "the admin role; member keys are read-only."
         )
     if isinstance(error, TransportError):
+        if error.code == TLS_VERIFICATION_FAILED:
+            return ""  # the detail names the endpoint and how to trust its certificate
         return "Check the provider's endpoint and that the gpucloud API is running, then retry."
     if isinstance(error, RateLimited):
         return "The API kept rate-limiting the requests after the retries; wait a moment and retry."
@@ -131,7 +138,8 @@ def _next_step(error: ApiError, subject: str) -> str:
     if isinstance(error, ServerError):
         return "The API failed; retry later, and report the request id if it keeps failing."
     if isinstance(error, NotFound):
-        return f"The {subject} no longer exists."
+        # A field names what was not found (a node of a cluster...): the API's detail says which.
+        return "" if error.field else f"The {subject} no longer exists."
     return ""
 
 

@@ -116,7 +116,7 @@ def rules(schema: str, *, checks: tuple[str, ...]) -> list[dict[str, Any]]:
 def _sentence(text: str) -> str:
     """A message as a sentence; one starting with an attribute name (`public_key ...`) keeps its case."""
     first = text.split(" ", 1)[0]
-    if "_" not in first and "." not in first:
+    if not any(mark in first for mark in "_.["):
         text = text[:1].upper() + text[1:]
     return text if text.endswith(".") else text + "."
 
@@ -216,7 +216,8 @@ class _RulesListValidator:
                 for attribute, at, problem in security_rule_problems(self.rule, element):
                     where = path.element(index).attr(attribute)
                     where = where if at is None else where.element(at)
-                    diags.error(self.rule["title"], _sentence(problem), where)
+                    # Terraform points at the whole list: the message says which rule.
+                    diags.error(self.rule["title"], _sentence(f"{path.element(index)}: {problem}"), where)
 
 
 def security_rule_problems(

@@ -6,6 +6,7 @@ Unknown values are never rejected: a check runs only when every value it needs i
 
 from __future__ import annotations
 
+import difflib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,6 +40,11 @@ class Catalog:
 
     def type_names(self) -> str:
         return ", ".join(sorted(self.instance_types))
+
+    def closest_types(self, name: str) -> str:
+        """`did you mean 8xH100? ` for a mistyped instance type, or nothing when no name is close."""
+        close = difflib.get_close_matches(name, sorted(self.instance_types), n=3, cutoff=0.6)
+        return f"did you mean {' or '.join(close)}? " if close else ""
 
     def availability(self, itype: str, region: str, interconnect: str | None) -> list[Mapping[str, Any]]:
         """Fabrics of `region` carrying `itype` nodes (on `interconnect` when given)."""
@@ -197,8 +203,8 @@ def check_catalog_rules(ctx: Context, catalog: Catalog, plan: Mapping[str, Any])
     if known(itype) and itype not in catalog.instance_types:
         ctx.error(
             "Unknown Instance Type",
-            f"Instance type \"{itype}\" does not exist; choose one of {catalog.type_names()} (see the "
-            "gpucloud_instance_types data source).",
+            f"Instance type \"{itype}\" does not exist; {catalog.closest_types(str(itype))}choose one of "
+            f"{catalog.type_names()} (see the gpucloud_instance_types data source).",
             root("instance_type"),
         )
         return
@@ -206,13 +212,16 @@ def check_catalog_rules(ctx: Context, catalog: Catalog, plan: Mapping[str, Any])
         return
     shape = catalog.instance_types[itype]
     if known(nodes) and int(nodes) > 1 and not shape.get("fabric_capable"):
+        capable = sorted(n for n, other in catalog.instance_types.items() if other.get("fabric_capable"))
         ctx.error(
             "Instance Type Cannot Form A Cluster",
-            f"{itype} is not fabric-capable: clusters of more than one node need an 8-GPU type with "
-            "InfiniBand or EFA. Use node_count = 1 or a fabric-capable instance type.",
+            f"{itype} is not fabric-capable, so a cluster of it has one node: node_count = {nodes} needs an "
+            "8-GPU type with InfiniBand or EFA. Set node_count = 1, or a fabric-capable instance_type"
+            + (f" ({', '.join(capable)})." if capable else "."),
             root("node_count"),
         )
-    _check_orchestrator_offered(ctx, itype, shape, nodes, plan.get("orchestrator"))
+    else:  # which orchestrators run multi-node clusters of a single-node type does not matter
+        _check_orchestrator_offered(ctx, itype, shape, nodes, plan.get("orchestrator"))
     interconnect = plan.get("interconnect")
     offered = list(shape.get("interconnects") or [])
     if known(interconnect) and interconnect not in offered:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from provider.client import (
     DEFAULT_ENDPOINT,
+    TLS_VERIFICATION_FAILED,
     ApiError,
     Forbidden,
     GpuCloudClient,
@@ -209,6 +210,9 @@ class GpuCloudProvider(Provider):
                       root("api_key"))
             return False
         except TransportError as error:
+            if error.code == TLS_VERIFICATION_FAILED:
+                ctx.error("Untrusted TLS Certificate", f"{error.detail}.", root("endpoint"))
+                return False
             ctx.error(
                 "Cannot Reach the gpucloud API",
                 f"No answer from {config.endpoint} ({error.detail}). Check endpoint (or GPUCLOUD_ENDPOINT) "

@@ -4,6 +4,7 @@ terraform {
 
   required_providers {
     gpucloud = {
+      # Installed from your backend's network mirror, named by a CLI configuration: docs/installing.md.
       source  = "gpucloud/gpucloud"
       version = ">= 0.1"
     }
