@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from acceptance.backend import Backend, running_backend
+from acceptance.backend import Backend, _cli, running_backend
 
 REPO = Path(__file__).resolve().parents[1]
 FAST_SIMULATION = {
@@ -111,25 +113,32 @@ def test_acc_cli_cluster_lifecycle(backend: Backend, home: Path, public_key: Pat
     assert scaled["node_count"] == 3 and [n["status"] for n in scaled["nodes"]] == ["RUNNING"] * 3
 
     login = scaled["login"]
+    known_hosts = home / "config" / "gpucloud" / "known_hosts"
+    checked = ["-o", "StrictHostKeyChecking=yes", "-o", f"UserKnownHostsFile={known_hosts}"]
     to_cluster = run("ssh", "train", "--dry-run")
-    assert to_cluster.stdout == f"ssh -p 22 {login['user']}@{login['public_ip']}\n", to_cluster.stderr
+    assert shlex.split(to_cluster.stdout) == [
+        "ssh", *checked, "-o", f"HostKeyAlias=gpucloud.{cluster_id}.login", "-p", "22",
+        f"{login['user']}@{login['public_ip']}"], to_cluster.stderr
     worker = next(n for n in scaled["nodes"] if n["name"] == "train-2")
-    to_worker = run("ssh", "train-2", "--dry-run")
-    assert to_worker.stdout == (
-        f"ssh -J {login['user']}@{login['public_ip']}:22 -p 22 {login['user']}@{worker['private_ip']}\n"
-    ), to_worker.stderr
+    to_worker = shlex.split(run("ssh", "train-2", "--dry-run", "--", "-i", "k").stdout)
+    assert to_worker[:7] == ["ssh", *checked, "-o", f"HostKeyAlias=gpucloud.{cluster_id}.train-2"]
+    assert to_worker[7] == "-o"
+    assert to_worker[8].startswith("ProxyCommand=ssh -i k -o StrictHostKeyChecking=yes")
+    assert to_worker[9:] == ["-p", "22", f"{login['user']}@{worker['private_ip']}", "-i", "k"]
+    assert f"gpucloud.{cluster_id}.login {login['host_key']}\n" in known_hosts.read_text()
+    assert f"gpucloud.{cluster_id}.train-2 {worker['host_key']}\n" in known_hosts.read_text()
 
-    destroyed = run("cluster", "destroy", "train", "--yes")
+    destroyed = run("cluster", "delete", "train", "--yes")
     assert destroyed.returncode == 0, destroyed.stderr
     assert "DESTROYED" in destroyed.stderr
     assert ok_json(run("cluster", "list", "--json")) == []
 
 
 @pytest.fixture(scope="module")
-def ops_cluster(backend: Backend, home: Path) -> Iterator[str]:
+def ops_cluster(backend: Backend, home: Path, public_key: Path) -> Iterator[str]:
     """A running 2-node Slurm cluster `ops` for the day-2 commands (deleted unless the backend is down)."""
     created = ok_json(gpucloud(home, "cluster", "create", "8xH100", "-n", "2", "--name", "ops", "--json",
-                               backend=backend))
+                               "-i", str(public_key), backend=backend))
     assert isinstance(created, dict) and created["status"] == "RUNNING"
     yield created["id"]
     if backend.process.poll() is None:
@@ -251,15 +260,21 @@ def test_acc_cli_bad_key_file_is_one_error_line(
     assert expected in line
 
 
-def test_acc_cli_unknown_instance_type_is_one_error_line(backend: Backend, home: Path) -> None:
-    line = one_error_line(gpucloud(home, "cluster", "create", "9xZ900", "-n", "2", backend=backend))
+def test_acc_cli_unknown_instance_type_is_one_error_line(
+    backend: Backend, home: Path, public_key: Path
+) -> None:
+    line = one_error_line(gpucloud(home, "cluster", "create", "9xZ900", "-n", "2", "-i", str(public_key),
+                                   backend=backend))
     assert "unknown instance type '9xZ900'" in line and "request id req_" in line
 
 
-def test_acc_cli_ctrl_c_stops_watching_but_not_the_create(backend: Backend, home: Path) -> None:
+def test_acc_cli_ctrl_c_stops_watching_but_not_the_create(
+    backend: Backend, home: Path, public_key: Path
+) -> None:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
     environment.update(backend.provider_env, PYTHONPATH=str(REPO), HOME=str(home))
-    command = [sys.executable, "-m", "provider.cli.main", "cluster", "create", "8xH100", "--name", "watched"]
+    command = [sys.executable, "-m", "provider.cli.main", "cluster", "create", "8xH100", "--name", "watched",
+               "-i", str(public_key)]
     with subprocess.Popen(command, env=environment, stderr=subprocess.PIPE, stdout=subprocess.PIPE,
                           text=True) as process:
         assert process.stderr is not None
@@ -305,6 +320,143 @@ def test_acc_cli_security_group_and_budget_lifecycle(backend: Backend, home: Pat
     assert "HTTP 422" in one_error_line(run("budget", "create", "zero", "--amount", "0"))
     assert ok_json(run("budget", "delete", "nlp", "--yes", "--json")) == budget
     assert ok_json(run("budget", "list", "--json")) == []
+
+
+def info_fields(done: subprocess.CompletedProcess[str]) -> dict[str, list[str]]:
+    """`cluster info`'s `Key:  value` lines (a key may repeat, as Budget does)."""
+    assert done.returncode == 0, done.stderr
+    fields: dict[str, list[str]] = {}
+    for line in done.stdout.splitlines():
+        key, sep, value = line.partition(":  ")
+        if sep:
+            fields.setdefault(key.rstrip(":").strip(), []).append(value.strip())
+    return fields
+
+
+def test_acc_cli_create_flags_show_in_info_and_list_filters(
+    backend: Backend, home: Path, public_key: Path
+) -> None:
+    run = lambda *args: gpucloud(home, *args, backend=backend)  # noqa: E731
+    group = ok_json(run("security-group", "create", "web", "--ingress", "tcp:443:0.0.0.0/0", "--json"))
+    address = ok_json(run("reserved-ip", "create", "--region", "us-east-1", "--name", "edge", "--json"))
+    budget = ok_json(run("budget", "create", "nlp", "--amount", "100", "--label-filter", "team=nlp",
+                         "--action", "notify", "--json"))
+    block = ok_json(run("reservation", "create", "q1", "8xH100", "-n", "1", "--region", "us-east-1",
+                        "--days", "7", "--json"))
+    assert isinstance(group, dict) and isinstance(address, dict) and isinstance(budget, dict)
+    assert isinstance(block, dict)
+
+    assert "no security group named 'nope'" in one_error_line(run(
+        "cluster", "create", "8xH100", "--security-group", "nope", "-i", str(public_key)))
+    assert "1 minute and 365 days" in one_error_line(run("cluster", "create", "8xH100", "--ttl", "400d"))
+    assert "container=pytorch" in one_error_line(run("cluster", "create", "8xH100", "--image", "app=x:1"))
+
+    spot = ok_json(run(
+        "cluster", "create", "8xH100", "--name", "flags", "--region", "us-east-1", "--orchestrator", "slurm",
+        "--min-nodes", "1", "--max-nodes", "3", "--spot", "--ttl", "8h", "--security-group", "web",
+        "--reserved-ip", address["address"], "--max-hourly-cost", "500", "--label", "team=nlp",
+        "--label", "env=dev", "-i", str(public_key), "--json"))
+    assert isinstance(spot, dict) and spot["status"] == "RUNNING"
+    assert (spot["capacity_type"], spot["ttl"], spot["security_group_ids"], spot["reserved_ip_id"]) == (
+        "spot", "8h", [group["id"]], address["id"])
+    assert spot["autoscaling"]["min_nodes"] == 1 and spot["autoscaling"]["max_nodes"] == 3
+    assert Decimal(str(spot["max_hourly_cost_usd"])) == 500 and spot["expires_at"]
+
+    drawn = ok_json(run("cluster", "create", "8xH100", "--name", "drawn", "--region", "us-east-1",
+                        "--reservation", "q1", "--image", "container=pytorch", "--label", "team=cv",
+                        "-i", str(public_key), "--no-wait", "--json"))
+    assert isinstance(drawn, dict)
+    assert (drawn["reservation_id"], drawn["container"]) == (block["id"], "pytorch")
+
+    shown = info_fields(run("cluster", "info", "flags"))
+    assert shown["Billing"] == ["spot"] and shown["Expires"] == [f"{spot['expires_at']} (ttl 8h)"]
+    assert shown["Scaling"] == ["autoscaling 1-3 nodes (idle nodes go after 10 min)"]
+    assert (shown["Security groups"], shown["Reserved IP"], shown["Max USD/hour"]) == (
+        [group["id"]], [address["id"]], ["500.00"])
+    spend = f"0.00 of 100.00 USD (0%) in {budget['period']}"
+    assert shown["Budget"] == [f"nlp (team=nlp): {spend}, at 100 %: notify"]
+    other = info_fields(run("cluster", "info", "drawn"))
+    assert other["Reservation"] == [block["id"]] and other["Budget"] == ["none applies"]
+    as_json = run("cluster", "info", "flags", "--json")  # the API's object, numbers exact
+    assert json.loads(as_json.stdout, parse_float=Decimal) == backend.client.get_cluster(spot["id"])
+
+    def ids(*filters: str) -> list[str]:
+        listed = ok_json(run("cluster", "list", *filters, "--json"))
+        assert isinstance(listed, list)
+        return [c["id"] for c in listed]
+
+    assert ids("--label", "team=nlp") == [spot["id"]]
+    assert ids("--label", "team=nlp", "--label", "env=prod") == []
+    assert ids("--status", "running", "--label", "env=dev") == [spot["id"]]
+    assert spot["id"] not in ids("--status", "FAILED")
+    assert "No clusters match." in run("cluster", "list", "--label", "team=none").stderr
+
+    assert run("cluster", "delete", "flags", "--yes").returncode == 0
+    assert run("cluster", "destroy", "drawn", "--yes").returncode == 0  # the old verb, hidden
+    for kind, ref in (("reservation", "q1"), ("reserved-ip", "edge"), ("security-group", "web"),
+                      ("budget", "nlp")):
+        assert run(kind, "delete", ref, "--yes").returncode == 0, kind
+
+
+def test_acc_cli_reserved_ip_usage_lines_are_listed(backend: Backend, home: Path) -> None:
+    address = ok_json(gpucloud(home, "reserved-ip", "create", "--region", "us-east-1", "--json",
+                               backend=backend))
+    assert isinstance(address, dict)
+    time.sleep(1.5)  # the meter bills whole seconds
+    backend.client.delete_reserved_ip(address["id"])  # its one hour slice ends: billed at the next run
+    settled = {"GPUCLOUD_DATA_DIR": str(backend.data_dir), "GPUCLOUD_BILLING_SETTLE_SECONDS": "0"}
+    _cli({**os.environ, **settled}, "billing-run", "--once")
+    lines = ok_json(gpucloud(home, "usage", "--kind", "reserved_ip", "--json", backend=backend))
+    assert isinstance(lines, list) and {u["kind"] for u in lines} == {"reserved_ip"}
+    assert address["id"] in {u["resource_id"] for u in lines}
+
+
+def complete(home: Path, words: str, **env: str) -> list[str]:
+    """What bash completion offers for the last of `words` (click's bash_complete protocol)."""
+    done = gpucloud(home, _GPUCLOUD_COMPLETE="bash_complete", COMP_WORDS=words,
+                    COMP_CWORD=str(len(words.split(" ")) - 1), **env)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    return [line.partition(",")[2] for line in done.stdout.splitlines() if line]  # none: one empty line
+
+
+def test_acc_cli_default_ssh_keys_and_name_completion(
+    backend: Backend, tmp_path: Path, public_key: Path
+) -> None:
+    """A project of its own: no keys, then the project's key, then the one `login --ssh-key` saved."""
+    environment = {**os.environ, "GPUCLOUD_DATA_DIR": str(backend.data_dir)}
+    _cli(environment, "create-project", "keys")
+    api_key = _cli(environment, "create-api-key", "--project", "keys", "--role", "admin")
+    project = {"GPUCLOUD_ENDPOINT": backend.url, "GPUCLOUD_API_KEY": api_key}
+    run = lambda *args: gpucloud(tmp_path, *args, **project)  # noqa: E731
+
+    refused = one_error_line(run("cluster", "create", "8xH100", "--name", "nokeys"))
+    assert "no SSH key to install" in refused and "-i ~/.ssh/id_ed25519.pub" in refused
+    assert "gpucloud ssh-key add" in refused
+
+    laptop = ok_json(run("ssh-key", "add", str(public_key), "--name", "laptop", "--json"))
+    assert isinstance(laptop, dict)
+    from_project = run("cluster", "create", "8xH100", "--name", "from-project", "--json")
+    assert f"Installing the SSH keys of the project: laptop ({laptop['id']})" in from_project.stderr
+    assert ok_json(from_project)["ssh_key_ids"] == [laptop["id"]]  # type: ignore[index]
+
+    other = tmp_path / "other"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    login = gpucloud(tmp_path, "login", "--endpoint", backend.url, "--ssh-key", f"{other}.pub", "--json",
+                     stdin=api_key + "\n")
+    saved = ok_json(login)
+    assert isinstance(saved, dict) and len(saved["ssh_key_ids"]) == 1
+    from_login = gpucloud(tmp_path, "cluster", "create", "8xH100", "--name", "from-login", "--no-wait",
+                          "--json")  # no GPUCLOUD_* variables: the saved login
+    assert "saved by `gpucloud login`: other.pub" in from_login.stderr
+    assert ok_json(from_login)["ssh_key_ids"] == saved["ssh_key_ids"]  # type: ignore[index]
+
+    assert complete(tmp_path, "gpucloud cluster info from-") == ["from-login", "from-project"]
+    assert complete(tmp_path, "gpucloud node drain from-project ") == ["from-project-0"]
+    assert complete(tmp_path, "gpucloud ssh-key delete l") == ["laptop"]
+    assert complete(tmp_path, "gpucloud cluster info ", GPUCLOUD_ENDPOINT="http://127.0.0.1:9") == []
+    assert complete(tmp_path / "nobody", "gpucloud cluster info ") == []  # no key configured
+    for name in ("from-login", "from-project"):
+        assert run("cluster", "delete", name, "--yes", "--no-wait").returncode == 0
 
 
 def test_acc_cli_api_outage_is_one_error_line(backend: Backend, home: Path) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, TypeVar
 
 import click
+from click.shell_completion import CompletionItem
 
 from provider.cli.config import ConfigError, resolve_credentials
 from provider.client import GpuCloudClient
@@ -18,6 +19,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Connection failures are retried with backoff; a CLI answers within seconds when the API is down.
 CLI_MAX_RETRIES = 2
+# Shell completion runs on every Tab: one try, answered quickly or not at all.
+COMPLETION_TIMEOUT_SECONDS = 3.0
 
 
 def cli_version() -> str:
@@ -143,3 +146,51 @@ def find_ssh_key(client: GpuCloudClient, ref: str) -> dict[str, Any]:
     if ref.startswith("ssh_"):
         return client.get_ssh_key(ref)
     return one_named(client.list_ssh_keys(name=ref), "SSH key", ref, "ssh-key list")
+
+
+Completer = Callable[[click.Context, click.Parameter, str], list[CompletionItem]]
+
+
+def _completion_client() -> GpuCloudClient | None:
+    """A client for shell completion; None when no endpoint or key is configured."""
+    try:
+        credentials = resolve_credentials()
+    except ConfigError:
+        return None
+    if not credentials.api_key:
+        return None
+    return GpuCloudClient(
+        credentials.endpoint, credentials.api_key, max_retries=0, timeout=COMPLETION_TIMEOUT_SECONDS,
+        user_agent=f"gpucloud-cli/{cli_version()}",
+    )
+
+
+def name_completer(names: Callable[[GpuCloudClient, click.Context], Iterable[str]]) -> Completer:
+    """A `shell_complete` callback offering the names `names` lists that start with what is typed."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+        client = _completion_client()
+        if client is None:
+            return []
+        try:
+            with client:
+                found = sorted({name for name in names(client, ctx) if name.startswith(incomplete)})
+        except Exception:  # API down, key refused, no such cluster: the shell just offers nothing
+            return []
+        return [CompletionItem(name) for name in found]
+
+    return complete
+
+
+def _node_names(client: GpuCloudClient, ctx: click.Context) -> list[str]:
+    """The nodes of the cluster given before the NODE argument."""
+    ref = ctx.params.get("cluster_ref")
+    if not isinstance(ref, str):
+        return []
+    return [str(n["name"]) for n in find_cluster(client, ref).get("nodes") or []]
+
+
+complete_cluster = name_completer(lambda client, _: (str(c["name"]) for c in client.list_clusters()))
+complete_volume = name_completer(lambda client, _: (str(v["name"]) for v in client.list_volumes()))
+complete_ssh_key = name_completer(lambda client, _: (str(k["name"]) for k in client.list_ssh_keys()))
+complete_node = name_completer(_node_names)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from provider.cli.app import App, confirm, find_volume, json_option, pass_app, yes_option
+from provider.cli.app import App, complete_volume, confirm, find_volume, json_option, pass_app, yes_option
 from provider.cli.output import emit, fields_view, note, print_fields, table_view
 from provider.client import new_idempotency_key
 
@@ -68,7 +68,7 @@ def list_volumes(app: App, region: str | None, as_json: bool) -> None:
 
 
 @volume.command("info")
-@click.argument("volume_ref", metavar="VOLUME")
+@click.argument("volume_ref", metavar="VOLUME", shell_complete=complete_volume)
 @json_option
 @pass_app
 def volume_info(app: App, volume_ref: str, as_json: bool) -> None:
@@ -86,7 +86,7 @@ def volume_info(app: App, volume_ref: str, as_json: bool) -> None:
 
 
 @volume.command("resize")
-@click.argument("volume_ref", metavar="VOLUME")
+@click.argument("volume_ref", metavar="VOLUME", shell_complete=complete_volume)
 @click.argument("size_tib", metavar="SIZE_TIB", type=click.IntRange(min=1))
 @json_option
 @pass_app
@@ -102,7 +102,7 @@ def resize_volume(app: App, volume_ref: str, size_tib: int, as_json: bool) -> No
 
 
 @volume.command("delete")
-@click.argument("volume_ref", metavar="VOLUME")
+@click.argument("volume_ref", metavar="VOLUME", shell_complete=complete_volume)
 @yes_option
 @json_option
 @pass_app
@@ -119,7 +119,10 @@ def delete_volume(app: App, volume_ref: str, yes: bool, as_json: bool) -> None:
     emit(v, as_json, lambda _: note(f"Deleted volume {v['id']} ({v['name']})."))
 
 
-USAGE_KINDS = ["compute_on_demand", "compute_spot", "compute_reserved", "reservation", "storage"]
+# Every kind of line the backend's meters write (a test keeps this equal to the API's list).
+USAGE_KINDS = [
+    "compute_on_demand", "compute_spot", "compute_reserved", "reservation", "storage", "reserved_ip"
+]
 USAGE_COLUMNS = [
     ("PERIOD START", lambda u: u["period_start"]),
     ("KIND", lambda u: u["kind"]),
@@ -137,7 +140,7 @@ USAGE_COLUMNS = [
 @json_option
 @pass_app
 def usage(app: App, cluster_id: str | None, kind: str | None, as_json: bool) -> None:
-    """List usage lines (node hours, reserved terms, storage), oldest first.
+    """List usage lines (node hours, reserved terms, storage, reserved IPs), oldest first.
 
     \b
     Example:

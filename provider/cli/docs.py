@@ -26,6 +26,9 @@ retries, idempotency keys and errors). It is installed with the provider (`pip i
 - **Credentials**: `GPUCLOUD_ENDPOINT` and `GPUCLOUD_API_KEY` when set (as for the provider), else
   `gpucloud login`, which checks the key against the API and saves both to
   `~/.config/gpucloud/config.toml` (mode 0600; `$XDG_CONFIG_HOME` is honoured). The key is never printed.
+- **SSH keys**: `cluster create` installs the keys given with `-i FILE` or `--ssh-key`; without them,
+  those saved by `gpucloud login --ssh-key FILE`, else all the project's keys (it says which on stderr).
+- **One verb**: every object is removed with `delete` (`cluster destroy` and `ssh-key rm` still work).
 - **Output**: tables with the lifecycle's status colours on a terminal, plain aligned text otherwise;
   `--json` on every command prints the API's JSON (a list command prints the array of items; `jobs` and
   `nodes` the API's object with its counters; `logs -f --json` one JSON object per line). Progress
@@ -34,12 +37,13 @@ retries, idempotency keys and errors). It is installed with the provider (`pip i
   restart|replace|drain|resume` and `cluster restart-workers` act on nodes (admin keys; the ones that
   kill jobs ask first, `--yes` in scripts); `cluster edit --repair manual` keeps failed nodes for you
   to look at instead of replacing them. `logs -f` follows a log until Ctrl-C (exit 130).
-- **Waiting**: `cluster create`, `scale` and `destroy` wait (unless `--no-wait`) with a live status line
+- **Waiting**: `cluster create`, `scale` and `delete` wait (unless `--no-wait`) with a live status line
   (status, phase, nodes running / total, elapsed). Ctrl-C stops watching, not the operation; resume with
   `gpucloud cluster info CLUSTER --wait`.
 - **Exit codes**: 0 ok; 1 an API or usage error, as one line on stderr with the API's message, the field
   to blame and the request id; 130 when interrupted.
-- **Completion**: `eval "$(gpucloud completion bash)"` (or `zsh`, `fish`).
+- **Completion**: `eval "$(gpucloud completion bash)"` (or `zsh`, `fish`); cluster, node, volume and
+  SSH key names complete from the API (nothing is offered when it cannot be reached).
 """
 
 

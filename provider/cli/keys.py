@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from provider.cli.app import App, find_ssh_key, json_option, pass_app
+from provider.cli.app import App, complete_ssh_key, find_ssh_key, json_option, pass_app
 from provider.cli.output import emit, note, table_view
 from provider.client import Conflict, GpuCloudClient, new_idempotency_key
 
@@ -92,7 +92,7 @@ def list_keys(app: App, as_json: bool) -> None:
 
 
 @ssh_key.command("delete")
-@click.argument("key")
+@click.argument("key", shell_complete=complete_ssh_key)
 @json_option
 @pass_app
 def delete_key(app: App, key: str, as_json: bool) -> None:

@@ -10,15 +10,16 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import click
 
-from provider.cli.app import CLI_MAX_RETRIES, App, cli_version, json_option, pass_app
+from provider.cli.app import CLI_MAX_RETRIES, App, cli_version, find_ssh_key, json_option, pass_app
 from provider.cli.budgets import budget
 from provider.cli.catalog import balance, estimate, instance_types, regions, usage, volume
 from provider.cli.clusters import cluster
-from provider.cli.config import ConfigError, config_path, read_config, write_config
-from provider.cli.keys import ssh_key
+from provider.cli.config import ConfigError, config_path, read_config, read_ssh_key_ids, write_config
+from provider.cli.keys import register_key_file, ssh_key
 from provider.cli.nodes import node, nodes
 from provider.cli.output import note, print_json
 from provider.cli.quotas import quota
@@ -54,16 +55,22 @@ def cli() -> None:
 @click.option(
     "--endpoint", help=f"API URL (default: GPUCLOUD_ENDPOINT, the saved one, then {DEFAULT_ENDPOINT})."
 )
+@click.option(
+    "--ssh-key", "ssh_keys", multiple=True, metavar="FILE_OR_KEY",
+    help="The SSH key `cluster create` installs when given none: a public key file (registered if new) or "
+    "a registered key's id or name (repeatable; default: keep the saved ones when the key is unchanged).",
+)
 @json_option
 @pass_app
-def login(app: App, endpoint: str | None, as_json: bool) -> None:
-    """Check an API key against the API and save it with the endpoint (file mode 0600).
+def login(app: App, endpoint: str | None, ssh_keys: tuple[str, ...], as_json: bool) -> None:
+    """Check an API key against the API and save it with the endpoint (file mode 0600), and the SSH keys
+    new clusters get by default.
 
     The key is read from GPUCLOUD_API_KEY, else asked for (hidden; read from stdin when piped).
 
     \b
     Example:
-      gpucloud login --endpoint https://api.gpucloud.example
+      gpucloud login --endpoint https://api.gpucloud.example --ssh-key ~/.ssh/id_ed25519.pub
     """
     try:
         saved = read_config()
@@ -80,11 +87,30 @@ def login(app: App, endpoint: str | None, as_json: bool) -> None:
         raise click.BadParameter(str(error), param_hint="--endpoint") from None
     with client:
         client.verify_credentials()
-    path = write_config(endpoint, api_key)
+        key_ids = [_key_id(client, ref) for ref in ssh_keys] or _kept_key_ids(saved, endpoint, api_key)
+    path = write_config(endpoint, api_key, ssh_key_ids=key_ids)
     if as_json:
-        print_json({"endpoint": endpoint, "config": str(path)})
+        print_json({"endpoint": endpoint, "config": str(path), "ssh_key_ids": key_ids})
     else:
-        note(f"Logged in to {endpoint}; saved to {path} (mode 0600).")
+        keys = f"; new clusters get the SSH keys {', '.join(key_ids)}" if key_ids else ""
+        note(f"Logged in to {endpoint}; saved to {path} (mode 0600){keys}.")
+
+
+def _key_id(client: GpuCloudClient, ref: str) -> str:
+    """A public key file registers (or finds) its key; anything else names a registered key."""
+    if Path(ref).expanduser().is_file():
+        return register_key_file(client, ref)
+    return str(find_ssh_key(client, ref)["id"])
+
+
+def _kept_key_ids(saved: dict[str, str], endpoint: str, api_key: str) -> list[str]:
+    """The saved default keys, kept by a login to the same endpoint with the same key (same project)."""
+    if (saved.get("endpoint", "").rstrip("/"), saved.get("api_key")) != (endpoint, api_key):
+        return []
+    try:
+        return read_ssh_key_ids()
+    except ConfigError:
+        return []
 
 
 def _read_api_key() -> str:

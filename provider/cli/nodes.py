@@ -9,7 +9,17 @@ from typing import Any
 
 import click
 
-from provider.cli.app import App, confirm, find_cluster, json_option, pass_app, with_example, yes_option
+from provider.cli.app import (
+    App,
+    complete_cluster,
+    complete_node,
+    confirm,
+    find_cluster,
+    json_option,
+    pass_app,
+    with_example,
+    yes_option,
+)
 from provider.cli.output import Column, counts_line, emit, note, print_table, table_view
 from provider.client import new_idempotency_key
 
@@ -77,7 +87,7 @@ def show_nodes(listing: Mapping[str, Any], health: str | None) -> None:
 
 
 @click.command()
-@click.argument("cluster_ref", metavar="CLUSTER")
+@click.argument("cluster_ref", metavar="CLUSTER", shell_complete=complete_cluster)
 @click.option("--health", type=click.Choice(HEALTH_FILTERS),
               help="Only failed nodes, nodes with recent XID errors (xid), or healthy ones.")
 @click.option("--history", "history", metavar="NODE",
@@ -136,8 +146,8 @@ NODE_ACTIONS = [
 
 
 def _node_action_command(action: str, summary: str, warning: str | None) -> None:
-    @click.argument("cluster_ref", metavar="CLUSTER")
-    @click.argument("node_name", metavar="NODE")
+    @click.argument("cluster_ref", metavar="CLUSTER", shell_complete=complete_cluster)
+    @click.argument("node_name", metavar="NODE", shell_complete=complete_node)
     @json_option
     @pass_app
     def command(app: App, cluster_ref: str, node_name: str, as_json: bool, yes: bool = False) -> None:

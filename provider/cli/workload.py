@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from provider.cli.app import App, find_cluster, json_option, pass_app
+from provider.cli.app import App, complete_cluster, find_cluster, json_option, pass_app
 from provider.cli.output import Column, counts_line, emit, note, print_table
 from provider.client import GpuCloudClient
 
@@ -68,7 +68,7 @@ def show_jobs(listing: Mapping[str, Any], state: str | None) -> None:
 
 
 @click.command()
-@click.argument("cluster_ref", metavar="CLUSTER")
+@click.argument("cluster_ref", metavar="CLUSTER", shell_complete=complete_cluster)
 @click.option("--state", type=click.Choice(JOB_STATES, case_sensitive=False), metavar="STATE",
               help="Only jobs in this Slurm state, either case: pending, running, completing, completed, "
                    "failed, cancelled, timeout, node_fail, preempted, requeued, out_of_memory, ... "
@@ -115,7 +115,7 @@ def follow_log(client: GpuCloudClient, cluster_id: str, source: str, tail: int |
 
 
 @click.command()
-@click.argument("cluster_ref", metavar="CLUSTER")
+@click.argument("cluster_ref", metavar="CLUSTER", shell_complete=complete_cluster)
 @click.option("--node", "node_name", metavar="NAME",
               help="This node's log (slurmd, kernel, node agent) instead of the controller's (slurmctld).")
 @click.option("--tail", type=int, metavar="N", help="The last N lines (default 100).")
