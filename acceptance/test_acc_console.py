@@ -1,15 +1,21 @@
 """The web console in a real headless Chromium against the real backend (simulated datacenter at 600x):
 sign in, open a cluster, visit every tab and page, see a chart drawn from data, restart a node through
-the confirmation dialog (the API records it), attach a volume, and see every XSS probe (a cluster
-label, a volume name, an SSH key name, and a log line: the key's comment, which cloud-init prints at
-boot) shown as text. One browser for the module; a screenshot of each tab goes to the artifacts
-directory ($GPUCLOUD_TEST_ARTIFACTS, default .artifacts/) under console/."""
+the confirmation dialog (the API records it), attach a volume, scale through the Actions menu and see
+the typed-name delete refuse a wrong name, visit the security group, reserved IP, reservation, budget
+and team billing views, check at 1280 and 390 px that nothing overflows its container, and see every
+XSS probe (a cluster label, volume, SSH key, security group, reserved IP, reservation and budget name,
+and a log line: the key's comment, which cloud-init prints at boot) shown as text. One browser for the
+module; a screenshot of each tab and page goes to the artifacts directory ($GPUCLOUD_TEST_ARTIFACTS,
+default .artifacts/) under console/."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import os
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -39,11 +45,16 @@ FAST_SIMULATION = {
     "GPUCLOUD_SIMULATION_BOOT_FAILURE_RATE": "0",
     "GPUCLOUD_SIMULATION_ACCEPTANCE_FAILURE_RATE": "0",
     "GPUCLOUD_LOG_LEVEL": "info",  # one line per request: the test checks none holds the key
+    "GPUCLOUD_BILLING_INTERVAL_SECONDS": "2",  # the reservation's upfront line is charged at once
 }
 LABEL_PROBE = "<script>alert('label')</script>"
 VOLUME_PROBE = '<img src=x onerror="alert(1)">'
 KEY_PROBE = "<script>alert('key')</script>"
 LOG_PROBE = "<script>alert('log')</script>"
+GROUP_PROBE = "<script>alert('sg')</script>"
+ADDRESS_PROBE = "<img src=x onerror=alert('ip')>"
+RESERVATION_PROBE = "<script>alert('reservation')</script>"
+BUDGET_PROBE = "<img src=x onerror=alert('budget')>"
 TABS = ("overview", "jobs", "monitoring", "nodes", "logs", "volumes", "network")
 WAIT_SECONDS = 20
 
@@ -64,17 +75,40 @@ def api(backend: Backend) -> Iterator[httpx.Client]:
         yield client
 
 
+def created(answer: httpx.Response) -> dict[str, Any]:
+    assert answer.status_code == 201, answer.text
+    body: dict[str, Any] = answer.json()
+    return body
+
+
 @pytest.fixture(scope="module")
 def world(api: httpx.Client) -> dict[str, Any]:
-    """A running 2-node cluster with a probe label and a probe SSH key, and a free probe volume."""
-    key = api.post("/ssh-keys", json={"name": KEY_PROBE, "public_key": ed25519_key(LOG_PROBE)})
-    volume = api.post("/volumes", json={"name": VOLUME_PROBE, "region": "us-east-1", "size_tib": 2})
-    assert key.status_code == 201 and volume.status_code == 201, (key.text, volume.text)
-    cluster = api.post("/clusters", json={
+    """A running 2-node cluster (team nlp) with a probe label, a probe SSH key, a probe security group and
+    a probe reserved IP; a free probe volume; a probe reservation and budget; and a second cluster, not
+    waited for, with what the header's badges show (spot, TTL, autoscaling range, deletion protection)."""
+    key = created(api.post("/ssh-keys", json={"name": KEY_PROBE, "public_key": ed25519_key(LOG_PROBE)}))
+    volume = created(api.post("/volumes", json={"name": VOLUME_PROBE, "region": "us-east-1", "size_tib": 2}))
+    group = created(api.post("/security-groups", json={
+        "name": GROUP_PROBE, "description": GROUP_PROBE,
+        "ingress": [{"protocol": "tcp", "from_port": 22, "cidr_blocks": ["10.0.0.0/8"],
+                     "description": "ssh"}],
+        "egress": [{"protocol": "all", "cidr_blocks": ["0.0.0.0/0"]}]}))
+    address = created(api.post("/reserved-ips", json={"region": "us-east-1", "name": ADDRESS_PROBE}))
+    reservation = created(api.post("/reservations", json={
+        "name": RESERVATION_PROBE, "region": "us-east-1", "instance_type": "8xH100", "node_count": 1,
+        "duration_days": 1, "labels": {"team": "nlp"}}))
+    budget = created(api.post("/budgets", json={
+        "name": BUDGET_PROBE, "amount_usd": "5000", "label_filter": {"key": "team", "value": "nlp"},
+        "thresholds": [50, 90, 100]}))
+    cluster = created(api.post("/clusters", json={
         "name": "console", "region": "us-east-1", "instance_type": "8xH100", "node_count": 2,
-        "ssh_key_ids": [key.json()["id"]], "labels": {"probe": LABEL_PROBE}, "node_repair": "manual"})
-    assert cluster.status_code == 201, cluster.text
-    cid = cluster.json()["id"]
+        "ssh_key_ids": [key["id"]], "labels": {"probe": LABEL_PROBE, "team": "nlp"}, "node_repair": "manual",
+        "security_group_ids": [group["id"]], "reserved_ip_id": address["id"]}))
+    badged = created(api.post("/clusters", json={
+        "name": "badged", "region": "us-east-1", "instance_type": "8xH100",
+        "capacity_type": "spot", "ttl": "30d", "autoscaling": {"min_nodes": 1, "max_nodes": 3},
+        "deletion_protection": True}))
+    cid = cluster["id"]
     # RUNNING, with at least two GPU samples per node so the Monitoring chart has lines to draw.
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
@@ -87,7 +121,9 @@ def world(api: httpx.Client) -> dict[str, Any]:
         time.sleep(1)
     else:
         pytest.fail(f"cluster {cid} not RUNNING with metrics within 90 s: {status}")
-    return {"cluster_id": cid, "volume_id": volume.json()["id"], "key_id": key.json()["id"]}
+    return {"cluster_id": cid, "volume_id": volume["id"], "key_id": key["id"], "group_id": group["id"],
+            "address": address["address"], "reservation_id": reservation["id"], "budget_id": budget["id"],
+            "badged_id": badged["id"]}
 
 
 def artifacts_dir() -> Path:
@@ -296,12 +332,206 @@ def test_acc_console_pages(
 
 
 
+# What must hold on every page at every width: no card wider than itself (its figure fits), no sideways
+# page scroll, and no one-line value (.nowrap: regions, addresses, amounts) broken over two lines.
+FITS_CHECK = """
+const problems = [];
+const name = (e) => `${e.tagName.toLowerCase()}.${e.className} "${e.textContent.slice(0, 40)}"`;
+for (const e of document.querySelectorAll('.card')) {
+  if (e.scrollWidth > e.clientWidth) problems.push(`overflows: ${name(e)} ${e.scrollWidth}>${e.clientWidth}`);
+}
+const page = document.documentElement;
+if (page.scrollWidth > page.clientWidth) problems.push(`page scrolls sideways: ${page.scrollWidth}`);
+for (const e of document.querySelectorAll('.nowrap')) {
+  const range = document.createRange();
+  range.selectNodeContents(e);
+  const tops = [...range.getClientRects()].filter((r) => r.width > 0).map((r) => r.top);
+  const line = parseFloat(getComputedStyle(e).lineHeight) || 20;
+  if (tops.length && Math.max(...tops) - Math.min(...tops) > line * 0.8) problems.push(`wrapped: ${name(e)}`);
+}
+return problems;
+"""
+WIDTHS = {"wide": (1280, 1000), "phone": (390, 900)}
+NEW_PAGES = {"clusters": "console", "security-groups": GROUP_PROBE, "reserved-ips": ADDRESS_PROBE,
+             "reservations": RESERVATION_PROBE, "budgets": BUDGET_PROBE}
+TAB_ROW = "const t = document.querySelector('.tabs'); return [t.scrollWidth, t.clientWidth]"
+TAB_IN_VIEW = ("const t = document.querySelector('.tabs').getBoundingClientRect();"
+               "const b = document.getElementById('tab-network').getBoundingClientRect();"
+               "return [b.left - t.left, t.right - b.right]")  # both >= 0: inside the row
+
+
+def go(driver: WebDriver, backend: Backend, route: str) -> None:
+    # A hash change, as a click on a link makes (no reload: the module state and the key stay).
+    if not driver.current_url.startswith(f"{backend.url}/console"):
+        driver.get(f"{backend.url}/console")
+    driver.execute_script("location.hash = arguments[0]", route)
+
+
+def tags_of(driver: WebDriver) -> dict[str, str]:
+    """The cluster header's badges: data-badge -> text."""
+    found = driver.find_elements(By.CSS_SELECTOR, ".tags .tag")
+    return {e.get_attribute("data-badge") or "": e.text for e in found}
+
+
+def row_with(driver: WebDriver, text: str) -> WebElement | bool:
+    return next((r for r in driver.find_elements(By.CSS_SELECTOR, "tbody tr") if text in r.text), False)
+
+
+def assert_fits(driver: WebDriver, where: str) -> None:
+    problems = driver.execute_script(FITS_CHECK)
+    assert problems == [], (where, problems)
+
+
+def ssh_fingerprint(line: str) -> str:
+    """As `ssh-keygen -l` prints it."""
+    blob = base64.b64decode(line.split()[1])
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+
+
+def test_acc_console_new_pages(
+    browser: webdriver.Chrome, backend: Backend, api: httpx.Client, world: dict[str, Any], artifacts: Path
+) -> None:
+    """Security groups, reserved IPs, reservations, budgets and billing by team, at both widths."""
+    def team_keys() -> set[str | None]:
+        groups = api.get("/billing/usage", params={"group_by": "label:team"}).json()["groups"]
+        return {g["key"] for g in groups}
+
+    wait_for(browser, lambda _: "nlp" in team_keys(), "the reservation's upfront line (team nlp) not charged")
+    for width, size in WIDTHS.items():
+        browser.set_window_size(*size)
+        for page, probe in NEW_PAGES.items():
+            go(browser, backend, f"#/{page}")
+            wait_for(browser, partial(row_with, text=probe), f"{page}: the probe's row")
+            assert_fits(browser, f"{page} at {width}")
+            browser.save_screenshot(str(artifacts / f"page-{page}-{width}.png"))
+        go(browser, backend, "#/billing")
+        wait_for(browser, lambda d: "nlp" in texts(d, "#usage-by-team td[data-label=Team]"), "team nlp")
+        assert_fits(browser, f"billing at {width}")
+        browser.save_screenshot(str(artifacts / f"page-billing-{width}.png"))
+    browser.set_window_size(*WIDTHS["wide"])
+
+    go(browser, backend, "#/security-groups")
+    row = wait_for(browser, lambda d: row_with(d, GROUP_PROBE), "group row")
+    assert "tcp 22 from 10.0.0.0/8" in row.text and "all to 0.0.0.0/0" in row.text
+    assert row.find_element(By.CSS_SELECTOR, "a").text == "console"
+    go(browser, backend, "#/reserved-ips")
+    row = wait_for(browser, lambda d: row_with(d, ADDRESS_PROBE), "address row")
+    assert world["address"] in row.text and "attached" in row.text and "console" in row.text
+    go(browser, backend, "#/budgets")
+    row = wait_for(browser, lambda d: row_with(d, BUDGET_PROBE), "budget row")
+    assert "team=nlp" in row.text and "of $5,000.00" in row.text
+    chips = row.find_elements(By.CSS_SELECTOR, ".chip")
+    assert [c.get_attribute("data-threshold") for c in chips] == ["50", "90", "100"]
+    assert row.find_elements(By.CSS_SELECTOR, "progress")
+    assert_no_alert(browser)
+
+
+def test_acc_console_cluster_badges_tabs_and_network(
+    browser: webdriver.Chrome, backend: Backend, api: httpx.Client, world: dict[str, Any], artifacts: Path
+) -> None:
+    """The header's badges, the tab row at phone width (scrolls, with a hint; the chosen tab in view),
+    and the Network & SSH tab's groups, reserved IP and host-key fingerprints."""
+    cid = world["cluster_id"]
+    go(browser, backend, f"#/clusters/{world['badged_id']}/overview")
+    badges = wait_for(browser, lambda d: tags_of(d) or False, "badges")
+    assert badges["capacity"] == "spot" and badges["autoscaling"] == "autoscaling 1\u20133 nodes"
+    assert badges["expiry"] in {"TTL 30d, expires in 30 d", "TTL 30d, expires in 29 d 23 h"}, badges
+    assert badges["protected"] == "deletion protection"
+    assert "reserved-ip" not in badges
+    browser.save_screenshot(str(artifacts / "cluster-badges.png"))
+
+    for width, size in WIDTHS.items():
+        browser.set_window_size(*size)
+        go(browser, backend, f"#/clusters/{cid}/overview")
+        wait_for(browser, lambda d: d.find_element(By.ID, "cluster-name").text == "console"
+                 and d.find_elements(By.CSS_SELECTOR, "#cluster-panel .card"), "overview")
+        expected = {"security-group": f"SG {GROUP_PROBE}", "reserved-ip": f"IP {world['address']}"}
+        assert tags_of(browser) == expected
+        assert_fits(browser, f"cluster overview at {width}")
+        row = browser.execute_script(TAB_ROW)
+        hint = browser.find_element(By.CSS_SELECTOR, ".tabs-more-right")
+        if width == "wide":
+            assert row[0] <= row[1] and not hint.is_displayed()
+        else:
+            assert row[0] > row[1] and hint.is_displayed()  # Logs, Volumes, Network are off to the right
+            browser.save_screenshot(str(artifacts / "overview-tabs-phone.png"))
+        go(browser, backend, f"#/clusters/{cid}/network")
+        wait_for(browser, lambda d: selected(d, "#tab-network") and "Loading" not in panel_text(d), "network")
+        try:
+            wait_for(browser, lambda d: min(d.execute_script(TAB_IN_VIEW)) >= -1, "tab not in view")
+        except TimeoutException:
+            pytest.fail(f"the selected tab is outside the tab row by {browser.execute_script(TAB_IN_VIEW)}")
+        if width == "phone":
+            assert browser.find_element(By.CSS_SELECTOR, ".tabs-more-left").is_displayed()
+        assert_fits(browser, f"network at {width}")
+        browser.save_screenshot(str(artifacts / f"network-{width}.png"))
+    browser.set_window_size(*WIDTHS["wide"])
+
+    assert GROUP_PROBE in browser.find_element(By.ID, "network-security-groups").text
+    assert "tcp 22 from 10.0.0.0/8" in browser.find_element(By.ID, "network-security-groups").text
+    assert world["address"] in browser.find_element(By.ID, "network-reserved-ip").text
+    cluster = api.get(f"/clusters/{cid}").json()
+    host_keys = [line for line in [(cluster.get("login") or {}).get("host_key"),
+                                   *(n.get("host_key") for n in cluster["nodes"])] if line]
+    shown = texts(browser, "#cluster-panel code.fingerprint")
+    assert shown == [ssh_fingerprint(line) for line in host_keys]  # none when the API gives none
+    assert_no_alert(browser)
+
+
+def test_acc_console_actions_menu(
+    browser: webdriver.Chrome, backend: Backend, api: httpx.Client, world: dict[str, Any], artifacts: Path
+) -> None:
+    """Scale 2 -> 3 through the Actions menu (the API records it), set the repair mode; the typed-name
+    delete refuses a wrong name and deletes nothing; the image update is offered to single-node clusters
+    only."""
+    cid = world["cluster_id"]
+    go(browser, backend, f"#/clusters/{cid}/overview")
+    wait_for(browser, lambda d: d.find_element(By.ID, "cluster-name").text == "console", "cluster header")
+    visible(browser, "#cluster-actions").click()
+    assert browser.find_element(By.CSS_SELECTOR, "[data-action=image]").get_attribute("disabled") is not None
+    browser.save_screenshot(str(artifacts / "actions-menu.png"))
+    visible(browser, "#cluster-actions-menu [data-action=scale]").click()
+    count = visible(browser, "#scale-count")
+    count.clear()
+    count.send_keys("3")
+    browser.save_screenshot(str(artifacts / "actions-scale.png"))
+    browser.find_element(By.ID, "scale-dialog-ok").click()
+    visible(browser, ".notice-ok")
+    assert api.get(f"/clusters/{cid}").json()["node_count"] == 3
+    events = api.get("/audit-events", params={"action": "cluster.update", "resource_id": cid}).json()["items"]
+    assert len(events) == 1, events  # one PATCH, from the one confirmed dialog
+    facts = ".cluster-head .facts"
+    wait_for(browser, lambda d: "\u00d7 3" in d.find_element(By.CSS_SELECTOR, facts).text, "header: 3 nodes")
+
+    visible(browser, "#cluster-actions").click()
+    visible(browser, "#cluster-actions-menu [data-action=repair]").click()
+    Select(visible(browser, "#repair-mode")).select_by_value("auto")  # the world's cluster is manual
+    browser.find_element(By.ID, "repair-dialog-ok").click()
+    wait_for(browser, lambda _: api.get(f"/clusters/{cid}").json()["node_repair"] == "auto", "repair mode")
+
+    visible(browser, "#cluster-actions").click()
+    visible(browser, "#cluster-actions-menu [data-action=delete]").click()
+    visible(browser, "#delete-confirm-name").send_keys("consol")
+    browser.find_element(By.ID, "delete-dialog-ok").click()
+    refusal = visible(browser, "#delete-dialog-error")
+    assert "type console exactly" in refusal.text
+    assert browser.find_element(By.ID, "delete-dialog").is_displayed()  # still open, still asking
+    browser.save_screenshot(str(artifacts / "actions-delete-refused.png"))
+    browser.find_element(By.ID, "delete-dialog-cancel").click()
+    wait_for(browser, lambda d: not d.find_elements(By.ID, "delete-dialog"), "delete dialog not closed")
+    assert api.get(f"/clusters/{cid}").json()["status"] not in {"DESTROYING", "DESTROYED"}
+    deletes = api.get("/audit-events", params={"action": "cluster.delete", "resource_id": cid}).json()
+    assert deletes["items"] == []
+    assert_no_alert(browser)
+
+
 def test_acc_console_aggregates(browser: WebDriver, backend: Backend) -> None:
     """The figures the console computes from API answers (cards, billing sums, chart gaps, the default
     window) and its dropping of out-of-order answers, run in the browser on the modules as served."""
     if not browser.current_url.startswith(f"{backend.url}/console"):
         browser.get(f"{backend.url}/console")
-    result = browser.execute_async_script(Path(__file__).with_name("console_aggregates.js").read_text())
+    key = ed25519_key("fingerprint@test")
+    result = browser.execute_async_script(Path(__file__).with_name("console_aggregates.js").read_text(), key)
     assert "error" not in result, result
     assert result["summary"] == {
         "totalGpus": 16, "allocatedGpus": 6, "avgUtilisation": 75, "memoryUsedMib": 1000,
@@ -312,6 +542,12 @@ def test_acc_console_aggregates(browser: WebDriver, backend: Backend) -> None:
     assert result["path"].count("M") == 2 and result["path"].count("L") == 1  # the gap breaks the line
     assert result["windows"] == ["5m", "15m", "1h"]
     assert result["answers"] == ["stale", "new"]  # a late answer never overwrites a newer one
+    assert result["fingerprint"] == ssh_fingerprint(key) and result["notAKey"] is None
+    # The y axis: distinct, rising labels, also for all-zero data (it read 1,1,1,0,0 before).
+    assert result["zeroTicks"] == ["0.0", "0.5", "1.0"]
+    assert result["percentTicks"] == ["0%", "25%", "50%", "75%", "100%"]
+    assert result["smallTicks"] == ["0.0", "0.1", "0.2", "0.3"]
+    assert result["wideFigure"]["fits"], result["wideFigure"]  # "$190,883.51" in a 160 px card
 
 
 def test_acc_console_csp_blocks_inline_script(browser: WebDriver, backend: Backend) -> None:

@@ -68,6 +68,7 @@ export async function request(method, path, { body, params, key } = {}) {
 
 export const get = (path, params) => request("GET", path, { params });
 export const post = (path, body) => request("POST", path, { body });
+export const patch = (path, body) => request("PATCH", path, { body });
 export const del = (path) => request("DELETE", path);
 
 // Every item of a paginated list (follows next_page_token; stops at `limit` items).

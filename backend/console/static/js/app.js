@@ -5,9 +5,13 @@
 import { apiKey, forgetApiKey, whenUnauthorized } from "./api.js";
 import { clear, errorBox, h, notify } from "./dom.js";
 import * as billing from "./pages/billing.js";
+import * as budgets from "./pages/budgets.js";
 import * as clusterDetail from "./pages/cluster.js";
 import * as clusters from "./pages/clusters.js";
 import * as login from "./pages/login.js";
+import * as reservations from "./pages/reservations.js";
+import * as reservedIps from "./pages/reserved-ips.js";
+import * as securityGroups from "./pages/security-groups.js";
 import * as sshKeys from "./pages/ssh-keys.js";
 import * as volumes from "./pages/volumes.js";
 
@@ -17,6 +21,10 @@ const ROUTES = [
   [/^\/clusters\/([a-z0-9_]+)(?:\/([a-z-]+))?$/, clusterDetail, "clusters"],
   [/^\/volumes$/, volumes, "volumes"],
   [/^\/ssh-keys$/, sshKeys, "ssh-keys"],
+  [/^\/security-groups$/, securityGroups, "security-groups"],
+  [/^\/reserved-ips$/, reservedIps, "reserved-ips"],
+  [/^\/reservations$/, reservations, "reservations"],
+  [/^\/budgets$/, budgets, "budgets"],
   [/^\/billing$/, billing, "billing"],
 ];
 

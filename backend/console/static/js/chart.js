@@ -8,10 +8,26 @@ const HEIGHT = 280;
 const PAD = { top: 12, right: 16, bottom: 28, left: 56 };
 const PALETTE = 8;
 
-function niceMax(value) {
-  if (!(value > 0)) return 1;
-  const step = 10 ** Math.floor(Math.log10(value));
-  return [1, 2, 2.5, 5, 10].map((m) => m * step).find((m) => m >= value);
+// The y axis: ticks from 0 at a 1/2/5 step (2.5 too when whole), about four intervals, and the
+// decimals that keep every label distinct (flat or all-zero data: 0.0, 0.5, 1.0, never 0, 1, 1).
+// `fixedTop` (100 for %) keeps the top; else it is the first tick at or above the largest value.
+export function yTicks(largest, fixedTop) {
+  const span = fixedTop ?? (largest > 0 ? largest : 1);
+  const rough = span / 4;
+  const magnitude = 10 ** Math.floor(Math.log10(rough));
+  const multiples = magnitude >= 10 ? [1, 2, 2.5, 5, 10] : [1, 2, 5, 10];
+  const step = multiples.map((m) => m * magnitude).find((s) => s >= rough * (1 - 1e-9));
+  const top = fixedTop ?? Number((Math.ceil(span / step - 1e-9) * step).toFixed(12));
+  const digits = step >= 1 ? 0 : Math.ceil(-Math.log10(step) - 1e-9);
+  const ticks = [];
+  for (let i = 0; i * step <= top * (1 + 1e-9); i += 1) ticks.push(Number((i * step).toFixed(digits + 2)));
+  return { top, ticks, digits };
+}
+
+function yGrid(axis, y, yFormat, right) {
+  return axis.ticks.map((v) => svg("g", { class: "grid" },
+    svg("line", { x1: PAD.left, x2: right, y1: y(v), y2: y(v) }),
+    svg("text", { class: "y-tick", x: PAD.left - 6, y: y(v) + 4, "text-anchor": "end" }, yFormat(v, axis.digits))));
 }
 
 function timeLabel(ms, spanMs) {
@@ -38,10 +54,12 @@ function frame(title, children) {
     svg("title", null, title), ...children);
 }
 
-// series: [{name, values: [number|null]}], one value per timestamp; yMax fixes the scale (100 for %).
+// series: [{name, values: [number|null]}], one value per timestamp; yMax fixes the scale (100 for %);
+// yFormat(value, digits) writes a value (digits: the decimals the axis needs; absent for the legend).
 export function lineChart({ title, timestamps, series, yMax, yFormat = (v) => String(v) }) {
   const times = timestamps.map((t) => Date.parse(t));
-  const top = yMax ?? niceMax(Math.max(0, ...series.flatMap((s) => s.values.filter((v) => v !== null))));
+  const axis = yTicks(Math.max(0, ...series.flatMap((s) => s.values.filter((v) => v !== null && v !== undefined))), yMax);
+  const top = axis.top;
   const x0 = times[0] ?? 0;
   const span = Math.max(1, (times[times.length - 1] ?? 1) - x0);
   const innerW = WIDTH - PAD.left - PAD.right;
@@ -49,9 +67,7 @@ export function lineChart({ title, timestamps, series, yMax, yFormat = (v) => St
   const x = (t) => PAD.left + ((t - x0) / span) * innerW;
   const y = (v) => PAD.top + innerH - (Math.min(v, top) / top) * innerH;
 
-  const grid = [0, 0.25, 0.5, 0.75, 1].map((f) => svg("g", { class: "grid" },
-    svg("line", { x1: PAD.left, x2: WIDTH - PAD.right, y1: y(top * f), y2: y(top * f) }),
-    svg("text", { x: PAD.left - 6, y: y(top * f) + 4, "text-anchor": "end" }, yFormat(top * f))));
+  const grid = yGrid(axis, y, yFormat, WIDTH - PAD.right);
   const ticks = times.length < 2 ? [] : [0, 0.25, 0.5, 0.75, 1].map((f) => {
     const t = x0 + span * f;
     const anchor = f === 0 ? "start" : f === 1 ? "end" : "middle";
@@ -86,14 +102,13 @@ export function lineChart({ title, timestamps, series, yMax, yFormat = (v) => St
 
 // bars: [{label, value}], one bar each with its label under it (costs per day, per cluster).
 export function barChart({ title, bars, yFormat = (v) => String(v) }) {
-  const top = niceMax(Math.max(0, ...bars.map((b) => b.value)));
+  const axis = yTicks(Math.max(0, ...bars.map((b) => b.value)));
+  const top = axis.top;
   const innerW = WIDTH - PAD.left - PAD.right;
   const innerH = HEIGHT - PAD.top - PAD.bottom;
   const slot = innerW / Math.max(1, bars.length);
   const y = (v) => PAD.top + innerH - (v / top) * innerH;
-  const grid = [0, 0.5, 1].map((f) => svg("g", { class: "grid" },
-    svg("line", { x1: PAD.left, x2: WIDTH - PAD.right, y1: y(top * f), y2: y(top * f) }),
-    svg("text", { x: PAD.left - 6, y: y(top * f) + 4, "text-anchor": "end" }, yFormat(top * f))));
+  const grid = yGrid(axis, y, yFormat, WIDTH - PAD.right);
   const every = Math.ceil(bars.length / 10); // at most ~10 labels, so they never overlap
   const drawn = bars.map((b, i) => svg("g", null,
     svg("rect", {
@@ -103,7 +118,7 @@ export function barChart({ title, bars, yFormat = (v) => String(v) }) {
     i % every === 0
       ? svg("text", { class: "tick", x: PAD.left + (i + 0.5) * slot, y: HEIGHT - 8, "text-anchor": "middle" }, b.label)
       : null));
-  const axis = svg("line", { class: "axis", x1: PAD.left, x2: WIDTH - PAD.right, y1: PAD.top + innerH, y2: PAD.top + innerH });
-  return h("figure", { class: "chart-figure" }, frame(title, [...grid, axis, ...drawn]),
+  const baseline = svg("line", { class: "axis", x1: PAD.left, x2: WIDTH - PAD.right, y1: PAD.top + innerH, y2: PAD.top + innerH });
+  return h("figure", { class: "chart-figure" }, frame(title, [...grid, baseline, ...drawn]),
     bars.length ? null : h("p", { class: "muted chart-empty" }, "No usage recorded yet."));
 }

@@ -74,7 +74,8 @@ export function section(title, ...children) {
   return h("section", { class: "panel" }, h("h2", null, title), ...children);
 }
 
-// A table from column definitions {label, value(row) -> Node|string, numeric?}.
+// A table from column definitions {label, value(row) -> Node|string, numeric?, nowrap?}; nowrap keeps
+// a short identifier (a region, an address, an id) on one line instead of breaking it at a hyphen.
 export function table(columns, rows, { caption, empty = "Nothing here yet." } = {}) {
   if (!rows.length) return h("p", { class: "muted empty" }, empty);
   return h("div", { class: "table-wrap" },
@@ -82,7 +83,11 @@ export function table(columns, rows, { caption, empty = "Nothing here yet." } = 
       caption ? h("caption", { class: "visually-hidden" }, caption) : null,
       h("thead", null, h("tr", null, columns.map((c) => h("th", { scope: "col", class: c.numeric ? "num" : null }, c.label)))),
       h("tbody", null, rows.map((row) =>
-        h("tr", null, columns.map((c) => h("td", { class: c.numeric ? "num" : null, "data-label": c.label }, c.value(row))))))));
+        h("tr", null, columns.map((c) => h("td", { class: cellClass(c), "data-label": c.label }, c.value(row))))))));
+}
+
+function cellClass(column) {
+  return [column.numeric ? "num" : null, column.nowrap ? "nowrap" : null].filter(Boolean).join(" ") || null;
 }
 
 // A row of filter tabs (role=tablist); `onSelect(value)` runs on click and arrow keys.
@@ -151,4 +156,46 @@ export function copyButton(text, label = "Copy") {
       }
     },
   }, label);
+}
+
+// A dialog built for one question (scale to N, type the name to delete): `fields` are labelled form
+// controls, `check()` returns a sentence saying what to fix (the dialog stays open and shows it) or
+// null. Resolves true on confirm, false on cancel or Escape; the dialog is removed when it closes.
+export function formDialog({ id, title, text, fields, okLabel, danger = false, check = () => null }) {
+  const problem = h("p", { class: "dialog-error", id: `${id}-error`, role: "alert", hidden: true });
+  const ok = h("button", { type: "submit", value: "confirm", class: `button ${danger ? "danger" : "primary"}`, id: `${id}-ok` }, okLabel);
+  const cancel = h("button", { type: "submit", value: "cancel", class: "button ghost", id: `${id}-cancel`, formnovalidate: true }, "Cancel");
+  const form = h("form", { method: "dialog", class: "dialog-body" },
+    h("h2", { id: `${id}-title` }, title), text ? h("p", null, text) : null,
+    h("div", { class: "dialog-fields" }, fields), problem, h("div", { class: "dialog-actions" }, cancel, ok));
+  const dialog = h("dialog", { id, "aria-labelledby": `${id}-title` }, form);
+  form.addEventListener("submit", (event) => {
+    if (event.submitter !== ok) return;
+    const refusal = check();
+    if (!refusal) return;
+    event.preventDefault();
+    problem.textContent = refusal;
+    problem.hidden = false;
+  });
+  document.body.append(dialog);
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => {
+      dialog.remove();
+      resolve(dialog.returnValue === "confirm");
+    }, { once: true });
+    dialog.showModal();
+    (form.querySelector("input, select, textarea") || cancel).focus();
+  });
+}
+
+// A labelled form control for formDialog: {id, label, control, help}.
+export function field(label, control, help) {
+  return h("div", { class: "field" }, h("label", { for: control.id }, label), control,
+    help ? h("p", { class: "muted small" }, help) : null);
+}
+
+// A progress bar (a native <progress>, so no inline style is needed under the CSP) with its reading.
+export function meter(value, max, text) {
+  return h("div", { class: "meter" },
+    h("progress", { value: String(Math.min(value, max)), max: String(max), "aria-label": text }), h("span", { class: "small" }, text));
 }

@@ -29,11 +29,11 @@ export async function render(main) {
       h("div", { class: "panel" }, table([
         { label: "Name", value: (c) => h("div", null, h("a", { href: `#/clusters/${c.id}/overview`, class: "strong" }, c.name), labelChips(c.labels)) },
         { label: "Status", value: (c) => h("span", null, badge(c.status, c.status_reason), c.phase ? h("span", { class: "muted small" }, ` ${c.phase}`) : null) },
-        { label: "Type", value: (c) => c.instance_type },
+        { label: "Type", value: (c) => c.instance_type, nowrap: true },
         { label: "Nodes", value: (c) => fmt.int(c.node_count), numeric: true },
         { label: "GPUs", value: (c) => fmt.int(c.num_gpus), numeric: true },
-        { label: "Hourly cost", value: (c) => fmt.usd(c.estimated_hourly_cost_usd), numeric: true },
-        { label: "Region", value: (c) => c.region },
+        { label: "Hourly cost", value: (c) => fmt.usd(c.estimated_hourly_cost_usd), numeric: true, nowrap: true },
+        { label: "Region", value: (c) => c.region, nowrap: true },
       ], clusters, {
         caption: "Clusters",
         empty: "No clusters yet: create one with Terraform, the gpucloud CLI or POST /v1/clusters.",

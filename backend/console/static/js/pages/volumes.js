@@ -21,7 +21,7 @@ export async function render(main) {
     const volumes = await listAll("/volumes");
     clear(body, table([
       { label: "Name", value: (v) => v.name },
-      { label: "Region", value: (v) => v.region },
+      { label: "Region", value: (v) => v.region, nowrap: true },
       { label: "Size", value: (v) => `${v.size_tib} TiB`, numeric: true },
       { label: "Status", value: (v) => v.status },
       { label: "Attached to", value: (v) => (v.attached_cluster_ids.length ? v.attached_cluster_ids.map((id) => h("a", { href: `#/clusters/${id}/volumes`, class: "block" }, id)) : "—") },

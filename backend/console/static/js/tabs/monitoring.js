@@ -39,12 +39,12 @@ export async function render(panel, context) {
     clear(charts,
       section(`GPU utilisation (%), last ${range}`, lineChart({
         title: `GPU utilisation per node, last ${range}`, timestamps: metrics.timestamps, yMax: 100,
-        yFormat: (v) => `${Math.round(v)}%`,
+        yFormat: (v, digits = 0) => `${v.toFixed(digits)}%`,
         series: metrics.series.map((s) => ({ name: s.node, values: s.gpu_utilization_pct })),
       })),
       section(`GPU memory used (GiB), last ${range}`, lineChart({
         title: `GPU memory used per node, last ${range}`, timestamps: metrics.timestamps,
-        yFormat: (v) => `${Math.round(v)}`,
+        yFormat: (v, digits = 1) => v.toFixed(digits),
         series: metrics.series.map((s) => ({
           name: s.node, values: s.gpu_memory_used_mib.map((v) => (v === null ? null : v / 1024)),
         })),
