@@ -453,6 +453,7 @@ def test_acc_cli_default_ssh_keys_and_name_completion(
     assert complete(tmp_path, "gpucloud cluster info from-") == ["from-login", "from-project"]
     assert complete(tmp_path, "gpucloud node drain from-project ") == ["from-project-0"]
     assert complete(tmp_path, "gpucloud ssh-key delete l") == ["laptop"]
+    assert complete(tmp_path, "gpucloud ssh from-project") == ["from-project", "from-project-0"]
     assert complete(tmp_path, "gpucloud cluster info ", GPUCLOUD_ENDPOINT="http://127.0.0.1:9") == []
     assert complete(tmp_path / "nobody", "gpucloud cluster info ") == []  # no key configured
     for name in ("from-login", "from-project"):

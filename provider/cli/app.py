@@ -194,3 +194,13 @@ complete_cluster = name_completer(lambda client, _: (str(c["name"]) for c in cli
 complete_volume = name_completer(lambda client, _: (str(v["name"]) for v in client.list_volumes()))
 complete_ssh_key = name_completer(lambda client, _: (str(k["name"]) for k in client.list_ssh_keys()))
 complete_node = name_completer(_node_names)
+
+
+def _clusters_and_nodes(client: GpuCloudClient, _: click.Context) -> list[str]:
+    """Every cluster name and every node name of the project (what `gpucloud ssh` takes)."""
+    clusters = client.list_clusters()
+    nodes = [str(n["name"]) for c in clusters for n in c.get("nodes") or []]
+    return [str(c["name"]) for c in clusters] + nodes
+
+
+complete_cluster_or_node = name_completer(_clusters_and_nodes)

@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from provider.cli.app import App, pass_app
+from provider.cli.app import App, complete_cluster_or_node, pass_app
 from provider.cli.config import config_path
 from provider.client import GpuCloudClient
 
@@ -304,7 +304,7 @@ def connect_argv(cluster: Mapping[str, Any], node: Mapping[str, Any] | None, opt
 
 
 @click.command("ssh", context_settings={"ignore_unknown_options": True})
-@click.argument("target", metavar="CLUSTER_OR_NODE")
+@click.argument("target", metavar="CLUSTER_OR_NODE", shell_complete=complete_cluster_or_node)
 @click.argument("ssh_args", nargs=-1, type=click.UNPROCESSED)
 @click.option("--dry-run", is_flag=True,
               help="Print the ssh command instead of running it (the known_hosts file it names is written).")
