@@ -141,8 +141,9 @@ class Settings(BaseSettings):
     default_page_size: int = 50
     max_page_size: int = 200
     log_level: str = "info"
-    # Threads that run the hot read routes' database work at once. Few on purpose: more threads only
-    # fight over the GIL (measured: 40 threads serve ~30 % fewer GETs than 2-4; benchmarks.md).
+    # Threads that run the hot read routes' database work at once on PostgreSQL (SQLite's runs on the
+    # event loop, see api.state.run_read). Few on purpose: more threads only fight over the GIL
+    # (measured: 40 threads serve ~30 % fewer GETs than 2-4; benchmarks.md).
     read_threads: int = Field(default=4, ge=1)
     # `serve` runs one engine worker in-process unless disabled (deployments with `worker` processes).
     embedded_worker: bool = True

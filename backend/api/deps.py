@@ -21,8 +21,6 @@ from backend.domain.access import (
 from backend.domain.errors import Forbidden, Unauthorized
 from backend.services.auth import Principal
 
-bearer = HTTPBearer(auto_error=False, scheme_name="ApiKey", description="An API key: `Bearer gpc_...`")
-
 
 async def _authenticate(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Principal:
     """The caller, from `Authorization: Bearer <key>`; counts the request against the key's rate limit.
@@ -50,24 +48,31 @@ async def _authenticate(request: Request, credentials: HTTPAuthorizationCredenti
     return principal
 
 
-def _require(permission: Permission) -> Any:
+class _RoleCheck(HTTPBearer):
     """A dependency: the caller, whose role must hold `permission` (403 `forbidden_role` otherwise).
 
-    The dependency carries `permission` so the role matrix (docs/api.md) is read off the routes. It
-    authenticates itself (one dependency, not one on top of another): every route runs it, and each
-    level of FastAPI's dependency solving costs time on every request.
+    It carries `permission` so the role matrix (docs/api.md) is read off the routes. It is the bearer
+    security scheme itself (OpenAPI's `ApiKey`) and authenticates in the same call: one dependency with
+    no sub-dependency, since every route runs it and each level of FastAPI's dependency solving costs
+    time on every request.
     """
 
-    async def check(
-        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
-    ) -> Principal:
-        principal = await _authenticate(request, credentials)
-        if not allows(principal.role, permission):
-            raise Forbidden(refusal(principal.role, permission), field="Authorization", code="forbidden_role")
+    def __init__(self, permission: Permission) -> None:
+        super().__init__(auto_error=False, scheme_name="ApiKey", description="An API key: `Bearer gpc_...`")
+        self.permission = permission
+
+    async def __call__(self, request: Request) -> Principal:  # type: ignore[override]
+        principal = await _authenticate(request, await super().__call__(request))
+        if not allows(principal.role, self.permission):
+            raise Forbidden(
+                refusal(principal.role, self.permission), field="Authorization", code="forbidden_role"
+            )
         return principal
 
-    check.permission = permission  # type: ignore[attr-defined]
-    return check
+
+def _require(permission: Permission) -> Any:
+    """The dependency of a route needing `permission`."""
+    return _RoleCheck(permission)
 
 
 def refusal(role: str, permission: Permission) -> str:

@@ -53,5 +53,16 @@ Result = TypeVar("Result")
 
 
 async def run_read(request: Request, work: Callable[[], Result]) -> Result:
-    """Run a read route's blocking database work in a thread of the small read pool (see read_threads)."""
-    return await anyio.to_thread.run_sync(work, limiter=app_state(request).read_limiter)
+    """Run a hot read route's blocking database work: on SQLite right here on the event loop, elsewhere
+    in a thread of the small read pool (see read_threads).
+
+    A SQLite read is about a millisecond of Python over a local file, and in WAL mode a reader never
+    waits for a writer's lock (only, when all pooled connections are out, for one to come back), so it
+    cannot stall the loop for long; the hop to a thread and back cost more than that and, with the GIL,
+    up to a 5 ms switch interval whenever the loop and the thread both want to run (docs/benchmarks.md,
+    issue 26). A PostgreSQL read waits on network round trips, which the loop must not do.
+    """
+    state = app_state(request)
+    if state.engine.dialect.name == "sqlite":
+        return work()
+    return await anyio.to_thread.run_sync(work, limiter=state.read_limiter)
