@@ -151,11 +151,12 @@ def test_local_driver_runs_work_in_the_background_and_answers_polls(
     driver = LocalDriver(tmp_path, check_host=False)
     release = threading.Event()
 
-    def work(kind: OpKind, plan: object, node: object) -> Callable[[], None]:
-        def run() -> None:
+    def work(kind: OpKind, plan: object, node: object) -> Callable[[], str | None]:
+        def run() -> str | None:
             release.wait(5)
             if kind == OpKind.NODE_RELEASE:
                 raise LocalHostError("ip netns del exited 1: busy")
+            return "ssh-ed25519 AAAAC3Nza" if kind == OpKind.NODE_BOOT else None  # a boot's host key
 
         return run
 
@@ -172,7 +173,7 @@ def test_local_driver_runs_work_in_the_background_and_answers_polls(
     while not (op := driver.submit(no_session, boot, utcnow())).done(utcnow()):
         assert time.monotonic() < deadline
         time.sleep(0.01)
-    assert op.succeeded
+    assert op.succeeded and op.host_key == "ssh-ed25519 AAAAC3Nza"  # reported for the API to publish
     release_op = OperationRequest("n1/releasing/2", OpKind.NODE_RELEASE, "train", "train-0", cluster_id="c1")
     driver.submit(no_session, release_op, now)
     deadline = time.monotonic() + 5

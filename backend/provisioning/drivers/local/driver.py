@@ -350,8 +350,6 @@ class LocalDriver:
             node = NodePlan(row.name, instance_name(row), row.private_ip, row.status_reason)
         work = self._work(request.kind, plan, node)
         job = _Job(request.client_token, request.kind, now)
-        if request.kind in _BOOTS:
-            work = _reporting_host_key(work, job, self.cluster(plan.cluster_id, plan.subnet))
         with self._jobs_lock:
             # Finished operations are kept a while for the engine to read, then forgotten (it records
             # outcomes in its own steps; a token asked for again is simply run again, idempotently).
@@ -400,7 +398,8 @@ class LocalDriver:
 
     # What each operation does: boot on the host, the rest over SSH -------------------------------
 
-    def _work(self, kind: OpKind, plan: ClusterPlan, node: NodePlan | None) -> Callable[[], None]:
+    def _work(self, kind: OpKind, plan: ClusterPlan, node: NodePlan | None) -> Callable[[], str | None]:
+        """The operation's work, run in a thread; a boot's returns the host key the machine presents."""
         cluster = self.cluster(plan.cluster_id, plan.subnet)
         local = cluster.node(node.name, node.address, node.instance) if node is not None else None
         actions: dict[OpKind, Callable[[], None]] = {
@@ -423,7 +422,13 @@ class LocalDriver:
         }
         if kind not in actions:
             raise ValueError(f"the local driver has no operation {kind}")
-        return actions[kind]
+        action = actions[kind]
+
+        def run() -> str | None:
+            action()
+            return published_host_key(cluster) if kind in _BOOTS else None
+
+        return run
 
     def _lay_out(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
         """The host's share of a cluster: bridge, boot files and secrets, volume directories."""
@@ -724,10 +729,10 @@ def _need(node: LocalNode | None) -> LocalNode:
     return node
 
 
-def _run_job(job: _Job, work: Callable[[], None], lock: threading.Lock, clock: Clock) -> None:
+def _run_job(job: _Job, work: Callable[[], str | None], lock: threading.Lock, clock: Clock) -> None:
     try:
         with lock:
-            work()
+            job.host_key = work()
     except Exception as exc:  # an operation's failure is its outcome, reported to the engine
         job.succeeded, job.reason = False, f"{type(exc).__name__}: {exc}"[:1000]
     job.finished_at = clock.now()
@@ -739,15 +744,6 @@ def _operation(job: _Job, now: dt.datetime) -> Operation:
         return Operation(job.token, job.kind, job.submitted_at, now + POLL, True)
     return Operation(job.token, job.kind, job.submitted_at, now, job.succeeded, job.reason,
                      job.host_key if job.succeeded else None)
-
-
-def _reporting_host_key(work: Callable[[], None], job: _Job, cluster: LocalCluster) -> Callable[[], None]:
-    """`work` (a boot), then the host key the booted machine presents recorded on the job."""
-    def boot_and_report() -> None:
-        work()
-        job.host_key = published_host_key(cluster)
-
-    return boot_and_report
 
 
 def shell_of(node: LocalNode) -> SshShell:
