@@ -27,7 +27,7 @@ demo-destroy: $(STAMP)
 ## time, but on a 2-core machine some timing-bound acceptance cases flake under it, so one process is the default.
 TEST_WORKERS ?= 0
 test: $(STAMP)
-	bash scripts/with-postgres.sh $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+	bash scripts/with-postgres.sh $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
 testunit: $(STAMP)
 	bash scripts/with-postgres.sh $(PY) -m pytest tests

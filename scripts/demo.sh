@@ -61,14 +61,12 @@ choose_driver() {
   fi
 }
 
-# Real nodes: log in with the cluster's ssh command and run a job on both nodes.
+# Real nodes: log in with `gpucloud ssh`, which checks the host key the API published, and run a job on
+# both nodes. Its known_hosts file stays in .demo/ (XDG_CONFIG_HOME), not in the user's ~/.config.
 prove_real() {
-  local ssh_command
-  ssh_command=$(terraform -chdir="$workdir" output -state="$demo/terraform.tfstate" -raw ssh_command)
-  say "The cluster is real: ${ssh_command/ssh /ssh -i .demo/id_ed25519 } srun -N2 hostname"
-  # shellcheck disable=SC2086  # the ssh command's words
-  ssh -i "$demo/id_ed25519" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes \
-    -o LogLevel=ERROR ${ssh_command#ssh } srun -N2 hostname
+  say "The cluster is real: gpucloud ssh quickstart -- -i .demo/id_ed25519 srun -N2 hostname"
+  XDG_CONFIG_HOME="$demo/config" GPUCLOUD_ENDPOINT="$endpoint" "$bin/gpucloud" ssh quickstart -- \
+    -i "$demo/id_ed25519" -o BatchMode=yes -o LogLevel=ERROR srun -N2 hostname
 }
 
 backend_up() {
