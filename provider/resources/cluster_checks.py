@@ -6,7 +6,6 @@ Unknown values are never rejected: a check runs only when every value it needs i
 
 from __future__ import annotations
 
-import difflib
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +42,8 @@ class Catalog:
 
     def closest_types(self, name: str) -> str:
         """`did you mean 8xH100? ` for a mistyped instance type, or nothing when no name is close."""
+        import difflib  # only on this error path: every provider launch imports this module
+
         close = difflib.get_close_matches(name, sorted(self.instance_types), n=3, cutoff=0.6)
         return f"did you mean {' or '.join(close)}? " if close else ""
 
