@@ -83,10 +83,16 @@ def resolve_credentials() -> Credentials:
     return Credentials(endpoint.rstrip("/"), api_key, source)
 
 
-def default_ssh_key_ids() -> list[str]:
-    """The saved key ids, when the API key in use is the saved one (keys of another project would not
-    be found: GPUCLOUD_API_KEY set to another key does not get them)."""
-    saved, in_use = read_config(), resolve_credentials()
-    if (in_use.endpoint, in_use.api_key) != (saved.get("endpoint", "").rstrip("/"), saved.get("api_key")):
+def ssh_key_ids_saved_for(endpoint: str, api_key: str | None) -> list[str]:
+    """The saved default keys, when `endpoint` and `api_key` are the saved ones (another API key may be
+    another project's, whose keys these are not)."""
+    saved = read_config()
+    if (endpoint.rstrip("/"), api_key) != (saved.get("endpoint", "").rstrip("/"), saved.get("api_key")):
         return []
     return read_ssh_key_ids()
+
+
+def default_ssh_key_ids() -> list[str]:
+    """The keys `cluster create` installs when given none (GPUCLOUD_API_KEY set to another key gets none)."""
+    in_use = resolve_credentials()
+    return ssh_key_ids_saved_for(in_use.endpoint, in_use.api_key)

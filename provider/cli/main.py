@@ -18,7 +18,7 @@ from provider.cli.app import CLI_MAX_RETRIES, App, cli_version, find_ssh_key, js
 from provider.cli.budgets import budget
 from provider.cli.catalog import balance, estimate, instance_types, regions, usage, volume
 from provider.cli.clusters import cluster
-from provider.cli.config import ConfigError, config_path, read_config, read_ssh_key_ids, write_config
+from provider.cli.config import ConfigError, config_path, read_config, ssh_key_ids_saved_for, write_config
 from provider.cli.keys import register_key_file, ssh_key
 from provider.cli.nodes import node, nodes
 from provider.cli.output import note, print_json
@@ -87,7 +87,7 @@ def login(app: App, endpoint: str | None, ssh_keys: tuple[str, ...], as_json: bo
         raise click.BadParameter(str(error), param_hint="--endpoint") from None
     with client:
         client.verify_credentials()
-        key_ids = [_key_id(client, ref) for ref in ssh_keys] or _kept_key_ids(saved, endpoint, api_key)
+        key_ids = [_key_id(client, ref) for ref in ssh_keys] or _kept_key_ids(endpoint, api_key)
     path = write_config(endpoint, api_key, ssh_key_ids=key_ids)
     if as_json:
         print_json({"endpoint": endpoint, "config": str(path), "ssh_key_ids": key_ids})
@@ -103,12 +103,10 @@ def _key_id(client: GpuCloudClient, ref: str) -> str:
     return str(find_ssh_key(client, ref)["id"])
 
 
-def _kept_key_ids(saved: dict[str, str], endpoint: str, api_key: str) -> list[str]:
+def _kept_key_ids(endpoint: str, api_key: str) -> list[str]:
     """The saved default keys, kept by a login to the same endpoint with the same key (same project)."""
-    if (saved.get("endpoint", "").rstrip("/"), saved.get("api_key")) != (endpoint, api_key):
-        return []
     try:
-        return read_ssh_key_ids()
+        return ssh_key_ids_saved_for(endpoint, api_key)
     except ConfigError:
         return []
 
