@@ -88,7 +88,11 @@ def _build_signed_packages(directory: Path, gnupg_home: Path) -> Path:
     subprocess.run(["gpg", "--homedir", str(gnupg_home), "--batch", "--quiet", "--passphrase", "",
                     "--quick-gen-key", "gpucloud acceptance <acceptance@gpucloud.invalid>", "ed25519", "sign",
                     "never"], check=True, capture_output=True)
-    sign(directory, version=VERSION, key="acceptance@gpucloud.invalid", gnupg_home=gnupg_home)
+    try:
+        sign(directory, version=VERSION, key="acceptance@gpucloud.invalid", gnupg_home=gnupg_home)
+    finally:  # gpg started an agent for this home: it would outlive the test run
+        subprocess.run(["gpgconf", "--homedir", str(gnupg_home), "--kill", "gpg-agent"], check=False,
+                       capture_output=True)
     return directory
 
 
