@@ -147,6 +147,28 @@ SECURITY_GROUPS_DOC = (
 )
 
 
+MAX_CONTAINER_IMAGES = 16
+ImageReference = Annotated[str, StringConstraints(min_length=1, max_length=512)]
+ContainerImages = Annotated[dict[str, ImageReference], Field(
+    max_length=MAX_CONTAINER_IMAGES,
+    description="Container images: name -> OCI reference (registry/repository:tag or @sha256:digest). "
+    "Each is pulled once onto the cluster's shared storage and shown read-only at /images/<name> on every "
+    "node (`srun --container=/images/<name> ...`); a change imports in place and switches the name",
+)]
+
+
+class RegistryLogin(StrictModel):
+    username: str = Field(min_length=1, max_length=256)
+    password: str = Field(min_length=1, max_length=4096, description="Write-only: never returned")
+
+
+RegistryCredentials = Annotated[dict[str, RegistryLogin], Field(
+    max_length=16,
+    description="Credentials per registry (host[:port], e.g. registry.internal:5000) for private images; "
+    "stored sealed, the password never returned. A PATCH replaces the whole map",
+)]
+
+
 class Billing(StrictModel):
     type: Literal["on_demand", "reserved"] = Field(default="on_demand", description="on_demand or reserved")
     duration_days: int | None = Field(default=None, ge=1, le=90, description="Reserved term (reserved only)")
@@ -192,6 +214,8 @@ class ClusterCreate(StrictModel):
         description="A reserved IP of the cluster's region its login node answers on (default: a floating "
         "address). Naming one another cluster holds moves it here; that cluster gets a floating address",
     )
+    container_images: ContainerImages = Field(default_factory=dict)
+    registry_credentials: RegistryCredentials = Field(default_factory=dict)
 
 
 class ClusterUpdate(StrictModel):
@@ -228,6 +252,8 @@ class ClusterUpdate(StrictModel):
     reserved_ip_id: RefId | None = Field(
         default=None, description="A reserved IP to answer on (moved from its holder); null: floating address"
     )
+    container_images: ContainerImages | None = None
+    registry_credentials: RegistryCredentials | None = None
     remove_node_names: (
         list[Annotated[str, StringConstraints(max_length=80, pattern=r"^[a-z0-9-]+$")]] | None
     ) = Field(
@@ -249,6 +275,16 @@ class BillingOut(BaseModel):
     type: str
     duration_days: int | None
     on_expiry: str | None
+
+
+class ImageOut(BaseModel):
+    name: str
+    reference: str
+    state: Literal["pending", "importing", "ready", "failed"]
+    digest: str | None
+    size_bytes: int | None
+    reason: str | None
+    updated_at: datetime | None
 
 
 class ClusterOut(BaseModel):
@@ -284,6 +320,19 @@ class ClusterOut(BaseModel):
     reserved_ip_id: str | None = None
     slurm_config: dict[str, Any] | None = Field(
         default=None, description="The declared Slurm configuration, defaults filled in (null: none)"
+    )
+    container_images: dict[str, str] = Field(default_factory=dict, description="As written")
+    registry_credentials: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="registry -> {username}: passwords are never returned"
+    )
+    images: list[ImageOut] = Field(
+        default_factory=list,
+        description="One per declared image, by name: the import's state (pending, importing, ready, failed "
+        "with reason) and the digest and unpacked size of what /images/<name> shows now (a failed update "
+        "keeps the previous image)",
+    )
+    image_storage_bytes: int = Field(
+        default=0, description="What the images take on the cluster's shared storage (one copy per digest)"
     )
     warnings: list[str] = Field(
         default_factory=list,

@@ -142,6 +142,7 @@ class ClusterPhase(StrEnum):
     CONFIGURING_ORCHESTRATOR = "ConfiguringOrchestrator"
     RUNNING_ACCEPTANCE_TESTS = "RunningAcceptanceTests"
     STARTING_CONTAINERS = "StartingContainers"
+    IMPORTING_IMAGES = "ImportingImages"  # container images pulled onto the cluster's shared storage
     RESUMING = "Resuming"
     READY = "Ready"
     SCALING = "Scaling"

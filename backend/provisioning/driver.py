@@ -43,6 +43,7 @@ class OpKind(StrEnum):
     NODE_REQUEUE = "node_requeue"  # scale-down past its grace: requeue the jobs left on a drained node
     NODE_RELEASE = "node_release"
     HEALTH_WATCH = "health_watch"
+    IMAGES_IMPORT = "images_import"  # pull the cluster's container images once onto its shared storage
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,21 @@ class OperationRequest:
     # keys and volumes from the engine's tables with these.
     cluster_id: str | None = None
     node_id: str | None = None
+    # IMAGES_IMPORT: the images the cluster declares, (name, reference) sorted by name; the driver reads
+    # the registry credentials from the cluster itself (they never travel in a request).
+    images: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class ImageOutcome:
+    """One image of an IMAGES_IMPORT: imported (digest and unpacked size) and shown at /images/<name>, or
+    not (`error`: why, naming the image; the name keeps what it showed before)."""
+
+    name: str
+    reference: str
+    digest: str | None = None
+    size_bytes: int | None = None
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +95,8 @@ class Operation:
     # public-key line (`ssh-ed25519 AAAA...`), which the API publishes for clients to verify; None: the
     # driver does not know it.
     host_key: str | None = None
+    # IMAGES_IMPORT, once done: one outcome per declared image (the operation failed if any failed).
+    images: tuple[ImageOutcome, ...] = ()
 
     def done(self, now: dt.datetime) -> bool:
         return self.ready_at is not None and now >= self.ready_at

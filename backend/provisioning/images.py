@@ -32,12 +32,13 @@ import shutil
 import stat
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from backend.domain.errors import Unprocessable
+from backend.provisioning.driver import ImageOutcome
 
 IMAGE_NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 DOCKER_HUB = "docker.io"
@@ -141,6 +142,16 @@ def _check_repository(reference: str, repository: str, field_path: str) -> None:
                                  f'write "{reference.replace(component, component.lower())}"', field_path)
         raise _bad_reference(reference, f'"{component}" is not a repository path component',
                              "use lowercase letters, digits and . _ - between them", field_path)
+
+
+def check_registry_host(registry: str, *, field_path: str = "registry_credentials") -> str:
+    """A registry as credentials name it: host[:port], as it appears at the start of a reference."""
+    if not registry or "/" in registry or "://" in registry:
+        raise InvalidImageReference(
+            f'registry "{registry}" is not host[:port]: write it as it starts image references, e.g. '
+            '"registry.internal:5000" or "ghcr.io"', field=f"{field_path}.{registry}")
+    _check_registry(registry, registry, f"{field_path}.{registry}")
+    return registry
 
 
 def parse_image_ref(reference: str, *, field_path: str = "container_images") -> ImageRef:
@@ -415,13 +426,13 @@ def _inspect(skopeo: _Skopeo, architecture: str, max_bytes: int | None) -> Image
     blobs = [manifest.get("config") or {}, *(manifest.get("layers") or [])]
     size = sum(int(blob.get("size", 0)) for blob in blobs if isinstance(blob, dict))
     if max_bytes is not None and size > max_bytes:
-        raise ImageImportError("too_large", f"image {ref} is {_human(size)} compressed, over the "
-                               f"{_human(max_bytes)} allowed for an image; use a smaller image or raise "
+        raise ImageImportError("too_large", f"image {ref} is {human_size(size)} compressed, over the "
+                               f"{human_size(max_bytes)} allowed for an image; use a smaller image or raise "
                                "the limit")
     return ImageInfo(pinned, digest, found_arch, found_os, size)
 
 
-def _human(size: int) -> str:
+def human_size(size: int) -> str:
     value = float(size)
     for unit in ("B", "KiB", "MiB", "GiB"):
         if value < 1024 or unit == "GiB":
@@ -618,8 +629,13 @@ def collect_garbage(store_dir: Path, in_use: set[str]) -> list[str]:
         digest = f"sha256:{bundle.name}"
         if digest in keep or not _DIGEST.fullmatch(digest):
             continue
-        doomed = store_dir / "tmp" / f"gc-{bundle.name}-{os.urandom(4).hex()}"
-        os.rename(bundle, doomed)  # gone from bundles/ at once; the slow delete happens out of sight
+        # A job's container holds a shared lock on its bundle's digest while it runs (the nodes' runtime
+        # wrapper, node_config.containers): such a bundle stays until the job ends.
+        with _digest_lock(store_dir, digest, blocking=False) as free:
+            if not free:
+                continue
+            doomed = store_dir / "tmp" / f"gc-{bundle.name}-{os.urandom(4).hex()}"
+            os.rename(bundle, doomed)  # gone from bundles/ at once; the slow delete happens out of sight
         shutil.rmtree(doomed, ignore_errors=True)
         removed.append(digest)
     _remove_abandoned_imports(store_dir)
@@ -635,3 +651,34 @@ def _remove_abandoned_imports(store_dir: Path) -> None:
         with _digest_lock(store_dir, f"sha256:{match.group(1)}", blocking=False) as free:
             if free:
                 shutil.rmtree(leftover, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------------
+# A cluster's declared images, carried out on its store
+
+
+def sync_store(store_dir: Path, wanted: Sequence[tuple[str, str]],
+               credentials: Mapping[str, RegistryCredentials], *,
+               policy: TransportPolicy = TransportPolicy()) -> tuple[ImageOutcome, ...]:
+    """Make the store show `wanted` ((name, reference) pairs): import each image, switch its name when it
+    arrived (a failed one keeps what its name showed), remove the names not wanted any more and the
+    bundles nothing uses. One outcome per wanted image; an error names it as the API declares it."""
+    _prepare_store(store_dir)
+    outcomes = []
+    for name, reference in wanted:
+        try:
+            ref = parse_image_ref(reference)
+            free = shutil.disk_usage(store_dir).free  # what the store's file system can still take
+            imported = import_image(ref, credentials.get(ref.registry), store_dir, max_bytes=free,
+                                    policy=policy)
+            switch(store_dir, name, imported.digest)
+        except (ImageImportError, InvalidImageReference) as exc:
+            message = exc.message if isinstance(exc, ImageImportError) else exc.detail
+            outcomes.append(ImageOutcome(name, reference, error=f'container_images["{name}"]: {message}'))
+        else:
+            outcomes.append(ImageOutcome(name, reference, imported.digest, imported.size_bytes))
+    names = {name for name, _ in wanted}
+    for stale in set(named_digests(store_dir)) - names:
+        (store_dir / "names" / stale).unlink(missing_ok=True)
+    collect_garbage(store_dir, in_use=set())
+    return tuple(outcomes)

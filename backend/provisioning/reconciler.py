@@ -21,7 +21,15 @@ from backend.domain.lifecycle import (
     derive_bring_up_phase,
     derive_cluster_status,
 )
-from backend.provisioning import allocator, lifetime, node_history, public_address, scale_down, spot
+from backend.provisioning import (
+    allocator,
+    cluster_images,
+    lifetime,
+    node_history,
+    public_address,
+    scale_down,
+    spot,
+)
 from backend.provisioning.driver import Operation, OperationRequest, OpKind, ProvisioningDriver
 from backend.provisioning.engine import add_batch, add_repair, add_replacement
 from backend.provisioning.node_health import in_repair
@@ -60,6 +68,8 @@ REPAIRS_EXHAUSTED = "automatic repair stopped"
 NO_SPARE = "no replacement node free"
 NO_SPARE_RETRY = dt.timedelta(seconds=30)  # a repair without a free node looks again this much later
 PAUSED = str(NodeStatus.PAUSED)
+# Phases an import under way is shown in instead (the nodes wait after acceptance, or serve).
+_IMAGE_WAIT_PHASES = (ClusterPhase.READY, ClusterPhase.RUNNING_ACCEPTANCE_TESTS)
 
 
 @dataclass
@@ -112,6 +122,13 @@ def _reconcile(ctx: PassContext, cluster_id: str) -> dt.datetime | None:
         set_phase(ctx.session, cluster, str(ClusterPhase.PAUSED), ctx.now, state.paused_reason)
         return ctx.next_due()
     _control_plane(ctx, cluster, state)
+    image_failure = cluster_images.advance(
+        cluster, state, ctx.now, ctx.due, lambda request, new: _submit(ctx, cluster, None, request, new=new),
+        lambda op: _record_outcome(ctx, op))
+    if image_failure is not None and state.first_ready_at is None:
+        state.rollback_reason = f"create rolled back: {image_failure}"
+        _teardown(ctx, cluster, state, nodes)
+        return ctx.next_due()
     for _ in range(3):  # a few sweeps so barrier-released nodes move in the same pass
         progressed = False
         for node in nodes:
@@ -229,6 +246,8 @@ def _advance_member(ctx: PassContext, cluster: Cluster, state: EngineCluster, no
             batch = [n for n in nodes if n.active_name is not None and n.batch == node.batch]
             if any(_bring_up_rank(n.stage) < _bring_up_rank(S.ACCEPTED) for n in batch):
                 return progressed  # all or nothing: wait for the whole batch to pass acceptance
+            if state.first_ready_at is None and not cluster_images.first_import_done(cluster, state):
+                return progressed  # a new cluster's jobs find their images: wait for the import
             node.applied_config = {**node.applied_config, "container": cluster.container}
             set_stage(ctx.session, cluster, node, S.CONTAINER, ctx.now)
             progressed = True
@@ -700,6 +719,8 @@ def _summarise(ctx: PassContext, cluster: Cluster, state: EngineCluster, nodes: 
     phase = derive_bring_up_phase([NodeStage(n.stage) for n in serving],
                                   control_plane_ready=_control_plane_ready(cluster, state),
                                   first_bring_up=state.first_ready_at is None)
+    if state.images_token is not None and phase in _IMAGE_WAIT_PHASES:
+        phase = ClusterPhase.IMPORTING_IMAGES  # nodes up (or waiting after acceptance): images are coming
     if phase == ClusterPhase.READY and state.first_ready_at is None:
         state.first_ready_at = ctx.now
     if repairing and phase == ClusterPhase.READY:

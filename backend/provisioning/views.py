@@ -21,7 +21,7 @@ from backend.fabric import kubernetes, slurm
 from backend.fabric.layout import ClusterLayout, NodeLayout
 from backend.fabric.nccl import nccl_env
 from backend.fabric.topology import node_network
-from backend.provisioning import node_health
+from backend.provisioning import cluster_images, node_health
 from backend.provisioning.drivers import configured_capabilities
 from backend.provisioning.state import aware
 from backend.store.db import execute_core
@@ -68,7 +68,8 @@ def _live_node_rows(session: Session, cluster_id: str) -> list[Any]:
 # The engine state a read view needs (the admin token stays out: it is served by /credentials only).
 _STATE_COLUMNS = (EngineCluster.fabric, EngineCluster.hostname_prefix, EngineCluster.subnet,
                   EngineCluster.partition_key, EngineCluster.jumphost_ip, EngineCluster.public_ip,
-                  EngineCluster.kube_ca_cert_pem, EngineCluster.login_host_key, EngineCluster.finished)
+                  EngineCluster.kube_ca_cert_pem, EngineCluster.login_host_key, EngineCluster.images,
+                  EngineCluster.images_token, EngineCluster.finished)
 
 
 _STATE = select(*_STATE_COLUMNS).where(EngineCluster.cluster_id == bindparam("cluster_id"))
@@ -90,6 +91,8 @@ class _JoinedState:
     public_ip: Any
     kube_ca_cert_pem: Any
     login_host_key: Any
+    images: Any
+    images_token: Any
     finished: Any
 
 
@@ -178,6 +181,8 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
                                "nccl_env": {}, "fabric": None, "phase_history": history}
     cluster = cluster if cluster is not None else session.get(Cluster, cluster_id)
     state = _state_row(session, cluster_id, cluster)
+    if cluster is not None:
+        runtime.update(_images(cluster, state))
     if cluster is None or state is None or state.finished:
         return runtime
     live = _live_node_rows(session, cluster_id)
@@ -216,6 +221,16 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
             "credentials_url": f"/v1/clusters/{cluster_id}/credentials",
         }
     return runtime
+
+
+def _images(cluster: Any, state: Any) -> dict[str, Any]:
+    """images, image_storage_bytes and the registry credentials' usernames (never their passwords)."""
+    recorded = state.images if state is not None else None
+    importing = state is not None and state.images_token is not None
+    return {"images": cluster_images.image_views(cluster, recorded, importing),
+            "image_storage_bytes": cluster_images.storage_bytes(recorded),
+            "registry_credentials": {registry: {"username": username}
+                                     for registry, username in (cluster.registry_usernames or {}).items()}}
 
 
 def artifact(session: Session, cluster_id: str, name: str) -> str | None:

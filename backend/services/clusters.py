@@ -29,7 +29,7 @@ from backend.domain.lifetime import parse_ttl
 from backend.provisioning.engine import request_reconcile
 from backend.provisioning.scale_down import DEFAULT_GRACE_MINUTES
 from backend.provisioning.views import JOINED_STATE_COLUMNS
-from backend.services import quotas, reserved_ips
+from backend.services import container_images, quotas, reserved_ips
 from backend.services.reservations import check_reservation
 from backend.services.security_groups import ensure_default_group
 from backend.store.db import execute_core
@@ -72,7 +72,8 @@ _LINKS_JOINED = (
 # the cluster row with its engine state (outer-joined: one query instead of two, see provisioning.views),
 # then its SSH key, volume and security group links together.
 _CLUSTER_ROW = (
-    select(Cluster.__table__, *JOINED_STATE_COLUMNS)
+    # Every column but the sealed registry credentials (only an import opens them).
+    select(*(c for c in Cluster.__table__.c if c.key != "registry_credentials"), *JOINED_STATE_COLUMNS)
     .select_from(Cluster.__table__.outerjoin(EngineCluster.__table__, EngineCluster.cluster_id == Cluster.id))
     .where(Cluster.id == bindparam("cluster_id"))
 )
@@ -130,6 +131,7 @@ def spec_of(
         "autoscaling": autoscaling_of(row),
         "reserved_ip_id": row.reserved_ip_id,
         "slurm_config": row.slurm_config,
+        "container_images": dict(row.container_images or {}),
     }
 
 
@@ -170,6 +172,7 @@ def _check_spec(
     }
     errors += _check_references(session, project_id, full, scope, kept)
     errors += check_slurm_config(full)
+    errors += container_images.check(full)
     if full.get("reservation_id") not in (None, (current or {}).get("reservation_id")):
         errors += check_reservation(session, project_id, full, scope)
     errors += reserved_ips.check_reference(
@@ -411,6 +414,7 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
     row.autoscaling_max_nodes = autoscaling.get("max_nodes")
     row.autoscaling_idle_minutes = autoscaling.get("scale_down_idle_minutes")
     row.slurm_config = spec.get("slurm_config")
+    row.container_images = dict(spec.get("container_images") or {})
     row.ssh_key_links = [
         ClusterSshKey(ssh_key_id=ref, position=i) for i, ref in enumerate(spec.get("ssh_key_ids") or [])
     ]
@@ -441,6 +445,9 @@ def create_cluster(
     spec = {**spec, "labels": scoped_labels(spec.get("labels") or {}, scope),
             "slurm_config": _plain(spec.get("slurm_config"))}
     spec = {**spec, **lifetime_changes(spec, current=None, created_at=now, now=now)}
+    credentials = spec.pop("registry_credentials", None) or {}
+    if errors := container_images.check_credentials(credentials):
+        raise validation_failed(errors)
     full = _check_spec(session, catalog, project_id, spec, scope=scope)
     check_admission_allowed(session, project_id=project_id, what="creating a cluster",
                             charge_micros=_up_front_micros(full, catalog))
@@ -455,6 +462,7 @@ def create_cluster(
         updated_at=now,
     )
     _apply(row, full)
+    container_images.store_credentials(row, credentials)
     session.add(row)
     session.flush()
     if not full.get("security_group_ids"):
@@ -581,6 +589,10 @@ def update_cluster(
     backend.provisioning.scale_down drains a busy one and waits scale_down_grace_minutes for its jobs).
     """
     row = _writable(session, project_id, cluster_id, if_match, scope)
+    changes = dict(changes)
+    credentials = changes.pop("registry_credentials", None)
+    if errors := container_images.check_credentials(credentials):
+        raise validation_failed(errors)
     if "labels" in changes:
         changes = {**changes, "labels": scoped_labels(changes["labels"] or {}, scope)}
     if "slurm_config" in changes:
@@ -617,6 +629,9 @@ def update_cluster(
                                 charge_micros=charge)
         quotas.admit(session=session, catalog=catalog, project_id=project_id, spec=full, current=current)
     _check_blocked_budgets(session, project_id, full, current, grows=grows)
+    if credentials is not None:
+        container_images.store_credentials(row, credentials)
+        touch(row)
     if full != current:
         reserved_ips.assign(session, catalog, cluster=row, reserved_ip_id=full.get("reserved_ip_id"))
         _apply(row, full)
@@ -625,7 +640,18 @@ def update_cluster(
         if not full.get("security_group_ids"):
             ensure_default_group(session=session, project_id=project_id)
         request_reconcile(session, row.id, remove_node_names=remove_node_names, catalog=catalog)
+    if credentials is not None or "container_images" in changes:
+        # New credentials, or the images declared again: an import that failed is tried once more.
+        _retry_failed_images(session, row, reconciled=full != current)
     return row
+
+
+def _retry_failed_images(session: Session, row: Cluster, *, reconciled: bool) -> None:
+    if not reconciled:
+        request_reconcile(session, row.id)  # first: it serialises with the engine's pass on the cluster
+    state = session.get(EngineCluster, row.id)
+    if state is not None and state.images_failed is not None:
+        state.images_failed = None
 
 
 def _up_front_micros(

@@ -69,6 +69,13 @@ class EngineCluster(Base):
     # Migration 0026_ssh_host_keys. The jumphost's SSH host key (OpenSSH public-key line) as the driver
     # reported it when the control plane came up; NULL: not known (no jumphost, or not up yet).
     login_host_key: Mapped[str | None] = mapped_column(Text)
+    # Container images (0027). What /images/<name> shows: name -> {reference, digest, size_bytes, state,
+    # reason, updated_at}; the import under way (token of images_seq); the declared set whose import
+    # failed, not retried until the declaration changes (or a PATCH repeats it).
+    images: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict, server_default="{}")
+    images_token: Mapped[str | None] = mapped_column(String(200))
+    images_seq: Mapped[int] = mapped_column(Integer, nullable=False, default=0, server_default="0")
+    images_failed: Mapped[dict[str, str] | None] = mapped_column(JSON)
     finished: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
 
 

@@ -19,6 +19,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from backend.store.base import Base, UtcDateTime
+from backend.store.secrets import EncryptedString
 
 ID = String(30)
 
@@ -136,6 +137,14 @@ class Cluster(Versioned, Base):
     # 0024_scale_down_grace; backend.provisioning.scale_down).
     scale_down_grace_minutes: Mapped[int] = mapped_column(Integer, nullable=False, default=30,
                                                           server_default="30")
+    # Container images (migration 0027): name -> OCI reference as declared; the registry credentials
+    # (registry -> {username, password}) as one sealed JSON document, loaded only when an import reads it,
+    # and their usernames (registry -> username), what the API returns.
+    container_images: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict,
+                                                             server_default="{}")
+    registry_credentials: Mapped[str | None] = mapped_column(EncryptedString(), deferred=True)
+    registry_usernames: Mapped[dict[str, str]] = mapped_column(JSON, nullable=False, default=dict,
+                                                               server_default="{}")
     # Written by the engine (backend.provisioning); core only sets the initial values.
     status: Mapped[str] = mapped_column(String(32), nullable=False, default="PENDING")
     phase: Mapped[str | None] = mapped_column(String(64))

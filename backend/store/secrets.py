@@ -173,7 +173,8 @@ class EncryptedString(TypeDecorator[str]):
 
 
 # Every sealed column as (table, primary key column, secret column): what a rotation re-seals.
-SEALED_COLUMNS = (("engine_clusters", "cluster_id", "kube_admin_token"),)
+SEALED_COLUMNS = (("engine_clusters", "cluster_id", "kube_admin_token"),
+                  ("clusters", "id", "registry_credentials"))
 
 
 def rotate_secrets(*, sessions: sessionmaker[Session], settings: Settings) -> tuple[int, int]:

@@ -33,7 +33,7 @@ import shutil
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,8 +43,9 @@ from sqlalchemy.orm import Session
 from backend.domain.clock import SYSTEM_CLOCK, Clock
 from backend.domain.lifecycle import NodeStage
 from backend.fabric import slurm
-from backend.provisioning import power_saving
+from backend.provisioning import cluster_images, images, power_saving
 from backend.provisioning.driver import (
+    ImageOutcome,
     Job,
     LogRequest,
     NodeRun,
@@ -74,6 +75,7 @@ from backend.provisioning.drivers.local.node_setup import (
     start_sshd,
     volumes_dir,
 )
+from backend.provisioning.images import RegistryCredentials
 from backend.provisioning.node_config import accounting, firewall, slurm_control, slurm_jobs
 from backend.provisioning.node_config import configure as node_config
 from backend.provisioning.node_config.shell import NodeCommandError, NodeFile, NodeShell
@@ -93,7 +95,7 @@ _NO_WORK = (OpKind.FABRIC_JOIN, OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START, 
 _WORK = (OpKind.CONTROL_PLANE_CREATE, OpKind.CONTROL_PLANE_RELEASE, OpKind.NODE_BOOT, OpKind.VOLUME_ATTACH,
          OpKind.ORCHESTRATOR_JOIN, OpKind.ACCEPTANCE, OpKind.RECONFIGURE, OpKind.NODE_RELEASE,
          OpKind.NODE_POWER_OFF, OpKind.NODE_POWER_ON, OpKind.NODE_RESTART, OpKind.NODE_DRAIN,
-         OpKind.NODE_RESUME, OpKind.NODE_REQUEUE)
+         OpKind.NODE_RESUME, OpKind.NODE_REQUEUE, OpKind.IMAGES_IMPORT)
 # The operations that bring a machine up: they report its SSH host key (the cluster's, see node_setup).
 _BOOTS = (OpKind.NODE_BOOT, OpKind.CONTROL_PLANE_CREATE, OpKind.NODE_POWER_ON, OpKind.NODE_RESTART)
 
@@ -133,6 +135,12 @@ class ClusterPlan:
     power: slurm.PowerSaving | None = None
 
 
+@dataclass(frozen=True)
+class _Result:
+    host_key: str | None = None  # a boot's: the host key the machine presents, for the API to publish
+    images: tuple[ImageOutcome, ...] = ()  # an image import's, one per image
+
+
 @dataclass
 class _Job:
     token: str
@@ -141,7 +149,7 @@ class _Job:
     finished_at: dt.datetime | None = None
     succeeded: bool = True
     reason: str | None = None
-    host_key: str | None = None  # a boot's: the host key the machine presents, for the API to publish
+    result: _Result = _Result()
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -348,7 +356,11 @@ class LocalDriver:
             if row is None:
                 raise LookupError(f"node {request.node_id} does not exist")
             node = NodePlan(row.name, instance_name(row), row.private_ip, row.status_reason)
-        work = self._work(request.kind, plan, node)
+        credentials = {}
+        if request.kind == OpKind.IMAGES_IMPORT:  # the only operation that opens the sealed credentials
+            cluster_row = session.get(Cluster, cluster_id)
+            credentials = cluster_images.registry_credentials(cluster_row) if cluster_row else {}
+        work = self._work(request.kind, plan, node, request.images, credentials)
         job = _Job(request.client_token, request.kind, now)
         with self._jobs_lock:
             # Finished operations are kept a while for the engine to read, then forgotten (it records
@@ -398,9 +410,14 @@ class LocalDriver:
 
     # What each operation does: boot on the host, the rest over SSH -------------------------------
 
-    def _work(self, kind: OpKind, plan: ClusterPlan, node: NodePlan | None) -> Callable[[], str | None]:
-        """The operation's work, run in a thread; a boot's returns the host key the machine presents."""
+    def _work(self, kind: OpKind, plan: ClusterPlan, node: NodePlan | None,
+              wanted_images: tuple[tuple[str, str], ...] = (),
+              credentials: Mapping[str, RegistryCredentials] | None = None) -> Callable[[], _Result]:
+        """The operation's work, run in a thread; a boot's result is the host key the machine presents, an
+        image import's the outcome of each image."""
         cluster = self.cluster(plan.cluster_id, plan.subnet)
+        if kind == OpKind.IMAGES_IMPORT:
+            return lambda: _Result(images=self._import_images(cluster, wanted_images, credentials or {}))
         local = cluster.node(node.name, node.address, node.instance) if node is not None else None
         actions: dict[OpKind, Callable[[], None]] = {
             OpKind.CONTROL_PLANE_CREATE: lambda: self._create_control_plane(cluster, plan),
@@ -424,11 +441,19 @@ class LocalDriver:
             raise ValueError(f"the local driver has no operation {kind}")
         action = actions[kind]
 
-        def run() -> str | None:
+        def run() -> _Result:
             action()
-            return published_host_key(cluster) if kind in _BOOTS else None
+            return _Result(host_key=published_host_key(cluster) if kind in _BOOTS else None)
 
         return run
+
+    @staticmethod
+    def _import_images(cluster: LocalCluster, wanted: tuple[tuple[str, str], ...],
+                       credentials: Mapping[str, RegistryCredentials]) -> tuple[ImageOutcome, ...]:
+        """Pull the cluster's images once into its store on the host, which every node shows read-only at
+        /images (a registry on the host's loopback is reached by the host, not by the nodes)."""
+        cluster.up()
+        return images.sync_store(cluster.images_store, wanted, credentials)
 
     def _lay_out(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
         """The host's share of a cluster: bridge, boot files and secrets, volume directories."""
@@ -729,12 +754,15 @@ def _need(node: LocalNode | None) -> LocalNode:
     return node
 
 
-def _run_job(job: _Job, work: Callable[[], str | None], lock: threading.Lock, clock: Clock) -> None:
+def _run_job(job: _Job, work: Callable[[], _Result], lock: threading.Lock, clock: Clock) -> None:
     try:
         with lock:
-            job.host_key = work()
+            job.result = work()
     except Exception as exc:  # an operation's failure is its outcome, reported to the engine
         job.succeeded, job.reason = False, f"{type(exc).__name__}: {exc}"[:1000]
+    failed_images = [image.error for image in job.result.images if image.error]
+    if failed_images:
+        job.succeeded, job.reason = False, "; ".join(failed_images)
     job.finished_at = clock.now()
     job.done.set()
 
@@ -743,7 +771,7 @@ def _operation(job: _Job, now: dt.datetime) -> Operation:
     if not job.done.is_set():
         return Operation(job.token, job.kind, job.submitted_at, now + POLL, True)
     return Operation(job.token, job.kind, job.submitted_at, now, job.succeeded, job.reason,
-                     job.host_key if job.succeeded else None)
+                     job.result.host_key if job.succeeded else None, job.result.images)
 
 
 def shell_of(node: LocalNode) -> SshShell:

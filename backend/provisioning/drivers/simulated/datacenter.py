@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sqlalchemy.orm import Session
 
 from backend.domain.lifecycle import NodeStage
-from backend.provisioning import spot
+from backend.provisioning import cluster_images, spot
 from backend.provisioning.driver import (
     Job,
     LogRequest,
@@ -30,7 +30,7 @@ from backend.provisioning.driver import (
     OpKind,
     TelemetryTarget,
 )
-from backend.provisioning.drivers.simulated import CAPABILITIES, logs, slurm, telemetry, workload
+from backend.provisioning.drivers.simulated import CAPABILITIES, logs, registry, slurm, telemetry, workload
 from backend.provisioning.settings import EngineSettings
 from backend.store.engine_models import EngineNode, SimulatedOperation
 from backend.store.models import Cluster
@@ -142,6 +142,8 @@ class SimulatedDatacenter:
         return session.get(SimulatedOperation, client_token)
 
     def submit(self, session: Session, request: OperationRequest, now: dt.datetime) -> Operation:
+        if request.kind == OpKind.IMAGES_IMPORT:
+            return self._import_images(session, request, now)
         existing = None if request.first_submission else self._find(session, request.client_token)
         if existing is None:
             ready_at, succeeded, reason = self._outcome(request, now)
@@ -153,6 +155,21 @@ class SimulatedDatacenter:
         if operation.succeeded and request.kind in (OpKind.NODE_BOOT, OpKind.CONTROL_PLANE_CREATE):
             operation = dataclasses.replace(operation, host_key=machine_host_key(request))
         return operation
+
+    def _import_images(self, session: Session, request: OperationRequest, now: dt.datetime) -> Operation:
+        """The modelled registries' answer (registry.py), drawn again from the request on every submit (the
+        same request gets the same answer); the operation's timing is recorded like any other."""
+        cluster = session.get(Cluster, request.cluster_id) if request.cluster_id else None
+        credentials = cluster_images.registry_credentials(cluster) if cluster is not None else {}
+        outcomes, seconds = registry.pull(self.settings.simulation_seed, request.images, credentials)
+        failures = [outcome.error for outcome in outcomes if outcome.error]
+        existing = None if request.first_submission else self._find(session, request.client_token)
+        if existing is None:
+            existing = SimulatedOperation(client_token=request.client_token, kind=str(request.kind),
+                                          submitted_at=now, ready_at=now + self._simulated(seconds),
+                                          succeeded=not failures, reason="; ".join(failures) or None)
+            session.add(existing)
+        return dataclasses.replace(_to_operation(existing), images=outcomes)
 
     def get(self, session: Session, client_token: str) -> Operation | None:
         found = self._find(session, client_token)
