@@ -559,3 +559,69 @@ def test_acc_console_csp_blocks_inline_script(browser: WebDriver, backend: Backe
         "document.body.append(s);"
     )
     assert browser.execute_script("return window.inlineRan === undefined") is True
+
+
+def sign_in(driver: WebDriver, backend: Backend, cluster_id: str) -> None:
+    """The console signed in with the backend's key (kept in the tab's sessionStorage once given), its
+    cluster list showing `cluster_id` (signing in ends on that list). A fresh load: what earlier tests
+    put in the page (the CSP test's script element) is gone."""
+    driver.get(f"{backend.url}/console")
+    if driver.execute_script("return sessionStorage.getItem('gpucloud.apiKey')") != backend.api_key:
+        visible(driver, "#api-key").send_keys(backend.api_key)
+        driver.find_element(By.ID, "sign-in").click()
+        visible(driver, f"a[href='#/clusters/{cluster_id}/overview']")
+
+
+def images_settled(api: httpx.Client, cid: str, states: dict[str, str]) -> dict[str, Any] | None:
+    """The cluster once RUNNING, Ready and each image in the state given (name -> state), else None."""
+    body: dict[str, Any] = api.get(f"/clusters/{cid}").json()
+    shown = {i["name"]: i["state"] for i in body["images"]}
+    return body if (body["status"], body["phase"], shown) == ("RUNNING", "Ready", states) else None
+
+
+def test_acc_console_images_tab(
+    browser: webdriver.Chrome, backend: Backend, api: httpx.Client, artifacts: Path
+) -> None:
+    """The Images tab lists each image (path, reference, state badge, short digest, size) and a failed
+    update's reason while /images/<name> keeps the old digest; it fits at both widths."""
+    private = "registry.internal:5000/private/train:v1"
+    cluster = created(api.post("/clusters", json={
+        "name": "imaged", "region": "us-east-1", "instance_type": "8xH100", "node_count": 2,
+        "container_images": {"base": "ubuntu:22.04", "train": private},
+        "registry_credentials": {"registry.internal:5000": {"username": "ci", "password": "s3cret"}}}))
+    cid = cluster["id"]
+    deadline = time.monotonic() + 90
+    while (ready := images_settled(api, cid, {"base": "ready", "train": "ready"})) is None:
+        assert time.monotonic() < deadline, api.get(f"/clusters/{cid}").json()
+        time.sleep(0.5)
+    old_digest = next(i["digest"] for i in ready["images"] if i["name"] == "train")
+    missing = "registry.internal:5000/private/train:missing-2"
+    changed = api.patch(f"/clusters/{cid}",
+                        json={"container_images": {"base": "ubuntu:22.04", "train": missing}})
+    assert changed.status_code == 200, changed.text
+    deadline = time.monotonic() + 60
+    while (failed := images_settled(api, cid, {"base": "ready", "train": "failed"})) is None:
+        assert time.monotonic() < deadline, api.get(f"/clusters/{cid}").json()
+        time.sleep(0.5)
+    assert next(i["digest"] for i in failed["images"] if i["name"] == "train") == old_digest
+
+    sign_in(browser, backend, cid)
+    for width, size in WIDTHS.items():
+        browser.set_window_size(*size)
+        go(browser, backend, f"#/clusters/{cid}/images")
+        wait_for(browser, lambda d: selected(d, "#tab-images") and row_with(d, "/images/train"), "images tab")
+        base = row_with(browser, "/images/base")
+        train = row_with(browser, "/images/train")
+        assert isinstance(base, WebElement) and isinstance(train, WebElement)
+        assert "ubuntu:22.04" in base.text
+        assert base.find_element(By.CSS_SELECTOR, ".badge").text == "ready"
+        assert train.find_element(By.CSS_SELECTOR, ".badge").text == "failed"
+        assert old_digest[:19] in train.text and "missing-2" in train.text
+        assert "has no such repository or tag" in train.text  # the reason, from the API
+        assert "GiB" in base.text or "MiB" in base.text
+        assert "Image storage:" in browser.find_element(By.ID, "image-storage").text
+        assert not browser.find_elements(By.ID, "importing-images")  # nothing importing now
+        assert_fits(browser, f"images at {width}")
+        browser.save_screenshot(str(artifacts / f"images-{width}.png"))
+    browser.set_window_size(*WIDTHS["wide"])
+    assert_no_alert(browser)

@@ -29,6 +29,7 @@ from provider.cli.app import (
 )
 from provider.cli.budgets import scope, spent_percent, usd
 from provider.cli.config import ConfigError, default_ssh_key_ids
+from provider.cli.images import PASSWORD_ENV, image, image_lines, list_images, parse_images, parse_logins
 from provider.cli.keys import register_key_file
 from provider.cli.output import emit, note, print_fields, print_table, table_view
 from provider.cli.reservations import find_reservation
@@ -125,6 +126,7 @@ def show_cluster(c: dict[str, Any], budgets: Sequence[Mapping[str, Any]] | None 
         ("Orchestrator", c.get("orchestrator")),
         ("Interconnect", c.get("interconnect")),
         ("Container", c.get("container")),
+        *(("Image", line) for line in image_lines(c)),
         ("Billing", term),
         ("USD/hour", c.get("estimated_hourly_cost_usd")),
         ("Max USD/hour", usd(c.get("max_hourly_cost_usd"))),
@@ -144,6 +146,11 @@ def show_cluster(c: dict[str, Any], budgets: Sequence[Mapping[str, Any]] | None 
         fields.extend(("Budget", budget_line(b)) for b in applying)
         if not applying:
             fields.append(("Budget", "none applies"))
+    if c.get("images"):
+        fields.append(("Image storage", f"{int(c.get('image_storage_bytes') or 0)} bytes"))
+    if c.get("registry_credentials"):
+        fields.append(("Registry logins", [f"{u.get('username')}@{h}"
+                                           for h, u in sorted(c["registry_credentials"].items())]))
     if c.get("login"):
         # `gpucloud ssh` verifies the host key the API publishes; a bare ssh line would not.
         fields.append(("SSH", f"gpucloud ssh {c['name']}"))
@@ -180,7 +187,6 @@ def _finish(app: App, c: dict[str, Any], as_json: bool, wait: bool, what: str) -
 TTL_PATTERN = r"^([0-9]{1,6}[dhms])+$"
 TTL_UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
 TTL_MIN_SECONDS, TTL_MAX_SECONDS = 60, 365 * 86_400
-CONTAINERS = ["base", "pytorch"]
 
 
 class TtlType(click.ParamType[str]):
@@ -209,21 +215,6 @@ def money(text: str | None, option: str) -> str | None:
     if not amount.is_finite() or amount <= 0:
         raise click.BadParameter(f"{text!r} is not a positive amount in USD such as 25.50", param_hint=option)
     return text
-
-
-def container_of(container: str | None, images: Sequence[str]) -> str | None:
-    """`--image container=REF`: the API's one image field is `container` (single-node clusters, base or
-    pytorch); it has no other image to choose, so any other NAME is refused with that fix."""
-    for pair in images:
-        name, sep, ref = pair.partition("=")
-        if name != "container" or not sep or ref not in CONTAINERS:
-            raise click.BadParameter(
-                f"{pair!r}: the only image a cluster takes is its container: container=base or "
-                "container=pytorch (single-node clusters)", param_hint="--image")
-        if container not in (None, ref):
-            raise click.BadParameter(f"{pair!r} contradicts --container {container}", param_hint="--image")
-        container = ref
-    return container
 
 
 def node_counts(node_count: int | None, min_nodes: int | None, max_nodes: int | None) -> dict[str, Any]:
@@ -282,10 +273,15 @@ def ssh_keys_to_install(
 @click.option("--ssh-key", "key_refs", multiple=True, metavar="ID_OR_NAME", shell_complete=complete_ssh_key,
               help="An already registered SSH key (repeatable).")
 @click.option("--region", help="Region (default: the first with room for the nodes).")
-@click.option("--container", type=click.Choice(CONTAINERS), help="Container image (single node).")
+@click.option("--container", metavar="ALIAS|REF",
+              help="A single-node cluster's container, logins run inside it: base, pytorch (the catalog's "
+              "aliases) or an OCI image reference.")
 @click.option("--image", "images", multiple=True, metavar="NAME=REF",
-              help="An image: the API has one, the container of a single-node cluster, so container=base "
-              "or container=pytorch (the same as --container).")
+              help="A container image to import (repeatable): jobs run in it with `srun "
+              "--container=/images/NAME`. REF is an OCI reference such as nvcr.io/nvidia/pytorch:24.05-py3.")
+@click.option("--registry-login", "logins", multiple=True, metavar="HOST=USER",
+              help=f"Log in to a private registry (repeatable); the password comes from "
+              f"{PASSWORD_ENV}_<HOST> or {PASSWORD_ENV}, else a hidden prompt (never from the command line).")
 @click.option("--orchestrator", type=click.Choice(["slurm", "kubernetes", "none"]),
               help="Default: none for 1 node, else slurm.")
 @click.option("--volume", "volumes", multiple=True, shell_complete=complete_volume,
@@ -320,6 +316,7 @@ def create(
     region: str | None,
     container: str | None,
     images: tuple[str, ...],
+    logins: tuple[str, ...],
     orchestrator: str | None,
     volumes: tuple[str, ...],
     security_groups: tuple[str, ...],
@@ -340,10 +337,16 @@ def create(
     Example:
       gpucloud cluster create 8xH100 -n 2 -i ~/.ssh/id_ed25519.pub --name train
       gpucloud cluster create 8xH100 --min-nodes 1 --max-nodes 8 --spot --ttl 1d --label team=nlp
+      gpucloud cluster create 8xH100 -n 2 --image torch=nvcr.io/nvidia/pytorch:24.05-py3
     """
     client = app.client
     sizing = node_counts(node_count, min_nodes, max_nodes)
     nodes = int(sizing.get("node_count") or sizing["autoscaling"]["min_nodes"])
+    container_images = parse_images(images)
+    if container_images and orchestrator in (None, "none") and sizing.get("node_count") == 1:
+        raise click.UsageError("--image: jobs run in images through Slurm (srun --container=/images/NAME), "
+                               "and a single node has no orchestrator by default: add --orchestrator slurm")
+    registry_credentials = parse_logins(logins)
     spec: dict[str, Any] = {
         "name": name or f"cluster-{secrets.token_hex(3)}",
         "region": region or _default_region(client, instance_type, nodes),
@@ -355,7 +358,9 @@ def create(
     }
     optional = {
         "orchestrator": orchestrator,
-        "container": container_of(container, images),
+        "container": container,
+        "container_images": container_images or None,
+        "registry_credentials": registry_credentials or None,
         "billing": {"type": "reserved", "duration_days": reserved_days} if reserved_days else None,
         "capacity_type": "spot" if spot else None,
         "ttl": ttl,
@@ -642,3 +647,6 @@ def delete(app: App, cluster_ref: str, yes: bool, no_wait: bool, as_json: bool) 
 cluster.add_command(click.Command(
     "destroy", callback=delete.callback, params=delete.params, help=delete.help, hidden=True
 ))
+
+cluster.add_command(list_images)
+cluster.add_command(image)

@@ -12,12 +12,15 @@ from provider.resources.gpu_cluster_schema import CLUSTER_SCHEMA, cluster_state,
 
 # Settings that only steer the resource's apply; a data source has nothing to say about them.
 RESOURCE_ONLY = ("wait_for_running",)
+# Write-only at the API: a data source reads only the user name of each registry login.
+WRITE_ONLY = {"registry_credentials": "password"}
 
 
-def as_computed(attribute: Attribute) -> Attribute:
-    """A read-only copy of a resource attribute (nested attributes copied all the way down)."""
+def as_computed(attribute: Attribute, hidden: tuple[str, ...] = ()) -> Attribute:
+    """A read-only copy of a resource attribute (nested attributes copied all the way down, but for the
+    `hidden` ones)."""
     if isinstance(attribute, NestedAttribute):
-        nested = {name: as_computed(a) for name, a in attribute.attributes.items()}
+        nested = {name: as_computed(a) for name, a in attribute.attributes.items() if name not in hidden}
         return type(attribute)(computed=True, description=attribute.description, attributes=nested)
     extra: dict[str, Any] = {}
     if hasattr(attribute, "element_type"):
@@ -36,7 +39,7 @@ def _schema() -> Schema:
     }
     for name, attribute in CLUSTER_SCHEMA.attributes.items():
         if name not in attributes and name not in RESOURCE_ONLY:
-            attributes[name] = as_computed(attribute)
+            attributes[name] = as_computed(attribute, tuple(v for k, v in WRITE_ONLY.items() if k == name))
     return Schema(
         description="An existing GPU cluster of the project, looked up by id or name: its nodes, login, "
         "Slurm or Kubernetes endpoints and NCCL environment.",
@@ -48,6 +51,9 @@ def _to_state(body: dict[str, Any]) -> State:
     state = cluster_state(body, {}, reservation_state(body, None))
     for name in (*RESOURCE_ONLY, "timeouts"):
         state.pop(name, None)
+    for name, hidden in WRITE_ONLY.items():
+        for login in (state.get(name) or {}).values():
+            login.pop(hidden, None)
     return state
 
 

@@ -32,6 +32,7 @@ from provider.client import (
 )
 from provider.client.http import Cancelled as ClientCancelled
 from provider.framework import Cancelled, parse_instant
+from provider.resources.cluster_images import images_settled
 
 log = logging.getLogger("provider.resources.gpu_cluster")
 
@@ -119,7 +120,8 @@ def members(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def is_converged(body: dict[str, Any]) -> bool:
-    """RUNNING with exactly node_count member nodes, all RUNNING, and none still being released."""
+    """RUNNING with exactly node_count member nodes, all RUNNING, none still being released, and no
+    container image waiting to be imported."""
     nodes = body.get("nodes") or []
     joined = members(body)
     return (
@@ -128,6 +130,7 @@ def is_converged(body: dict[str, Any]) -> bool:
         and len(joined) == int(body.get("node_count") or 0)
         and len(joined) == len(nodes)
         and all(n.get("status") == "RUNNING" for n in joined)
+        and images_settled(body)
     )
 
 

@@ -21,6 +21,12 @@ from provider.framework import Cancelled, Context, Resource, State, keep_semanti
 from provider.resources import cluster_checks as checks
 from provider.resources._common import api_error, api_id_identity, client_of, configured
 from provider.resources.cluster_checks import known
+from provider.resources.cluster_images import (
+    changed_images,
+    check_needs_slurm,
+    credentials_spec,
+    failed_imports,
+)
 from provider.resources.cluster_lifetime import plan_expiry, remember_if_expired, warn_if_recreating_expired
 from provider.resources.cluster_plan import (
     keep_planned_elements,
@@ -80,15 +86,18 @@ PATCHABLE = {
     "autoscaling": "autoscaling",
     "reserved_ip_id": "reserved_ip_id",
     "slurm_config": "slurm_config",
+    "container_images": "container_images",
+    "registry_credentials": "registry_credentials",
 }
 # Changes the engine has to carry out on the nodes (the update then waits for convergence).
 ENGINE_WORK = ("node_count", "container", "ssh_key_ids", "shared_volume_ids", "security_group_ids",
-               "slurm_config")
+               "slurm_config", "container_images")
 
 
 SETS = ("ssh_key_ids", "shared_volume_ids", "security_group_ids")
 FAILURE_REASON = "failure_reason"  # private state: why the cluster is FAILED, as last read
-EMPTY_AS_NULL = ("ssh_key_ids", "shared_volume_ids", "security_group_ids", "labels")
+EMPTY_AS_NULL = ("ssh_key_ids", "shared_volume_ids", "security_group_ids", "labels", "container_images",
+                 "registry_credentials")
 # A cluster saved while still converging (an interrupted or timed-out wait): the next plan resumes the
 # wait as an in-place update, with these attributes known only after it.
 CONVERGING_STATUSES = ("PENDING", "PROVISIONING", "CONFIGURING", "CONTAINER_CREATING")
@@ -96,7 +105,8 @@ SETTLED_PHASES = (None, "Ready")
 # Day-2 phases of a RUNNING cluster: a node repaired in place (node_repair = "auto") or left failed
 # (node_repair = "manual") while the others serve. Not a wait to resume, and no reason to replace it.
 DAY_TWO_PHASES = ("Repairing", "Degraded")
-KNOWN_AFTER_WAIT = ("status", "phase", "nodes", "login", "slurm", "kubernetes", "nccl_env", "reservation")
+KNOWN_AFTER_WAIT = ("status", "phase", "nodes", "login", "slurm", "kubernetes", "nccl_env", "reservation",
+                    "images", "image_storage_bytes")
 
 
 def still_converging(state: State) -> bool:
@@ -166,6 +176,34 @@ def _keep_planned(new: State, plan: State) -> State:
         if isinstance(plan.get(name), str):
             new[name] = plan[name]
     return keep_planned_elements(new, plan, RUNTIME_ATTRIBUTES)
+
+
+def _report_failed_imports(ctx: Context, body: dict[str, Any], plan: State, state: State,
+                           new_state: State) -> State:
+    """An update whose new image failed to import: an error on `container_images["<name>"]` with the
+    API's reason, and the state keeps the reference still in place for that name (the old one, or none for
+    a new name), so the next plan proposes the change again."""
+    failed = failed_imports(body, changed_images(plan, state))
+    if not failed:
+        return new_state
+    in_place = dict(new_state.get("container_images") or {})
+    before = state.get("container_images") or {}
+    for name, reason in failed:
+        ctx.error(
+            "Container Image Import Failed",
+            f"Cluster {state.get('id')} could not import container_images[\"{name}\"] "
+            f"({(plan.get('container_images') or {}).get(name)}): {reason}. "
+            + (f"/images/{name} keeps the previous image ({before[name]}); " if name in before else
+               f"/images/{name} does not exist; ")
+            + "fix the reference or the registry_credentials and apply again.",
+            root("container_images").element(name),
+        )
+        if name in before:
+            in_place[name] = before[name]
+        else:
+            in_place.pop(name, None)
+    new_state["container_images"] = in_place
+    return new_state
 
 
 def _stopped_waiting(ctx: Context, cluster_id: str, stopped: Exception) -> None:
@@ -247,6 +285,7 @@ class GpuClusterResource(Resource):
             plan["orchestrator"] = "slurm" if int(nodes) > 1 else "none"
         if config is not None:  # with the orchestrator's default (slurm for several nodes, else none)
             check_slurm_config(ctx, config, plan.get("orchestrator"))
+            check_needs_slurm(ctx, config, plan.get("orchestrator"))
         if plan.get("orchestrator") == "none" and known(nodes) and int(nodes) > 1:
             ctx.error(
                 "Orchestrator Required",
@@ -453,6 +492,10 @@ class GpuClusterResource(Resource):
                 changes[listed] = sorted(changes[listed] or [])
         if "labels" in changes:
             changes["labels"] = changes["labels"] or {}
+        if "container_images" in changes:
+            changes["container_images"] = changes["container_images"] or {}
+        if "registry_credentials" in changes:  # the whole map: the API replaces it
+            changes["registry_credentials"] = credentials_spec(changes["registry_credentials"])
         before = set(state.get("shared_volume_ids") or [])
         after = set(plan.get("shared_volume_ids") or [])
         if "slurm_config" in changes:
@@ -500,7 +543,8 @@ class GpuClusterResource(Resource):
                           f"change: {error.message}. A cluster left FAILED is replaced by the next apply.")
                 return self._state(ctx, client, poller.last or body, plan)
             remember_etag(ctx, poller.etag)
-        return _keep_planned(self._state(ctx, client, body, plan), plan)
+        new_state = _keep_planned(self._state(ctx, client, body, plan), plan)
+        return _report_failed_imports(ctx, body, plan, state, new_state)
 
     def _refreshed_or(self, ctx: Context, client: GpuCloudClient, cluster_id: str, state: State) -> State:
         """After a failed update: the cluster as it is now (so partial changes are recorded)."""

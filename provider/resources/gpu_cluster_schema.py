@@ -34,6 +34,12 @@ from provider.framework.schema import Attribute
 from provider.framework.validators import Validator
 from provider.resources._common import number
 from provider.resources.api_rules import field_validators
+from provider.resources.cluster_images import (
+    computed_image_attributes,
+    credentials_spec,
+    image_attributes,
+    images_state,
+)
 from provider.resources.cluster_lifetime import TTL
 from provider.resources.gpu_cluster_slurm import (
     SLURM_CONFIG_ATTRIBUTES,
@@ -302,6 +308,7 @@ def computed_attributes() -> dict[str, Attribute]:
             description="The reserved term (reserved billing only).",
             plan_modifiers=_keep("billing"),
         ),
+        **computed_image_attributes(),
     }
 
 
@@ -330,7 +337,8 @@ CLUSTER_SCHEMA = Schema(
     "`node_count`, see [engine.md](../engine.md#autoscaling)), `container`, `ssh_key_ids`, "
     "`shared_volume_ids` (attach/detach), `security_group_ids`, `reserved_ip_id`, `labels`, "
     "`deletion_protection`, `node_repair`, `max_hourly_cost_usd`, `slurm_config` (Slurm reconfigured, "
-    "jobs keep running), "
+    "jobs keep running), `container_images` (imported, then switched atomically; running jobs keep the "
+    "old bundle), `registry_credentials`, "
     "`billing.on_expiry`. "
     "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `capacity_type` (moving "
     "running nodes between capacity types would interrupt them: a new cluster is the honest change), "
@@ -429,10 +437,12 @@ CLUSTER_SCHEMA = Schema(
         ),
         "container": StringAttribute(
             optional=True,
-            description="Container image family to run on a single-node cluster: `base` or `pytorch`. "
-            "Changes in place (the container is re-created).",
+            description="A single-node cluster's container, which logins run inside: `base` or `pytorch` "
+            "(the catalog's aliases for images the operator chose) or an OCI image reference. Imported like "
+            "`container_images` (it shows in `images` as `container`). Changes in place.",
             validators=api("container"),
         ),
+        **image_attributes(),
         "ssh_key_ids": SetAttribute(
             element_type=STRING,
             optional=True,
@@ -616,6 +626,8 @@ SPEC_FIELDS = {
     "autoscaling": "autoscaling",
     "reserved_ip_id": "reserved_ip_id",
     "slurm_config": "slurm_config",
+    "container_images": "container_images",
+    "registry_credentials": "registry_credentials",
 }
 
 
@@ -637,6 +649,9 @@ def spec_from_plan(plan: dict[str, Any]) -> dict[str, Any]:
             continue  # computed from ttl by the API
         if tf_name == "slurm_config":
             spec[api_name] = slurm_config_spec(value)
+            continue
+        if tf_name == "registry_credentials":
+            spec[api_name] = credentials_spec(value)
             continue
         spec[api_name] = sorted(value) if tf_name in SORTED_SETS else value
     return spec
@@ -792,4 +807,5 @@ def cluster_state(
         else True,
         "timeouts": prior.get("timeouts"),
         **computed_state(body, reservation),
+        **images_state(body, prior),
     }

@@ -57,8 +57,8 @@ def test_cli_create_sends_each_option_as_the_apis_field(
     ]
     assert main(["cluster", "create", "8xH100", "--region", "us-east-1", "--min-nodes", "2", "--max-nodes",
                  "5", "--spot", "--ttl", "1d12h", "--security-group", "web", "--reserved-ip", "198.18.0.7",
-                 "--reservation", "q1", "--max-hourly-cost", "99.50", "--image", "container=pytorch",
-                 "--no-wait", "--json"]) == 0
+                 "--reservation", "q1", "--max-hourly-cost", "99.50", "--container", "pytorch",
+                 "--image", "torch=nvcr.io/nvidia/pytorch:24.05-py3", "--no-wait", "--json"]) == 0
     body = create_body(api)
     assert "node_count" not in body and body["autoscaling"] == {"min_nodes": 2, "max_nodes": 5}
     assert (body["capacity_type"], body["ttl"], body["max_hourly_cost_usd"], body["container"]) == (
@@ -66,6 +66,8 @@ def test_cli_create_sends_each_option_as_the_apis_field(
     assert (body["security_group_ids"], body["reserved_ip_id"], body["reservation_id"]) == (
         ["sgr_1"], "rip_1", "rsv_1")
     assert body["ssh_key_ids"] == ["ssh_1"]
+    assert body["container_images"] == {"torch": "nvcr.io/nvidia/pytorch:24.05-py3"}
+    assert "registry_credentials" not in body
     assert "Installing the SSH keys of the project: laptop (ssh_1)" in capsys.readouterr().err
 
 
@@ -78,8 +80,12 @@ def test_cli_create_sends_each_option_as_the_apis_field(
         (["--ttl", "8 hours"], "is not a duration such as \"8h\""),
         (["--ttl", "30s"], "between 1 minute and 365 days"),
         (["--max-hourly-cost", "-1"], "not a positive amount in USD"),
-        (["--image", "app=registry/x:1"], "the only image a cluster takes is its container"),
-        (["--container", "base", "--image", "container=pytorch"], "contradicts --container base"),
+        (["--image", "App=registry.io/x:1"], "is not an image name"),
+        (["--image", "app=Registry.io/X:1"], 'write "Registry.io/x:1"'),
+        (["--image", "app"], "is not NAME=REF"),
+        (["--image", "container=pytorch"], "the single-node container is --container pytorch"),
+        (["--registry-login", "registry.io/team=ci"], "write host[:port] only"),
+        (["--image", "a=ubuntu:22.04"], "add --orchestrator slurm"),
     ],
 )
 def test_cli_create_refuses_contradictory_options_before_any_request(

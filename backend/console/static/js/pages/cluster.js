@@ -4,6 +4,7 @@
 import { get } from "../api.js";
 import { clusterTags, relatedOf } from "../cluster-related.js";
 import { arrowKeys, badge, clear, errorBox, fmt, h } from "../dom.js";
+import * as images from "../tabs/images.js";
 import * as jobs from "../tabs/jobs.js";
 import * as logs from "../tabs/logs.js";
 import * as monitoring from "../tabs/monitoring.js";
@@ -21,6 +22,7 @@ const TABS = [
   ["nodes", "Nodes", nodes],
   ["logs", "Logs", logs],
   ["volumes", "Volumes", volumes],
+  ["images", "Images", images],
   ["network", "Network & SSH", network],
 ];
 const HEADER_REFRESH_MS = 10000;
@@ -52,6 +54,8 @@ function drawHeader(owner) {
       h("code", { class: "muted nowrap" }, cluster.id)),
     clusterTags(cluster, related),
     cluster.status_reason ? h("p", { class: "warning" }, cluster.status_reason) : null,
+    images.importing(cluster) ? h("p", { class: "muted", id: "importing-images" }, "Importing images: ",
+      cluster.images.filter((i) => i.state !== "ready").map((i) => `${i.name} (${i.state})`).join(", ")) : null,
     labelChips(cluster.labels));
 }
 
