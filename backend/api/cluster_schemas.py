@@ -15,7 +15,10 @@ from backend.provisioning.scale_down import DEFAULT_GRACE_MINUTES, GRACE_DOC, MA
 
 Orchestrator = Literal["slurm", "kubernetes", "none"]
 Interconnect = Literal["infiniband", "efa", "ethernet"]
-Container = Literal["base", "pytorch"]
+Container = Annotated[str, StringConstraints(min_length=1, max_length=512), Field(
+    description="A single-node cluster's container: an alias of the catalog (`base`, `pytorch`) or an OCI "
+    "image reference; logins run inside it"
+)]
 NodeRepair = Literal["auto", "manual"]
 NODE_REPAIR_DOC = (
     "auto: a failed or degraded node is drained and replaced in place (same hostname, new instance_id); "

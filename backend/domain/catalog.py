@@ -16,6 +16,10 @@ from typing import Any
 FABRIC_KINDS = ("infiniband", "efa", "ethernet")
 NODES_PER_SCALABLE_UNIT = 32
 CLUSTER_SUBNET_PREFIX = 22  # every cluster gets one /22 of private addresses
+# A single-node cluster's `container` may name one of these aliases instead of an image reference; the
+# operator maps them to the references of its choice in the catalog file (`container_aliases`).
+DEFAULT_CONTAINER_ALIASES = {"base": "docker.io/library/ubuntu:22.04",
+                             "pytorch": "nvcr.io/nvidia/pytorch:24.05-py3"}
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,11 @@ class Catalog:
     # login node answers on it.
     reserved_ip_usd_per_hour: Decimal = Decimal("0.0050")
     reserved_ip_attached_usd_per_hour: Decimal = Decimal("0.0025")
+    container_aliases: Mapping[str, str] = field(default_factory=lambda: dict(DEFAULT_CONTAINER_ALIASES))
+
+    def container_reference(self, container: str) -> str:
+        """The image a single-node cluster's `container` runs: an alias's reference, else itself."""
+        return self.container_aliases.get(container, container)
 
     def region(self, name: str) -> Region | None:
         return next((r for r in self.regions if r.name == name), None)
@@ -260,6 +269,7 @@ def catalog_to_dict(catalog: Catalog) -> dict[str, Any]:
         "spot_discount": str(catalog.spot_discount),
         "reserved_ip_usd_per_hour": str(catalog.reserved_ip_usd_per_hour),
         "reserved_ip_attached_usd_per_hour": str(catalog.reserved_ip_attached_usd_per_hour),
+        "container_aliases": dict(catalog.container_aliases),
     }
 
 
@@ -300,7 +310,9 @@ def catalog_from_dict(data: Mapping[str, Any]) -> Catalog:
     if not Decimal(0) <= spot_discount < Decimal(1):
         raise ValueError(f"spot_discount must be in [0, 1), got {spot_discount}")
     check_address_plan(regions, fabrics)
-    return Catalog(regions, fabrics, types, discounts, storage, spot_discount, **ip_prices)
+    aliases = {str(k): str(v) for k, v in data.get("container_aliases", DEFAULT_CONTAINER_ALIASES).items()}
+    return Catalog(regions, fabrics, types, discounts, storage, spot_discount, **ip_prices,
+                   container_aliases=aliases)
 
 
 def _network(owner: str, field_name: str, value: object, max_prefix: int) -> ipaddress.IPv4Network:

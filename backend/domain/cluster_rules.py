@@ -17,7 +17,6 @@ from backend.domain.input_rules import broken_rules
 
 ORCHESTRATORS = ("slurm", "kubernetes", "none")
 INTERCONNECTS = ("infiniband", "efa", "ethernet")
-CONTAINERS = ("base", "pytorch")
 BILLING_TYPES = ("on_demand", "reserved")
 ON_EXPIRY = ("decommission", "convert_to_on_demand")
 RESERVED_MIN_DAYS = 1
@@ -83,7 +82,7 @@ def validate_cluster_spec(spec: Mapping[str, Any], catalog: Catalog) -> list[Fie
         errors += _check_interconnect(full.get("interconnect"), region.name if region else None,
                                       itype.name if itype else None, catalog)
     errors += _check_orchestrator(full.get("orchestrator"))
-    errors += _check_container(full.get("container"))
+    errors += _check_container(full.get("container"), catalog)
     errors += _check_billing(full.get("billing") or {})
     if full.get("idle_teardown_minutes") is not None and full.get("orchestrator") != "slurm":
         errors.append(FieldError(
@@ -191,10 +190,12 @@ def _check_orchestrator(value: object) -> list[FieldError]:
     return []
 
 
-def _check_container(value: object) -> list[FieldError]:
-    if value is not None and value not in CONTAINERS:
+def _check_container(value: object, catalog: Catalog) -> list[FieldError]:
+    """An alias of the catalog or an image reference (which services.container_images parses)."""
+    if value is not None and not (isinstance(value, str) and value.strip()):
         return [FieldError("container", "invalid_choice",
-                           f"container must be one of {', '.join(CONTAINERS)}")]
+                           f"container must be one of {', '.join(catalog.container_aliases)} or an image "
+                           "reference such as registry.internal:5000/team/train:v3")]
     return []
 
 
@@ -232,6 +233,6 @@ def rules_for(itype_name: str, catalog: Catalog, orchestrators: Sequence[str] = 
         "orchestrators_multi_node": [o for o in ("slurm", "kubernetes") if o in orchestrators]
                                     if itype.fabric_capable else [],
         "default_orchestrator_multi_node": "slurm",
-        "containers_single_node_only": list(CONTAINERS),
+        "containers_single_node_only": list(catalog.container_aliases),
         "reserved_duration_days": {"min": RESERVED_MIN_DAYS, "max": RESERVED_MAX_DAYS},
     }

@@ -17,18 +17,25 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from backend.domain.catalog import default_catalog
 from backend.provisioning import images as image_store
 from backend.provisioning.driver import ImageOutcome, Operation, OperationRequest, OpKind
 from backend.store.engine_models import EngineCluster
 from backend.store.models import Cluster
 
 PENDING, IMPORTING, READY, FAILED = "pending", "importing", "ready", "failed"
+CONTAINER_NAME = "container"  # a single-node cluster's `container`: imported as /images/container
 
 Submit = Callable[[OperationRequest, bool], Operation]
 
 
 def declared(cluster: Any) -> dict[str, str]:
-    return dict(cluster.container_images or {})
+    """name -> reference of every image the cluster needs: its container_images, and a single-node
+    cluster's container (an alias resolved through the catalog) as `container`."""
+    wanted = dict(cluster.container_images or {})
+    if cluster.container is not None:
+        wanted[CONTAINER_NAME] = default_catalog().container_reference(cluster.container)
+    return wanted
 
 
 def shown(images: Mapping[str, Any]) -> dict[str, str]:

@@ -172,7 +172,7 @@ def _check_spec(
     }
     errors += _check_references(session, project_id, full, scope, kept)
     errors += check_slurm_config(full)
-    errors += container_images.check(full)
+    errors += container_images.check(full, catalog)
     if full.get("reservation_id") not in (None, (current or {}).get("reservation_id")):
         errors += check_reservation(session, project_id, full, scope)
     errors += reserved_ips.check_reference(

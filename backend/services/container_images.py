@@ -8,13 +8,16 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from backend.domain.catalog import Catalog
 from backend.domain.errors import ApiError, FieldError
 from backend.provisioning import images
+from backend.provisioning.cluster_images import CONTAINER_NAME
 from backend.store.models import Cluster
 
 
-def check(spec: Mapping[str, Any]) -> list[FieldError]:
-    """Every broken rule of the spec's `container_images` (names and references, each error at its key)."""
+def check(spec: Mapping[str, Any], catalog: Catalog) -> list[FieldError]:
+    """Every broken rule of the spec's `container_images` (names and references, each error at its key)
+    and of a single-node `container` given as an image reference."""
     declared = spec.get("container_images") or {}
     errors: list[FieldError] = []
     for name, reference in sorted(declared.items()):
@@ -23,6 +26,17 @@ def check(spec: Mapping[str, Any]) -> list[FieldError]:
             images.parse_image_ref(reference, field_path=f"container_images.{name}")
         except ApiError as exc:
             errors.append(FieldError(exc.field or "container_images", exc.code, exc.detail))
+    container = spec.get("container")
+    if isinstance(container, str) and container not in catalog.container_aliases:
+        try:
+            images.parse_image_ref(container, field_path="container")
+        except ApiError as exc:
+            errors.append(FieldError(exc.field or "container", exc.code, exc.detail))
+    if container is not None and CONTAINER_NAME in declared:
+        errors.append(FieldError(
+            f"container_images.{CONTAINER_NAME}", "reserved_name",
+            f'the name "{CONTAINER_NAME}" is the single-node container\'s own (/images/{CONTAINER_NAME}): '
+            "choose another name"))
     if declared and spec.get("orchestrator") != "slurm":
         errors.append(FieldError(
             "container_images", "requires_slurm",

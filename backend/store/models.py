@@ -102,7 +102,8 @@ class Cluster(Versioned, Base):
     node_count: Mapped[int] = mapped_column(Integer, nullable=False)
     orchestrator: Mapped[str] = mapped_column(String(16), nullable=False)
     interconnect: Mapped[str] = mapped_column(String(16), nullable=False)
-    container: Mapped[str | None] = mapped_column(String(16))
+    # A single-node cluster's container: a catalog alias or an image reference (String(512) since 0027).
+    container: Mapped[str | None] = mapped_column(String(512))
     billing_type: Mapped[str] = mapped_column(String(16), nullable=False)
     billing_duration_days: Mapped[int | None] = mapped_column(Integer)
     billing_on_expiry: Mapped[str | None] = mapped_column(String(32))

@@ -149,3 +149,25 @@ def test_bad_names_references_registries_and_orchestrators_are_refused_at_their_
     assert answer.status_code == 422
     assert any(e["field"] == "container_images" and "orchestrator" in e["message"]
                for e in answer.json()["errors"])
+
+
+def test_a_single_node_container_is_an_alias_or_a_reference_imported_as_the_container_image(
+    admin: TestClient, make_worker: Callable[..., EngineWorker]
+) -> None:
+    by_alias = create(admin, name="solo", instance_type="1xH100", node_count=1, container="base")
+    by_reference = create(admin, name="own", instance_type="1xH100", node_count=1, container=TRAIN)
+    assert by_reference["container"] == TRAIN  # echoed as written
+    drain(make_worker())
+    alias_image = _images(get(admin, by_alias["id"]))["container"]
+    assert alias_image["reference"] == "docker.io/library/ubuntu:22.04"  # the catalog's alias
+    assert alias_image["state"] == "ready"
+    assert _images(get(admin, by_reference["id"]))["container"]["reference"] == TRAIN
+    answer = admin.post("/v1/clusters", json={"name": "bad", "region": "us-east-1",
+                                              "instance_type": "1xH100", "container": "Ubuntu:22.04"})
+    assert answer.status_code == 422 and answer.json()["field"] == "container", answer.text
+    assert "lowercase" in answer.json()["detail"]
+    clash = admin.post("/v1/clusters", json={
+        "name": "clash", "region": "us-east-1", "instance_type": "1xH100", "orchestrator": "slurm",
+        "container": "base", "container_images": {"container": TRAIN}})
+    assert clash.status_code == 422
+    assert [e["field"] for e in clash.json()["errors"]] == ["container_images.container"]
