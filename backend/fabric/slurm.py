@@ -57,6 +57,10 @@ class PowerSaving:
     resume_timeout: int = 600  # a resumed node not registered by then goes DOWN (its job is requeued)
     suspend_timeout: int = 120
 SLURMDBD_PORT = 6819
+# Slurm 22.05 writes a container step's config.json before its tasks' own variables exist (SLURM_PROCID,
+# PMIx's, CUDA_VISIBLE_DEVICES); this task prolog, run in every task with them, hands them to the
+# container runtime (`backend/provisioning/node_config/containers.py` installs both).
+CONTAINER_TASK_PROLOG = "/etc/slurm/gpucloud-task-prolog"
 # Fair share counts most, then QoS; a job's age, size and partition break ties (priority/multifactor).
 PRIORITY_WEIGHTS = {"Fairshare": 10000, "QOS": 5000, "Age": 1000, "JobSize": 1000, "Partition": 1000}
 
@@ -126,6 +130,7 @@ def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER,
         "SlurmctldTimeout=120",
         "SlurmdTimeout=300",
         "JobRequeue=1",  # batch jobs of a failed node are requeued (the default, said out loud)
+        f"TaskProlog={CONTAINER_TASK_PROLOG}",
     ]
     if host.accounting:
         lines += [

@@ -466,14 +466,15 @@ def bundle_path(store_dir: Path, digest: str) -> Path:
 def _prepare_store(store_dir: Path) -> None:
     for sub in ("bundles", "names", "tmp", "locks"):
         (store_dir / sub).mkdir(parents=True, exist_ok=True)
-    for sub in ("", "bundles", "names"):  # every node's jobs read these, whoever they run as
+    for sub in ("", "bundles", "names", "locks"):  # every node's jobs read these, whoever they run as
         os.chmod(store_dir / sub, 0o755)
 
 
 @contextlib.contextmanager
 def _digest_lock(store_dir: Path, digest: str, *, blocking: bool = True) -> Iterator[bool]:
     """An flock per digest: two imports of one image unpack it once; GC skips an import under way."""
-    fd = os.open(store_dir / "locks" / f"{_hex(digest)}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    # Readable by all: a job's runtime wrapper on a node holds a shared lock on its bundle's digest.
+    fd = os.open(store_dir / "locks" / f"{_hex(digest)}.lock", os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))

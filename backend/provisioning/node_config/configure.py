@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from backend.node_agent.xid import XidEvent, parse_xid_lines
+from backend.provisioning.node_config import containers
 from backend.provisioning.node_config.shell import NodeFile, NodeShell, files_script
 
 AUTHORIZED_KEYS_DIR = "/etc/ssh/authorized_keys"  # root-owned: a user cannot add keys behind the API's back
@@ -70,9 +71,11 @@ class NodeConfig:
 
 def configure(shell: NodeShell, config: NodeConfig) -> None:
     """Everything of a node but its Slurm daemons, in one script: user, home, keys, hosts, volumes, munge
-    key and daemon, Slurm files and directories."""
+    key and daemon, Slurm files and directories, and Slurm's containers (`containers.py`)."""
     files = [_hosts_file(config.hosts), _keys_file(config.user, config.public_keys)]
     files += _slurm_files(config.slurm_files)
+    if config.slurm_files:  # `srun --container=/images/<name>`, with the cluster's volumes bound in
+        files += containers.node_files([config.volume_root])
     if config.munge_key is not None:
         files.append(NodeFile(MUNGE_KEY, config.munge_key, 0o400, "munge"))
     user, uid = shlex.quote(config.user), config.uid
@@ -88,6 +91,7 @@ def configure(shell: NodeShell, config: NodeConfig) -> None:
         *(f"install -d -o {owner} -g {owner} {' '.join(dirs)}" for owner, dirs in STATE_DIRS.items()),
         files_script(files),
         _volumes_script(config),
+        containers.images_link_script() if config.slurm_files else "",
     ]
     if config.munge_key is not None:
         script.append(start_command("munged"))

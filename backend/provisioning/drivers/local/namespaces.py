@@ -112,6 +112,12 @@ class LocalCluster:
         return self.dir / "exports"
 
     @property
+    def images_store(self) -> Path:
+        """The cluster's container image store (`backend.provisioning.images`: bundles and the names
+        pointing to them), bound read-only into every node (`node_setup.node_binds`)."""
+        return self.dir / "images"
+
+    @property
     def mac(self) -> str:
         """The bridge's own MAC, fixed (locally administered, derived from the cluster key). A bridge
         whose MAC was never set takes the lowest MAC of its ports and changes it whenever a node's veth
@@ -125,6 +131,7 @@ class LocalCluster:
         """Create the bridge, directories and the exports mount (idempotent)."""
         self.dir.mkdir(parents=True, exist_ok=True)
         self.exports.mkdir(mode=0o700, exist_ok=True)
+        self.images_store.mkdir(mode=0o755, exist_ok=True)  # before any node binds it
         if not _is_mountpoint(self.exports):
             run(["mount", "--bind", str(self.exports), str(self.exports)])
         run(["mount", "--make-shared", str(self.exports)])
@@ -380,7 +387,10 @@ def _boot_script(node: LocalNode, binds: Iterable[Bind]) -> str:
         "mount -t sysfs -o ro,nosuid,nodev,noexec sysfs sys",
         # slurmd 22.05 refuses to start without the host's cgroup mounts (v1 or v2, not hybrid):
         # the host's, read-only (a node's processes are held by its PID namespace and cgroup instead).
+        # Less the cgroup2 mount a hybrid host has beside its v1 controllers: crun refuses to run in a
+        # hybrid hierarchy ("cgroups in hybrid mode not supported"), and nothing in a node uses it.
         "if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup sys/fs/cgroup; "
+        "if mountpoint -q sys/fs/cgroup/unified; then umount sys/fs/cgroup/unified; fi; "
         "for m in $(findmnt -rn -o TARGET -R \"$PWD/sys/fs/cgroup\"); do mount -o remount,bind,ro \"$m\"; "
         "done; fi",
         *(_bind_command(bind) for bind in binds),

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from backend.fabric.slurm import SlurmHost, slurmdbd_conf
 from backend.provisioning.drivers.local.namespaces import Bind, LocalCluster, LocalNode, run
-from backend.provisioning.node_config import accounting
+from backend.provisioning.node_config import accounting, containers
 from backend.provisioning.node_config.shell import NodeShell
 from backend.provisioning.node_config.ssh import SshShell, SshTarget, ensure_identity
 
@@ -178,7 +178,8 @@ def node_binds(node: LocalNode) -> list[Bind]:
     """What boot binds into a node's root: root's home, state directories for its daemons (their owners
     are set when the node is configured), its stand-in GPUs and kernel log, the boot files of its sshd,
     and the storage it mounts from (configuration mounts the home and volumes from `EXPORTS`: the
-    cluster's home and the volumes exported to the cluster, no other)."""
+    cluster's home and the volumes exported to the cluster, no other), and the cluster's container
+    images, read-only (`node_config.containers`)."""
     node_dir = node.dir
     for sub in ("lib", "log", "run", "munge-run", "munge-lib", "munge-log"):
         (node_dir / sub).mkdir(parents=True, exist_ok=True)
@@ -191,6 +192,7 @@ def node_binds(node: LocalNode) -> list[Bind]:
     return [
         Bind(node.cluster.dir / "home", f"{EXPORTS}/home"),
         Bind(node.cluster.exports, f"{EXPORTS}/volumes"),
+        Bind(node.cluster.images_store, containers.STORE_MOUNT, read_only=True),
         Bind(node.cluster.dir / "ssh", BOOT_DIR, read_only=True),
         Bind(node_dir / "lib", "/var/lib/slurm"),
         Bind(node_dir / "log", "/var/log/slurm"),
