@@ -67,6 +67,8 @@ class NodeConfig:
     volumes: tuple[Mount, ...] = ()
     munge_key: bytes | None = None
     slurm_files: Mapping[str, str] = field(default_factory=dict)
+    # A single-node cluster with a `container`: the user's SSH sessions run inside it (containers.py).
+    login_container: bool = False
 
 
 def configure(shell: NodeShell, config: NodeConfig) -> None:
@@ -78,6 +80,7 @@ def configure(shell: NodeShell, config: NodeConfig) -> None:
         files += containers.node_files([config.volume_root])
     if config.munge_key is not None:
         files.append(NodeFile(MUNGE_KEY, config.munge_key, 0o400, "munge"))
+    files += _login_files(config)
     user, uid = shlex.quote(config.user), config.uid
     script = [
         OWN,
@@ -91,16 +94,25 @@ def configure(shell: NodeShell, config: NodeConfig) -> None:
         *(f"install -d -o {owner} -g {owner} {' '.join(dirs)}" for owner, dirs in STATE_DIRS.items()),
         files_script(files),
         _volumes_script(config),
-        containers.images_link_script() if config.slurm_files else "",
+        containers.images_link_script() if config.slurm_files or config.login_container else "",
+        containers.login_script(config.login_container),
     ]
     if config.munge_key is not None:
         script.append(start_command("munged"))
     shell.run_script("\n".join(script), what="configure the node")
 
 
+def _login_files(config: NodeConfig) -> list[NodeFile]:
+    return containers.login_files(config.user, [config.volume_root]) if config.login_container else []
+
+
 def set_access(shell: NodeShell, config: NodeConfig) -> None:
-    """What changes in place on a running node: its authorized keys and the volumes mounted."""
-    script = [files_script([_keys_file(config.user, config.public_keys)]), _volumes_script(config)]
+    """What changes in place on a running node: its authorized keys, the volumes mounted and whether
+    logins run in the cluster's container."""
+    script = [files_script([_keys_file(config.user, config.public_keys), *_login_files(config)]),
+              _volumes_script(config), containers.login_script(config.login_container)]
+    if config.login_container:
+        script.append(containers.images_link_script())
     shell.run_script("\n".join(script), what="update keys and volumes")
 
 

@@ -71,3 +71,31 @@ def images_link_script() -> str:
     target, link = shlex.quote(f"{STORE_MOUNT}/names"), shlex.quote(IMAGES)
     return f'[ "$(readlink {link})" = {target} ] || ln -sfn {target} {link}'
 
+
+
+# A single-node cluster's `container` (imported as /images/container): every SSH session of the cluster's
+# user runs in it, through sshd's ForceCommand in a file the node's sshd_config includes.
+LOGIN_CONF = "/etc/ssh/gpucloud-login.conf"
+LOGIN_IMAGE = f"{IMAGES}/container"
+_SSHD_PID = "/run/sshd/sshd.pid"
+
+
+def login_files(user: str, bind_directories: Sequence[str]) -> list[NodeFile]:
+    """The runtime and the sshd configuration that sends `user`'s sessions into the container."""
+    runtime = Path(__file__).with_name("oci_runtime.py").read_bytes()
+    binds = "".join(f" --bind {shlex.quote(directory)}" for directory in bind_directories)
+    conf = (f"# gpucloud: {user}'s sessions run in the cluster's container; generated, do not edit.\n"
+            f"Match User {user}\n    ForceCommand {RUNTIME} login{binds} {LOGIN_IMAGE}\n")
+    return [NodeFile(RUNTIME, runtime, 0o755), NodeFile(LOGIN_CONF, conf.encode())]
+
+
+def login_script(enabled: bool) -> str:
+    """After the files: sshd re-reads its configuration (SIGHUP) when the login file came or went or
+    changed; open sessions are kept."""
+    conf, pid = shlex.quote(LOGIN_CONF), shlex.quote(_SSHD_PID)
+    reload = f'[ ! -f {pid} ] || kill -HUP "$(cat {pid})"'
+    if not enabled:
+        return f"if [ -e {conf} ]; then rm -f {conf}; {reload}; fi"
+    # files_script wrote it just before: compare with what sshd read last time (kept aside).
+    seen = shlex.quote(f"{LOGIN_CONF}.applied")
+    return f"if ! cmp -s {conf} {seen}; then cp {conf} {seen}; {reload}; fi"

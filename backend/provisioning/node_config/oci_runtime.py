@@ -38,6 +38,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -297,6 +298,48 @@ def start(args: argparse.Namespace) -> int:
             os.close(held)
 
 
+def login(image: str, extra_binds: Sequence[str]) -> int:
+    """A single-node cluster's SSH session inside its container (sshd's ForceCommand): the login shell, or
+    the command the client asked for (`SSH_ORIGINAL_COMMAND`: scp, rsync, a one-off), in `image` as the
+    user, with home and volumes as for jobs and a terminal when the session has one."""
+    image_root = os.path.realpath(os.path.join(image, "rootfs"))
+    if not os.path.isdir(image_root):
+        print(f"gpucloud: the cluster's container {image} is not there yet (its image is being imported): "
+              "try again in a minute", file=sys.stderr)
+        return 125
+    uid, gid = os.getuid(), os.getgid()
+    user = pwd.getpwuid(uid).pw_name
+    work = tempfile.mkdtemp(prefix="gpucloud-login-")
+    held = None
+    try:
+        held = hold_bundle(image_root)
+        with open(os.path.join(os.path.dirname(image_root), "config.json")) as handle:
+            image_config = json.load(handle)
+        config = json.loads(json.dumps(image_config))
+        command = os.environ.get("SSH_ORIGINAL_COMMAND")
+        shell = next((s for s in ("/bin/bash", "/bin/sh") if os.path.lexists(image_root + s)), "/bin/sh")
+        home = _home(uid)
+        session = {**os.environ, "PWD": home, "SHELL": shell}
+        session.pop("SSH_ORIGINAL_COMMAND", None)
+        config.setdefault("process", {}).update(
+            args=[shell, "-c", command] if command else [shell, "-l"],
+            env=[f"{name}={value}" for name, value in session.items()])
+        adapted = adapt(config, image_config, image_root=image_root, bundle=work, uid=uid, gid=gid, home=home,
+                        extra_binds=extra_binds)
+        adapted["process"]["terminal"] = sys.stdin.isatty()  # crun proxies the session's terminal
+        with open(os.path.join(work, "config.json"), "w") as handle:
+            json.dump(adapted, handle)
+        state_dir = state_directory(state_root(user), uid)
+        return run(state_dir, work, f"login.{user}.{os.getpid()}")
+    except (SetupError, OSError, ValueError, KeyError) as problem:
+        print(f"gpucloud: cannot start the login in the container: {problem}", file=sys.stderr)
+        return 125
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        if held is not None:
+            os.close(held)
+
+
 def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="gpucloud-oci-run", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -310,6 +353,9 @@ def main(argv: Sequence[str]) -> int:
             command.add_argument("--bind", action="append", default=[], help="a directory bound at its path")
             command.add_argument("bundle", help="the step's bundle directory (Slurm's %%b)")
         command.add_argument("id", help="the container's id")
+    session = commands.add_parser("login", help="an SSH session in the single-node cluster's container")
+    session.add_argument("--bind", action="append", default=[], help="a directory bound at its path")
+    session.add_argument("image", help="the container's bundle (/images/container)")
     args = parser.parse_args(argv)
     if not os.access(CRUN, os.X_OK):
         print(f"gpucloud-oci-run: {CRUN} is missing on {os.uname().nodename}: install the crun package",
@@ -317,6 +363,8 @@ def main(argv: Sequence[str]) -> int:
         return 127
     if args.command == "run":
         return start(args)
+    if args.command == "login":
+        return login(args.image, args.bind)
     become(args.user)
     state_dir = state_root(args.user)
     if args.command == "state":

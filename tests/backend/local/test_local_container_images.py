@@ -6,6 +6,7 @@ shown), a missing tag says so, and a fixed declaration switches the name in plac
 
 from __future__ import annotations
 
+import secrets
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -17,11 +18,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.provisioning.drivers.local.driver import LocalDriver
+from backend.provisioning.drivers.local.namespaces import run
+from backend.provisioning.drivers.local.node_setup import cluster_uid
+from backend.provisioning.settings import EngineSettings, use
 from backend.provisioning.worker import EngineWorker
-from tests.backend.engine.conftest import get, sessions
+from tests.backend.engine.conftest import FAST, create, get, sessions
 from tests.backend.local.test_local_containers import SRUN, _build_image, _user
 from tests.backend.local.test_local_driver_day2 import _cluster
-from tests.backend.local.test_local_driver_nodes import _until, driver
+from tests.backend.local.test_local_driver_nodes import _converged, _until, driver
 from tests.backend.provisioning.test_images import Registry, _push, _require_tools, _start_registry, _stop
 
 __all__ = ["driver", "sessions"]  # fixtures, used here
@@ -29,7 +33,7 @@ __all__ = ["driver", "sessions"]  # fixtures, used here
 
 @dataclass
 class Registries:
-    public: Registry  # team/tools:1, marker "one"
+    public: Registry  # team/tools:1 and :2, markers "one" and "two"
     private: Registry  # team/tools:2, marker "two"; user alice, password s3cret
 
 
@@ -48,6 +52,7 @@ def registries(tmp_path: Path) -> Iterator[Registries]:
         private = _start_registry(tmp_path / "private", "auth:\n  htpasswd:\n    realm: test\n"
                                   f"    path: {tmp_path / 'htpasswd'}\n")
         _push(layout, "1", public, "team/tools:1")
+        _push(layout, "2", public, "team/tools:2")
         _push(layout, "2", private, "team/tools:2", "--dest-creds=alice:s3cret")
         yield Registries(public, private)
     finally:
@@ -113,3 +118,50 @@ def test_local_cluster_imports_declared_images_from_public_and_private_registrie
     missing = declare(worker, container_images={"tools": f"127.0.0.1:{registries.public.port}/team/tools:9"})
     assert missing["state"] == "failed" and "no such repository or tag" in missing["reason"]
     assert marker() == ["two", "two"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_local_single_node_container_runs_every_login_inside_the_image(
+    admin: TestClient, sessions: sessionmaker[Session], driver: LocalDriver, registries: Registries,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    block = secrets.randbelow(16 * 64)  # a block of its own, as _cluster takes
+    monkeypatch.setenv("GPUCLOUD_LOCAL_ADDRESS_RANGE", f"172.{16 + block // 64}.{block % 64 * 4}.0/22")
+    use(EngineSettings())
+    run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "key")])
+    key = admin.post("/v1/ssh-keys", json={"name": "k", "public_key": (tmp_path / "key.pub").read_text()})
+    worker = EngineWorker(sessions, EngineSettings.model_validate(FAST), driver=driver)
+    first = f"127.0.0.1:{registries.public.port}/team/tools:1"
+    cluster = create(admin, name="solo", node_count=1, container=first, ssh_key_ids=[key.json()["id"]])
+    _until(worker, admin, cluster["id"], _converged(1))
+    body = get(admin, cluster["id"])
+    assert _image(body, "container")["state"] == "ready"
+    login = body["login"]["public_ip"]
+
+    def session(command: str, *, check: bool = True) -> list[str]:
+        return _user(tmp_path / "key", login, command, check=check)
+
+    # A command over SSH runs in the image, as the cluster's user, in its home; the image is read-only.
+    uid = str(cluster_uid(driver.cluster(cluster["id"], body["fabric"]["subnet"])))
+    assert session("cat /etc/marker; id -u; pwd; touch ~/kept && echo written") == [
+        "one", uid, "/home/ubuntu", "written"]
+    assert "Read-only file system" in session("touch /etc/x 2>&1", check=False)[0]
+    # An interactive login gets a terminal inside the image too.
+    interactive = run(["ssh", "-tt", "-i", str(tmp_path / "key"), "-o", "StrictHostKeyChecking=no",
+                       "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", f"ubuntu@{login}"],
+                      input_text="tty && cat /etc/marker; exit\n", check=False, timeout=60)
+    assert "/dev/pts/" in interactive.stdout and "one" in interactive.stdout, interactive
+
+    # A new container: imported, and the next session runs in it; the home stays.
+    answer = admin.patch(f"/v1/clusters/{cluster['id']}",
+                         json={"container": f"127.0.0.1:{registries.public.port}/team/tools:2"})
+    assert answer.status_code == 200, answer.text
+    _until(worker, admin, cluster["id"], _settled("container", _image(body, "container")["updated_at"]))
+    assert _image(get(admin, cluster["id"]), "container")["state"] == "ready"
+    assert session("cat /etc/marker; ls ~") == ["two", "kept"]
+
+    # No container: sessions run on the node itself again.
+    answer = admin.patch(f"/v1/clusters/{cluster['id']}", json={"container": None})
+    assert answer.status_code == 200, answer.text
+    _until(worker, admin, cluster["id"],  # the engine runs meanwhile: a session tells where it lands
+           lambda _: session("test -e /etc/marker && echo inside || echo node") == ["node"], 60)

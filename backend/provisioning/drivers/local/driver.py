@@ -91,11 +91,11 @@ REGISTRATION_SECONDS = 120.0
 FORGET_AFTER = dt.timedelta(minutes=10)
 VOLUME_ROOT = "/mnt/shared"  # where the API says a volume is mounted (`mount_path`)
 ORCHESTRATORS = ("slurm", "none")  # no Kubernetes control plane is packaged for this machine
-_NO_WORK = (OpKind.FABRIC_JOIN, OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START, OpKind.CONTAINER_RECREATE)
+_NO_WORK = (OpKind.FABRIC_JOIN, OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START)
 _WORK = (OpKind.CONTROL_PLANE_CREATE, OpKind.CONTROL_PLANE_RELEASE, OpKind.NODE_BOOT, OpKind.VOLUME_ATTACH,
          OpKind.ORCHESTRATOR_JOIN, OpKind.ACCEPTANCE, OpKind.RECONFIGURE, OpKind.NODE_RELEASE,
          OpKind.NODE_POWER_OFF, OpKind.NODE_POWER_ON, OpKind.NODE_RESTART, OpKind.NODE_DRAIN,
-         OpKind.NODE_RESUME, OpKind.NODE_REQUEUE, OpKind.IMAGES_IMPORT)
+         OpKind.NODE_RESUME, OpKind.NODE_REQUEUE, OpKind.IMAGES_IMPORT, OpKind.CONTAINER_RECREATE)
 # The operations that bring a machine up: they report its SSH host key (the cluster's, see node_setup).
 _BOOTS = (OpKind.NODE_BOOT, OpKind.CONTROL_PLANE_CREATE, OpKind.NODE_POWER_ON, OpKind.NODE_RESTART)
 
@@ -133,6 +133,8 @@ class ClusterPlan:
     slurm_qos: tuple[dict[str, Any], ...] = ()
     # An elastic cluster's power saving (names up to max_nodes, CLOUD where no machine is), or None.
     power: slurm.PowerSaving | None = None
+    # A single-node cluster with a `container`: its user's sessions run inside it.
+    login_container: bool = False
 
 
 @dataclass(frozen=True)
@@ -343,7 +345,8 @@ class LocalDriver:
                            cluster.deletion_requested_at is not None or state.rollback_reason is not None,
                            tuple(NodePlan(n.name, instance_name(n), n.private_ip) for n in members),
                            security_rules(cluster),
-                           tuple((cluster.slurm_config or {}).get("qos") or ()), power=power)
+                           tuple((cluster.slurm_config or {}).get("qos") or ()), power=power,
+                           login_container=cluster.container is not None and state.jumphost_ip is None)
 
     def _start(self, session: Session, request: OperationRequest, now: dt.datetime) -> _Job:
         cluster_id = request.cluster_id
@@ -427,6 +430,9 @@ class LocalDriver:
             OpKind.ORCHESTRATOR_JOIN: lambda: self._join(cluster, plan, _need(local)),
             OpKind.ACCEPTANCE: lambda: self._accept(cluster, plan, _need(local)),
             OpKind.RECONFIGURE: lambda: self._reconfigure(cluster, plan, _need(local)),
+            # A single-node container set or cleared: whether logins run in it (the image itself is
+            # switched by the cluster's import).
+            OpKind.CONTAINER_RECREATE: lambda: self._sync_volumes(cluster, plan, _need(local)),
             OpKind.NODE_RELEASE: lambda: self._release(cluster, plan, _need(local),
                                                        node.reason if node is not None else None),
             OpKind.NODE_POWER_OFF: lambda: _power_off(_need(local)),
@@ -477,7 +483,7 @@ class LocalDriver:
             volumes=tuple(node_config.Mount(f"{EXPORTS}/volumes/{source.name}", target)
                           for target, source in sorted(plan.volumes.items())),
             munge_key=munge_key(cluster) if plan.orchestrator == "slurm" else None,
-            slurm_files=plan.slurm_files)
+            slurm_files=plan.slurm_files, login_container=plan.login_container)
 
     def _boot(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         """Boot the node (namespaces, its sshd), then configure it over SSH."""

@@ -51,6 +51,8 @@ PermitRootLogin no
 UsePAM no
 PidFile /run/sshd/sshd.pid
 Subsystem sftp internal-sftp
+# A single-node cluster's container: its user's sessions run in it (node_config.containers, LOGIN_CONF).
+Include /etc/ssh/gpucloud-login*.conf
 # The backend configures the node as root, from its addresses on the cluster bridge only.
 Match Address {gateway},{management}
     PermitRootLogin prohibit-password
