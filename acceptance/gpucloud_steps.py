@@ -7,6 +7,7 @@ Fixtures (import them into a test module): `backend` (one real backend per modul
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,16 @@ def plan_error(tf: Terraform) -> str:
     result = tf.plan(check=False)
     assert result.returncode == 1, result.output
     return " ".join(result.output.split())
+
+
+def expiry_after(tf: Terraform, commands: int) -> str:
+    """An `expires_at` (RFC 3339, whole seconds) late enough that the next `commands` Terraform runs end
+    before the engine deletes the cluster: at least 20 s ahead, more on a loaded machine (five times what
+    a `validate`, which launches the provider, takes now, per command). A fixed 20 s could let the
+    expiry land inside the apply or its follow-up plans when two test workers share the CPUs."""
+    launch = tf.validate().seconds
+    ahead = max(20.0, 5 * launch * commands)
+    return (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=ahead)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def new_public_key(comment: str = "acc@test") -> str:

@@ -4,7 +4,6 @@ moves it into the range."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +12,7 @@ import pytest
 from acceptance.backend import Backend
 from acceptance.cluster_backend import fast_backend
 from acceptance.gpucloud_steps import GpuCloudTerraform, apply_and_check, gpucloud_tf, plan_text, values
+from acceptance.harness import wait_until
 from backend.domain.clock import utcnow
 from backend.provisioning import autoscaler
 from backend.runtime import build_runtime
@@ -85,14 +85,13 @@ def test_acc_autoscaling_cluster_whose_node_count_moves_plans_clean(
     assert state["autoscaling"] == {"min_nodes": 1, "max_nodes": 3, "scale_down_idle_minutes": 10}
 
     scale_from_engine(backend, state["id"], 3)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def grown() -> bool:
         remote = backend.client.get_cluster(state["id"])
-        if remote["status"] == "RUNNING" and [n["status"] for n in remote["nodes"]] == ["RUNNING"] * 3:
-            break
-        time.sleep(0.5)
-    else:
-        raise AssertionError(f"the cluster did not grow: {remote}")
+        return remote["status"] == "RUNNING" and [n["status"] for n in remote["nodes"]] == ["RUNNING"] * 3
+
+    wait_until(grown, lambda: f"the cluster did not grow: {backend.client.get_cluster(state['id'])}",
+               interval=0.5)
     code, output = plan_text(tf)
     assert code == 0 and "No changes" in output, output
 

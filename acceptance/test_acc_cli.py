@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from acceptance.backend import Backend, _cli, running_backend
+from acceptance.harness import WAIT_CEILING_S
 
 REPO = Path(__file__).resolve().parents[1]
 FAST_SIMULATION = {
@@ -53,7 +54,7 @@ def gpucloud(
     environment.update(env)
     return subprocess.run(
         [sys.executable, "-m", "provider.cli.main", *args],
-        env=environment, input=stdin, capture_output=True, text=True, timeout=120, check=False,
+        env=environment, input=stdin, capture_output=True, text=True, timeout=WAIT_CEILING_S, check=False,
     )
 
 
@@ -197,7 +198,7 @@ def test_acc_cli_logs_tail_and_follow_until_ctrl_c(backend: Backend, home: Path,
         first = [json.loads(process.stdout.readline()) for _ in range(2)]  # the tail, streamed
         process.send_signal(signal.SIGINT)
         try:
-            _, rest = process.communicate(timeout=30)
+            _, rest = process.communicate(timeout=WAIT_CEILING_S)
         finally:
             process.kill()  # still running only when Ctrl-C failed: fail, do not hang
         assert process.returncode == 130, rest
@@ -268,9 +269,23 @@ def test_acc_cli_unknown_instance_type_is_one_error_line(
     assert "unknown instance type '9xZ900'" in line and "request id req_" in line
 
 
+@pytest.fixture
+def slow_backend(tmp_path: Path) -> Iterator[Backend]:
+    """A backend whose bring-ups take about 10 s (the module's take 2 s, which a busy machine can spend
+    between the CLI's first status line and the Ctrl-C the test sends on reading it)."""
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in {**FAST_SIMULATION, "GPUCLOUD_SIMULATION_SPEED": "120"}.items():
+            patch.setenv(name, value)
+        data_dir = tmp_path / "slow-backend"
+        data_dir.mkdir()
+        with running_backend(data_dir) as server:
+            yield server
+
+
 def test_acc_cli_ctrl_c_stops_watching_but_not_the_create(
-    backend: Backend, home: Path, public_key: Path
+    slow_backend: Backend, home: Path, public_key: Path
 ) -> None:
+    backend = slow_backend
     environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
     environment.update(backend.provider_env, PYTHONPATH=str(REPO), HOME=str(home))
     command = [sys.executable, "-m", "provider.cli.main", "cluster", "create", "8xH100", "--name", "watched",
@@ -283,7 +298,7 @@ def test_acc_cli_ctrl_c_stops_watching_but_not_the_create(
         process.stderr.readline()  # the first status line: now watching
         process.send_signal(signal.SIGINT)
         try:
-            _, rest = process.communicate(timeout=30)
+            _, rest = process.communicate(timeout=WAIT_CEILING_S)
         finally:
             process.kill()  # still running only when Ctrl-C failed: fail, do not hang
         assert process.returncode == 130, rest
@@ -463,6 +478,6 @@ def test_acc_cli_default_ssh_keys_and_name_completion(
 def test_acc_cli_api_outage_is_one_error_line(backend: Backend, home: Path) -> None:
     """Runs last: it stops the module's backend."""
     os.killpg(backend.process.pid, signal.SIGTERM)
-    backend.process.wait(timeout=15)
+    backend.process.wait(timeout=WAIT_CEILING_S)
     line = one_error_line(gpucloud(home, "cluster", "list", backend=backend))
     assert f"could not reach the API at {backend.url}" in line

@@ -52,7 +52,7 @@ def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
 
 def _running_cluster(backend: Backend, **spec: Any) -> dict[str, Any]:
     cluster = backend.client.create_cluster({"region": "us-east-1", **spec}, idempotency_key=spec["name"])
-    assert eventually(lambda: backend.client.get_cluster(cluster["id"])["status"] == "RUNNING", 60)
+    assert eventually(lambda: backend.client.get_cluster(cluster["id"])["status"] == "RUNNING")
     return backend.client.get_cluster(cluster["id"])
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import itertools
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from acceptance.gpucloud_steps import (
     plan_text,
     values,
 )
-from acceptance.harness import TerraformFactory
+from acceptance.harness import TerraformFactory, eventually
 from provider.resources.cluster_wait import QUIET_CHANGE_GRACE_SECONDS
 
 __all__ = ["gpucloud_tf"]
@@ -174,16 +173,6 @@ def test_acc_gpu_cluster_single_node_container_replace_disappears(
 
     tf.destroy()
     assert eventually(lambda: not [c for c in backend.client.list_clusters() if c["name"] == "box"])
-
-
-def eventually(check: Callable[[], bool], seconds: float = 20.0) -> bool:
-    """Whether `check` holds within `seconds` (the engine tears down asynchronously)."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
 
 
 def test_acc_gpu_cluster_import_block_generates_config_that_plans_clean(

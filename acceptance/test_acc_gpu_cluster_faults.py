@@ -15,9 +15,14 @@ import pytest
 from acceptance.backend import Backend
 from acceptance.cluster_backend import fast_backend, kill, restart
 from acceptance.gpucloud_steps import GpuCloudTerraform, apply_and_check, gpucloud_tf, plan_text, values
-from acceptance.harness import Terraform
+from acceptance.harness import Terraform, wait_until
 
 __all__ = ["gpucloud_tf"]
+
+# A bring-up takes about 40 s: the Ctrl-C (sent once the cluster exists) and the 2 s create timeout land
+# while it provisions, with a wide margin for a loaded machine. (At speed 10 these tests took 20-25 s
+# longer each, for no more safety.)
+SLOW_BRING_UP = {"GPUCLOUD_SIMULATION_SPEED": "30"}
 
 ADDRESS = "gpucloud_gpu_cluster.flaky"
 CONFIG = """
@@ -69,7 +74,7 @@ def test_acc_gpu_cluster_node_fault_during_create_fails_at_once_and_taints(
     # knew only RollingBack/Failed and polled until the 2 h timeout.
     restart(backend, {"GPUCLOUD_SIMULATION_XID_RATE": "1", "GPUCLOUD_SIMULATION_XID_WINDOW_SECONDS": "0.001"})
     tf = gpucloud_tf(CONFIG.replace('"flaky"', '"faulty"', 2))
-    result = tf.run("apply", "-auto-approve", check=False, timeout=120)
+    result = tf.apply(check=False)  # the harness's ceiling: the old wait polled for the 2 h timeout
     output = " ".join(result.output.split())
     assert result.returncode == 1 and "Error Creating GPU Cluster" in output, output
     assert "phase Degraded" in output and "node faulty-0: hardware fault: XID" in output, output
@@ -78,16 +83,18 @@ def test_acc_gpu_cluster_node_fault_during_create_fails_at_once_and_taints(
     tf.destroy()
 
 
+def named(backend: Backend, name: str) -> list[dict[str, object]]:
+    """The backend's clusters called `name`."""
+    return [c for c in backend.client.list_clusters() if c["name"] == name]
+
+
 def start_create_and_interrupt(tf: Terraform, backend: Backend, name: str) -> str:
     """Start an apply, press Ctrl-C while the cluster is provisioning; the apply's output."""
     running = tf.start("apply", "-auto-approve")
     try:
-        deadline = time.monotonic() + 60
-        while not [c for c in backend.client.list_clusters() if c["name"] == name]:
-            assert time.monotonic() < deadline, running.stdout
-            time.sleep(0.2)
+        wait_until(lambda: bool(named(backend, name)), lambda: running.stdout)
         running.interrupt()
-        result = running.wait(timeout=60)
+        result = running.wait()
     finally:
         running.kill()
     return " ".join(result.output.split())
@@ -98,7 +105,7 @@ def test_acc_gpu_cluster_interrupted_create_is_kept_and_next_apply_resumes(
 ) -> None:
     name = "resumed-" + tf_version.replace(".", "-")
     address = "gpucloud_gpu_cluster.flaky"
-    restart(backend, {"GPUCLOUD_SIMULATION_SPEED": "30"})  # a bring-up takes about 40 s
+    restart(backend, SLOW_BRING_UP)
     tf = gpucloud_tf(CONFIG.replace('name          = "flaky"', f'name          = "{name}"'), tf_version)
     output = start_create_and_interrupt(tf, backend, name)
     assert "GPU Cluster Still Converging" in output and "interrupted" in output, output
@@ -127,7 +134,7 @@ def test_acc_gpu_cluster_interrupted_create_is_kept_and_next_apply_resumes(
 def test_acc_gpu_cluster_create_timeout_keeps_the_cluster_and_next_apply_finishes(
     gpucloud_tf: GpuCloudTerraform, backend: Backend
 ) -> None:
-    restart(backend, {"GPUCLOUD_SIMULATION_SPEED": "30"})  # a bring-up takes about 40 s
+    restart(backend, SLOW_BRING_UP)
     tf = gpucloud_tf("""
     resource "gpucloud_gpu_cluster" "patient" {
       name          = "patient"
@@ -159,14 +166,14 @@ def test_acc_gpu_cluster_backend_killed_mid_apply_converges_without_duplicate(
     restart(backend, {"GPUCLOUD_SIMULATION_SPEED": "100"})  # slow enough to kill it mid-provisioning
     tf = gpucloud_tf(CONFIG.replace('"flaky"', '"sturdy"', 2))
     running = tf.start("apply", "-auto-approve")
-    deadline = time.monotonic() + 60
-    while not [c for c in backend.client.list_clusters() if c["name"] == "sturdy"]:
-        assert time.monotonic() < deadline, running.stdout
-        time.sleep(0.2)
-    kill(backend)
-    time.sleep(3)  # the provider keeps polling a dead API
-    restart(backend)
-    result = running.wait(timeout=180, check=True)
+    try:
+        wait_until(lambda: bool(named(backend, "sturdy")), lambda: running.stdout)
+        kill(backend)
+        time.sleep(3)  # the provider keeps polling a dead API (it retries until the create timeout, 2 h)
+        restart(backend)
+        result = running.wait(check=True)
+    finally:
+        running.kill()
     assert "Apply complete! Resources: 1 added" in result.output
     clusters = [c for c in backend.client.list_clusters() if c["name"] == "sturdy"]
     assert len(clusters) == 1 and clusters[0]["status"] == "RUNNING"

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -17,11 +16,12 @@ from acceptance.gpucloud_steps import (
     PROVIDER_BLOCK,
     GpuCloudTerraform,
     apply_and_check,
+    expiry_after,
     gpucloud_tf,
     plan_text,
     values,
 )
-from acceptance.harness import TerraformFactory
+from acceptance.harness import TerraformFactory, wait_until
 from provider.client import NotFound
 
 __all__ = ["gpucloud_tf"]
@@ -248,16 +248,14 @@ def test_acc_gpu_cluster_ttl_plan_shows_expires_at_and_expiry_plans_a_create(
 
     # A fixed time soon: the plan shows the change, the engine deletes the cluster then, and the next
     # plan creates it again, as for any cluster deleted outside Terraform.
-    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    soon = expiry_after(tf, commands=4)  # the plan below, the apply and its two follow-up plans
     tf.write_main(LIFETIME % f'expires_at = "{soon}"')
     code, output = plan_text(tf)
     assert code == 2 and f'~ expires_at = "{state["expires_at"]}" -> "{soon}"' in output, output
     assert '- ttl = "8h" -> null' in output, output
     apply_and_check(tf)
-    deadline = time.monotonic() + 60
-    while _still_there(backend, state["id"]):
-        assert time.monotonic() < deadline, "the cluster was not deleted at its expiry"
-        time.sleep(1)
+    wait_until(lambda: not _still_there(backend, state["id"]),
+               lambda: f"{state['id']} not deleted at its expiry {soon}", interval=1)
     code, output = plan_text(tf)
     assert code == 2 and "1 to add, 0 to change, 0 to destroy" in output, output
     assert f'+ expires_at = "{soon}"' in output, output

@@ -4,7 +4,6 @@ a drift plan undoing a scale and a detach keeps the surviving nodes and the logi
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -17,12 +16,12 @@ from acceptance.gpucloud_steps import (
     PROVIDER_BLOCK,
     GpuCloudTerraform,
     apply_and_check,
+    expiry_after,
     gpucloud_tf,
     plan_text,
     values,
 )
-from acceptance.harness import TerraformFactory
-from acceptance.workflow_steps import eventually
+from acceptance.harness import TerraformFactory, eventually
 from provider.client import NotFound
 
 __all__ = ["gpucloud_tf"]
@@ -297,11 +296,12 @@ def test_acc_gpu_cluster_recreated_after_its_expiry_plan_says_why(
     gpucloud_tf: GpuCloudTerraform, backend: Backend
 ) -> None:
     # Issue 27: a cluster deleted at its expiry came back on the next apply with no word about why.
-    soon = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=20)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    tf = gpucloud_tf(EXPIRING % soon)
+    tf = gpucloud_tf(EXPIRING % "2999-01-01T00:00:00Z")
+    soon = expiry_after(tf, commands=3)  # the apply and its two follow-up plans
+    tf.write_main(EXPIRING % soon)
     apply_and_check(tf)
     cluster_id = values(tf, "gpucloud_gpu_cluster.brief")["id"]
-    assert eventually(lambda: gone(backend, cluster_id), seconds=60)
+    assert eventually(lambda: gone(backend, cluster_id))
     code, output = plan_text(tf)
     assert code == 2 and "1 to add, 0 to change, 0 to destroy" in output, output
     assert "Warning: Cluster Deleted At Its Expiry" in output, output

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 from acceptance.backend import Backend, running_backend
 from acceptance.cluster_backend import FAST_ENGINE, kill
 from acceptance.gpucloud_steps import GpuCloudTerraform, gpucloud_tf, values
+from acceptance.harness import wait_until
 from backend.domain.catalog import _builtin_catalog, catalog_to_dict
 from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
 from backend.provisioning.settings import EngineSettings
@@ -111,10 +111,8 @@ def test_acc_spot_cluster_with_fallback_plans_clean_through_a_preemption(
 
     # spotty-0 is reclaimed (notice, then preemption); spot stays short, an on-demand node stands in.
     expected = {"spotty-1": "spot", "spotty-2": "on_demand", "spotty-3": "on_demand"}
-    deadline = time.monotonic() + 60
-    while running_nodes(backend, state["id"]) != expected:
-        assert time.monotonic() < deadline, running_nodes(backend, state["id"])
-        time.sleep(0.5)
+    wait_until(lambda: running_nodes(backend, state["id"]) == expected,
+               lambda: str(running_nodes(backend, state["id"])), interval=0.5)
     tf.assert_plan_empty()
     tf.apply()  # records the refreshed nodes
     refreshed = values(tf, "gpucloud_gpu_cluster.spotty")

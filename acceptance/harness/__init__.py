@@ -12,9 +12,11 @@ from acceptance.harness.terraform import (
     find_terraform,
     write_cli_config,
 )
+from acceptance.harness.waiting import WAIT_CEILING_S, eventually, wait_until
 
 __all__ = [
     "SUPPORTED_VERSIONS",
+    "WAIT_CEILING_S",
     "RunningTerraform",
     "Terraform",
     "TerraformError",
@@ -22,6 +24,8 @@ __all__ = [
     "TerraformInstall",
     "TerraformNotFound",
     "TerraformResult",
+    "eventually",
     "find_terraform",
+    "wait_until",
     "write_cli_config",
 ]

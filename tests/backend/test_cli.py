@@ -87,7 +87,7 @@ def _serving(env: dict[str, str]) -> Iterator[int]:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a ceiling: imports and migrations on a busy machine
         while True:
             try:
                 if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:

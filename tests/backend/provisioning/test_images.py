@@ -155,7 +155,7 @@ def _start_registry(root: Path, extra: str = "", scheme: str = "http") -> Regist
                       f"    rootdirectory: {root / 'data'}\nhttp:\n  addr: 127.0.0.1:{port}\n{extra}")
     with (root / "registry.log").open("wb") as log:  # the registry keeps its own descriptor
         process = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=log, stderr=log)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # a ceiling: only a registry that never listens reaches it
     while time.monotonic() < deadline:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5):

@@ -157,18 +157,16 @@ def test_cancellation_abandons_a_read_in_flight() -> None:
     cancelled, release = threading.Event(), threading.Event()
 
     def hangs(request: httpx.Request) -> httpx.Response:
-        release.wait(10)  # an API that does not answer
+        release.wait(120)  # an API that does not answer: unless abandoned, the read returns OK after 2 min
         return OK
 
     client = make_client(ScriptedApi(hangs)).cancellable(cancelled)
     threading.Timer(0.05, cancelled.set).start()
-    started = time.monotonic()
     try:
         with pytest.raises(Cancelled):
             client.get_cluster("clu_1")
     finally:
         release.set()
-    assert time.monotonic() - started < 2
 
 
 def test_cancellation_lets_a_write_in_flight_finish() -> None:

@@ -110,8 +110,8 @@ def test_wait_cancellation_interrupts_a_long_pause() -> None:
     threading.Timer(0.05, cancelled.set).start()
     started = time.monotonic()
     with pytest.raises(WaitCancelled):
-        wait_for(Statuses("PROVISIONING"), running, timeout=600, interval=60, cancelled=cancelled)
-    assert time.monotonic() - started < 5
+        wait_for(Statuses("PROVISIONING"), running, timeout=6000, interval=600, cancelled=cancelled)
+    assert time.monotonic() - started < 60  # cut short: not the 10-minute pause, however busy the machine
 
 
 def test_wait_propagates_errors_from_get() -> None:

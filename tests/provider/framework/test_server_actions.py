@@ -100,13 +100,13 @@ def test_action_invoke_unknown_type_completes_with_error(server):
 
 def test_action_invoke_cancelled_by_stop_provider(server):
     events: list[pb.InvokeAction.Event] = []
-    worker = threading.Thread(target=lambda: events.extend(invoked(server, "t-1", times=2, wait=30)))
+    worker = threading.Thread(target=lambda: events.extend(invoked(server, "t-1", times=2, wait=600)))
     worker.start()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60  # a ceiling: the first poke comes at once, unless the machine is busy
     while not server.provider.poke.poked and time.monotonic() < deadline:
-        time.sleep(0.01)  # until the first poke, after which the action waits 30 s
+        time.sleep(0.01)  # until the first poke, after which the action waits 10 minutes
     server.stop_provider(pb.StopProvider.Request())
-    worker.join(5)
-    assert not worker.is_alive()
+    worker.join(60)
+    assert not worker.is_alive()  # the stop cut the 10-minute wait short
     assert progress(events) == ["poke 1/2"]
     assert [d.summary for d in events[-1].completed.diagnostics] == ["Operation Cancelled"]

@@ -212,10 +212,12 @@ def test_warm_stopped_daemon_costs_about_a_second_then_the_launch_runs_cold(base
     daemon = start_daemon(launcher, echo_env(base))
     os.kill(daemon, signal.SIGSTOP)
     try:
-        stopped = Launch(launcher, echo_env(base, GPUCLOUD_API_KEY="key-stopped"), timeout=20)
+        stopped = Launch(launcher, echo_env(base, GPUCLOUD_API_KEY="key-stopped"), timeout=55)
         assert not stopped.warm and stopped.api_key == "key-stopped"
         assert stopped.finish(6) == 6  # its stdout closed with it: no stdio of it was ever handed over
-        assert stopped.seconds < 10  # ~STEP_TIMEOUT_S (generous: a loaded machine), not 60 s
+        # ~STEP_TIMEOUT_S; the bug was waiting out go-plugin's 60 s start timeout. Only the bound is
+        # generous: a cold Python start on a machine busy with another test worker can take seconds.
+        assert stopped.seconds < 45
         assert stopped.seconds >= STEP_TIMEOUT_S * 0.9  # it did wait for the daemon first
     finally:
         os.kill(daemon, signal.SIGCONT)

@@ -1,5 +1,4 @@
 import threading
-import time
 from decimal import Decimal
 
 import httpx
@@ -78,7 +77,7 @@ def test_client_of_requests_in_flight_end_when_terraform_sends_stop_provider():
     release = threading.Event()
 
     def hangs(request: httpx.Request) -> httpx.Response:
-        release.wait(10)  # an API that does not answer
+        release.wait(120)  # an API that does not answer: unless cancelled, the call returns OK after 2 min
         return httpx.Response(200, json={})
 
     client = GpuCloudClient("http://api.test", "k", transport=httpx.MockTransport(hangs), max_retries=0)
@@ -86,13 +85,11 @@ def test_client_of_requests_in_flight_end_when_terraform_sends_stop_provider():
     server._provider_data = GpuCloudConfig("http://api.test", "k", 30.0, 0, client=client)
     ctx = server._context("gpucloud_gpu_cluster")
     threading.Timer(0.05, server.stop_provider, [pb.StopProvider.Request()]).start()
-    started = time.monotonic()
     try:
         with pytest.raises(Cancelled):
             client_of(ctx).get_cluster("cls_1")
     finally:
         release.set()
-    assert time.monotonic() - started < 2
     # The stop holds for the rest of this command; the next command's ConfigureProvider starts afresh
     # (tests/provider/framework/test_server.py).
     assert server._context().stop_event.is_set()
