@@ -364,7 +364,8 @@ def test_acc_cli_create_flags_show_in_info_and_list_filters(
     assert "no security group named 'nope'" in one_error_line(run(
         "cluster", "create", "8xH100", "--security-group", "nope", "-i", str(public_key)))
     assert "1 minute and 365 days" in one_error_line(run("cluster", "create", "8xH100", "--ttl", "400d"))
-    assert "container=pytorch" in one_error_line(run("cluster", "create", "8xH100", "--image", "app=x:1"))
+    refused = one_error_line(run("cluster", "create", "8xH100", "--image", "app=x:1"))
+    assert "add --orchestrator slurm" in refused  # images run through Slurm: a lone node has none
 
     spot = ok_json(run(
         "cluster", "create", "8xH100", "--name", "flags", "--region", "us-east-1", "--orchestrator", "slurm",
@@ -378,7 +379,7 @@ def test_acc_cli_create_flags_show_in_info_and_list_filters(
     assert Decimal(str(spot["max_hourly_cost_usd"])) == 500 and spot["expires_at"]
 
     drawn = ok_json(run("cluster", "create", "8xH100", "--name", "drawn", "--region", "us-east-1",
-                        "--reservation", "q1", "--image", "container=pytorch", "--label", "team=cv",
+                        "--reservation", "q1", "--container", "pytorch", "--label", "team=cv",
                         "-i", str(public_key), "--no-wait", "--json"))
     assert isinstance(drawn, dict)
     assert (drawn["reservation_id"], drawn["container"]) == (block["id"], "pytorch")

@@ -163,9 +163,13 @@ def image_attributes() -> dict[str, Attribute]:
     }
 
 
+IMPORT_INPUTS = ("container_images", "container", "registry_credentials")
+
+
 def computed_image_attributes() -> dict[str, Attribute]:
-    """The computed image attributes: kept known in plans unless `container_images` changes."""
-    keep = [use_state_for_unknown_unless_changed("container_images")]
+    """The computed image attributes: kept known in plans unless what imports images changes (the
+    declared images, a single-node container, or credentials, which retry a failed import)."""
+    keep = [use_state_for_unknown_unless_changed(*IMPORT_INPUTS)]
     return {
         "images": ListNestedAttribute(
             computed=True,
