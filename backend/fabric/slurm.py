@@ -38,6 +38,10 @@ class SlurmHost:
     # slurmdbd, with a MariaDB of its own, runs on the controller: job history (sacct, sreport), QoS,
     # fair share and the cluster's user as a Slurm administrator. slurmctld needs it up at its first start.
     accounting: bool = True
+    # Job credentials' lifetime (AuthInfo=cred_expire): also how long a requeued job waits before it may
+    # start again (Slurm's default 120 s). Shorter, a job requeued by a repair resumes sooner; long enough
+    # to load the user's environment and run the prolog on a busy node.
+    cred_expire_seconds: int = 60
 
 
 DATACENTER = SlurmHost()
@@ -97,6 +101,7 @@ def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER,
         f"ClusterName={cluster_name(layout)}",
         f"SlurmctldHost={layout.controller}({layout.controller_ip})",
         "AuthType=auth/munge",
+        f"AuthInfo=cred_expire={host.cred_expire_seconds}",
         "CredType=cred/munge",
         "SlurmUser=slurm",
         "SlurmctldPort=6817",

@@ -171,6 +171,7 @@ def test_slurm_conf_carries_what_a_gpu_cluster_admin_needs() -> None:
         "HealthCheckProgram=/usr/sbin/nhc",
         "JobCompType=jobcomp/filetxt",
         "JobRequeue=1",
+        "AuthInfo=cred_expire=60",  # a job requeued by a repair starts again a minute later, not two
         # Accounting in slurmdbd on the controller, fair share and QoS in the priority.
         "AccountingStorageType=accounting_storage/slurmdbd",
         "AccountingStorageHost=10.0.4.4",

@@ -123,7 +123,7 @@ def test_local_crashed_node_requeues_its_jobs_which_finish_on_the_repaired_node(
                for line in controller), controller[-40:]
 
     # The node is replaced in place, resumed in Slurm, and the requeued jobs run again and complete
-    # (a requeued job waits out Slurm's launch credential lifetime first: about two minutes).
+    # (a requeued job waits out Slurm's job credential lifetime first: AuthInfo=cred_expire, 30 s here).
     _wait(worker, lambda: get(admin, cluster["id"]), _converged(2), 180)
     after = {n["name"]: n["instance_id"] for n in admin.get(f"{url}/nodes").json()["items"]}
     assert after["rq-0"] == before["rq-0"] and after["rq-1"] != before["rq-1"]

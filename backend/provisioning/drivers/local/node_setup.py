@@ -31,7 +31,8 @@ from backend.provisioning.node_config.ssh import SshShell, SshTarget, ensure_ide
 SSH_USER = "ubuntu"
 # Nodes here have no GPUs, no cgroup tree delegated to slurmd and less than the shape sold.
 LOCAL_SLURM_HOST = SlurmHost(gpu_device_dir="/var/lib/slurm/gpus", cgroups=False, shape_from_config=True,
-                             health_check_program=None, run_dir="/run/slurm")
+                             health_check_program=None, run_dir="/run/slurm",
+                             cred_expire_seconds=30)  # nodes on one machine launch in milliseconds
 # The node's stand-in kernel log of XIDs (the host's `node.dir/xid.log`; `fault xid` writes it).
 KERNEL_LOG = "/var/log/slurm/kernel-xid.log"
 KERNEL_LOG_COMMAND = f"cat {KERNEL_LOG}"
