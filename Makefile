@@ -22,10 +22,10 @@ demo: $(STAMP)
 demo-destroy: $(STAMP)
 	bash scripts/demo.sh down
 
-## Every test, unit and acceptance, on SQLite and on a throwaway PostgreSQL. TEST_WORKERS=2 runs them on two
-## pytest-xdist workers (conftest.py keeps each file on one worker and the real-node files together): half the
-## time, but on a 2-core machine some timing-bound acceptance cases flake under it, so one process is the default.
-TEST_WORKERS ?= 0
+## Every test, unit and acceptance, on SQLite and on a throwaway PostgreSQL, on two pytest-xdist workers
+## (conftest.py keeps each file on one worker and the real-node files together; tests wait for conditions,
+## never for time, so a loaded machine only makes them slower). TEST_WORKERS=0 runs one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
 	bash scripts/with-postgres.sh $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
 
