@@ -32,6 +32,9 @@ class EngineSettings(BaseSettings):
     # Local driver only: the block cluster subnets come from (shared by all regions) instead of each
     # region's private_cidr, for a host whose own network already uses those (a laptop on 10.x).
     local_address_range: str = ""
+    # Container image imports: a directory of `*.crt` CA certificates that registries' TLS certificates
+    # are verified against besides the system's (a registry with a private CA); unset: the system's only.
+    registry_ca_dir: Path | None = None
     # Simulated time runs this many times faster than real time (1 = real time; 600 turns a 20-minute
     # cluster bring-up into 2 seconds). Phase durations are the reference table's divided by it.
     simulation_speed: float = Field(default=1.0, gt=0)

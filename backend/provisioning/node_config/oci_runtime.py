@@ -22,8 +22,9 @@ nothing of the job's world (home, volumes, working directory, PMIx) is mounted. 
 At the step's end Slurm, as root, asks for the container's state and kills and deletes what is left
 (`state`, `kill`, `delete`): done as the job's user, on that user's crun state directory.
 
-GPUs: a node with NVIDIA GPUs needs their devices and driver libraries in the container (the NVIDIA
-container toolkit's hook); the local driver's nodes have none, so none are passed here.
+GPUs: on a node with NVIDIA GPUs and the NVIDIA container toolkit installed, its prestart hook passes the
+job's GPUs (Slurm's host indices) and the driver's libraries into the container; the local driver's nodes
+have none, so nothing is passed there.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 CRUN = "/usr/bin/crun"
+NVIDIA_HOOK = "/usr/bin/nvidia-container-runtime-hook"  # the NVIDIA container toolkit's OCI hook
+NVIDIA_CONTROL_DEVICE = "/dev/nvidiactl"  # present where the NVIDIA driver is loaded
 STATE_ROOT = "/tmp/crun-"  # + the user's name: crun's state directory (`state_root`)
 UNDERLAY = "rootfs"  # in the spool directory, next to config.json; removed when the container ends
 # The task's environment, as Slurm's TaskProlog saw it (`containers.TASK_PROLOG` writes it beside
@@ -156,6 +159,10 @@ def adapt(config: dict[str, Any], image_config: dict[str, Any], *, image_root: s
     cwd = values.get("PWD", "")
     if not any(is_under(cwd, b["destination"]) for b in binds):
         cwd = process.get("cwd", "/")  # not a directory of this node: the image's
+    hook = gpu_hook(values)
+    if hook is not None:
+        env += [f"NVIDIA_VISIBLE_DEVICES={hook['gpus']}", "NVIDIA_DRIVER_CAPABILITIES=compute,utility"]
+        config.setdefault("hooks", {}).setdefault("prestart", []).append(hook["hook"])
     process.update(env=env, terminal=False, user={"uid": uid, "gid": gid}, cwd=cwd)
     config["root"] = {"path": root, "readonly": True}
     config.pop("hostname", None)
@@ -166,6 +173,17 @@ def adapt(config: dict[str, Any], image_config: dict[str, Any], *, image_root: s
     linux["uidMappings"] = [{"containerID": uid, "hostID": uid, "size": 1}]
     linux["gidMappings"] = [{"containerID": gid, "hostID": gid, "size": 1}]
     return config
+
+
+def gpu_hook(env: dict[str, str]) -> dict[str, Any] | None:
+    """The NVIDIA toolkit's prestart hook for the job's GPUs, where the node has the driver and the toolkit
+    and the job has GPUs: Slurm's host indices (SLURM_STEP_GPUS, else SLURM_JOB_GPUS) are what the hook
+    takes as NVIDIA_VISIBLE_DEVICES; inside, CUDA_VISIBLE_DEVICES stays Slurm's."""
+    gpus = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS")
+    if not gpus or not (os.path.exists(NVIDIA_HOOK) and os.path.exists(NVIDIA_CONTROL_DEVICE)):
+        return None
+    hook = {"path": NVIDIA_HOOK, "args": ["nvidia-container-runtime-hook", "prestart"]}
+    return {"gpus": gpus, "hook": hook}
 
 
 def state_directory(path: str, uid: int) -> str:

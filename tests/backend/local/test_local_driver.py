@@ -17,8 +17,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend import cli
-from backend.domain.clock import utcnow
+from backend.domain.clock import SYSTEM_CLOCK, utcnow
 from backend.provisioning.driver import Operation, OperationRequest, OpKind
+from backend.provisioning.drivers import local as local_driver
 from backend.provisioning.drivers.local import preflight
 from backend.provisioning.drivers.local.driver import LocalDriver, _Result
 from backend.provisioning.drivers.local.namespaces import LocalHostError
@@ -209,3 +210,12 @@ def test_local_address_range_replaces_the_regions_blocks_in_one_pool(
         monkeypatch.setenv("GPUCLOUD_LOCAL_ADDRESS_RANGE", bad)
         with pytest.raises(ValueError, match="local_address_range"):
             EngineSettings()
+
+
+def test_the_operators_registry_ca_directory_reaches_the_image_imports(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(preflight, "host_problems", lambda ranges: [])  # the host's fitness is not tested
+    built = local_driver.build(EngineSettings(registry_ca_dir=tmp_path / "ca"), tmp_path, SYSTEM_CLOCK)
+    assert isinstance(built, LocalDriver) and built.registries.ca_dir == tmp_path / "ca"
+    assert LocalDriver(tmp_path, check_host=False).registries.ca_dir is None  # the system's CAs only

@@ -203,3 +203,34 @@ def test_a_job_holds_its_bundle_against_the_garbage_collector(tmp_path: Path) ->
     outside = tmp_path / "mine" / "rootfs"  # a bundle of the user's own, in no store
     outside.mkdir(parents=True)
     assert oci_runtime.hold_bundle(str(outside)) is None
+
+
+def test_the_nvidia_toolkit_hook_passes_the_jobs_gpus_where_the_node_has_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    image_root = _image(tmp_path)
+    image = json.loads((image_root.parent / "config.json").read_text())
+
+    def adapted(*extra_env: str) -> dict[str, Any]:
+        copy = _slurm_copy(image_root)
+        copy["process"]["env"] += list(extra_env)
+        spool = tmp_path / f"spool-{len(list(tmp_path.iterdir()))}"
+        spool.mkdir()
+        return oci_runtime.adapt(copy, image, image_root=str(image_root), bundle=str(spool), uid=UID, gid=UID,
+                                 home=str(tmp_path), extra_binds=[])
+
+    # No driver or no toolkit on the node (the local driver's): nothing is added.
+    assert "hooks" not in adapted("SLURM_STEP_GPUS=2,3")
+    hook, control = tmp_path / "nvidia-container-runtime-hook", tmp_path / "nvidiactl"
+    hook.touch()
+    control.touch()
+    monkeypatch.setattr(oci_runtime, "NVIDIA_HOOK", str(hook))
+    monkeypatch.setattr(oci_runtime, "NVIDIA_CONTROL_DEVICE", str(control))
+    assert "hooks" not in adapted()  # a job without GPUs gets none
+    config = adapted("SLURM_STEP_GPUS=2,3")
+    assert config["hooks"]["prestart"] == [{"path": str(hook), "args": ["nvidia-container-runtime-hook",
+                                                                        "prestart"]}]
+    env = set(config["process"]["env"])
+    # The host's indices for the hook; CUDA_VISIBLE_DEVICES inside stays Slurm's numbering.
+    assert {"NVIDIA_VISIBLE_DEVICES=2,3", "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+            "CUDA_VISIBLE_DEVICES=0,1"} <= env

@@ -31,9 +31,10 @@ def host_problem() -> str | None:
 
 def build(settings: EngineSettings, data_dir: Path | None, clock: Clock) -> ProvisioningDriver:
     """Namespace nodes under `<data_dir>/local`; refuses to start where the host cannot run them."""
-    del settings
     from backend.provisioning.drivers.local.driver import LocalDriver, local_root
+    from backend.provisioning.images import TransportPolicy
 
     if data_dir is None:  # the runtime always passes it; a caller without one has no place for nodes
         raise ValueError("the local driver keeps its nodes in the data dir: pass data_dir")
-    return LocalDriver(local_root(data_dir), clock=clock)
+    return LocalDriver(local_root(data_dir), clock=clock,
+                       registries=TransportPolicy(ca_dir=settings.registry_ca_dir))

@@ -159,9 +159,12 @@ class LocalDriver:
     name = "local"
     capabilities = CAPABILITIES
 
-    def __init__(self, root: Path, *, check_host: bool = True, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, root: Path, *, check_host: bool = True, clock: Clock = SYSTEM_CLOCK,
+                 registries: images.TransportPolicy | None = None) -> None:
         self.root = root
         self.clock = clock
+        # How image imports reach registries: HTTPS against the system's CAs and an operator's CA directory.
+        self.registries = registries or images.TransportPolicy()
         if check_host:
             problems = preflight.host_problems(preflight.address_ranges())
             if problems:
@@ -453,13 +456,12 @@ class LocalDriver:
 
         return run
 
-    @staticmethod
-    def _import_images(cluster: LocalCluster, wanted: tuple[tuple[str, str], ...],
+    def _import_images(self, cluster: LocalCluster, wanted: tuple[tuple[str, str], ...],
                        credentials: Mapping[str, RegistryCredentials]) -> tuple[ImageOutcome, ...]:
         """Pull the cluster's images once into its store on the host, which every node shows read-only at
         /images (a registry on the host's loopback is reached by the host, not by the nodes)."""
         cluster.up()
-        return images.sync_store(cluster.images_store, wanted, credentials)
+        return images.sync_store(cluster.images_store, wanted, credentials, policy=self.registries)
 
     def _lay_out(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
         """The host's share of a cluster: bridge, boot files and secrets, volume directories."""
