@@ -27,7 +27,7 @@ demo-destroy: $(STAMP)
 ## never for time, so a loaded machine only makes them slower). TEST_WORKERS=0 runs one process.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	bash scripts/with-postgres.sh $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=30
+	bash scripts/with-postgres.sh $(PY) -m pytest -n $(TEST_WORKERS) --dist loadscope --durations=30
 
 testunit: $(STAMP)
 	bash scripts/with-postgres.sh $(PY) -m pytest tests

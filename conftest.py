@@ -1,5 +1,5 @@
-"""How pytest-xdist shares the suite out between workers (`make test` runs `-n $(TEST_WORKERS) --dist
-loadgroup`).
+"""How pytest-xdist shares the suite out between workers (`make test` runs `-n $(TEST_WORKERS)`; the scheduler
+is `pytest_xdist_make_scheduler` below).
 
 Each test file stays on one worker, so module-scoped backends and Terraform working directories are
 set up once. Files that share something fixed on the host form one group, run one after another:
@@ -10,6 +10,8 @@ set up once. Files that share something fixed on the host form one group, run on
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -25,6 +27,13 @@ def xdist_group(path: str) -> str:
     return next((group for group, prefixes in SHARED_GROUPS.items() if path.startswith(prefixes)), path)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(xdist_group(item.nodeid.split("::", 1)[0])))
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Whole groups to one worker: pytest-xdist's own `--dist loadgroup` reads markers into node ids,
+    which pytest 9 no longer lets it change, so it spread every file over both workers."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_group(nodeid.split("::", 1)[0])
+
+    return SharedGroupScheduling(config, log)

@@ -56,7 +56,7 @@ ADDRESS_PROBE = "<img src=x onerror=alert('ip')>"
 RESERVATION_PROBE = "<script>alert('reservation')</script>"
 BUDGET_PROBE = "<img src=x onerror=alert('budget')>"
 TABS = ("overview", "jobs", "monitoring", "nodes", "logs", "volumes", "network")
-WAIT_SECONDS = 20
+WAIT_SECONDS = 90  # a ceiling for a stuck page, never a bet on speed: two test workers share 2 cores
 
 
 @pytest.fixture(scope="module")
@@ -275,12 +275,13 @@ def test_acc_console_tour(
     browser.find_element(By.ID, "attach-button").click()
     wait_for(browser, lambda d: VOLUME_PROBE in panel_text(d)
              and not d.find_elements(By.ID, "attach-volume"), "volume not shown as attached")
-    assert api.get(f"/clusters/{cid}").json()["volume_ids"] == [world["volume_id"]]
+    wait_for(browser, lambda _: api.get(f"/clusters/{cid}").json()["volume_ids"] == [world["volume_id"]],
+             "attached in the API")
     browser.save_screenshot(str(artifacts / "volumes.png"))
     visible(browser, "#cluster-panel button[aria-label^='Detach']").click()
     visible(browser, "#confirm-ok").click()
     visible(browser, "#attach-volume")  # free again
-    assert api.get(f"/clusters/{cid}").json()["volume_ids"] == []
+    wait_for(browser, lambda _: api.get(f"/clusters/{cid}").json()["volume_ids"] == [], "detached in the API")
 
     open_tab(browser, "network")
     assert KEY_PROBE in browser.find_element(By.ID, "cluster-panel").text
@@ -497,7 +498,7 @@ def test_acc_console_actions_menu(
     browser.save_screenshot(str(artifacts / "actions-scale.png"))
     browser.find_element(By.ID, "scale-dialog-ok").click()
     visible(browser, ".notice-ok")
-    assert api.get(f"/clusters/{cid}").json()["node_count"] == 3
+    wait_for(browser, lambda _: api.get(f"/clusters/{cid}").json()["node_count"] == 3, "scaled in the API")
     events = api.get("/audit-events", params={"action": "cluster.update", "resource_id": cid}).json()["items"]
     assert len(events) == 1, events  # one PATCH, from the one confirmed dialog
     facts = ".cluster-head .facts"

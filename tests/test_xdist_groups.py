@@ -1,4 +1,4 @@
-"""How the root conftest.py shares test files out between pytest-xdist workers (`--dist loadgroup`)."""
+"""How the root conftest.py shares test files out between pytest-xdist workers (its scheduler hook)."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ _PATH_COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _HOST = re.compile(rf"{_HOST_LABEL}(?:\.{_HOST_LABEL})*")
 EXAMPLE_REFERENCE = "nvcr.io/nvidia/pytorch:24.05-py3"
+MAX_REFERENCE_LENGTH = 512  # the API's limit
 
 
 def name_problem(name: str) -> str | None:
@@ -62,6 +63,8 @@ def reference_problem(reference: str) -> str | None:
     text = reference.strip()
     if not text:
         return f"the reference is empty: write registry/repository:tag, e.g. {EXAMPLE_REFERENCE}"
+    if len(reference) > MAX_REFERENCE_LENGTH:
+        return f"the reference is {len(reference)} characters long, over the {MAX_REFERENCE_LENGTH} allowed"
     if "://" in text:
         return f'a reference has no scheme: drop "{text.split("://")[0]}://"'
     rest, _, digest = text.partition("@")

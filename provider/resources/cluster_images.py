@@ -77,22 +77,27 @@ class _MapCheck:
 
 
 class _AtMost:
-    description = f"at most {MAX_IMAGES} images"
+    """At most MAX_IMAGES entries (the API's limit on both maps)."""
+
+    def __init__(self, what: str, summary: str, fix: str) -> None:
+        self.description = f"at most {MAX_IMAGES} {what}"
+        self._what, self._summary, self._fix = what, summary, fix
 
     def validate(self, value: Any, path: AttributePath, diags: Diagnostics) -> None:
         if isinstance(value, dict) and len(value) > MAX_IMAGES:
-            diags.error("Too Many Container Images", f"{format_path(path)} has {len(value)} images; a "
-                        f"cluster takes at most {MAX_IMAGES}. Drop the ones no job runs in.", path)
+            diags.error(self._summary, f"{format_path(path)} has {len(value)} {self._what}; a cluster takes "
+                        f"at most {MAX_IMAGES}. {self._fix}", path)
 
 
 IMAGE_VALIDATORS = [
-    _AtMost(),
+    _AtMost("images", "Too Many Container Images", "Drop the ones no job runs in."),
     _MapCheck("every key is an image name", name_problem, on_keys=True,
               summary="Invalid Container Image Name"),
     _MapCheck("every value is an OCI image reference", reference_problem, on_keys=False,
               summary="Invalid Container Image Reference"),
 ]
 CREDENTIAL_VALIDATORS = [
+    _AtMost("registries", "Too Many Registry Credentials", "Keep those the cluster's images come from."),
     _MapCheck("every key is a registry host[:port]", registry_problem, on_keys=True,
               summary="Invalid Registry Host"),
 ]

@@ -67,6 +67,8 @@ RESOURCES: dict[str, tuple[str, str, dict[str, str], dict[str, Any]]] = {
 OBJECT_LISTS = {"ingress", "egress", "partitions", "qos"}
 VALID_RULE = {"protocol": "tcp", "from_port": 22, "cidr_blocks": ["0.0.0.0/0"]}
 # A valid element of each list of objects (the security groups' rules, slurm_config's partitions and QoS).
+# A valid value of each map whose values are objects (by the schema they refer to).
+VALID_MAP_VALUES: dict[str, Any] = {"#/components/schemas/RegistryLogin": {"username": "u", "password": "p"}}
 VALID_ELEMENTS: dict[str, dict[str, Any]] = {
     "ingress": VALID_RULE, "egress": VALID_RULE, "partitions": {"name": "debug"}, "qos": {"name": "urgent"}
 }
@@ -158,9 +160,13 @@ def _violations(c: dict[str, Any]) -> Iterator[tuple[str, Any]]:
         elif keyword == "items":
             yield from ((f"items.{k}", [v]) for k, v in _violations(bound))
         elif keyword == "maxProperties":
-            yield keyword, {f"k{i}": "v" for i in range(bound + 1)}
+            value = VALID_MAP_VALUES.get(c.get("additionalProperties", {}).get("$ref"), "v")
+            yield keyword, {f"k{i}": value for i in range(bound + 1)}
         elif keyword == "propertyNames":
             yield from ((f"keys.{k}", {v: "v"}) for k, v in _violations(bound))
+        elif keyword == "additionalProperties":
+            if "$ref" not in bound:  # a map of objects: their fields are rules of their own schema
+                yield from ((f"values.{k}", {"k": v}) for k, v in _violations(bound))
         elif keyword == "patternProperties":
             for pattern, values in bound.items():
                 yield "keys.pattern", {next(s for s in PATTERN_BREAKERS if not re.search(pattern, s)): "v"}
