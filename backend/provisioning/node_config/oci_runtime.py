@@ -7,9 +7,10 @@ Slurm 22.05 runs it as the job's user in the step's spool directory (`%b`), wher
 the image's root belongs to the importer and is read-only, so no mount point can be made in it, and
 nothing of the job's world (home, volumes, working directory, PMIx) is mounted. Here the copy is adapted:
 
-- the root is an *underlay* made in the spool directory: the image's top-level entries bound read-only
-  into a directory of the user's, deep enough along each mount's path that every mount point can be made
-  (the image itself is never written); the bundle `/images/<name>` points to is resolved once, so a job
+- the root is an *underlay* made in a directory of the user's in the node's /tmp (not in Slurm's spool
+  directory, which slurmstepd removes itself): the image's top-level entries bound read-only into it,
+  deep enough along each mount's path that every mount point can be made (the image itself is never
+  written); the bundle `/images/<name>` points to is resolved once, so a job
   keeps the bundle it started on when the name is switched, and a shared lock on its digest in the
   store keeps the garbage collector from it until the job ends;
 - the job runs as the user itself (uid and gid mapped to themselves in a user namespace), with the node's
@@ -229,9 +230,11 @@ def hold_bundle(image_root: str) -> int | None:
     return descriptor
 
 
-def prepare(bundle: str, extra_binds: Sequence[str]) -> int | None:
-    """Rewrite `bundle`/config.json (Slurm's copy) for crun, making the underlay beside it; returns the
-    lock that keeps the image's bundle while the job runs (`hold_bundle`)."""
+def prepare(bundle: str, extra_binds: Sequence[str], scratch: str) -> int | None:
+    """Rewrite `bundle`/config.json (Slurm's copy) for crun, making the underlay in `scratch` (a directory
+    of the user's outside Slurm's spool: slurmstepd removes the spool directory itself, and an underlay
+    still being removed there when a cancelled job's step ends would leave it behind); returns the lock
+    that keeps the image's bundle while the job runs (`hold_bundle`)."""
     config_path = os.path.join(bundle, "config.json")
     with open(config_path) as handle:
         config = json.load(handle)
@@ -245,7 +248,7 @@ def prepare(bundle: str, extra_binds: Sequence[str]) -> int | None:
     with open(os.path.join(os.path.dirname(image_root), "config.json")) as handle:
         image_config = json.load(handle)
     uid, gid = os.getuid(), os.getgid()
-    adapted = adapt(config, image_config, image_root=image_root, bundle=bundle, uid=uid, gid=gid,
+    adapted = adapt(config, image_config, image_root=image_root, bundle=scratch, uid=uid, gid=gid,
                     home=_home(uid), extra_binds=extra_binds)
     partial = f"{config_path}.new"
     with open(partial, "w") as handle:
@@ -301,17 +304,21 @@ def state(state_dir: str, container_id: str) -> int:
 
 def start(args: argparse.Namespace) -> int:
     """RunTimeRun: adapt the step's bundle, run it, clean up."""
+    scratch, held = None, None
     try:
         become(args.user)
-        held = prepare(args.bundle, args.bind)  # open (locked) until this process ends with the job
+        scratch = tempfile.mkdtemp(prefix="gpucloud-oci-", dir="/tmp")  # the node's own /tmp
+        held = prepare(args.bundle, args.bind, scratch)  # open (locked) until this process ends with the job
         state_dir = state_directory(state_root(args.user), os.getuid())
     except (SetupError, OSError, ValueError, KeyError) as problem:
         print(f"gpucloud-oci-run: cannot start the container: {problem}", file=sys.stderr)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         return 125
     try:
         return run(state_dir, args.bundle, args.id)
     finally:
-        shutil.rmtree(os.path.join(args.bundle, UNDERLAY), ignore_errors=True)
+        shutil.rmtree(scratch, ignore_errors=True)
         if held is not None:
             os.close(held)
 
