@@ -16,6 +16,7 @@ from backend.api import (
     console,
     engine_routes,
     health,
+    host_pools,
     provider_registry,
     quotas,
     reservations,
@@ -130,6 +131,7 @@ def create_app(config: Settings | Runtime) -> FastAPI:
     app.include_router(security_groups.router)
     app.include_router(clusters.router)
     app.include_router(reserved_ips.router)
+    app.include_router(host_pools.router)
     app.include_router(audit_events.router)
     app.include_router(engine_routes.router)
     app.include_router(billing.router)

@@ -70,6 +70,8 @@ class EngineSettings(BaseSettings):
     # "minute" of scale_down_idle_minutes (60; tests set 1 to count the idle time in seconds).
     autoscale_interval_seconds: float = Field(default=30.0, gt=0)
     autoscale_idle_unit_seconds: float = Field(default=60.0, gt=0)
+    # Host pools: how often each host of a pool is checked again (SSH, packages, clock, inventory).
+    host_check_interval_seconds: float = Field(default=300.0, gt=0)
 
     @field_validator("local_address_range")
     @classmethod

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints
 
-from backend.api.schemas import DateTimeInRange, StrictModel, money_text
+from backend.api.schemas import WRITE_ONLY, DateTimeInRange, StrictModel, money_text
 from backend.domain.lifetime import IDLE_MAX_MINUTES, IDLE_MIN_MINUTES, TTL_DOC, TTL_PATTERN
 from backend.provisioning.scale_down import DEFAULT_GRACE_MINUTES, GRACE_DOC, MAX_GRACE_MINUTES
 
@@ -162,7 +162,8 @@ ContainerImages = Annotated[dict[str, ImageReference], Field(
 
 class RegistryLogin(StrictModel):
     username: str = Field(min_length=1, max_length=256)
-    password: str = Field(min_length=1, max_length=4096, description="Write-only: never returned")
+    password: str = Field(min_length=1, max_length=4096, description="Write-only: never returned",
+                          json_schema_extra=WRITE_ONLY)
 
 
 RegistryCredentials = Annotated[dict[str, RegistryLogin], Field(

@@ -63,6 +63,11 @@ def money_text(decimal_places: int) -> BeforeValidator:
     return BeforeValidator(check)
 
 
+# `Field(json_schema_extra=WRITE_ONLY)`: a secret the API takes and never gives back (a password, a private
+# key); audit records of every write replace it (`backend.api.writes`), OpenAPI marks it `writeOnly`.
+WRITE_ONLY: dict[str, Any] = {"writeOnly": True}
+
+
 class StrictModel(BaseModel):
     """Request bodies: unknown fields are rejected, not ignored, and every value must have its documented
     JSON type (no "10" for 10, no true for 1, no 1.0 for an integer, no "yes" for true). Decimal fields

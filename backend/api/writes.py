@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from typing import Any
 
 from fastapi import Request
 from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 from sqlalchemy.orm import Session
 from starlette.responses import Response
 
 from backend.api.problems import request_id_of
+from backend.api.schemas import WRITE_ONLY
 from backend.api.state import app_state
 from backend.domain.errors import BadRequest
 from backend.services import idempotency
@@ -23,6 +26,8 @@ from backend.services.unit_of_work import IdempotencyClaim, UnitOfWork, WriteOut
 __all__ = ["WriteOutcome", "run_write"]
 
 _KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
+# What every write's audit record shows for a write-only field (`backend.api.schemas.WRITE_ONLY`).
+RECORDED_SECRET = "(write-only: not recorded)"
 
 
 def _idempotency_key(request: Request) -> str | None:
@@ -38,6 +43,20 @@ def _idempotency_key(request: Request) -> str | None:
             code="invalid_idempotency_key",
         )
     return key
+
+
+def _recorded(value: Any) -> Any:
+    """`value` as the audit log keeps it: the fields a request set, write-only ones replaced."""
+    if isinstance(value, BaseModel):
+        fields = type(value).model_fields
+        return {name: RECORDED_SECRET if fields[name].json_schema_extra == WRITE_ONLY and
+                getattr(value, name) is not None else _recorded(getattr(value, name))
+                for name in value.model_fields_set}
+    if isinstance(value, dict):
+        return {key: _recorded(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_recorded(item) for item in value]
+    return to_jsonable_python(value)
 
 
 def _response(result: WriteResult) -> Response:
@@ -61,10 +80,12 @@ def run_write(
     """Run `operation` in a write transaction with audit and idempotency; return the HTTP response."""
     state = app_state(request)
     key = _idempotency_key(request)
-    payload = body.model_dump(mode="json", exclude_unset=True) if body is not None else None
+    payload = _recorded(body) if body is not None else None
     claim = None
     if key is not None:
-        fingerprinted = json.dumps(payload, sort_keys=True)
+        # The whole body, secrets included: a retry with another password is another request.
+        fingerprinted = json.dumps(body.model_dump(mode="json", exclude_unset=True) if body else None,
+                                   sort_keys=True)
         if principal.scope is not None:
             # Idempotency keys are per project: another team's request under the same key is not replayed.
             fingerprinted += f"\nscope={principal.scope}"

@@ -18,6 +18,7 @@ PREFIXES = {
     "security_group": "sgr",
     "reservation": "rsv",
     "reserved_ip": "rip",
+    "host_pool": "hpl",
 }
 _BODY_LEN = 26
 ID_PATTERN = re.compile(r"^[a-z]{3}_[0-9a-hjkmnp-tv-z]{26}$")

@@ -55,6 +55,7 @@ _TEAM_OWNED = {
     "ssh_keys": "SSH key",
     "reserved_ips": "reserved IP",
     "capacity_reservations": "reservation",
+    "host_pools": "host pool",
 }
 _RECORDS = (
     "idempotency_records",  # replayed only to a key of the same scope (services.idempotency)

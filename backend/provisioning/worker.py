@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain.catalog import Catalog, default_catalog
 from backend.domain.clock import SYSTEM_CLOCK, Clock
-from backend.provisioning import autoscaler, node_metrics, node_views
+from backend.provisioning import autoscaler, host_checks, node_metrics, node_views
 from backend.provisioning.driver import ProvisioningDriver, workload_of
 from backend.provisioning.drivers import make_driver
 from backend.provisioning.reconciler import PassContext, reconcile_cluster
@@ -34,6 +34,7 @@ from backend.store.models import Cluster
 
 log = structlog.get_logger("gpucloud.engine")
 ERROR_BACKOFF = dt.timedelta(seconds=1)
+HOST_CHECK_POLL_SECONDS = 1.0  # how soon a new or re-checked pool's hosts are checked
 
 
 @dataclass
@@ -180,6 +181,8 @@ class EngineWorker:
         sampler.start()
         scaler = threading.Thread(target=self._autoscale_loop, name="engine-autoscaler", daemon=True)
         scaler.start()
+        checker = threading.Thread(target=self._host_check_loop, name="engine-host-checks", daemon=True)
+        checker.start()
         while not self.stop_event.is_set():
             try:
                 result = self.run_once()
@@ -191,6 +194,7 @@ class EngineWorker:
         beat.join(timeout=5)
         sampler.join(timeout=5)
         scaler.join(timeout=5)
+        checker.join(timeout=5)
         log.info("engine.worker_stopped", worker=self.id)
 
     def collect_metrics(self) -> int:
@@ -250,6 +254,21 @@ class EngineWorker:
                 self.autoscale()
             except Exception:
                 log.exception("engine.autoscale_failed", worker=self.id)
+
+    def check_hosts(self) -> int:
+        """One round of host pool checks (backend.provisioning.host_checks); how many hosts were checked."""
+        interval = dt.timedelta(seconds=self.settings.host_check_interval_seconds)
+        return host_checks.run_due_checks(self.session_factory, self.clock, self.id, interval)
+
+    def _host_check_loop(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                checked = self.check_hosts()
+            except Exception:
+                log.exception("engine.host_checks_failed", worker=self.id)
+                checked = 0
+            if not checked:
+                self.stop_event.wait(HOST_CHECK_POLL_SECONDS)
 
     def _heartbeat_loop(self) -> None:
         interval = self.settings.engine_lease_seconds / 3

@@ -174,7 +174,8 @@ class EncryptedString(TypeDecorator[str]):
 
 # Every sealed column as (table, primary key column, secret column): what a rotation re-seals.
 SEALED_COLUMNS = (("engine_clusters", "cluster_id", "kube_admin_token"),
-                  ("clusters", "id", "registry_credentials"))
+                  ("clusters", "id", "registry_credentials"),
+                  ("host_pools", "id", "ssh_private_key"))
 
 
 def rotate_secrets(*, sessions: sessionmaker[Session], settings: Settings) -> tuple[int, int]:

@@ -40,6 +40,7 @@ from tests.backend.access_keys import client_for, make_key
 from tests.backend.conftest import _postgres_admin_url, make_tenant
 from tests.backend.engine.conftest import FAST, drain
 from tests.backend.keys import ed25519_key
+from tests.contract.private_keys import private_key
 
 OWNERS = ("own", "other_team", "unlabelled", "other_project")
 SCOPES = (None, "team=nlp")
@@ -48,10 +49,12 @@ OWNER_LABELS = {"own": {"team": "nlp"}, "other_team": {"team": "cv"}}
 CLUSTER = {"region": "us-east-1", "instance_type": "1xH100", "node_count": 1, "orchestrator": "slurm"}
 VOLUME = {"region": "us-east-1", "size_tib": 1}
 RESERVATION = {"region": "us-east-1", "instance_type": "1xH100", "node_count": 1, "duration_days": 1}
+HOST_POOL = {"region": "lab", "ssh_private_key": private_key("ed25519", "openssh"),
+             "hosts": [{"address": "10.0.0.5"}]}
 ALLOWED, FORBIDDEN, HIDDEN = "allowed", "403", "404"
 # Path parameters naming an object -> the world's key for it.
 OBJECT_PARAMS = ("cluster_id", "volume_id", "ssh_key_id", "budget_id", "security_group_id",
-                 "reservation_id", "reserved_ip_id")
+                 "reservation_id", "reserved_ip_id", "host_pool_id")
 # The default group is in use by every cluster of the world: an allowed DELETE is refused for that.
 DEFAULT_GROUP_DELETE = "409 security_group_in_use"
 
@@ -112,6 +115,12 @@ ROUTES: dict[tuple[str, str], Row] = {
                                                          fresh=("cluster_id",)),
     ("POST", "/v1/clusters/{cluster_id}/volumes/{volume_id}"): Row(fresh=("volume_id",)),
     ("DELETE", "/v1/clusters/{cluster_id}/volumes/{volume_id}"): Row(fresh=("attached_volume_id",)),
+    ("GET", "/v1/host-pools"): Row(lists="host_pool_id"),
+    ("POST", "/v1/host-pools"): Row(body=lambda n, _: {**HOST_POOL, "name": _name(n)}),
+    ("GET", "/v1/host-pools/{host_pool_id}"): Row(),
+    ("PATCH", "/v1/host-pools/{host_pool_id}"): Row(body=lambda n, _: {"name": _name(n)}),
+    ("DELETE", "/v1/host-pools/{host_pool_id}"): Row(fresh=("host_pool_id",)),
+    ("POST", "/v1/host-pools/{host_pool_id}/probe"): Row(),
     ("GET", "/v1/instance-types"): Row(),
     ("POST", "/v1/pricing/estimate"): Row(body=lambda n, _: {**CLUSTER, "name": "estimate"}),
     ("GET", "/v1/quotas"): Row(),
@@ -189,6 +198,8 @@ def _make(world_creators: dict[str, TestClient], owner: str, kind: str, worker: 
         return _created(client.post("/v1/security-groups", json={"name": tag}))
     if kind == "reservation_id":
         return _created(client.post("/v1/reservations", json={**RESERVATION, "name": tag}))
+    if kind == "host_pool_id":
+        return _created(client.post("/v1/host-pools", json={**HOST_POOL, "name": tag}))
     assert kind == "reserved_ip_id", kind
     return _created(client.post("/v1/reserved-ips", json={"region": "us-east-1"}))
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -43,6 +44,14 @@ class SshTarget:
     host_key_alias: str | None = None  # the name the key is recorded under in known_hosts
     user: str = "root"
     source_address: str | None = None  # connect from this local address (a management network's)
+    # A server's first contact (a host pool's new host): record the key it presents in `known_hosts` instead
+    # of refusing it; a different key later is refused all the same.
+    accept_new_host_key: bool = False
+    # Reach the host through this bastion (`ssh -W`), `(user or None, host, port)`, with the same key; its
+    # host key is recorded in and checked against `known_hosts` under its own name.
+    jump: tuple[str | None, str, int] | None = None
+    sudo: bool = False  # `user` is not root: every command runs under `sudo -n`
+    multiplex: bool = True  # one connection master per node (off: a connection per command)
 
 
 class SshShell(NodeShell):
@@ -56,22 +65,41 @@ class SshShell(NodeShell):
 
     def ssh_argv(self, remote_command: str) -> list[str]:
         """The ssh command line that runs `remote_command` on the node."""
-        options = {
-            "BatchMode": "yes", "IdentitiesOnly": "yes", "IdentityAgent": "none",
-            "PasswordAuthentication": "no", "StrictHostKeyChecking": "yes",
-            "UserKnownHostsFile": str(self.target.known_hosts), "GlobalKnownHostsFile": "/dev/null",
-            "ControlMaster": "auto", "ControlPath": str(self.control_path),
-            "ControlPersist": str(CONTROL_PERSIST_SECONDS), "ConnectTimeout": str(CONNECT_TIMEOUT_SECONDS),
-            "ServerAliveInterval": "5", "ServerAliveCountMax": "3", "LogLevel": "ERROR",
-        }
-        if self.target.host_key_alias is not None:
-            options["HostKeyAlias"] = self.target.host_key_alias
-        argv = ["ssh", "-F", "none", "-i", str(self.identity), "-p", str(self.target.port)]
-        if self.target.source_address is not None:
-            argv += ["-b", self.target.source_address]
+        target = self.target
+        options = self._common_options()
+        if target.multiplex:
+            options.update({"ControlMaster": "auto", "ControlPath": str(self.control_path),
+                            "ControlPersist": str(CONTROL_PERSIST_SECONDS)})
+        if target.host_key_alias is not None:
+            options["HostKeyAlias"] = target.host_key_alias
+        if target.jump is not None:
+            options["ProxyCommand"] = shlex.join(self._jump_argv(*target.jump))
+        argv = ["ssh", "-F", "none", "-i", str(self.identity), "-p", str(target.port)]
+        if target.source_address is not None:
+            argv += ["-b", target.source_address]
         for key, value in options.items():
             argv += ["-o", f"{key}={value}"]
-        return [*argv, f"{self.target.user}@{self.target.host}", "--", remote_command]
+        if target.sudo:
+            remote_command = f"sudo -n -- sh -c {shlex.quote(remote_command)}"
+        return [*argv, f"{target.user}@{target.host}", "--", remote_command]
+
+    def _common_options(self) -> dict[str, str]:
+        return {
+            "BatchMode": "yes", "IdentitiesOnly": "yes", "IdentityAgent": "none",
+            "PasswordAuthentication": "no",
+            "StrictHostKeyChecking": "accept-new" if self.target.accept_new_host_key else "yes",
+            "UserKnownHostsFile": str(self.target.known_hosts), "GlobalKnownHostsFile": "/dev/null",
+            "ConnectTimeout": str(CONNECT_TIMEOUT_SECONDS),
+            "ServerAliveInterval": "5", "ServerAliveCountMax": "3", "LogLevel": "ERROR",
+        }
+
+    def _jump_argv(self, user: str | None, host: str, port: int) -> list[str]:
+        """The ProxyCommand that reaches the target through the bastion (ssh -W), checked like the target."""
+        argv = ["ssh", "-F", "none", "-i", str(self.identity), "-p", str(port)]
+        for key, value in self._common_options().items():
+            argv += ["-o", f"{key}={value}"]
+        argv += ["-o", f"HostKeyAlias=jump-{host}-{port}"]
+        return [*argv, "-W", "%h:%p", f"{user or self.target.user}@{host}"]
 
     def _execute(self, remote_command: str, stdin: bytes | None, timeout: float) -> CommandResult:
         _private_dir(self.control_dir)
