@@ -180,3 +180,17 @@ def test_writes_deadlock_is_retried_then_409_conflict_retry(
     if status == 409:
         assert response.json()["code"] == "conflict_retry" and response.headers["retry-after"] == "1"
         assert admin.get("/v1/ssh-keys").json()["items"] == []
+
+
+def test_writes_audit_records_never_hold_a_write_only_field(admin: TestClient) -> None:
+    """Secrets the API takes and never returns (registry passwords, pools' private keys) are replaced in
+    the audit record of every write, whatever the route; the rest of the request is kept."""
+    created = admin.post("/v1/clusters", json={
+        "name": "secretive", "region": "us-east-1", "instance_type": "1xH100", "node_count": 1,
+        "orchestrator": "slurm", "container_images": {"app": "registry.internal:5000/team/app:v1"},
+        "registry_credentials": {"registry.internal:5000": {"username": "ci", "password": "hunter2-secret"}}})
+    assert created.status_code == 201, created.text
+    events = admin.get("/v1/audit-events", params={"action": "cluster.create"}).json()["items"]
+    assert "hunter2-secret" not in json.dumps(events)
+    login = events[-1]["details"]["request"]["registry_credentials"]["registry.internal:5000"]
+    assert login == {"username": "ci", "password": "(write-only: not recorded)"}
