@@ -1,12 +1,12 @@
 """The web console in a real headless Chromium against the real backend (simulated datacenter at 600x):
 sign in, open a cluster, visit every tab and page, see a chart drawn from data, restart a node through
 the confirmation dialog (the API records it), attach a volume, scale through the Actions menu and see
-the typed-name delete refuse a wrong name, visit the security group, reserved IP, reservation, budget
-and team billing views, check at 1280 and 390 px that nothing overflows its container, and see every
-XSS probe (a cluster label, volume, SSH key, security group, reserved IP, reservation and budget name,
-and a log line: the key's comment, which cloud-init prints at boot) shown as text. One browser for the
-module; a screenshot of each tab and page goes to the artifacts directory ($GPUCLOUD_TEST_ARTIFACTS,
-default .artifacts/) under console/."""
+the typed-name delete refuse a wrong name, visit the security group, reserved IP, reservation, budget,
+host pool and team billing views, check at 1280 and 390 px that nothing overflows its container, and
+see every XSS probe (a cluster label, volume, SSH key, security group, reserved IP, reservation, budget
+and host pool name, and a log line: the key's comment, which cloud-init prints at boot) shown as text.
+One browser for the module; a screenshot of each tab and page goes to the artifacts directory
+($GPUCLOUD_TEST_ARTIFACTS, default .artifacts/) under console/."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from selenium import webdriver
 from selenium.common.exceptions import (
     NoAlertPresentException,
@@ -55,6 +57,7 @@ GROUP_PROBE = "<script>alert('sg')</script>"
 ADDRESS_PROBE = "<img src=x onerror=alert('ip')>"
 RESERVATION_PROBE = "<script>alert('reservation')</script>"
 BUDGET_PROBE = "<img src=x onerror=alert('budget')>"
+POOL_PROBE = "<img src=x onerror=alert('pool')>"
 TABS = ("overview", "jobs", "monitoring", "nodes", "logs", "volumes", "network")
 WAIT_SECONDS = 90  # a ceiling for a stuck page, never a bet on speed: two test workers share 2 cores
 
@@ -624,5 +627,52 @@ def test_acc_console_images_tab(
         assert not browser.find_elements(By.ID, "importing-images")  # nothing importing now
         assert_fits(browser, f"images at {width}")
         browser.save_screenshot(str(artifacts / f"images-{width}.png"))
+    browser.set_window_size(*WIDTHS["wide"])
+    assert_no_alert(browser)
+
+
+def pool_private_key() -> str:
+    key = ed25519.Ed25519PrivateKey.generate()
+    return key.private_bytes(Encoding.PEM, PrivateFormat.OpenSSH, NoEncryption()).decode()
+
+
+def checked_host(api: httpx.Client, pool_id: str) -> dict[str, Any] | None:
+    """The pool's one host once its check is done."""
+    host: dict[str, Any] = api.get(f"/host-pools/{pool_id}").json()["hosts"][0]
+    return host if host["status"] != "pending" else None
+
+
+def test_acc_console_host_pools(
+    browser: webdriver.Chrome, backend: Backend, api: httpx.Client, artifacts: Path
+) -> None:
+    """A pool whose one host (127.0.0.1 port 1) refuses connections: its page, opened while the host is
+    pending, shows the check's outcome as it arrives (the API's reason, word for word); the list shows the
+    pool unavailable with 0 of 1 hosts ready; both fit at 1280 and 390 px; the name probe is text."""
+    browser.get(f"{backend.url}/console")
+    if browser.execute_script("return sessionStorage.getItem('gpucloud.apiKey')") != backend.api_key:
+        visible(browser, "#api-key").send_keys(backend.api_key)
+        browser.find_element(By.ID, "sign-in").click()
+        visible(browser, "#nav a[href='#/host-pools']")
+    pool = created(api.post("/host-pools", json={
+        "name": POOL_PROBE, "region": "on-prem-test", "ssh_private_key": pool_private_key(),
+        "hosts": [{"address": "127.0.0.1", "port": 1}]}))
+    go(browser, backend, f"#/host-pools/{pool['id']}")
+    host_row = wait_for(browser, lambda d: row_with(d, "unreachable"), "the host's check on its page")
+    host = checked_host(api, pool["id"])
+    assert host is not None and host["reason_code"] == "unreachable", host
+    assert "127.0.0.1:1" in host_row.text and host["reason"] in host_row.text
+    assert browser.find_element(By.ID, "host-pool-name").text == POOL_PROBE
+    assert browser.find_element(By.ID, "host-pool-public-key").text == pool["ssh_public_key"]
+    for width, size in WIDTHS.items():
+        browser.set_window_size(*size)
+        go(browser, backend, "#/host-pools")
+        row = wait_for(browser, lambda d: row_with(d, POOL_PROBE), "the pool's row")
+        assert "on-prem-test" in row.text and "unavailable" in row.text and "0 / 1" in row.text
+        assert_fits(browser, f"host pools at {width}")
+        browser.save_screenshot(str(artifacts / f"page-host-pools-{width}.png"))
+        row.find_element(By.CSS_SELECTOR, "a").click()
+        wait_for(browser, lambda d: row_with(d, host["reason"]), f"the host's reason at {width}")
+        assert_fits(browser, f"host pool at {width}")
+        browser.save_screenshot(str(artifacts / f"page-host-pool-{width}.png"))
     browser.set_window_size(*WIDTHS["wide"])
     assert_no_alert(browser)

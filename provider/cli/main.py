@@ -19,6 +19,7 @@ from provider.cli.budgets import budget
 from provider.cli.catalog import balance, estimate, instance_types, regions, usage, volume
 from provider.cli.clusters import cluster
 from provider.cli.config import ConfigError, config_path, read_config, ssh_key_ids_saved_for, write_config
+from provider.cli.host_pools import host_pool
 from provider.cli.keys import register_key_file, ssh_key
 from provider.cli.nodes import node, nodes
 from provider.cli.output import note, print_json
@@ -140,7 +141,7 @@ def completion(shell: str) -> None:
 
 
 COMMANDS = (cluster, ssh, jobs, nodes, node, logs, volume, ssh_key, security_group, reserved_ip, reservation,
-            budget, quota, usage, balance, regions, instance_types, estimate)
+            host_pool, budget, quota, usage, balance, regions, instance_types, estimate)
 for command in COMMANDS:
     cli.add_command(command)
 

@@ -8,6 +8,7 @@ import * as billing from "./pages/billing.js";
 import * as budgets from "./pages/budgets.js";
 import * as clusterDetail from "./pages/cluster.js";
 import * as clusters from "./pages/clusters.js";
+import * as hostPools from "./pages/host-pools.js";
 import * as login from "./pages/login.js";
 import * as reservations from "./pages/reservations.js";
 import * as reservedIps from "./pages/reserved-ips.js";
@@ -24,6 +25,7 @@ const ROUTES = [
   [/^\/security-groups$/, securityGroups, "security-groups"],
   [/^\/reserved-ips$/, reservedIps, "reserved-ips"],
   [/^\/reservations$/, reservations, "reservations"],
+  [/^\/host-pools(?:\/([a-z0-9_]+))?$/, hostPools, "host-pools"],
   [/^\/budgets$/, budgets, "budgets"],
   [/^\/billing$/, billing, "billing"],
 ];
