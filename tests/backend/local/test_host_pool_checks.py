@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import socket
 import subprocess
 import time
@@ -25,13 +26,14 @@ from fastapi.testclient import TestClient
 from backend.domain.clock import SYSTEM_CLOCK
 from backend.provisioning import host_checks
 from backend.provisioning.drivers.local.driver import tear_down
-from backend.provisioning.drivers.local.namespaces import LocalCluster, LocalNode
+from backend.provisioning.drivers.local.namespaces import Bind, LocalCluster, LocalNode
 from backend.provisioning.drivers.local.node_setup import BOOT_DIR, node_binds, prepare_cluster, start_sshd
 from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget, check_host
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
 
 SUBNET = "10.0.8.0/24"
+RECORDED_XML = Path(__file__).parents[1] / "node_agent" / "data" / "nvidia-smi-q.xml"
 # A server's sshd: root may log in with a key from any address (no management network to restrict it to).
 SSHD_CONFIG = f"""\
 Port 22
@@ -93,6 +95,18 @@ def _wait_for_sshd(address: str, seconds: float = 20) -> None:
     raise AssertionError(f"sshd on {address} did not answer")
 
 
+def _recorded_gpu(root: Path) -> list[Bind]:
+    """An `nvidia-smi` on the host's PATH that answers `-q -x` with a real H200 node's output
+    (tests/backend/node_agent/data): the inventory path of a GPU server, without its GPU."""
+    tools = root / "gpu-tools"
+    tools.mkdir(parents=True)
+    shutil.copy(RECORDED_XML, tools / "nvidia-smi-q.xml")
+    script = tools / "nvidia-smi"
+    script.write_text('#!/bin/sh\n[ "$*" = "-q -x" ] && exec cat /usr/local/bin/nvidia-smi-q.xml\nexit 9\n')
+    script.chmod(0o755)
+    return [Bind(tools, "/usr/local/bin", read_only=True)]
+
+
 @pytest.fixture(scope="module")
 def stand_ins() -> Iterator[StandIns]:
     root = Path("/var/tmp") / f"gpucloud-hosts-test-{uuid.uuid4().hex[:8]}"
@@ -107,8 +121,8 @@ def stand_ins() -> Iterator[StandIns]:
         nodes = {
             name: bridge.node(name, f"10.0.8.{11 + index}") for index, name in enumerate(("host-a", "host-b"))
         }
-        for node in nodes.values():
-            node.create(node_binds(node))
+        for name, node in nodes.items():
+            node.create(node_binds(node) + (_recorded_gpu(root) if name == "host-a" else []))
             start_sshd(node)
             _wait_for_sshd(node.address)
         host_key = " ".join((boot / "ssh_host_ed25519_key.pub").read_text().split()[:2])
@@ -128,7 +142,16 @@ def test_a_reachable_host_is_ready_with_its_inventory_and_key(stand_ins: StandIn
     assert inventory["packages"] == {"slurmd": True, "slurmctld": True, "munged": True, "python3": True}
     assert inventory["init"] == "none"  # a namespace has no systemd of its own
     assert abs(inventory["clock_skew_seconds"]) < 5
-    assert inventory["gpu_count"] == 0 and inventory["interconnect"] == "none"  # no nvidia-smi, no HCA here
+    assert (inventory["gpu_count"], inventory["gpu_model"]) == (1, "NVIDIA H200")  # the recorded node's
+    assert inventory["gpus"] == [
+        {
+            "index": 0,
+            "name": "NVIDIA H200",
+            "memory_total_mib": 143771,
+            "uuid": "GPU-16d21506-2e18-0481-34e3-09ceda98eb42",
+        }
+    ]
+    assert inventory["interconnect"] == "none"  # no HCA in a namespace
     # From now on the recorded key is required, and it matches.
     assert check_host(stand_ins.target("host-a", host_key=verdict.host_key)).status == "ready"
 
@@ -157,6 +180,7 @@ def test_a_host_behind_a_bastion(stand_ins: StandIns) -> None:
     verdict = check_host(stand_ins.target("host-b", jump=jump))
     assert verdict.status == "ready", verdict.reason
     assert (verdict.inventory or {})["hostname"] == "host-b"
+    assert (verdict.inventory or {})["gpu_count"] == 0  # no nvidia-smi on this one
     assert verdict.jump_known_hosts.startswith("jump-10.0.8.11-22 ssh-ed25519 ")
 
 
