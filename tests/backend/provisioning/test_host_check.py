@@ -1,0 +1,140 @@
+"""The verdicts of a host check that the stand-in hosts cannot produce (they share this machine's programs and
+clock): missing packages and their install, clock skew, another system, fabric devices, ssh's failures in
+the user's terms. The probe script itself runs for real in this machine's `sh`."""
+
+from __future__ import annotations
+
+import subprocess
+
+from backend.provisioning.drivers.ssh_hosts import host_check
+from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget
+from backend.provisioning.node_config.shell import RUN_SCRIPT, CommandResult, NodeShell
+
+TARGET = HostTarget(address="10.0.0.5", port=22, user="root", private_key="unused", host_key=None)
+ALL_THERE = "\n".join(f"have_{program}=1" for program in host_check.REQUIRED_PROGRAMS)
+
+
+class ScriptedHost(NodeShell):
+    """A host answering each script from a list of outputs, recording what it was sent."""
+
+    def __init__(self, *answers: CommandResult) -> None:
+        self.name = "scripted"
+        self.answers = list(answers)
+        self.scripts: list[str] = []
+
+    def _execute(self, remote_command: str, stdin: bytes | None, timeout: float) -> CommandResult:
+        self.scripts.append((stdin or b"").decode() if remote_command == RUN_SCRIPT else remote_command)
+        return self.answers.pop(0)
+
+
+def _facts(**values: str) -> str:
+    base = {
+        "kernel_name": "Linux",
+        "kernel": "6.1.0",
+        "arch": "x86_64",
+        "hostname": "gpu-a",
+        "init": "systemd",
+        "packager": "apt",
+        "epoch": "1000",
+    }
+    base.update(values)
+    return "\n".join(f"{key}={value}" for key, value in base.items())
+
+
+def test_the_probe_script_runs_in_a_posix_shell() -> None:
+    script = host_check._PROBE_SCRIPT.replace("PROGRAMS", " ".join(host_check.REQUIRED_PROGRAMS))
+    done = subprocess.run(["sh", "-e", "-c", script], capture_output=True, text=True, check=True)
+    facts = host_check.parse_facts(done.stdout)
+    assert facts["kernel_name"] == "Linux" and facts["have_python3"] == "1" and facts["epoch"].isdigit()
+    assert facts["init"] in ("systemd", "none") and facts["packager"] in ("apt", "dnf", "none")
+
+
+def test_missing_packages_name_the_install_command() -> None:
+    facts = host_check.parse_facts(
+        _facts() + "\nhave_slurmd=0\nhave_slurmctld=1\nhave_munged=0\nhave_python3=1"
+    )
+    assert host_check.missing_packages(facts) == ["slurmd", "munge"]
+    verdict = host_check.judge(TARGET, {"clock_skew_seconds": 0.0}, ["slurmd", "munge"])
+    assert (verdict.status, verdict.reason_code) == ("degraded", "package_missing")
+    assert "apt-get install slurmd munge" in (verdict.reason or "") and "install_packages" in (
+        verdict.reason or ""
+    )
+
+
+def test_a_skewed_clock_is_degraded_with_the_fix() -> None:
+    assert host_check.skew_seconds({"epoch": "1100"}, sent=1000.0, received=1002.0) == 99.0
+    verdict = host_check.judge(TARGET, {"clock_skew_seconds": -95.0}, [])
+    assert (verdict.status, verdict.reason_code) == ("degraded", "clock_skew")
+    assert "95 s behind" in (verdict.reason or "") and "chrony" in (verdict.reason or "")
+    assert host_check.judge(TARGET, {"clock_skew_seconds": 3.0}, []).status == "ready"
+
+
+def test_packages_are_installed_when_the_pool_allows_it() -> None:
+    missing = _facts() + "\nhave_slurmd=0\nhave_slurmctld=0\nhave_munged=0\nhave_python3=1"
+    agent = '{"host": {"cpu_count": 4, "memory_total_mib": 8000}, "gpus": {"devices": []}, "links": null}'
+    host = ScriptedHost(
+        CommandResult(0, missing, ""),
+        CommandResult(0, "", ""),
+        CommandResult(0, _facts() + "\n" + ALL_THERE, ""),
+        CommandResult(0, agent, ""),
+    )
+    verdict = host_check._check(
+        host, HostTarget(**{**TARGET.__dict__, "install_packages": True}), now=iter([999.0, 1001.0]).__next__
+    )
+    assert verdict.status == "ready", verdict.reason
+    assert "apt-get install -y -q slurmd slurmctld munge slurm-client" in host.scripts[1]
+    assert verdict.inventory is not None and verdict.inventory["cpu_count"] == 4
+
+
+def test_another_system_is_not_linux() -> None:
+    host = ScriptedHost(CommandResult(0, _facts(kernel_name="FreeBSD"), ""))
+    verdict = host_check._check(host, TARGET, now=iter([1.0, 2.0]).__next__)
+    assert (verdict.status, verdict.reason_code) == ("degraded", "not_linux") and "FreeBSD" in (
+        verdict.reason or ""
+    )
+
+
+def test_fabric_devices_are_told_apart() -> None:
+    def reading(*ports: tuple[str, str]) -> dict[str, object]:
+        return {
+            "host": {},
+            "gpus": {"devices": []},
+            "links": {"infiniband": [{"device": device, "link_layer": layer} for device, layer in ports]},
+        }
+
+    ib = host_check.inventory_from_agent(reading(("mlx5_1", "InfiniBand"), ("mlx5_0", "InfiniBand")))
+    assert (ib["interconnect"], ib["interconnect_devices"]) == ("infiniband", ["mlx5_0", "mlx5_1"])
+    efa = host_check.inventory_from_agent(reading(("rdmap0s6", "Unspecified")))
+    assert efa["interconnect"] == "efa"
+    roce = host_check.inventory_from_agent(reading(("mlx5_0", "Ethernet")))
+    assert (roce["interconnect"], roce["interconnect_devices"]) == ("none", [])
+
+
+def test_ssh_failures_in_the_users_terms() -> None:
+    changed = host_check.connection_verdict(
+        "ssh root@10.0.0.5 -p 22: WARNING: REMOTE HOST IDENTIFICATION "
+        "HAS CHANGED! Host key verification failed.",
+        TARGET,
+    )
+    assert changed.reason_code == "host_key_changed"
+    denied = host_check.connection_verdict(
+        "ssh root@10.0.0.5 -p 22: root@10.0.0.5: Permission denied (publickey).", TARGET
+    )
+    assert denied.reason_code == "auth_refused" and "~root/.ssh/authorized_keys" in (denied.reason or "")
+    timeout = host_check.connection_verdict(
+        "ssh root@10.0.0.5 -p 22: ssh: connect to host 10.0.0.5 port 22: Connection timed out", TARGET
+    )
+    assert timeout.reason_code == "unreachable"
+    assert (
+        timeout.reason == "no SSH connection to 10.0.0.5 port 22: ssh: connect to host 10.0.0.5 port 22: "
+        "Connection timed out"
+    )
+
+
+def test_a_user_whose_sudo_wants_a_password() -> None:
+    host = ScriptedHost(CommandResult(1, "", "sudo: a password is required\n"))
+    verdict = host_check._check(
+        host, HostTarget(**{**TARGET.__dict__, "user": "ops"}), now=iter([1.0, 2.0]).__next__
+    )
+    assert (verdict.status, verdict.reason_code) == ("degraded", "no_sudo")
+    assert "ops ALL=(ALL) NOPASSWD:ALL" in (verdict.reason or "")
