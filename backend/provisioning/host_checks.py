@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import structlog
-from sqlalchemy import or_, select
+from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain import host_pools as rules
@@ -25,7 +25,9 @@ from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget, HostVe
 from backend.store.host_pool_models import HostPool, HostPoolHost
 
 log = structlog.get_logger(__name__)
-LEASE_SECONDS = 900.0  # longer than the slowest check (a package install: 600 s)
+# A claim lasts this long unless its worker's heartbeat extends it (`extend_leases`): a worker killed
+# mid-check leaves hosts that another worker checks a minute later, however long a check may take.
+LEASE_SECONDS = 60.0
 BATCH = 16
 
 
@@ -62,6 +64,12 @@ def claim_due(sessions: sessionmaker[Session], clock: Clock, owner: str, limit: 
             claims.append(Claim(host.id, host.probe_generation, _target(pool, host), pool.id))
         session.commit()
     return claims
+
+
+def extend_leases(session: Session, owner: str, now: dt.datetime) -> None:
+    """Keep the claims of a live worker (its heartbeat calls this in its own transaction)."""
+    session.execute(update(HostPoolHost).where(HostPoolHost.probe_lease_owner == owner)
+                    .values(probe_lease_expires_at=now + dt.timedelta(seconds=LEASE_SECONDS)))
 
 
 def _target(pool: HostPool, host: HostPoolHost) -> HostTarget:

@@ -136,6 +136,7 @@ class EngineWorker:
                 held = held.with_for_update(skip_locked=True)
             session.execute(update(WorkItem).where(WorkItem.cluster_id.in_(held))
                             .values(lease_expires_at=now + self._lease))
+            host_checks.extend_leases(session, self.id, now)
             session.commit()
 
     def run_once(self) -> PassResult:

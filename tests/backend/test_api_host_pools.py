@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 
-from backend.domain.clock import SYSTEM_CLOCK
+from backend.domain.clock import SYSTEM_CLOCK, ManualClock
 from backend.provisioning import host_checks
 from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget, HostVerdict
 from backend.settings import Settings
@@ -252,3 +252,20 @@ def test_the_checks_target_what_the_pool_declares(admin: TestClient, write_sessi
         ("jump", "bastion", 2022),
     )
     assert target.install_packages and target.private_key.startswith("-----BEGIN OPENSSH PRIVATE KEY-----")
+
+
+def test_a_check_left_by_a_killed_worker_is_taken_over(admin: TestClient, write_sessions) -> None:  # type: ignore[no-untyped-def]
+    pool = admin.post("/v1/host-pools", json=_pool(hosts=[{"address": "10.0.0.5"}])).json()
+    clock = ManualClock(SYSTEM_CLOCK.now())
+    assert len(host_checks.claim_due(write_sessions, clock, "killed-mid-check")) == 1
+    assert host_checks.claim_due(write_sessions, clock, "other") == []  # claimed: not checked twice at once
+    with write_sessions() as session:  # a live worker's heartbeat keeps its claim
+        host_checks.extend_leases(session, "killed-mid-check", clock.now() + dt.timedelta(seconds=30))
+        session.commit()
+    clock.advance(seconds=61)
+    assert host_checks.claim_due(write_sessions, clock, "other") == []
+    clock.advance(seconds=30)  # no heartbeat since: the claim lapses and another worker checks the host
+    checked = host_checks.run_due_checks(
+        write_sessions, clock, "other", dt.timedelta(minutes=5), check=lambda target: HostVerdict("ready")
+    )
+    assert checked == 1 and admin.get(f"/v1/host-pools/{pool['id']}").json()["status"] == "ready"
