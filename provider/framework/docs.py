@@ -38,6 +38,8 @@ def _flags(item: Attribute | Block) -> str:
             flags.append(f"Max: {item.max_items}")
     if getattr(item, "sensitive", False):
         flags.append("Sensitive")
+    if getattr(item, "write_only", False):
+        flags.append("Write-only, Terraform 1.11+")
     if item.deprecation_message:
         flags.append("Deprecated")
     return ", ".join(flags)

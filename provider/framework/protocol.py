@@ -104,6 +104,7 @@ def attribute_to_pb(name: str, attr: Attribute) -> pb.Schema.Attribute:
         computed=attr.computed,
         sensitive=attr.sensitive,
         deprecated=bool(attr.deprecation_message),
+        write_only=attr.write_only,
     )
     if isinstance(attr, NestedAttribute):
         msg.nested_type.CopyFrom(

@@ -10,7 +10,7 @@ Provider Error" diagnostic (traceback in the log): nothing crashes the plugin.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -66,6 +66,9 @@ class Resource:
     # False when planning never waits though other hooks do (`modify_plan` and the schema's plan
     # modifiers call no API): PlanResourceChange alone is then served on the event loop. None: as `blocking`.
     blocking_plan: ClassVar[bool | None] = None
+    # Per write-only attribute, the attribute a Terraform older than 1.11 should set instead (named in the
+    # error refusing the write-only one there).
+    write_only_alternatives: ClassVar[Mapping[str, str]] = {}
 
     def create(self, ctx: Context, plan: State) -> State | None:
         raise NotImplementedError

@@ -48,6 +48,7 @@ class Attribute:
         plan_modifiers: Sequence[PlanModifier] = (),
         default: Any = NO_DEFAULT,
         semantic: SemanticType | None = None,
+        write_only: bool = False,
     ) -> None:
         if required and (optional or computed):
             raise ValueError("a required attribute cannot also be optional or computed")
@@ -57,10 +58,15 @@ class Attribute:
             raise ValueError(
                 "an attribute with a default must be computed (set optional=True, computed=True)"
             )
+        if write_only and computed:
+            raise ValueError("a write-only attribute cannot be computed (Terraform never stores its value)")
         self.required = required
         self.optional = optional
         self.computed = computed
         self.sensitive = sensitive
+        # Write-only (Terraform 1.11+): set in configuration, never in plan or state; the framework reads
+        # it from the configuration at apply (`provider.framework.writeonly`).
+        self.write_only = write_only
         self.description = description
         self.deprecation_message = deprecation_message
         self.validators: tuple[Validator, ...] = tuple(validators)
@@ -89,7 +95,8 @@ class Attribute:
         return self.label
 
     def __repr__(self) -> str:
-        flags = [f for f in ("required", "optional", "computed", "sensitive") if getattr(self, f)]
+        names = ("required", "optional", "computed", "sensitive", "write_only")
+        flags = [f for f in names if getattr(self, f)]
         return f"{type(self).__name__}({', '.join(flags)})"
 
 
@@ -190,6 +197,7 @@ class NestedAttribute(Attribute):
     blocks: Mapping[str, Block] = {}  # nested attributes have no blocks (shared walker interface)
 
     def __init__(self, *, attributes: Mapping[str, Attribute], **kwargs: Any) -> None:
+        _no_nested_write_only(attributes)
         self.attributes = dict(attributes)
         self.object_type = Object({name: a.cty_type for name, a in self.attributes.items()})
         super().__init__(**kwargs)
@@ -232,6 +240,7 @@ class Block:
     required = False
     optional = True
     sensitive = False
+    write_only = False
     has_default = False
 
     def __init__(
@@ -246,6 +255,7 @@ class Block:
         validators: Sequence[Validator] = (),
         plan_modifiers: Sequence[PlanModifier] = (),
     ) -> None:
+        _no_nested_write_only(attributes or {})
         self.attributes: dict[str, Attribute] = dict(attributes or {})
         self.blocks: dict[str, Block] = dict(blocks or {})
         self.description = description
@@ -295,6 +305,14 @@ class Schema:
         self.deprecation_message = deprecation_message
         self.version = version
         self.cty_type: Object = _object_type(self.attributes, self.blocks)
+        self.write_only: tuple[str, ...] = tuple(n for n, a in self.attributes.items() if a.write_only)
+
+
+def _no_nested_write_only(attributes: Mapping[str, Attribute]) -> None:
+    # The framework keeps write-only values out of plan and state for top-level attributes only.
+    nested = sorted(name for name, attr in attributes.items() if attr.write_only)
+    if nested:
+        raise ValueError(f"write-only attributes are supported at the top level of a schema only: {nested}")
 
 
 def _object_type(attributes: Mapping[str, Attribute], blocks: Mapping[str, Block]) -> Object:

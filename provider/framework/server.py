@@ -54,6 +54,7 @@ from provider.framework.state import (
     schema_object,
 )
 from provider.framework.validate import validate_config
+from provider.framework.writeonly import refuse_without_support, with_write_only, without_write_only
 
 log = logging.getLogger("provider.framework")
 NO_PROVIDER_META = Schema()  # the framework reads no provider_meta block
@@ -277,6 +278,8 @@ class ProviderServer:
         config = decode_value(request.config, resource.schema.cty_type)
         ctx = self._context(request.type_name)
         self._validate(resource, config, ctx)
+        if not request.client_capabilities.write_only_attributes_allowed:
+            refuse_without_support(resource.schema, config, ctx.diagnostics, resource.write_only_alternatives)
         return pb.ValidateResourceConfig.Response(diagnostics=self._diags(ctx))
 
     @_rpc(pb.UpgradeResourceState.Response)
@@ -325,6 +328,7 @@ class ProviderServer:
         try:
             new_state = resource.read(ctx, state) if state is not None else None
             new_state = keep_semantic_equals(resource.schema, state, new_state)
+            new_state = without_write_only(resource.schema, new_state)
         except Exception as exc:  # answered below with the current state kept
             ctx.diagnostics.append(diagnostic_from_exception(exc, "ReadResource"))
             new_state = state
@@ -347,14 +351,15 @@ class ProviderServer:
         schema = resource.schema
         t = schema.cty_type
         prior = decode_value(request.prior_state, t)
-        proposed = decode_value(request.proposed_new_state, t)
+        # A write-only value is never planned: alone it is no change (the resource reads it from config).
+        proposed = without_write_only(schema, decode_value(request.proposed_new_state, t))
         config = decode_value(request.config, t)
         planned, replace = plan_resource(schema, config, prior, proposed)
         ctx = self._context(request.type_name, request.prior_private)
         ctx.requires_replace = replace
         modified = resource.modify_plan(ctx, planned, prior, config)
         if modified is not None or planned is None:
-            planned = modified
+            planned = without_write_only(schema, modified)
         resp = pb.PlanResourceChange.Response(diagnostics=self._diags(ctx))
         if ctx.diagnostics.has_errors:
             return resp
@@ -383,12 +388,15 @@ class ProviderServer:
         t = resource.schema.cty_type
         prior = decode_value(request.prior_state, t)
         planned = decode_value(request.planned_state, t)
+        # Create and update see the configuration's write-only values; no state returned keeps them.
+        planned = with_write_only(resource.schema, planned, decode_value(request.config, t))
         ctx = self._context(request.type_name, request.planned_private)
         try:
             new_state = self._apply(resource, ctx, prior, planned)
         except Exception as exc:  # keep the prior state in Terraform's hands
             ctx.diagnostics.append(diagnostic_from_exception(exc, "ApplyResourceChange"))
             new_state = prior
+        new_state = without_write_only(resource.schema, new_state)
         resp = pb.ApplyResourceChange.Response(diagnostics=self._diags(ctx))
         resp.new_state.CopyFrom(encode_value(new_state, t))
         resp.private = encode_private(ctx.private) if new_state is not None else b""
@@ -465,7 +473,7 @@ class ProviderServer:
             raise DiagnosticError(
                 "Cannot Import Non-Existent Remote Object", f"No {request.type_name} with {wanted} exists."
             )
-        state = fit_object(resource.schema, state)
+        state = without_write_only(resource.schema, fit_object(resource.schema, state))
         imported = pb.ImportResourceState.ImportedResource(
             type_name=request.type_name,
             state=encode_value(state, resource.schema.cty_type),

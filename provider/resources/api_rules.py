@@ -45,7 +45,7 @@ TABLE = Path(__file__).with_name("api_rules.json")
 # The request schemas whose rules resources check at plan time.
 SCHEMAS = (
     "ClusterCreate", "NodeActionIn", "SshKeyCreate", "VolumeCreate", "BudgetCreate", "SecurityGroupCreate",
-    "ReservationCreate", "ReservedIpCreate",
+    "ReservationCreate", "ReservedIpCreate", "HostPoolCreate",
 )
 FIELD_CHECKS = ("pattern", "forbidden_pattern", "ssh_key_type", "ssh_key_data", "ssh_rsa_bits")
 LIST_CHECKS = ("security_rules",)

@@ -46,6 +46,8 @@ from provider.resources.data_sources import (
     SshKeyDataSource,
 )
 from provider.resources.gpu_cluster import GpuClusterResource
+from provider.resources.host_pool import HostPoolResource
+from provider.resources.host_pool_data_source import HostPoolDataSource
 from provider.resources.list_resources import (
     GpuClusterListResource,
     ReservedIpListResource,
@@ -73,6 +75,7 @@ RESOURCES: tuple[type[Resource], ...] = (
     SecurityGroupResource,
     ReservationResource,
     ReservedIpResource,
+    HostPoolResource,
 )
 DATA_SOURCES: tuple[type[DataSource], ...] = (
     RegionsDataSource,
@@ -81,6 +84,7 @@ DATA_SOURCES: tuple[type[DataSource], ...] = (
     SharedVolumeDataSource,
     GpuClusterDataSource,
     QuotaDataSource,
+    HostPoolDataSource,
 )
 EPHEMERAL_RESOURCES: tuple[type[EphemeralResource], ...] = (ClusterCredentialsEphemeralResource,)
 LIST_RESOURCES: tuple[type[ListResource], ...] = (

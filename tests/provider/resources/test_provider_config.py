@@ -141,5 +141,5 @@ def test_provider_schema_offers_identity_and_list_resources_but_no_state_moves()
     assert set(schema.list_resource_schemas) == typed
     request = pb.GetResourceIdentitySchemas.Request()
     identities = server.get_resource_identity_schemas(request).identity_schemas
-    assert set(identities) == typed | {"gpucloud_security_group"}
+    assert set(identities) == typed | {"gpucloud_security_group", "gpucloud_host_pool"}
     assert all([a.name for a in s.identity_attributes] == ["id"] for s in identities.values())
