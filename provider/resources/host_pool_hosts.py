@@ -3,11 +3,33 @@ what the backend's last check found on each."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from provider.framework import Int64Attribute, StringAttribute, rfc3339_utc
+from provider.framework.validators import ValueValidator
 from provider.resources.api_rules import field_validators
+
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                       r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
+
+
+def _is_address(value: str) -> bool:
+    """The API's rule (backend/domain/host_pools.py: address_error): an IP address or a DNS name."""
+    try:
+        ipaddress.ip_address(value)
+        return True
+    except ValueError:
+        return bool(_HOSTNAME.match(value))
+
+
+# Checked at plan time as the API checks it at apply (the walk lists `invalid_address` as apply-time: it
+# walks the contract's JSON Schema rules, and this one is the API's parser).
+ADDRESS = ValueValidator(
+    "must be an IP address or a DNS name, such as 10.0.0.5 or gpu-a.lab.example", _is_address
+)
 
 
 def pool_rules(field: str, **text: str) -> Any:
@@ -23,7 +45,7 @@ HOST_INPUT = {
     "address": StringAttribute(
         required=True,
         description="IP address or DNS name the backend connects to, for example `10.0.0.5`.",
-        validators=pool_rules("hosts[].address"),
+        validators=[*pool_rules("hosts[].address"), ADDRESS],
     ),
     "port": Int64Attribute(
         optional=True,

@@ -365,8 +365,8 @@ NOT_PLAN_TIME = {
     "invalid_private_key": "the provider never parses a private key (it may be write-only and unknown at "
     "plan time): the API refuses it at apply, naming ssh_private_key(_wo)",
     "encrypted_private_key": "as invalid_private_key: only a parse of the key can tell",
-    "invalid_address": "a host address is an IP address or a DNS name, told apart by the API's parsers at "
-    "apply, which name hosts[i].address",
+    "invalid_address": "an IP address or a DNS name: the API's parser, no JSON Schema rule; the provider "
+    "checks the same at plan time (host_pool_hosts.ADDRESS, tested in test_host_pool.py)",
     "invalid_proxy_jump": "[user@]host[:port] parsed by the API at apply, naming proxy_jump",
     "duplicate_host": "the same host twice (address and port in use, with the pool's default port): refused "
     "at apply naming hosts[i]",

@@ -416,3 +416,11 @@ def test_host_pool_unconfirmed_create_with_a_wo_key_is_dropped_with_a_warning(
     (warning,) = response.diagnostics
     assert warning.summary == "Host Pool Create Never Confirmed" and '"lab"' in warning.detail
     assert [method for method, _, _ in api.requests] == []
+
+
+def test_host_pool_addresses_are_checked_at_plan_time_as_the_api_does(server: ProviderServer) -> None:
+    good = config(hosts=[host("10.0.0.5"), host("fd00::5"), host("gpu-a.lab.example")])
+    assert validate(server, good) == []
+    (error,) = validate(server, config(hosts=[host("10.0.0.5"), host("-oProxyCommand=evil")]))
+    assert [s.attribute_name or s.element_key_int for s in error.attribute.steps] == ["hosts", 1, "address"]
+    assert "IP address or a DNS name" in error.detail
