@@ -16,11 +16,14 @@ from backend.domain.access import OPERATOR_CLUSTER_FIELDS, ROLES, Permission, al
 from backend.settings import Settings
 from tests.backend.access_keys import client_for, make_key
 from tests.backend.keys import ed25519_key
+from tests.contract.private_keys import private_key
 
 API_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 CLUSTER = {"name": "train", "region": "us-east-1", "instance_type": "1xH100", "node_count": 1}
 RESERVATION = {"name": "block", "region": "us-east-1", "instance_type": "1xH100", "node_count": 1,
                "duration_days": 1}
+HOST_POOL = {"name": "lab", "region": "lab", "ssh_private_key": private_key("ed25519", "openssh"),
+             "hosts": [{"address": "10.0.0.5"}]}
 
 
 def _bodies() -> dict[tuple[str, str], Any]:
@@ -44,6 +47,8 @@ def _bodies() -> dict[tuple[str, str], Any]:
         ("POST", "/v1/reserved-ips"): {"region": "us-east-1"},
         ("PATCH", "/v1/reserved-ips/{reserved_ip_id}"): {"name": "renamed"},
         ("POST", "/v1/clusters/{cluster_id}/reserve-ip"): {"name": "kept"},
+        ("POST", "/v1/host-pools"): {**HOST_POOL, "name": "made"},
+        ("PATCH", "/v1/host-pools/{host_pool_id}"): {"name": "renamed"},
     }
 
 
@@ -55,9 +60,10 @@ def _world(admin: TestClient) -> dict[str, str]:
     group = admin.post("/v1/security-groups", json={"name": "g"}).json()["id"]
     reservation = admin.post("/v1/reservations", json=RESERVATION).json()["id"]
     reserved_ip = admin.post("/v1/reserved-ips", json={"region": "us-east-1"}).json()["id"]
+    host_pool = admin.post("/v1/host-pools", json=HOST_POOL).json()["id"]
     return {"cluster_id": cluster, "volume_id": volume, "ssh_key_id": key, "budget_id": budget,
             "security_group_id": group, "reservation_id": reservation, "reserved_ip_id": reserved_ip,
-            "file": "hosts", "name": "train-0"}
+            "host_pool_id": host_pool, "file": "hosts", "name": "train-0"}
 
 
 def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:
@@ -69,6 +75,7 @@ def _declared(admin: TestClient, ids: dict[str, str]) -> list[str]:
         f"/v1/budgets/{ids['budget_id']}",
         f"/v1/security-groups/{ids['security_group_id']}",
         f"/v1/reserved-ips/{ids['reserved_ip_id']}",
+        f"/v1/host-pools/{ids['host_pool_id']}",
     )
     return [admin.get(path).headers["ETag"] for path in paths]
 
