@@ -58,6 +58,11 @@ class JobOut(BaseModel):
     job_id: int = Field(description="Slurm's job id (an array task's own: JobIDRaw)")
     array_job_id: int | None = Field(description="An array task's array job id (Slurm's `1234_5`: 1234)")
     array_task_id: int | None = Field(description="An array task's index (`1234_5`: 5); null: not one task")
+    array_tasks: str | None = Field(
+        default=None, description="An array's tasks not started yet, which Slurm keeps as one pending record "
+                                  "under the array's own job id (squeue's `1234_[3-5]`): their list as Slurm "
+                                  "writes it (`3-5`, `1,4-9`, `3-5%2` with a running-task limit); null: not "
+                                  "such a record")
     name: str
     user: str
     partition: str
@@ -102,6 +107,7 @@ class LogsOut(BaseModel):
 
 def _job_out(job: Job, now: dt.datetime) -> JobOut:
     return JobOut(job_id=job.job_id, array_job_id=job.array_job_id, array_task_id=job.array_task_id,
+                  array_tasks=job.array_tasks,
                   name=job.name, user=job.user, partition=job.partition, nodes=job.nodes,
                   gpus=job.gpus, state=job.state.lower() or "unknown", reason=job.reason,
                   priority=job.priority, submitted_at=job.submitted_at, started_at=job.started_at,

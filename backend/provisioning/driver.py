@@ -219,6 +219,10 @@ class Job:
     node_count: int = 1  # nodes the job asks for (a pending job) or holds
     array_job_id: int | None = None  # an array task's array (Slurm's `1234_5`: 1234), else None
     array_task_id: int | None = None  # its index in the array (5); None: not one task (a pending rest)
+    # An array's tasks not started yet, which Slurm keeps as one record (job id the array's) until they
+    # start: its task list as Slurm writes it (`3-5`, `1,4-9`, `3-5%2` with a limit), squeue's
+    # `1234_[3-5]`; None: not such a record.
+    array_tasks: str | None = None
 
     # Slurm's states of a job that still holds its nodes, and of one waiting to be given some.
     HOLDING_STATES: ClassVar[frozenset[str]] = frozenset(

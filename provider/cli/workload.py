@@ -35,9 +35,12 @@ def slurm_duration(seconds: int) -> str:
 
 
 def job_id(job: Mapping[str, Any]) -> str:
-    """As squeue prints it: `1234_5` for task 5 of array job 1234, else the job's id."""
+    """As squeue prints it: `1234_5` for task 5 of array job 1234, `1234_[3-5]` for its tasks 3 to 5 that
+    have not started (one record in Slurm), else the job's id."""
     if job.get("array_job_id") is not None and job.get("array_task_id") is not None:
         return f"{job['array_job_id']}_{job['array_task_id']}"
+    if job.get("array_job_id") is not None and job.get("array_tasks"):
+        return f"{job['array_job_id']}_[{job['array_tasks']}]"
     return str(job["job_id"])
 
 
@@ -79,9 +82,9 @@ def show_jobs(listing: Mapping[str, Any], state: str | None) -> None:
 def jobs(app: App, cluster_ref: str, state: str | None, limit: int | None, as_json: bool) -> None:
     """List CLUSTER's jobs and partitions.
 
-    The Slurm job table (as squeue and sacct show it: Slurm's states, array tasks as 1234_5, a job's
-    GPUs over all its nodes), newest first, after the count of jobs per state, then the partitions
-    (nodes, GPU type, free GPUs, time limits).
+    The Slurm job table (as squeue and sacct show it: Slurm's states, array tasks as 1234_5 and those
+    not started yet as 1234_[3-5], a job's GPUs over all its nodes), newest first, after the count of
+    jobs per state, then the partitions (nodes, GPU type, free GPUs, time limits).
 
     \b
     Example:

@@ -1,7 +1,8 @@
 """The jobs API speaks Slurm, on a real 2-node local cluster (root, Debian's Slurm 22.05 daemons): an array
 job's tasks carry their array's id, a 2-node `--gres=gpu:4` job counts its GPUs over both nodes, a
-cancelled job is CANCELLED (not failed); and accounting's `sacct`, where the cluster keeps it, read the
-same way. The store is not what is tested here, so SQLite only."""
+cancelled job is CANCELLED (not failed), an array's tasks not started yet are one record with their
+task list (`1234_[3-5]`); and accounting's `sacct`, where the cluster keeps it, read the same way. The
+store is not what is tested here, so SQLite only."""
 
 from __future__ import annotations
 
@@ -99,3 +100,19 @@ def test_local_jobs_array_tasks_gpu_totals_and_cancelled_jobs_read_as_slurm_says
     _ssh(key, login, f"scancel {wide}")
     ended = _poll(table, lambda b: state(b, wide) in ("completing", "cancelled"))
     assert next(j for j in ended["items"] if j["job_id"] == wide)["gpus"] == 2 * GPUS_PER_NODE
+
+    # An array too big for the cluster (a task takes a node's 8 GPUs): tasks 1 and 2 run, 3-5 wait in one
+    # record under the array's own id, as squeue shows `<id>_[3-5]`.
+    big = _submit(key, login, "-J big --array=1-5 --gres=gpu:8 --wrap 'sleep 300'")
+
+    def split(body: dict[str, Any]) -> bool:
+        mine = [j for j in body["items"] if j["array_job_id"] == big]
+        return sorted((j["array_task_id"] or 0, j["state"]) for j in mine) == [
+            (0, "pending"), (1, "running"), (2, "running")]
+
+    arrays = [j for j in _poll(table, split, seconds=30)["items"] if j["array_job_id"] == big]
+    rest = next(j for j in arrays if j["array_task_id"] is None)
+    assert (rest["job_id"], rest["array_tasks"], rest["nodes"]) == (big, "3-5", ""), rest
+    assert all(j["array_tasks"] is None and j["gpus"] == 8 for j in arrays if j is not rest), arrays
+    assert f"{big}_[3-5]" in _ssh(key, login, f"squeue -h -j {big} -o %i")
+    _ssh(key, login, f"scancel {big}")

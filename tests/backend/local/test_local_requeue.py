@@ -2,7 +2,8 @@
 slurmd is killed (`kill -9`, the `crash` fault) is set DOWN in slurmctld as soon as the health watch finds
 it, so its batch jobs are requeued at once instead of staying RUNNING on a dead machine, and they run
 again on the node's replacement; a restart (node action) requeues the jobs of the node first, and keeps
-an operator's drain. One cluster, SQLite only (the store is not what is tested here)."""
+an operator's drain; a credit pause, which powers the nodes off, requeues their jobs before, and they run
+again after the resume. SQLite only (the store is not what is tested here)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from backend.api import cluster_nodes, cluster_workload
 from backend.provisioning.drivers.local.driver import LocalDriver
 from backend.provisioning.drivers.local.faults import inject_fault
 from backend.provisioning.drivers.local.namespaces import run
+from backend.provisioning.engine import pause_cluster, resume_cluster
 from backend.provisioning.node_config import slurm_control
 from backend.provisioning.settings import EngineSettings, use
 from backend.provisioning.worker import EngineWorker
@@ -35,6 +37,8 @@ PAIR = ("if [ -e $HOME/pair.ran ]; then srun hostname | sort > $HOME/pair.done; 
         "else touch $HOME/pair.ran; srun sleep 600; fi")
 THIRD = ("if [ -e $HOME/third.ran ]; then hostname > $HOME/third.done; "
          "else touch $HOME/third.ran; sleep 600; fi")
+PAUSED = ("if [ -e $HOME/paused.ran ]; then hostname > $HOME/paused.done; "
+          "else touch $HOME/paused.ran; sleep 600; fi")
 
 
 def _cluster(admin: TestClient, sessions: sessionmaker[Session], driver: LocalDriver, tmp_path: Path,
@@ -155,3 +159,46 @@ def test_local_crashed_node_requeues_its_jobs_which_finish_on_the_repaired_node(
     assert "State=IDLE+DRAIN " in node and f"Reason={slurm_control.ACTION_REASON}" in node, node
     assert next(n for n in admin.get(f"{url}/nodes").json()["items"] if n["name"] == "rq-0")["drained"]
     assert _job(key, login, jobs["third"])["JobState"] == "PENDING", restarted  # waits for a node
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_local_pause_requeues_the_jobs_of_the_nodes_it_powers_off_and_they_run_after_the_resume(
+    admin: TestClient, sessions: sessionmaker[Session], driver: LocalDriver, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker, cluster, login = _cluster(admin, sessions, driver, tmp_path, monkeypatch, "pz")
+    key, url = tmp_path / "key", f"/v1/clusters/{cluster['id']}"
+    # A batch job on a worker node, requeueable by Slurm's default (JobRequeue=1: no --requeue).
+    submitted = _ssh(key, login, f"sbatch -N1 -w pz-1 --mem=100M -J paused --wrap '{PAUSED}'")
+    assert submitted[:3] == ["Submitted", "batch", "job"], submitted
+    job_id = int(submitted[3])
+    _wait(worker, lambda: _ssh(key, login, "ls"), lambda names: "paused.ran" in names, 60)
+    assert _job(key, login, job_id)["JobState"] == "RUNNING"
+
+    # Credits run out: the nodes are powered off (the jumphost, slurmctld's, keeps running). Slurm is told
+    # before pz-1's machine stops: the job is requeued, not left RUNNING on a machine that is off.
+    with sessions.begin() as session:
+        pause_cluster(session, cluster["id"], "credits exhausted")
+    _wait(worker, lambda: [n["status"] for n in get(admin, cluster["id"])["nodes"]],
+          lambda statuses: statuses == ["PAUSED", "PAUSED"], 60)
+    assert driver.wait_idle()
+    requeued = _job(key, login, job_id)
+    assert requeued["Restarts"] == "1" and requeued["JobState"] in ("PENDING", "REQUEUED"), requeued
+    node = " ".join(_ssh(key, login, "scontrol show node pz-1 -o"))
+    assert "State=DOWN+DRAIN" in node, node  # down while its machine is off, not idle
+    assert f"Reason={slurm_control.REPAIR_REASON}: powered off (credits exhausted)" in node, node
+    api = {j["job_id"]: j["state"] for j in admin.get(f"{url}/jobs").json()["items"]}
+    assert api[job_id] in ("pending", "requeued"), api
+
+    # Resumed: the nodes boot again, Slurm resumes them as they join, the job runs again and completes.
+    with sessions.begin() as session:
+        resume_cluster(session, cluster["id"], "credits added")
+    _wait(worker, lambda: get(admin, cluster["id"]), _converged(2), 180)
+    done = _wait(worker, lambda: _ssh(key, login, "cat paused.done 2>/dev/null"),
+                 lambda words: len(words) == 1, 120)
+    assert done[0] in ("pz-0", "pz-1"), done
+    finished = _wait(worker, lambda: _job(key, login, job_id), lambda j: j.get("JobState") == "COMPLETED", 60)
+    assert finished["Restarts"] == "1", finished
+    for name in ("pz-0", "pz-1"):
+        node = " ".join(_ssh(key, login, f"scontrol show node {name} -o"))
+        assert "State=IDLE " in node and slurm_control.REPAIR_REASON not in node, node

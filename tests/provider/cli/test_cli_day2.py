@@ -87,22 +87,27 @@ def test_cli_jobs_prints_counters_job_table_and_partitions(
            "priority": 100, "run_time_seconds": 3725, "time_limit_seconds": 86400}
     task = {**job, "job_id": 9, "array_job_id": 8, "array_task_id": 1, "nodes": "train-1", "gpus": 0,
             "state": "node_fail", "reason": "NodeDown", "run_time_seconds": 5}
+    rest = {**task, "job_id": 8, "array_task_id": None, "array_tasks": "3-5", "nodes": "", "state": "pending",
+            "reason": "Resources", "run_time_seconds": 0}  # the array's tasks not started: one record
     partition = {"name": "gpu", "nodes": 2, "gpu_type": "H100", "gpus_available": 0, "gpus_total": 16,
                  "default_time": "01:00:00", "max_time": "7-00:00:00", "state": "UP"}
-    counts = {"running": 1, "pending": 0, "completed": 3, "failed": 0, "cancelled": 0, "timeout": 0,
+    counts = {"running": 1, "pending": 1, "completed": 3, "failed": 0, "cancelled": 0, "timeout": 0,
               "node_fail": 1}
-    api.script += [ok([CLUSTER]), ok({"items": [task, job], "counts": counts, "partitions": [partition]})]
+    api.script += [ok([CLUSTER]), ok({"items": [task, rest, job], "counts": counts,
+                                      "partitions": [partition]})]
     assert main(["jobs", "train", "--state", "running"]) == 0
     assert dict(api.requests[-1].url.params) == {"state": "running"}
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == ("Jobs: 1 running, 0 pending, 3 completed, 0 failed, 0 cancelled, 0 timeout, "
+    assert lines[0] == ("Jobs: 1 running, 1 pending, 3 completed, 0 failed, 0 cancelled, 0 timeout, "
                         "1 node_fail")
     assert lines[2].split()[:2] == ["JOBID", "NAME"]
     assert lines[3].split() == ["8_1", "train", "ana", "gpu", "train-1", "0", "NODE_FAIL", "NodeDown", "0:05",
                                 "1-00:00:00", "100"]  # as squeue prints an array task and Slurm's state
-    assert lines[4].split() == ["7", "train", "ana", "gpu", "train-[0-1]", "16", "RUNNING", "-", "1:02:05",
+    assert lines[4].split() == ["8_[3-5]", "train", "ana", "gpu", "-", "0", "PENDING", "Resources", "0:00",
+                                "1-00:00:00", "100"]  # squeue's pending rest of an array
+    assert lines[5].split() == ["7", "train", "ana", "gpu", "train-[0-1]", "16", "RUNNING", "-", "1:02:05",
                                 "1-00:00:00", "100"]
-    assert lines[7].split() == ["gpu", "2", "H100", "0/16", "01:00:00", "7-00:00:00", "UP"]
+    assert lines[8].split() == ["gpu", "2", "H100", "0/16", "01:00:00", "7-00:00:00", "UP"]
 
 
 def test_cli_jobs_state_takes_slurms_names_in_either_case(

@@ -438,7 +438,8 @@ class LocalDriver:
             OpKind.CONTAINER_RECREATE: lambda: self._sync_volumes(cluster, plan, _need(local)),
             OpKind.NODE_RELEASE: lambda: self._release(cluster, plan, _need(local),
                                                        node.reason if node is not None else None),
-            OpKind.NODE_POWER_OFF: lambda: _power_off(_need(local)),
+            OpKind.NODE_POWER_OFF: lambda: self._power_off(cluster, plan, _need(local),
+                                                           node.reason if node is not None else None),
             OpKind.NODE_POWER_ON: lambda: self._power_on(cluster, plan, _need(local)),
             OpKind.NODE_RESTART: lambda: self._restart(cluster, plan, _need(local),
                                                        node.reason if node is not None else None),
@@ -566,6 +567,23 @@ class LocalDriver:
         if controller is not None:
             slurm_jobs.requeue_node_jobs(controller, node.name)
 
+    def _power_off(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode, why: str | None) -> None:
+        """A credit pause shuts the machine down, its disk kept. Slurm is told first (DOWN with the pause's
+        reason, as before a restart): its batch jobs are requeued (`JobRequeue=1`) and the others end
+        NODE_FAIL naming it, instead of staying RUNNING until slurmctld misses the slurmd. Power-on
+        resumes the node when it joins (`_join`)."""
+        if plan.controller is not None and plan.controller.name == node.name:
+            # The node is its own controller (a single-node cluster): no slurmctld would be left to act on
+            # a DOWN, it stops with the machine (its state saved) and meets the node again at power-on.
+            _stop_machine(node)
+            return
+        reason = f"powered off ({why or 'paused'})"
+        self._take_down(cluster, plan, node, reason)
+        _stop_machine(node)
+        # Again once it is off: its slurmd, still alive after the first, re-registered (IDLE+DRAIN); so the
+        # node reads DOWN while the machine is off, not IDLE+DRAIN until slurmctld's SlurmdTimeout.
+        self._take_down(cluster, plan, node, reason)
+
     def _power_on(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         """Powered off, a node keeps its namespaces and files (its disk): boot it and start its daemons."""
         self._boot(cluster, plan, node)
@@ -574,7 +592,7 @@ class LocalDriver:
 
     def _restart(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode, why: str | None) -> None:
         self._take_down(cluster, plan, node, why or "restarted")  # resumed when it joins again
-        _power_off(node)
+        _stop_machine(node)
         self._power_on(cluster, plan, node)
 
     def _accept(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
@@ -787,7 +805,8 @@ def shell_of(node: LocalNode) -> SshShell:
     return node_shell(node.cluster, node.name, node.address)
 
 
-def _power_off(node: LocalNode) -> None:
+def _stop_machine(node: LocalNode) -> None:
+    """The machine off: its processes end, its namespaces and files (its disk) stay."""
     shell_of(node).close()
     node.stop_processes()
 

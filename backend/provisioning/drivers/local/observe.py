@@ -95,6 +95,16 @@ def _array_task(value: Any) -> int | None:
     return value if isinstance(value, int) and 0 <= value < _NO_VAL else None
 
 
+def _array_rest(raw: dict[str, Any]) -> str | None:
+    """The tasks an array record stands for that have not started (`array_task_string`, `3-5`, with
+    `%2` when the array limits its running tasks), as squeue prints `1234_[3-5]`; None: one task, or
+    not an array."""
+    tasks = raw.get("array_task_string")
+    if _array_task(raw.get("array_task_id")) is not None or not isinstance(tasks, str) or not tasks:
+        return None
+    return tasks
+
+
 def _queue_gpus(raw: dict[str, Any], nodes: int) -> int:
     """A queued job's GPUs over all its nodes: what slurmctld allocated or counts as asked
     (`gres/gpu=12` in tres_alloc_str/tres_req_str, with gres/gpu in AccountingStorageTRES), else what the
@@ -113,7 +123,8 @@ def _queue_gpus(raw: dict[str, Any], nodes: int) -> int:
 
 def parse_squeue_json(document: str) -> list[Job]:
     """Jobs in the output of `squeue --json` (Slurm 22.05, openapi v0.0.38): the queue and the jobs
-    slurmctld still holds (MinJobAge), array tasks with their array's id (`array_job_id`, 0: none)."""
+    slurmctld still holds (MinJobAge), array tasks with their array's id (`array_job_id`, 0: none); an
+    array's tasks not started yet are one record, the array's own id, with their task list."""
     jobs = []
     for raw in json.loads(document).get("jobs", []):
         submitted = _epoch(raw.get("submit_time")) or dt.datetime.fromtimestamp(0, dt.UTC)
@@ -130,6 +141,7 @@ def parse_squeue_json(document: str) -> list[Job]:
             reason=_reason(raw.get("state_reason")), node_count=nodes,
             array_job_id=array if isinstance(array, int) and array > 0 else None,
             array_task_id=_array_task(raw.get("array_task_id")) if isinstance(array, int) and array else None,
+            array_tasks=_array_rest(raw) if isinstance(array, int) and array else None,
         ))
     return jobs
 
@@ -170,7 +182,7 @@ SACCT_FORMAT = ("JobIDRaw,JobID,JobName,User,Partition,NodeList,AllocTRES,ReqTRE
                 "TimelimitRaw,Priority,Reason,NNodes,ExitCode")
 SACCT = ["sacct", "--parsable2", "--noheader", "--allusers", "--starttime", "now-1days",
          f"--format={SACCT_FORMAT}", "-X"]
-_SACCT_JOB_ID = re.compile(r"^(\d+)(?:_(\d+)|_\[.*\])?$")
+_SACCT_JOB_ID = re.compile(r"^(\d+)(?:_(\d+)|_\[(.+)\])?$")
 
 
 def _number(text: str) -> int | None:
@@ -180,8 +192,8 @@ def _number(text: str) -> int | None:
 def parse_sacct(output: str) -> list[Job]:
     """Jobs in `sacct --parsable2 --noheader -X --format=SACCT_FORMAT` (Slurm 22.05): accounting's record of
     each allocation, the queue included. JobID `1234_5` is task 5 of array 1234 (`1234_[6-9]`: its tasks
-    not started yet), State `CANCELLED by 1000` is CANCELLED, AllocTRES `gres/gpu=12` the job's GPUs over
-    all its nodes (ReqTRES while it waits), times `Unknown`/`None` are none."""
+    not started yet, `array_tasks` 6-9), State `CANCELLED by 1000` is CANCELLED, AllocTRES `gres/gpu=12`
+    the job's GPUs over all its nodes (ReqTRES while it waits), times `Unknown`/`None` are none."""
     names = SACCT_FORMAT.split(",")
     jobs = []
     for line in output.splitlines():
@@ -204,6 +216,7 @@ def parse_sacct(output: str) -> list[Job]:
             reason=_reason(row["Reason"]), node_count=_count(_number(row["NNodes"])),
             array_job_id=int(found[1]) if found is not None and row["JobID"] != found[1] else None,
             array_task_id=int(found[2]) if found is not None and found[2] else None,
+            array_tasks=found[3] if found is not None else None,
         ))
     return jobs
 

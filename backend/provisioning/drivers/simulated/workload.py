@@ -14,6 +14,7 @@ own (only jobs requeued by a failure carry over). In a slot:
   when the slot ends is cancelled by its user.
 The scheduler starts any waiting job that fits on one usable node (up, not failed, not drained), the
 job's own node first, as Slurm's backfill would; so a job is pending only while its GPUs are not free.
+An array's tasks that have not started are one pending record, as slurmctld keeps them (`1234_[3-5]`).
 A node that fails ends its jobs: they are requeued under the same id (PENDING, reason BeginTime for
 slurmctld's two minutes, then Resources) and run again wherever they fit, a node's replacement
 included, for what was left of them. A drained node takes no new job; its running ones finish. Job ids
@@ -25,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from backend.provisioning.driver import Job, NodeRun
@@ -378,6 +379,7 @@ def snapshot(seed: int, cluster: str, nodes: Sequence[NodeRun], now: dt.datetime
     for task in carried:  # requeued and waiting beyond the slot
         latest[task.job_id] = Record(task)
     jobs, allocated = [], {m.name: 0 for m in fleet}
+    unstarted = set()
     for record in latest.values():
         job = _job_at(record, now)
         if job is None:
@@ -385,7 +387,36 @@ def snapshot(seed: int, cluster: str, nodes: Sequence[NodeRun], now: dt.datetime
         jobs.append(job)
         if job.state == "RUNNING":
             allocated[job.nodes] += job.gpus
-    return Snapshot(sorted(jobs, key=lambda j: j.job_id, reverse=True), allocated)
+        if job.state == "PENDING" and not record.task.requeued and all(r.start > now for r in record.runs):
+            unstarted.add(job.job_id)
+    return Snapshot(sorted(array_rests(jobs, unstarted), key=lambda j: j.job_id, reverse=True), allocated)
+
+
+def array_rests(jobs: Sequence[Job], unstarted: set[int]) -> list[Job]:
+    """As slurmctld keeps them: the tasks of an array that have not started (job ids in `unstarted`), two
+    or more, are one pending record, squeue's `1234_[3-5]` (`array_tasks`, no task id of its own). Its id
+    is the lowest of theirs: Slurm's is the array's own, which the modelled array gives its first task."""
+    waiting: dict[int, list[Job]] = {}
+    for job in jobs:
+        if job.job_id in unstarted and job.array_job_id is not None and job.array_task_id is not None:
+            waiting.setdefault(job.array_job_id, []).append(job)
+    rests = {array: group for array, group in waiting.items() if len(group) > 1}
+    folded = {job.job_id for group in rests.values() for job in group}
+    return [*(job for job in jobs if job.job_id not in folded),
+            *(replace(min(group, key=lambda j: j.job_id), array_task_id=None,
+                      array_tasks=task_ranges(j.array_task_id for j in group if j.array_task_id is not None))
+              for group in rests.values())]
+
+
+def task_ranges(tasks: Iterable[int]) -> str:
+    """Array task ids as Slurm writes a task list: `1,3-5,9`."""
+    ranges: list[list[int]] = []
+    for task in sorted(set(tasks)):
+        if ranges and task == ranges[-1][1] + 1:
+            ranges[-1][1] = task
+        else:
+            ranges.append([task, task])
+    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
 
 
 def jobs(seed: int, cluster: str, nodes: Sequence[NodeRun], now: dt.datetime,

@@ -1,6 +1,7 @@
 // Jobs: counters per Slurm state, filter tabs ALL and each state the API counts (RUNNING, PENDING,
 // COMPLETED, FAILED, CANCELLED, TIMEOUT, and NODE_FAIL, COMPLETING, ... when a job is in it), the job
-// table: Slurm's states, array tasks as 1234_5, a job's GPUs over all its nodes.
+// table: Slurm's states, array tasks as 1234_5 (not started yet: 1234_[3-5]), a job's GPUs over all its
+// nodes.
 
 import { get, latest, STALE } from "../api.js";
 import { card, clear, fmt, filterTabs, h, table } from "../dom.js";
@@ -16,10 +17,11 @@ const TONES = {
   failed: "failed", node_fail: "failed", boot_fail: "failed", out_of_memory: "failed", unknown: "unknown",
 };
 
-// As squeue prints a job's id: 1234_5 for task 5 of array job 1234.
+// As squeue prints a job's id: 1234_5 for task 5 of array job 1234, 1234_[3-5] for its tasks not started.
 export function jobId(job) {
-  return job.array_job_id != null && job.array_task_id != null
-    ? `${job.array_job_id}_${job.array_task_id}` : String(job.job_id);
+  if (job.array_job_id != null && job.array_task_id != null) return `${job.array_job_id}_${job.array_task_id}`;
+  if (job.array_job_id != null && job.array_tasks) return `${job.array_job_id}_[${job.array_tasks}]`;
+  return String(job.job_id);
 }
 
 export function stateBadge(state, reason) {
