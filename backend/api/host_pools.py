@@ -238,7 +238,6 @@ def _connection(body: HostPoolCreate | HostPoolUpdate) -> host_pools.Connection:
         ssh_user=body.ssh_user,
         ssh_port=body.ssh_port,
         ssh_private_key=body.ssh_private_key,
-        proxy_jump=body.proxy_jump,
         install_packages=body.install_packages,
     )
 
@@ -259,6 +258,7 @@ def create_host_pool(
             connection=_connection(body),
             hosts=[host.entry() for host in body.hosts],
             labels=body.labels,
+            proxy_jump=body.proxy_jump,
             shared_storage_path=body.shared_storage_path,
         )
         return _outcome(session, pool, 201, f"/v1/host-pools/{pool.id}")

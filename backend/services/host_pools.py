@@ -27,12 +27,12 @@ KIND = "host_pool"
 
 @dataclass(frozen=True)
 class Connection:
-    """How to reach the pool's hosts, as declared (None fields of an update: unchanged)."""
+    """How to log in to the pool's hosts, as declared (None fields of an update: unchanged). The bastion is
+    not here: a null `proxy_jump` in an update clears it."""
 
     ssh_user: str | None = None
     ssh_port: int | None = None
     ssh_private_key: str | None = None
-    proxy_jump: str | None = None
     install_packages: bool | None = None
 
 
@@ -100,11 +100,12 @@ def create_host_pool(
     connection: Connection,
     hosts: Sequence[rules.HostEntry],
     labels: Mapping[str, str],
+    proxy_jump: str | None,
     shared_storage_path: str | None,
 ) -> HostPool:
     """Register a pool; its hosts are checked by the worker right after."""
     port = connection.ssh_port or 22
-    _check_optional(connection.proxy_jump, shared_storage_path)
+    _check_optional(proxy_jump, shared_storage_path)
     checked = _checked_hosts(hosts, port)
     key = _checked_key(connection.ssh_private_key or "")
     now = utcnow()
@@ -118,7 +119,7 @@ def create_host_pool(
         ssh_private_key=key.openssh,
         ssh_public_key=key.public_key,
         ssh_key_fingerprint=key.fingerprint,
-        proxy_jump=connection.proxy_jump,
+        proxy_jump=proxy_jump,
         shared_storage_path=shared_storage_path,
         install_packages=bool(connection.install_packages),
         labels=scoped_labels(labels, scope),

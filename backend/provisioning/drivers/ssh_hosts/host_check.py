@@ -16,7 +16,7 @@ import shlex
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,7 +84,6 @@ class HostVerdict:
     host_key: str | None = None
     inventory: dict[str, Any] | None = None
     jump_known_hosts: str = ""
-    notes: list[str] = field(default_factory=list)
 
 
 def check_host(target: HostTarget, *, now: Callable[[], float] = time.time) -> HostVerdict:
