@@ -91,15 +91,18 @@ def _tmp_disk_mib(local_nvme: str) -> int:
 
 
 def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER,
-               config: Mapping[str, Any] | None = None, power: PowerSaving | None = None) -> str:
-    """`config`: the cluster's declared `slurm_config` (partitions, prolog, epilog; QoS live in slurmdbd)."""
+               config: Mapping[str, Any] | None = None, power: PowerSaving | None = None,
+               controller_hostname: str | None = None) -> str:
+    """`config`: the cluster's declared `slurm_config` (partitions, prolog, epilog; QoS live in slurmdbd).
+    `controller_hostname`: the controller machine's own `hostname -s` when it is not the node's name (a
+    pool's server keeps its name; slurmctld runs only where SlurmctldHost names the machine)."""
     itype = layout.instance_type
     real_memory = int(itype.ram_gib * 1024 * (1 - OS_MEMORY_RESERVE))
     gres = f"gpu:{itype.gpu_short_name}:{itype.gpu_count}"
     lines = [
         f"# slurm.conf for cluster {layout.name} ({layout.cluster_id}); generated, do not edit.",
         f"ClusterName={cluster_name(layout)}",
-        f"SlurmctldHost={layout.controller}({layout.controller_ip})",
+        f"SlurmctldHost={controller_hostname or layout.controller}({layout.controller_ip})",
         "AuthType=auth/munge",
         f"AuthInfo=cred_expire={host.cred_expire_seconds}",
         "CredType=cred/munge",

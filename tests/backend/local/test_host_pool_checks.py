@@ -9,127 +9,27 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import shutil
-import socket
 import subprocess
-import time
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ed25519
 from fastapi.testclient import TestClient
 
 from backend.domain.clock import SYSTEM_CLOCK
 from backend.provisioning import host_checks
-from backend.provisioning.drivers.local.driver import tear_down
-from backend.provisioning.drivers.local.namespaces import Bind, LocalCluster, LocalNode
-from backend.provisioning.drivers.local.node_setup import BOOT_DIR, node_binds, prepare_cluster, start_sshd
-from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget, check_host
+from backend.provisioning.drivers.ssh_hosts.host_check import check_host
 from backend.settings import Settings
 from backend.store.db import make_engine, make_session_factory
+from tests.backend.local.stand_in_hosts import StandIns, openssh, private_key, public, stand_in_hosts
 
 SUBNET = "10.0.8.0/24"
-RECORDED_XML = Path(__file__).parents[1] / "node_agent" / "data" / "nvidia-smi-q.xml"
-# A server's sshd: root may log in with a key from any address (no management network to restrict it to).
-SSHD_CONFIG = f"""\
-Port 22
-ListenAddress 0.0.0.0
-HostKey {BOOT_DIR}/ssh_host_ed25519_key
-AuthorizedKeysFile {BOOT_DIR}/authorized_keys/%u
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PermitRootLogin prohibit-password
-UsePAM no
-PidFile /run/sshd/sshd.pid
-"""
-
-
-def _private_key() -> ed25519.Ed25519PrivateKey:
-    return ed25519.Ed25519PrivateKey.generate()
-
-
-def _openssh(key: ed25519.Ed25519PrivateKey) -> str:
-    return key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
-    ).decode()
-
-
-def _public(key: ed25519.Ed25519PrivateKey) -> str:
-    return (
-        key.public_key()
-        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-        .decode()
-    )
-
-
-@dataclass(frozen=True)
-class StandIns:
-    bridge: LocalCluster
-    nodes: dict[str, LocalNode]
-    private_key: str
-    host_key: str  # `ssh-ed25519 AAAA...` every stand-in presents
-
-    def target(self, name: str, **changes: object) -> HostTarget:
-        base = HostTarget(
-            address=self.nodes[name].address,
-            port=22,
-            user="root",
-            private_key=self.private_key,
-            host_key=None,
-        )
-        return replace(base, **changes)  # type: ignore[arg-type]
-
-
-def _wait_for_sshd(address: str, seconds: float = 20) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            probe.settimeout(1)
-            if probe.connect_ex((address, 22)) == 0:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"sshd on {address} did not answer")
-
-
-def _recorded_gpu(root: Path) -> list[Bind]:
-    """An `nvidia-smi` on the host's PATH that answers `-q -x` with a real H200 node's output
-    (tests/backend/node_agent/data): the inventory path of a GPU server, without its GPU."""
-    tools = root / "gpu-tools"
-    tools.mkdir(parents=True)
-    shutil.copy(RECORDED_XML, tools / "nvidia-smi-q.xml")
-    script = tools / "nvidia-smi"
-    script.write_text('#!/bin/sh\n[ "$*" = "-q -x" ] && exec cat /usr/local/bin/nvidia-smi-q.xml\nexit 9\n')
-    script.chmod(0o755)
-    return [Bind(tools, "/usr/local/bin", read_only=True)]
 
 
 @pytest.fixture(scope="module")
 def stand_ins() -> Iterator[StandIns]:
-    root = Path("/var/tmp") / f"gpucloud-hosts-test-{uuid.uuid4().hex[:8]}"
-    bridge = LocalCluster(root, f"h{uuid.uuid4().hex[:6]}", SUBNET)
-    key = _private_key()
-    try:
-        bridge.up()
-        prepare_cluster(bridge)
-        boot = bridge.dir / "ssh"
-        (boot / "sshd_config").write_text(SSHD_CONFIG)
-        (boot / "authorized_keys" / "root").write_text(_public(key) + "\n")
-        nodes = {
-            name: bridge.node(name, f"10.0.8.{11 + index}") for index, name in enumerate(("host-a", "host-b"))
-        }
-        for name, node in nodes.items():
-            node.create(node_binds(node) + (_recorded_gpu(root) if name == "host-a" else []))
-            start_sshd(node)
-            _wait_for_sshd(node.address)
-        host_key = " ".join((boot / "ssh_host_ed25519_key.pub").read_text().split()[:2])
-        yield StandIns(bridge, nodes, _openssh(key), host_key)
-    finally:
-        tear_down(bridge)
-        subprocess.run(["rm", "-rf", str(root)], check=False)
+    with stand_in_hosts(SUBNET, ("host-a", "host-b"), gpu_host="host-a") as hosts:
+        yield hosts
 
 
 def test_a_reachable_host_is_ready_with_its_inventory_and_key(stand_ins: StandIns) -> None:
@@ -157,14 +57,14 @@ def test_a_reachable_host_is_ready_with_its_inventory_and_key(stand_ins: StandIn
 
 
 def test_a_changed_host_key_is_refused_before_anything_is_sent(stand_ins: StandIns) -> None:
-    other = " ".join(_public(_private_key()).split()[:2])
+    other = " ".join(public(private_key()).split()[:2])
     verdict = check_host(stand_ins.target("host-b", host_key=other))
     assert (verdict.status, verdict.reason_code) == ("unreachable", "host_key_changed")
     assert "reinstalled" in (verdict.reason or "") and verdict.host_key == other and verdict.inventory is None
 
 
 def test_a_key_the_host_does_not_accept_names_the_fix(stand_ins: StandIns) -> None:
-    verdict = check_host(stand_ins.target("host-a", private_key=_openssh(_private_key())))
+    verdict = check_host(stand_ins.target("host-a", private_key=openssh(private_key())))
     assert (verdict.status, verdict.reason_code) == ("unreachable", "auth_refused")
     assert "authorized_keys" in (verdict.reason or "") and "'root'" in (verdict.reason or "")
 

@@ -1,0 +1,126 @@
+"""Stand-in servers for host pool tests: namespaces with a root of their own (the local driver's boot code) on
+one bridge, whose sshd lets root in with the pool's key from anywhere, as a rented server's would, and reads
+drop-ins from `/etc/ssh/sshd_config.d` as Debian's does. The first may carry an `nvidia-smi` that answers with
+a real H200 node's output (tests/backend/node_agent/data).
+
+Needs root and `ip netns` (.ci/run); every address lives inside namespaces the caller makes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from ipaddress import ip_network
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
+
+from backend.provisioning.drivers.local.driver import tear_down
+from backend.provisioning.drivers.local.namespaces import Bind, LocalCluster, LocalNode
+from backend.provisioning.drivers.local.node_setup import BOOT_DIR, node_binds, prepare_cluster, start_sshd
+from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget
+
+RECORDED_XML = Path(__file__).parents[1] / "node_agent" / "data" / "nvidia-smi-q.xml"
+SSHD_CONFIG = f"""\
+Include /etc/ssh/sshd_config.d/*.conf
+Port 22
+ListenAddress 0.0.0.0
+HostKey {BOOT_DIR}/ssh_host_ed25519_key
+AuthorizedKeysFile {BOOT_DIR}/authorized_keys/%u
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+PidFile /run/sshd/sshd.pid
+"""
+
+
+def private_key() -> ed25519.Ed25519PrivateKey:
+    return ed25519.Ed25519PrivateKey.generate()
+
+
+def openssh(key: ed25519.Ed25519PrivateKey) -> str:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    ).decode()
+
+
+def public(key: ed25519.Ed25519PrivateKey) -> str:
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+    )
+
+
+@dataclass(frozen=True)
+class StandIns:
+    bridge: LocalCluster
+    nodes: dict[str, LocalNode]
+    private_key: str
+    host_key: str  # `ssh-ed25519 AAAA...` every stand-in presents
+
+    def target(self, name: str, **changes: object) -> HostTarget:
+        base = HostTarget(
+            address=self.nodes[name].address,
+            port=22,
+            user="root",
+            private_key=self.private_key,
+            host_key=None,
+        )
+        return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def wait_for_sshd(address: str, seconds: float = 20) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            probe.settimeout(1)
+            if probe.connect_ex((address, 22)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"sshd on {address} did not answer")
+
+
+def _recorded_gpu(root: Path) -> list[Bind]:
+    """An `nvidia-smi` on the host's PATH that answers `-q -x` with a real H200 node's output: the inventory
+    path of a GPU server, without its GPU."""
+    tools = root / "gpu-tools"
+    tools.mkdir(parents=True)
+    shutil.copy(RECORDED_XML, tools / "nvidia-smi-q.xml")
+    script = tools / "nvidia-smi"
+    script.write_text('#!/bin/sh\n[ "$*" = "-q -x" ] && exec cat /usr/local/bin/nvidia-smi-q.xml\nexit 9\n')
+    script.chmod(0o755)
+    return [Bind(tools, "/usr/local/bin", read_only=True)]
+
+
+@contextmanager
+def stand_in_hosts(subnet: str, names: tuple[str, ...], *, gpu_host: str | None = None) -> Iterator[StandIns]:
+    """Servers `names` at the subnet's addresses .11, .12, ...; `gpu_host` carries the recorded nvidia-smi."""
+    root = Path("/var/tmp") / f"gpucloud-hosts-test-{uuid.uuid4().hex[:8]}"
+    bridge = LocalCluster(root, f"h{uuid.uuid4().hex[:6]}", subnet)
+    key = private_key()
+    first = ip_network(subnet).network_address + 11
+    try:
+        bridge.up()
+        prepare_cluster(bridge)
+        boot = bridge.dir / "ssh"
+        (boot / "sshd_config").write_text(SSHD_CONFIG)
+        (boot / "authorized_keys" / "root").write_text(public(key) + "\n")
+        nodes = {name: bridge.node(name, str(first + index)) for index, name in enumerate(names)}
+        for name, node in nodes.items():
+            node.create(node_binds(node) + (_recorded_gpu(root) if name == gpu_host else []))
+            start_sshd(node)
+            wait_for_sshd(node.address)
+        host_key = " ".join((boot / "ssh_host_ed25519_key.pub").read_text().split()[:2])
+        yield StandIns(bridge, nodes, openssh(key), host_key)
+    finally:
+        tear_down(bridge)
+        subprocess.run(["rm", "-rf", str(root)], check=False)
