@@ -198,9 +198,52 @@ def test_a_cluster_on_two_servers_runs_jobs_and_leaves_no_trace(
 
     # The same servers serve the next cluster.
     again = _make_cluster(stand_ins, access, "second", public(user_key))
-    done = _login(stand_ins, key_file, stand_ins.nodes["host-b"].address, "srun -N2 -l true; sinfo -h -o %D")
-    assert done.returncode == 0, done.stderr
+    done = _login(stand_ins, key_file, stand_ins.nodes["host-b"].address, "sinfo -h -o %D")
+    assert (done.returncode, done.stdout.strip()) == (0, "2"), done.stderr
     for shell in again.values():
         host_nodes.release(shell, "clu_second", USER)
     for host, shell in again.items():
         assert _snapshot(shell) == before[host], host
+
+
+def test_mpi_across_servers_and_a_dead_slurmd_found_and_restarted(
+    stand_ins: StandIns, access: PoolAccess, tmp_path: Path
+) -> None:
+    user_key = private_key()
+    key_file = tmp_path / "id_user"
+    key_file.write_text(openssh(user_key))
+    key_file.chmod(0o600)
+    program = tmp_path / "mpi_allreduce"
+    source = Path(__file__).with_name("data") / "mpi_allreduce.c"
+    subprocess.run(["mpicc", "-O2", "-o", str(program), str(source)], check=True, capture_output=True)
+    # A claim cut short (the backend killed before the owner file) is made again from the start.
+    shell_b = access.shell(PoolHost("host-b", stand_ins.nodes["host-b"].address, 22, stand_ins.host_key))
+    shell_b.run_script(
+        f"mkdir -p {footprint.STATE_DIR} && echo /etc/hosts > {footprint.STATE_DIR}/present",
+        what="leave a partial claim",
+    )
+    shells = _make_cluster(stand_ins, access, "third", public(user_key))
+    try:
+        for shell in shells.values():  # each server's own copy in the user's home (no shared storage)
+            shell.write_file(f"/home/{USER}/mpi_allreduce", program.read_bytes(), mode=0o755, owner=USER)
+        done = _login(
+            stand_ins, key_file, stand_ins.nodes["host-a"].address, "srun -N2 --mpi=pmix ./mpi_allreduce"
+        )
+        assert done.returncode == 0, done.stderr
+        assert sorted(done.stdout.splitlines()) == ["rank 0 of 2: sum 3", "rank 1 of 2: sum 3"]
+
+        shells["host-b"].run(["pkill", "-x", "slurmd"])
+        _until(
+            lambda: (
+                not node_config.read_health(shells["host-b"], host_nodes.KERNEL_LOG_COMMAND).slurmd_running
+            ),
+            "slurmd found stopped",
+        )
+        host_nodes.start_slurmd(shells["host-b"], "third-1")  # the repair of a server: its daemons again
+        assert node_config.read_health(shells["host-b"], host_nodes.KERNEL_LOG_COMMAND).slurmd_running
+        _until(
+            lambda: node_config.slurm_node_state(shells["host-a"], "third-1") == "idle", "third-1 idle again"
+        )
+    finally:
+        for shell in shells.values():
+            host_nodes.release(shell, "clu_third", USER)

@@ -28,6 +28,9 @@ from backend.provisioning.node_config.configure import AUTHORIZED_KEYS_DIR
 from backend.provisioning.node_config.shell import NodeCommandError, NodeFile, NodeShell
 from backend.provisioning.node_config.ssh import SshShell, SshTarget, close_all
 
+# A server's kernel log, where the NVIDIA driver reports XIDs (node_config.read_health parses its lines).
+KERNEL_LOG_COMMAND = "dmesg --time-format iso"
+
 
 class HostTaken(RuntimeError):
     """The host is a node of another cluster (the message names it)."""
