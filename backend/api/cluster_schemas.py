@@ -181,6 +181,13 @@ class Billing(StrictModel):
     )
 
 
+HOST_POOL_DOC = (
+    "Make the nodes of the project's own servers in this host pool (docs/guides/own-hosts.md): one ready, "
+    "free host per node, each with the GPUs of instance_type; region is the pool's; Slurm only; no "
+    "reservation, spot, reserved billing, autoscaling, reserved IP or containers; no compute charge"
+)
+
+
 class ClusterCreate(StrictModel):
     name: ClusterName = Field(description="DNS label prefix of the node hostnames")
     region: CatalogName
@@ -202,6 +209,7 @@ class ClusterCreate(StrictModel):
         description="Draw the nodes from this capacity reservation (same region and instance type; "
         "prepaid, so not metered on-demand); they go back to it when the cluster goes",
     )
+    host_pool_id: RefId | None = Field(default=None, description=HOST_POOL_DOC)
     labels: Labels = Field(default_factory=dict)
     deletion_protection: bool = False
     max_hourly_cost_usd: Money | None = Field(default=None, description="Refuse specs that would cost more")
@@ -240,6 +248,7 @@ class ClusterUpdate(StrictModel):
     )
     billing: Billing | None = None
     reservation_id: RefId | None = Field(default=None, description="May only repeat its current value")
+    host_pool_id: RefId | None = Field(default=None, description="May only repeat its current value")
     labels: Labels | None = None
     deletion_protection: bool | None = None
     max_hourly_cost_usd: Money | None = None
@@ -309,6 +318,7 @@ class ClusterOut(BaseModel):
     security_group_ids: list[str] = Field(description="As written; empty: the project's default group")
     billing: BillingOut
     reservation_id: str | None = None
+    host_pool_id: str | None = None
     labels: dict[str, str]
     deletion_protection: bool
     max_hourly_cost_usd: float | None

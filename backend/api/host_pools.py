@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -161,7 +162,8 @@ class HostOut(BaseModel):
         default=None, description="The key the host must present (pinned or first seen)"
     )
     checked_at: datetime | None = None
-    cluster_id: str | None = Field(default=None, description="The cluster using the host (none yet)")
+    cluster_id: str | None = Field(default=None, description="The cluster whose node the host is (null: free)")
+    node: str | None = Field(default=None, description="That node's name")
     inventory: InventoryOut | None = None
 
 
@@ -189,8 +191,9 @@ class HostPoolOut(BaseModel):
     updated_at: datetime
 
 
-def _host_out(row: HostPoolHost, pool_port: int) -> HostOut:
+def _host_out(row: HostPoolHost, pool_port: int, holders: Mapping[str, tuple[str, str]]) -> HostOut:
     inventory = InventoryOut.model_validate(row.inventory) if row.inventory else None
+    cluster_id, node = holders.get(row.node_id or "", (None, None))
     return HostOut(
         address=row.address,
         port=row.port or pool_port,
@@ -199,12 +202,15 @@ def _host_out(row: HostPoolHost, pool_port: int) -> HostOut:
         reason=row.reason,
         host_key=row.host_key,
         checked_at=row.checked_at,
+        cluster_id=cluster_id,
+        node=node,
         inventory=inventory,
     )
 
 
-def to_out(pool: HostPool, hosts: list[HostPoolHost]) -> HostPoolOut:
-    views = [_host_out(row, pool.ssh_port) for row in hosts]
+def to_out(pool: HostPool, hosts: list[HostPoolHost], holders: Mapping[str, tuple[str, str]]) -> HostPoolOut:
+    """`holders`: node id -> (cluster id, node name) of the nodes the hosts are (`host_pools.holders`)."""
+    views = [_host_out(row, pool.ssh_port, holders) for row in hosts]
     ready = sum(1 for view in views if view.status == "ready")
     return HostPoolOut(
         id=pool.id,
@@ -229,7 +235,8 @@ def to_out(pool: HostPool, hosts: list[HostPoolHost]) -> HostPoolOut:
 
 def _outcome(session: Session, pool: HostPool, status: int, location: str | None = None) -> WriteOutcome:
     session.flush()
-    out = to_out(pool, host_pools.hosts_of(session, pool.id))
+    hosts = host_pools.hosts_of(session, pool.id)
+    out = to_out(pool, hosts, host_pools.holders(session, hosts))
     return WriteOutcome(KIND, pool.id, out, status, etag_for(pool.generation), location)
 
 
@@ -287,8 +294,9 @@ def list_host_pools(
             name=name,
         )
         hosts = host_pools.hosts_of_pools(session, [row.id for row in rows])
+        holders = host_pools.holders(session, [host for pool_hosts in hosts.values() for host in pool_hosts])
         page = Page[HostPoolOut].model_validate(
-            page_body(KIND, rows, more, lambda row: to_out(row, hosts[row.id]))
+            page_body(KIND, rows, more, lambda row: to_out(row, hosts[row.id], holders))
         )
     return Response(page.model_dump_json(), media_type="application/json")
 
@@ -300,7 +308,8 @@ def get_host_pool(host_pool_id: str, request: Request, principal: Reader) -> Res
         pool = host_pools.get_host_pool(
             session=session, project_id=principal.project_id, pool_id=host_pool_id, scope=principal.scope
         )
-        out = to_out(pool, host_pools.hosts_of(session, pool.id))
+        hosts = host_pools.hosts_of(session, pool.id)
+        out = to_out(pool, hosts, host_pools.holders(session, hosts))
         return Response(
             out.model_dump_json(), media_type="application/json", headers={"ETag": etag_for(pool.generation)}
         )

@@ -40,6 +40,7 @@ class ClusterShape:
     reserved_days: int | None = None  # billing.type = reserved: the term's length
     reserved_nodes: int | None = None  # the size of a term already started (default: node_count)
     draws_reservation: bool = False  # reservation_id set: nodes prepaid by a capacity reservation
+    own_hosts: bool = False  # host_pool_id set: the project's own servers carry no compute charge
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,7 @@ def cluster_price(shape: ClusterShape, prices: PriceBook) -> CostEstimate:
     first = SPOT if shape.capacity_type in (SPOT, SPOT_WITH_FALLBACK) else ON_DEMAND
     rate = prices.capacity_gpu_hour(shape.instance_type, shape.region, first)
     gpu_count = gpus * shape.node_count
-    if shape.draws_reservation:  # prepaid by the reservation's up-front charge
+    if shape.draws_reservation or shape.own_hosts:  # prepaid by a reservation, or the project's own servers
         rate = hourly = ceiling = Decimal(0)
     else:
         hourly = rate * gpu_count
@@ -139,6 +140,7 @@ def shape_of(spec: Mapping[str, Any], *, reserved_node_count: int | None = None)
         reserved_days=reserved_days,
         reserved_nodes=reserved_node_count,
         draws_reservation=bool(spec.get("reservation_id")),
+        own_hosts=bool(spec.get("host_pool_id")),
     )
 
 

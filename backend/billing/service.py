@@ -356,6 +356,7 @@ def _enforce_credits(
             if (
                 cluster.billing_type != "on_demand"
                 or cluster.reservation_id  # its capacity is paid up front: it runs on
+                or cluster.host_pool_id  # the project's own servers cost nothing to run
                 or cluster.deletion_requested_at is not None
                 or cluster.status in FINISHED_STATUSES
             ):

@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog, Fabric
 from backend.fabric import addressing
-from backend.provisioning import capacity, reservations
+from backend.provisioning import capacity, pool_hosts, reservations
 from backend.store.engine_models import Allocation, AllocationCursor, EngineLock
 from backend.store.models import ReservedIp
 
@@ -279,7 +279,9 @@ def _release(session: Session, condition: ColumnElement[bool]) -> None:
 
 def release_node(session: Session, node_id: str) -> None:
     _release(session, Allocation.node_id == node_id)
+    pool_hosts.give_back_nodes(session, [node_id])
 
 
 def release_cluster(session: Session, cluster_id: str) -> None:
     _release(session, Allocation.cluster_id == cluster_id)
+    pool_hosts.give_back_cluster(session, cluster_id)

@@ -21,7 +21,7 @@ from backend.domain.lifecycle import ClusterPhase, NodeStatus
 from backend.fabric import addressing
 from backend.fabric.kubernetes import new_control_plane_credentials
 from backend.fabric.topology import slot_position
-from backend.provisioning import allocator, public_address, reservations, scale_down, spot
+from backend.provisioning import allocator, pool_hosts, public_address, reservations, scale_down, spot
 from backend.provisioning.drivers import local_address_range, offered_orchestrators
 from backend.provisioning.settings import configured_driver
 from backend.provisioning.state import (
@@ -33,11 +33,16 @@ from backend.provisioning.state import (
 )
 from backend.store.billing_models import CapacityReservation
 from backend.store.engine_models import EngineCluster, EngineNode
+from backend.store.host_pool_models import HostPoolHost
 from backend.store.models import Cluster, ReservedIp
 
 
 class InsufficientCapacity(Conflict):
     code = "insufficient_capacity"
+
+
+# A pool cluster's nodes have their servers' addresses: no block of the cloud's is held for it.
+POOL_SUBNET = "0.0.0.0/32"
 
 
 def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: Sequence[str] = (),
@@ -65,6 +70,9 @@ def request_reconcile(session: Session, cluster_id: str, *, remove_node_names: S
             set_phase(session, cluster, str(ClusterPhase.DELETED), now)
         return
     if state is None:
+        if cluster.host_pool_id is not None:
+            _admit_on_pool(session, catalog, cluster, now)
+            return
         _check_driver_offers(cluster)
         _admit(session, catalog, cluster, now)
         return
@@ -180,6 +188,43 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
               f"{cluster.node_count} x {itype.name} held on {fabric.name}")
 
 
+def _admit_on_pool(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetime) -> None:
+    """A cluster on the project's own servers: one free host of its pool per node (the node's address is
+    the host's), no slot, subnet or public address; the first node runs slurmctld and is the login node."""
+    itype = catalog.instance_type(cluster.instance_type)
+    if itype is None:
+        raise ValueError(f"cluster {cluster.id}: spec not validated against the catalog")
+    hosts = pool_hosts.take(session, cluster, itype, cluster.node_count, allocator.lock)
+    fabric = pool_hosts.descriptive_fabric(catalog, cluster)
+    state = EngineCluster(
+        cluster_id=cluster.id, fabric=fabric.name, hostname_prefix=cluster.name, subnet=POOL_SUBNET,
+        partition_key=None, public_ip=None, jumphost_ip=None, control_plane="absent", current_batch=1,
+        membership_version=1, finished=False,
+    )
+    session.add(state)
+    session.flush()
+    _add_pool_nodes(session, cluster, state, hosts, itype.gpu_count, batch=1, first_index=0, now=now)
+    set_cluster_status(cluster, str(NodeStatus.PENDING), None)
+    set_phase(session, cluster, str(ClusterPhase.ADMITTED), now,
+              f"{cluster.node_count} hosts of host pool {cluster.host_pool_id} held")
+
+
+def _add_pool_nodes(session: Session, cluster: Cluster, state: EngineCluster, hosts: Sequence[HostPoolHost],
+                    gpu_count: int, *, batch: int, first_index: int, now: dt.datetime) -> list[EngineNode]:
+    used = {n.index for n in live_nodes(session, cluster.id)}
+    free_indexes = (i for i in range(first_index, 10**6) if i not in used)
+    nodes = []
+    for host in hosts:
+        index = next(free_indexes)
+        node = new_node(session, cluster, name=f"{state.hostname_prefix}-{index}", index=index, batch=batch,
+                        fabric=state.fabric, slot=host.position, scalable_unit=0, gpu_count=gpu_count,
+                        private_ip=host.address, public_ip=None, attempt=1, now=now)
+        session.flush()
+        pool_hosts.hold(host, node)
+        nodes.append(node)
+    return nodes
+
+
 def _add_jumphost_ip(session: Session, cluster: Cluster, subnet: str, now: dt.datetime) -> str:
     address = allocator.next_private_ip(session, subnet, addressing.JUMPHOST_OFFSET)
     allocator.add(session, kind=allocator.PRIVATE_IP, pool=subnet, value=address, cluster_id=cluster.id,
@@ -223,7 +268,10 @@ def _hold_slots(session: Session, cluster: Cluster, state: EngineCluster, nodes:
 
 def add_replacement(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster,
                     failed: EngineNode, now: dt.datetime) -> EngineNode | None:
-    """A new node for a failed one (same name and index, next attempt), or None if the pool is empty."""
+    """A new node for a failed one (same name and index, next attempt), or None if the pool is empty (or
+    the cluster is on a host pool: a server cannot be replaced)."""
+    if cluster.host_pool_id is not None:
+        return None
     units = {n.scalable_unit for n in live_nodes(session, cluster.id) if n.active_name is not None}
     fabric = catalog.fabric(cluster.region, state.fabric)
     assert fabric is not None
@@ -250,6 +298,8 @@ def add_repair(session: Session, catalog: Catalog, cluster: Cluster, state: Engi
     """Day 2: a new machine for a node that failed while running, under the same hostname, index and
     private IP, in the failed node's scalable unit (so on the same leaves) where it has a free node,
     else next to the cluster; None if the pool is empty. The caller has cleared `failed.active_name`."""
+    if cluster.host_pool_id is not None:
+        return None
     fabric = catalog.fabric(cluster.region, state.fabric)
     assert fabric is not None
     first = fabric.first_su_of(cluster.instance_type)
@@ -280,6 +330,14 @@ def _scale_up(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
               members: list[EngineNode], count: int, now: dt.datetime) -> None:
     """`count` more nodes as one batch; a spot cluster takes spot nodes as far as spot lasts (with
     fallback, on-demand nodes for the rest; without, the rest waits for spot to return)."""
+    if cluster.host_pool_id is not None:
+        itype = catalog.instance_type(cluster.instance_type)
+        assert itype is not None
+        hosts = pool_hosts.take(session, cluster, itype, count, allocator.lock)
+        state.current_batch += 1
+        _add_pool_nodes(session, cluster, state, hosts, itype.gpu_count, batch=state.current_batch,
+                        first_index=0, now=now)
+        return
     added = add_batch(session, catalog, cluster, state, members, spot_wanted=count, on_demand_wanted=count,
                       now=now)
     if added is None:

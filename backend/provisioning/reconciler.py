@@ -512,6 +512,10 @@ def _repair(ctx: PassContext, cluster: Cluster, node: EngineNode, why: str) -> b
     nodes are not touched. Without a free node the old one stays (failed) with the reason."""
     state = ctx.session.get(EngineCluster, cluster.id)
     assert state is not None
+    if cluster.host_pool_id is not None:
+        # A server of the project's own cannot be replaced: its daemons are started again in place (the
+        # restart fails, naming why, when the server does not answer).
+        return _start_restart(ctx, cluster, node)
     was_drained = node.drained
     node.drained = True  # Slurm DRAIN / Kubernetes cordon: no new work lands on it
     node.active_name = None
@@ -621,9 +625,12 @@ def _bring_up_failed(ctx: PassContext, cluster: Cluster, state: EngineCluster, n
     if replacement is not None:
         ctx.due.append(ctx.now)
         return
-    cause = (f"{what}; no replacement {cluster.instance_type} node is free on {state.fabric}"
-             if node.attempt <= ctx.settings.engine_max_replacements
-             else f"{what}; {node.attempt - 1} replacements at this position failed too")
+    if cluster.host_pool_id is not None:
+        cause = f"{what}; a server of the pool cannot be replaced"
+    elif node.attempt <= ctx.settings.engine_max_replacements:
+        cause = f"{what}; no replacement {cluster.instance_type} node is free on {state.fabric}"
+    else:
+        cause = f"{what}; {node.attempt - 1} replacements at this position failed too"
     if state.first_ready_at is None:
         state.rollback_reason = f"create rolled back: {cause}"
         return

@@ -198,7 +198,8 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
         for n in nodes
     ] + [_node_view(n, role, None, member=False) for n in leaving]
     login_host = f"{layout.name}-jumphost" if layout.multi_node else layout.controller
-    address = _login_address(layout)
+    # A pool cluster's login node is its first server, at the server's own address.
+    address = layout.controller_ip if getattr(cluster, "host_pool_id", None) else _login_address(layout)
     runtime["login"] = {"host": login_host, "public_ip": address, "user": SSH_USER,
                         "ssh_command": f"ssh {SSH_USER}@{address}",
                         "host_key": _login_host_key(layout, state, nodes)}

@@ -29,7 +29,7 @@ from backend.domain.lifetime import parse_ttl
 from backend.provisioning.engine import request_reconcile
 from backend.provisioning.scale_down import DEFAULT_GRACE_MINUTES
 from backend.provisioning.views import JOINED_STATE_COLUMNS
-from backend.services import container_images, quotas, reserved_ips
+from backend.services import container_images, pool_clusters, quotas, reserved_ips
 from backend.services.reservations import check_reservation
 from backend.services.security_groups import ensure_default_group
 from backend.store.db import execute_core
@@ -57,6 +57,7 @@ from backend.store.repository import (
 # Fields a PATCH may not change (a different value needs a new cluster).
 IMMUTABLE_FIELDS = (
     "region", "instance_type", "orchestrator", "interconnect", "capacity_type", "reservation_id",
+    "host_pool_id",
 )
 IMMUTABLE_BILLING_FIELDS = ("type", "duration_days")
 DESTROYED = "DESTROYED"
@@ -117,6 +118,7 @@ def spec_of(
             "on_expiry": row.billing_on_expiry,
         },
         "reservation_id": row.reservation_id,
+        "host_pool_id": row.host_pool_id,
         "labels": dict(row.labels),
         "deletion_protection": row.deletion_protection,
         "max_hourly_cost_usd": (
@@ -175,6 +177,8 @@ def _check_spec(
     errors += container_images.check(full, catalog)
     if full.get("reservation_id") not in (None, (current or {}).get("reservation_id")):
         errors += check_reservation(session, project_id, full, scope)
+    if full.get("host_pool_id") is not None:
+        errors += pool_clusters.check(session, project_id, full, scope)
     errors += reserved_ips.check_reference(
         session, project_id=project_id, scope=scope, reserved_ip_id=full.get("reserved_ip_id"),
         region=str(full.get("region")), kept=(current or {}).get("reserved_ip_id"),
@@ -397,6 +401,7 @@ def _apply(row: Cluster, spec: Mapping[str, Any]) -> None:
     row.billing_type, row.billing_duration_days = billing["type"], billing.get("duration_days")
     row.billing_on_expiry = billing.get("on_expiry")
     row.reservation_id = spec.get("reservation_id")
+    row.host_pool_id = spec.get("host_pool_id")
     row.labels = dict(spec.get("labels") or {})
     row.deletion_protection = bool(spec.get("deletion_protection", False))
     ceiling = spec.get("max_hourly_cost_usd")

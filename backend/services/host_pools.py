@@ -16,10 +16,12 @@ from sqlalchemy.orm import Session
 from backend.domain import host_pools as rules
 from backend.domain.access import Scope
 from backend.domain.clock import utcnow
-from backend.domain.errors import FieldError, validation_failed
+from backend.domain.errors import Conflict, FieldError, validation_failed
 from backend.domain.ids import new_id
 from backend.domain.scoping import scoped_labels
+from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.host_pool_models import HostPool, HostPoolHost
+from backend.store.models import Cluster
 from backend.store.repository import check_if_match, get_owned, keyset_page, owned_select, touch
 
 KIND = "host_pool"
@@ -215,10 +217,31 @@ def _replace_hosts(session: Session, pool: HostPool, hosts: Sequence[rules.HostE
             row.host_key = host.host_key
             _recheck(row, now)
             changed = True
+    held = [row for row in current.values() if row.node_id is not None]
+    if held:
+        clusters = _holders(session, [row.node_id for row in held if row.node_id is not None])
+        raise Conflict(f"hosts {', '.join(row.address for row in held)} are nodes of cluster(s) "
+                       f"{', '.join(clusters)}: scale those clusters down or delete them first",
+                       field="hosts", code="host_in_use")
     for row in current.values():
         session.delete(row)
         changed = True
     return changed
+
+
+def holders(session: Session, hosts: Sequence[HostPoolHost]) -> dict[str, tuple[str, str]]:
+    """Node id -> (cluster id, node name) of the nodes these hosts are."""
+    node_ids = [host.node_id for host in hosts if host.node_id is not None]
+    if not node_ids:
+        return {}
+    rows = session.execute(select(EngineNode.id, EngineNode.cluster_id, EngineNode.name)
+                           .where(EngineNode.id.in_(node_ids)))
+    return {node_id: (cluster_id, name) for node_id, cluster_id, name in rows}
+
+
+def _holders(session: Session, node_ids: Sequence[str]) -> list[str]:
+    """The clusters whose nodes these are."""
+    return sorted(set(session.scalars(select(EngineNode.cluster_id).where(EngineNode.id.in_(list(node_ids))))))
 
 
 def _apply_connection(pool: HostPool, connection: Connection) -> bool:
@@ -301,10 +324,17 @@ def request_check(*, session: Session, project_id: str, scope: Scope | None, poo
 def delete_host_pool(
     *, session: Session, project_id: str, scope: Scope | None, pool_id: str, if_match: str | None
 ) -> None:
-    """Delete a pool and its hosts' records (the hosts themselves are the user's: nothing runs there yet)."""
+    """Delete a pool and its hosts' records (the hosts themselves are the user's); 409 `host_pool_in_use`
+    while a cluster runs on it."""
     pool = get_host_pool(
         session=session, project_id=project_id, pool_id=pool_id, scope=scope, for_update=True
     )
     check_if_match(if_match, pool)
+    using = session.scalars(
+        select(Cluster.id).join(EngineCluster, EngineCluster.cluster_id == Cluster.id)
+        .where(Cluster.host_pool_id == pool.id, EngineCluster.finished.is_(False)).order_by(Cluster.id)).all()
+    if using:
+        raise Conflict(f"clusters {', '.join(using)} run on this pool's hosts: delete them first",
+                       field="host_pool_id", code="host_pool_in_use")
     session.execute(delete(HostPoolHost).where(HostPoolHost.pool_id == pool.id))
     session.delete(pool)

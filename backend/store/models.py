@@ -109,6 +109,8 @@ class Cluster(Versioned, Base):
     billing_on_expiry: Mapped[str | None] = mapped_column(String(32))
     # The capacity reservation it draws its nodes from (prepaid; migration 0016), fixed at create.
     reservation_id: Mapped[str | None] = mapped_column(String(30), index=True)
+    # The host pool whose servers are its nodes (migration 0029; None: the datacenter's), fixed at create.
+    host_pool_id: Mapped[str | None] = mapped_column(String(30), index=True)
     labels: Mapped[dict[str, Any]] = mapped_column(JSON, nullable=False, default=dict)
     deletion_protection: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     # Money as integer micro-dollars (exact on every database).

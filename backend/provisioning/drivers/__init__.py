@@ -9,6 +9,8 @@ names plus one line in `DRIVERS`; its class carries the same `CAPABILITIES` as `
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,9 +60,19 @@ def capabilities(name: str) -> Capabilities:
 
 def make_driver(settings: EngineSettings, *, data_dir: Path | None = None, clock: Clock = SYSTEM_CLOCK
                 ) -> ProvisioningDriver:
-    """The configured driver (`settings.driver`), built by its registry entry. `data_dir`: where a driver
-    keeps real state (the local driver's nodes; None: the core settings' `data_dir`)."""
-    return entry(settings.driver).build(settings, data_dir, clock)
+    """The configured driver (`settings.driver`), built by its registry entry, with the clusters on host
+    pools handed to the `ssh_hosts` driver (`routing.py`). `data_dir`: where a driver keeps real state (the
+    local driver's nodes, the pools' cluster keys; None: the core settings' `data_dir`)."""
+    # Both read the engine's views, which ask this registry what the driver in force offers.
+    from backend.provisioning.drivers.routing import PoolRouting
+    from backend.provisioning.drivers.ssh_hosts.driver import SshHostsDriver
+
+    configured = entry(settings.driver).build(settings, data_dir, clock)
+    # The runtime always passes the data dir; an engine built without one (tests) keeps the pools' cluster
+    # files in a private temporary directory.
+    root = (data_dir.expanduser() if data_dir is not None
+            else Path(tempfile.gettempdir()) / f"gpucloud-{os.getuid()}") / "ssh_hosts"
+    return PoolRouting(configured, SshHostsDriver(root, clock=clock))
 
 
 def configured_capabilities() -> Capabilities | None:

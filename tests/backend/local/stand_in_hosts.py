@@ -8,16 +8,17 @@ Needs root and `ip netns` (.ci/run); every address lives inside namespaces the c
 
 from __future__ import annotations
 
-import shutil
 import socket
 import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from copy import deepcopy as copy_element
 from dataclasses import dataclass, replace
 from ipaddress import ip_network
 from pathlib import Path
+from xml.etree import ElementTree
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
@@ -89,21 +90,50 @@ def wait_for_sshd(address: str, seconds: float = 20) -> None:
     raise AssertionError(f"sshd on {address} did not answer")
 
 
-def _recorded_gpu(root: Path) -> list[Bind]:
-    """An `nvidia-smi` on the host's PATH that answers `-q -x` with a real H200 node's output: the inventory
-    path of a GPU server, without its GPU."""
-    tools = root / "gpu-tools"
+def _recorded_gpus(root: Path, count: int) -> list[Bind]:
+    """An `nvidia-smi` on the host's PATH that answers `-q -x` with a real H200 node's output, its GPU
+    repeated `count` times (each with its own bus id, uuid and minor number): the inventory path of a GPU
+    server, without its GPUs."""
+    tools = root / f"gpu-tools-{count}"
+    if tools.exists():
+        return [Bind(tools, "/usr/local/bin", read_only=True)]
     tools.mkdir(parents=True)
-    shutil.copy(RECORDED_XML, tools / "nvidia-smi-q.xml")
+    _multiply_gpus(RECORDED_XML, tools / "nvidia-smi-q.xml", count)
     script = tools / "nvidia-smi"
     script.write_text('#!/bin/sh\n[ "$*" = "-q -x" ] && exec cat /usr/local/bin/nvidia-smi-q.xml\nexit 9\n')
     script.chmod(0o755)
     return [Bind(tools, "/usr/local/bin", read_only=True)]
 
 
+def _multiply_gpus(source: Path, target: Path, count: int) -> None:
+    tree = ElementTree.parse(source)
+    log = tree.getroot()
+    gpu = log.find("gpu")
+    assert gpu is not None
+    log.remove(gpu)
+    log.append(gpu)  # the recorded GPU first, as it was
+    for index in range(1, count):
+        copy = copy_element(gpu)
+        bus = f"00000000:{index + 6:02X}:00.0"
+        copy.set("id", bus)
+        changes = {"uuid": f"GPU-16d21506-2e18-0481-34e3-{index:012x}", "minor_number": str(index),
+                   "pci/pci_bus_id": bus}
+        for path, value in changes.items():
+            found = copy.find(path)
+            if found is not None:
+                found.text = value
+        log.append(copy)
+    attached = log.find("attached_gpus")
+    if attached is not None:
+        attached.text = str(count)
+    tree.write(target)
+
+
 @contextmanager
-def stand_in_hosts(subnet: str, names: tuple[str, ...], *, gpu_host: str | None = None) -> Iterator[StandIns]:
-    """Servers `names` at the subnet's addresses .11, .12, ...; `gpu_host` carries the recorded nvidia-smi."""
+def stand_in_hosts(subnet: str, names: tuple[str, ...], *, gpu_hosts: tuple[str, ...] = (),
+                   gpus: int = 1) -> Iterator[StandIns]:
+    """Servers `names` at the subnet's addresses .11, .12, ...; `gpu_hosts` have an nvidia-smi that reports
+    `gpus` H200s (from the recorded output)."""
     root = Path("/var/tmp") / f"gpucloud-hosts-test-{uuid.uuid4().hex[:8]}"
     bridge = LocalCluster(root, f"h{uuid.uuid4().hex[:6]}", subnet)
     key = private_key()
@@ -116,7 +146,7 @@ def stand_in_hosts(subnet: str, names: tuple[str, ...], *, gpu_host: str | None 
         (boot / "authorized_keys" / "root").write_text(public(key) + "\n")
         nodes = {name: bridge.node(name, str(first + index)) for index, name in enumerate(names)}
         for name, node in nodes.items():
-            node.create(node_binds(node) + (_recorded_gpu(root) if name == gpu_host else []))
+            node.create(node_binds(node) + (_recorded_gpus(root, gpus) if name in gpu_hosts else []))
             start_sshd(node)
             wait_for_sshd(node.address)
         host_key = " ".join((boot / "ssh_host_ed25519_key.pub").read_text().split()[:2])

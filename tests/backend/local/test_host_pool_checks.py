@@ -28,7 +28,7 @@ SUBNET = "10.0.8.0/24"
 
 @pytest.fixture(scope="module")
 def stand_ins() -> Iterator[StandIns]:
-    with stand_in_hosts(SUBNET, ("host-a", "host-b"), gpu_host="host-a") as hosts:
+    with stand_in_hosts(SUBNET, ("host-a", "host-b"), gpu_hosts=("host-a",)) as hosts:
         yield hosts
 
 

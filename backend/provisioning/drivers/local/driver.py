@@ -31,7 +31,6 @@ import datetime as dt
 import hashlib
 import shutil
 import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +56,7 @@ from backend.provisioning.driver import (
     PowerRequests,
     TelemetryTarget,
 )
+from backend.provisioning.drivers.background import BackgroundJob, BackgroundOperations, Result
 from backend.provisioning.drivers.local import CAPABILITIES, observe, preflight
 from backend.provisioning.drivers.local.namespaces import LocalCluster, LocalHostError, LocalNode
 from backend.provisioning.drivers.local.node_setup import (
@@ -85,10 +85,8 @@ from backend.provisioning.views import cluster_layout
 from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.models import Cluster, SshKey
 
-POLL = dt.timedelta(milliseconds=300)  # how soon the engine asks again about a running operation
 WATCH_INTERVAL = dt.timedelta(seconds=1)  # how often a RUNNING node's health is read
 REGISTRATION_SECONDS = 120.0
-FORGET_AFTER = dt.timedelta(minutes=10)
 VOLUME_ROOT = "/mnt/shared"  # where the API says a volume is mounted (`mount_path`)
 ORCHESTRATORS = ("slurm", "none")  # no Kubernetes control plane is packaged for this machine
 _NO_WORK = (OpKind.FABRIC_JOIN, OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START)
@@ -137,24 +135,6 @@ class ClusterPlan:
     login_container: bool = False
 
 
-@dataclass(frozen=True)
-class _Result:
-    host_key: str | None = None  # a boot's: the host key the machine presents, for the API to publish
-    images: tuple[ImageOutcome, ...] = ()  # an image import's, one per image
-
-
-@dataclass
-class _Job:
-    token: str
-    kind: OpKind
-    submitted_at: dt.datetime
-    finished_at: dt.datetime | None = None
-    succeeded: bool = True
-    reason: str | None = None
-    result: _Result = _Result()
-    done: threading.Event = field(default_factory=threading.Event)
-
-
 class LocalDriver:
     name = "local"
     capabilities = CAPABILITIES
@@ -169,22 +149,16 @@ class LocalDriver:
             problems = preflight.host_problems(preflight.address_ranges())
             if problems:
                 raise UnsupportedHost(f"GPUCLOUD_DRIVER=local cannot run here: {preflight.report(problems)}")
-        self._jobs: dict[str, _Job] = {}
-        self._jobs_lock = threading.Lock()
-        self._cluster_locks: dict[str, threading.Lock] = {}
+        self._operations = BackgroundOperations(clock, "local")
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """Wait for the operations running in the background; False if some still run at the timeout."""
-        deadline = time.monotonic() + timeout
-        with self._jobs_lock:
-            running = [job for job in self._jobs.values() if not job.done.is_set()]
-        return all(job.done.wait(max(0.0, deadline - time.monotonic())) for job in running)
+        return self._operations.wait_idle(timeout)
 
     # The driver interface -------------------------------------------------------------------------
 
     def submit(self, session: Session, request: OperationRequest, now: dt.datetime) -> Operation:
-        with self._jobs_lock:
-            job = self._jobs.get(request.client_token)
+        job = self._operations.find(request.client_token)
         if job is None:
             if request.kind == OpKind.HEALTH_WATCH:
                 return Operation(request.client_token, request.kind, now, now + WATCH_INTERVAL, True)
@@ -194,14 +168,13 @@ class LocalDriver:
                 return Operation(request.client_token, request.kind, now, now, False,
                                  f"the local driver does not implement {request.kind}")
             job = self._start(session, request, now)
-        return _operation(job, now)
+        return job.operation(now)
 
     def get(self, session: Session, client_token: str) -> Operation | None:
         now = self.clock.now()
-        with self._jobs_lock:
-            job = self._jobs.get(client_token)
+        job = self._operations.find(client_token)
         if job is not None:
-            return _operation(job, now)
+            return job.operation(now)
         if f"/{OpKind.HEALTH_WATCH}/" in client_token:
             return self._health(session, client_token, now)
         return None
@@ -351,7 +324,7 @@ class LocalDriver:
                            tuple((cluster.slurm_config or {}).get("qos") or ()), power=power,
                            login_container=cluster.container is not None and state.jumphost_ip is None)
 
-    def _start(self, session: Session, request: OperationRequest, now: dt.datetime) -> _Job:
+    def _start(self, session: Session, request: OperationRequest, now: dt.datetime) -> BackgroundJob:
         cluster_id = request.cluster_id
         if cluster_id is None:
             raise ValueError(f"operation {request.client_token}: the local driver needs the cluster id")
@@ -367,19 +340,7 @@ class LocalDriver:
             cluster_row = session.get(Cluster, cluster_id)
             credentials = cluster_images.registry_credentials(cluster_row) if cluster_row else {}
         work = self._work(request.kind, plan, node, request.images, credentials)
-        job = _Job(request.client_token, request.kind, now)
-        with self._jobs_lock:
-            # Finished operations are kept a while for the engine to read, then forgotten (it records
-            # outcomes in its own steps; a token asked for again is simply run again, idempotently).
-            for token in [t for t, j in self._jobs.items()
-                          if j.finished_at is not None and now - j.finished_at > FORGET_AFTER]:
-                del self._jobs[token]
-            existing = self._jobs.setdefault(request.client_token, job)
-        if existing is job:
-            lock = self._cluster_locks.setdefault(cluster_id, threading.Lock())
-            threading.Thread(target=_run_job, args=(job, work, lock, self.clock),
-                             name=f"local-{request.kind}", daemon=True).start()
-        return existing
+        return self._operations.start(request.client_token, request.kind, cluster_id, work, now)
 
     def _health(self, session: Session, token: str, now: dt.datetime) -> Operation:
         """A RUNNING node is healthy while its namespace exists and (Slurm) its slurmd runs."""
@@ -418,12 +379,12 @@ class LocalDriver:
 
     def _work(self, kind: OpKind, plan: ClusterPlan, node: NodePlan | None,
               wanted_images: tuple[tuple[str, str], ...] = (),
-              credentials: Mapping[str, RegistryCredentials] | None = None) -> Callable[[], _Result]:
+              credentials: Mapping[str, RegistryCredentials] | None = None) -> Callable[[], Result]:
         """The operation's work, run in a thread; a boot's result is the host key the machine presents, an
         image import's the outcome of each image."""
         cluster = self.cluster(plan.cluster_id, plan.subnet)
         if kind == OpKind.IMAGES_IMPORT:
-            return lambda: _Result(images=self._import_images(cluster, wanted_images, credentials or {}))
+            return lambda: Result(images=self._import_images(cluster, wanted_images, credentials or {}))
         local = cluster.node(node.name, node.address, node.instance) if node is not None else None
         actions: dict[OpKind, Callable[[], None]] = {
             OpKind.CONTROL_PLANE_CREATE: lambda: self._create_control_plane(cluster, plan),
@@ -451,9 +412,9 @@ class LocalDriver:
             raise ValueError(f"the local driver has no operation {kind}")
         action = actions[kind]
 
-        def run() -> _Result:
+        def run() -> Result:
             action()
-            return _Result(host_key=published_host_key(cluster) if kind in _BOOTS else None)
+            return Result(host_key=published_host_key(cluster) if kind in _BOOTS else None)
 
         return run
 
@@ -778,26 +739,6 @@ def _need(node: LocalNode | None) -> LocalNode:
     if node is None:
         raise ValueError("this operation needs a node")
     return node
-
-
-def _run_job(job: _Job, work: Callable[[], _Result], lock: threading.Lock, clock: Clock) -> None:
-    try:
-        with lock:
-            job.result = work()
-    except Exception as exc:  # an operation's failure is its outcome, reported to the engine
-        job.succeeded, job.reason = False, f"{type(exc).__name__}: {exc}"[:1000]
-    failed_images = [image.error for image in job.result.images if image.error]
-    if failed_images:
-        job.succeeded, job.reason = False, "; ".join(failed_images)
-    job.finished_at = clock.now()
-    job.done.set()
-
-
-def _operation(job: _Job, now: dt.datetime) -> Operation:
-    if not job.done.is_set():
-        return Operation(job.token, job.kind, job.submitted_at, now + POLL, True)
-    return Operation(job.token, job.kind, job.submitted_at, now, job.succeeded, job.reason,
-                     job.result.host_key if job.succeeded else None, job.result.images)
 
 
 def shell_of(node: LocalNode) -> SshShell:

@@ -16,7 +16,9 @@ user, keys, hosts file, munge key, Slurm files and daemons. What differs on a se
 
 from __future__ import annotations
 
+import os
 import shlex
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,11 +68,10 @@ class PoolAccess:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         directory.chmod(0o700)
         self.identity = directory / "id"
-        self.identity.touch(mode=0o600)
-        self.identity.write_text(login.private_key.rstrip("\n") + "\n")
+        _replace(self.identity, login.private_key.rstrip("\n") + "\n")
         self.known_hosts = directory / "known_hosts"
         lines = [f"{_alias(host)} {host.host_key}\n" for host in hosts]
-        self.known_hosts.write_text("".join(lines) + login.jump_known_hosts)
+        _replace(self.known_hosts, "".join(lines) + login.jump_known_hosts)
 
     def shell(self, host: PoolHost) -> SshShell:
         target = SshTarget(name=host.name, host=host.address, port=host.port, known_hosts=self.known_hosts,
@@ -82,6 +83,14 @@ class PoolAccess:
         close_all(self.directory / "ctl")
         self.identity.unlink(missing_ok=True)
         self.known_hosts.unlink(missing_ok=True)
+
+
+def _replace(path: Path, content: str) -> None:
+    """Write aside (0600) and rename: an ssh of another operation reads the old file or the new, whole."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    partial.touch(mode=0o600)
+    partial.write_text(content)
+    partial.rename(path)
 
 
 def _alias(host: PoolHost) -> str:

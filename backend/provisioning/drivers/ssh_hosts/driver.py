@@ -1,0 +1,415 @@
+"""The `ssh_hosts` driver: the engine's operations carried out on a host pool's servers over SSH.
+
+A cluster on a pool (`clusters.host_pool_id`) has one server per node, held from admission to release
+(`backend.provisioning.pool_hosts`); its first node runs slurmctld and is the login node (no jumphost: every
+machine is the user's). `submit` reads what an operation needs from the engine's tables into a plan and
+runs it in the background (`drivers/background.py`), like the local driver: each step is idempotent against
+the servers (a claim that exists is kept, a daemon that runs is not started again, a released server is
+released again as a no-op), so a backend killed at any point converges when asked for the same tokens.
+
+What a node is on a server, and how the server is given back as it was: `host_nodes.py`, `footprint.py`.
+Slurm runs without cgroup confinement (proctrack/linuxproc: slurmd is not started by systemd with a
+delegated cgroup tree) and without accounting (the check does not install MariaDB and slurmdbd); its node
+lines declare the instance type's shape, which the servers' GPU count and model match
+(docs/guides/own-hosts.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import hashlib
+import secrets
+import shutil
+import socket
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from backend.domain.clock import SYSTEM_CLOCK, Clock
+from backend.domain.lifecycle import NodeStage
+from backend.fabric import slurm
+from backend.provisioning import pool_hosts
+from backend.provisioning.driver import (
+    Capabilities,
+    Job,
+    LogRequest,
+    NodeRun,
+    NodeTelemetry,
+    Operation,
+    OperationRequest,
+    OpKind,
+    Partition,
+    TelemetryTarget,
+)
+from backend.provisioning.drivers.background import BackgroundOperations, Result
+from backend.provisioning.drivers.local import observe
+from backend.provisioning.drivers.ssh_hosts import host_nodes
+from backend.provisioning.drivers.ssh_hosts.host_nodes import PoolAccess, PoolHost, PoolLogin
+from backend.provisioning.node_config import configure as node_config
+from backend.provisioning.node_config import firewall, slurm_control, slurm_jobs
+from backend.provisioning.node_config.shell import NodeCommandError, NodeShell
+from backend.provisioning.state import live_nodes, security_rules
+from backend.provisioning.views import cluster_layout
+from backend.store.engine_models import EngineNode
+from backend.store.host_pool_models import HostPool
+from backend.store.models import Cluster, SshKey
+
+CAPABILITIES = Capabilities(orchestrators=("slurm",), telemetry=True, workload=True, logs=True, partitions=True)
+USER = "ubuntu"  # the cluster's user on its servers, as on every gpucloud node
+USER_IDS = range(2_000_000, 3_000_000)  # far above a server's own accounts, as the local driver's
+VOLUME_ROOT = "/mnt/shared"
+WATCH_INTERVAL = dt.timedelta(seconds=5)
+REGISTRATION_SECONDS = 120.0
+_NO_WORK = (OpKind.CONTROL_PLANE_CREATE, OpKind.CONTROL_PLANE_RELEASE, OpKind.FABRIC_JOIN,
+            OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START, OpKind.CONTAINER_RECREATE)
+
+
+@dataclass(frozen=True)
+class PoolNode:
+    name: str
+    host: PoolHost
+    hostname: str  # the server's own (`hostname -s` from its check): what SlurmctldHost must say
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """What an operation needs, read from the database once, in the engine's transaction."""
+
+    cluster_id: str
+    pool_id: str
+    login: PoolLogin
+    members: tuple[PoolNode, ...]  # the nodes holding a server, by index; the first is the controller
+    config: node_config.NodeConfig
+    volume_sources: tuple[str, ...]  # the volumes' directories on the pool's shared storage
+    security_rules: dict[str, Any]  # the cluster's security groups' rules
+    deleting: bool
+
+    def firewall(self, node: PoolNode) -> str:
+        """The server's nftables table: its cluster's servers are peers; the backend's address (as the server
+        sees it) may always reach sshd; the rest is the security groups' to decide."""
+        peers = "{ " + ", ".join(m.host.address for m in self.members or (node,)) + " }"
+        return firewall.ruleset(self.security_rules, peers=peers, outsider=None,
+                                management=source_address(node.host.address))
+
+    @property
+    def controller(self) -> PoolNode | None:
+        return self.members[0] if self.members else None
+
+
+class SshHostsDriver:
+    name = "ssh_hosts"
+    capabilities = CAPABILITIES
+
+    def __init__(self, root: Path, *, clock: Clock = SYSTEM_CLOCK, gpu_device_dir: str = "/dev") -> None:
+        self.root = root  # per cluster: its munge key, and the pool's key while an operation runs
+        self.clock = clock
+        # Where a server's GPU device files are (stand-in servers in tests keep theirs elsewhere).
+        self.slurm_host = slurm.SlurmHost(gpu_device_dir=gpu_device_dir, cgroups=False,
+                                          shape_from_config=True, health_check_program=None, accounting=False,
+                                          run_dir="/run/slurm")
+        self._operations = BackgroundOperations(clock, "ssh-hosts")
+
+    def wait_idle(self, timeout: float = 60.0) -> bool:
+        return self._operations.wait_idle(timeout)
+
+    # The driver interface -------------------------------------------------------------------------
+
+    def submit(self, session: Session, request: OperationRequest, now: dt.datetime) -> Operation:
+        job = self._operations.find(request.client_token)
+        if job is not None:
+            return job.operation(now)
+        if request.kind == OpKind.HEALTH_WATCH:
+            return Operation(request.client_token, request.kind, now, now + WATCH_INTERVAL, True)
+        if request.kind in _NO_WORK:
+            return Operation(request.client_token, request.kind, now, now, True)
+        assert request.cluster_id is not None
+        plan = self.plan(session, request.cluster_id)
+        node = self._member(session, plan, request.node_id)
+        work = self._work(request.kind, plan, node)
+        return self._operations.start(request.client_token, request.kind, request.cluster_id, work,
+                                      now).operation(now)
+
+    def get(self, session: Session, client_token: str) -> Operation | None:
+        job = self._operations.find(client_token)
+        if job is not None:
+            return job.operation(self.clock.now())
+        if f"/{OpKind.HEALTH_WATCH}/" in client_token:
+            return self._health(session, client_token, self.clock.now())
+        return None
+
+    # Day 2: read from the servers at each request ------------------------------------------------
+
+    def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
+                        ) -> list[NodeTelemetry]:
+        shells: list[NodeShell | None] = []
+        for target in targets:
+            row = session.get(EngineNode, target.instance_id)
+            plan = None if row is None else self.plan(session, row.cluster_id)
+            node = None if plan is None or row is None else next(
+                (m for m in plan.members if m.name == row.name), None)
+            shells.append(None if plan is None or node is None else self._shell(plan, node))
+        return observe.read_telemetry(shells, now)
+
+    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime,
+                     *, cluster_id: str) -> list[Job]:
+        controller = self._controller_shell(session, cluster_id)
+        return [] if controller is None else observe.read_jobs(controller)
+
+    def cluster_partitions(self, session: Session, cluster_id: str, now: dt.datetime) -> list[Partition] | None:
+        controller = self._controller_shell(session, cluster_id)
+        return None if controller is None else observe.read_partitions(controller)
+
+    def cluster_logs(self, session: Session, request: LogRequest, now: dt.datetime) -> list[str]:
+        plan = self.plan(session, request.cluster_id)
+        if request.node is None:
+            controller = plan.controller
+            return [] if controller is None else observe.controller_log(self._shell(plan, controller),
+                                                                        request.tail)
+        node = next((m for m in plan.members if m.name == request.node.node_name), None)
+        return [] if node is None else observe.node_log(self._shell(plan, node), request.tail)
+
+    # Reading the database -----------------------------------------------------------------------
+
+    def plan(self, session: Session, cluster_id: str) -> PoolPlan:
+        cluster = session.get(Cluster, cluster_id)
+        pool = None if cluster is None else pool_hosts.pool_of(session, cluster)
+        if cluster is None or pool is None:
+            raise LookupError(f"cluster {cluster_id} is not on a host pool")
+        members = []
+        for row in sorted(live_nodes(session, cluster_id), key=lambda n: n.index):
+            host = pool_hosts.held_host(session, row.id)
+            if row.active_name is None or host is None or host.host_key is None:
+                continue
+            members.append(PoolNode(row.name, PoolHost(row.name, host.address, host.port or pool.ssh_port,
+                                                       host.host_key),
+                                    str((host.inventory or {}).get("hostname") or row.name)))
+        layout = cluster_layout(session, cluster_id)
+        files: dict[str, str] = {}
+        hosts = ""
+        if layout is not None and layout.nodes and members:
+            hosts = slurm.hosts_file(layout)
+            files = {"slurm.conf": slurm.slurm_conf(layout, self.slurm_host, cluster.slurm_config,
+                                                    controller_hostname=members[0].hostname.split(".")[0]),
+                     "gres.conf": slurm.gres_conf(layout, self.slurm_host),
+                     "cgroup.conf": slurm.cgroup_conf(layout, self.slurm_host),
+                     "topology.conf": slurm.topology_conf(layout)}
+        shared = (pool.shared_storage_path or "").rstrip("/")
+        volumes = tuple(sorted(link.volume_id for link in cluster.volume_links)) if shared else ()
+        sources = tuple(f"{shared}/gpucloud-volumes/{volume}" for volume in volumes)
+        keys = tuple(key.public_key for link in cluster.ssh_key_links
+                     if (key := session.get(SshKey, link.ssh_key_id)) is not None)
+        config = node_config.NodeConfig(
+            user=USER, uid=user_id(cluster_id), public_keys=keys, hosts=hosts, home=None,
+            volume_root=VOLUME_ROOT,
+            volumes=tuple(node_config.Mount(source, f"{VOLUME_ROOT}/{volume}")
+                          for source, volume in zip(sources, volumes, strict=True)),
+            munge_key=self._munge_key(cluster_id), slurm_files=files)
+        return PoolPlan(cluster_id, pool.id, _login(pool), tuple(members), config, sources,
+                        security_rules(cluster), cluster.deletion_requested_at is not None)
+
+    def _member(self, session: Session, plan: PoolPlan, node_id: str | None) -> PoolNode | None:
+        """The request's node, from its held server (a node being released is no member any more)."""
+        row = None if node_id is None else session.get(EngineNode, node_id)
+        if row is None:
+            return None
+        found = next((m for m in plan.members if m.name == row.name), None)
+        host = pool_hosts.held_host(session, row.id)
+        if found is None and host is not None and host.host_key is not None:
+            pool = session.get(HostPool, plan.pool_id)
+            port = host.port or (pool.ssh_port if pool is not None else 22)
+            found = PoolNode(row.name, PoolHost(row.name, host.address, port, host.host_key), row.name)
+        return found
+
+    def _munge_key(self, cluster_id: str) -> bytes:
+        """The cluster's munge key, made once (0600 under the driver's directory)."""
+        path = self.root / cluster_id / "munge.key"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            partial = path.with_suffix(".new")
+            partial.touch(mode=0o600)
+            partial.write_bytes(secrets.token_bytes(1024))
+            partial.rename(path)
+        return path.read_bytes()
+
+    def _access(self, plan: PoolPlan) -> PoolAccess:
+        return PoolAccess(self.root / plan.cluster_id / "ssh", plan.login, [m.host for m in plan.members])
+
+    def _shell(self, plan: PoolPlan, node: PoolNode) -> NodeShell:
+        return self._access(plan).shell(node.host)
+
+    def _controller_shell(self, session: Session, cluster_id: str) -> NodeShell | None:
+        plan = self.plan(session, cluster_id)
+        return None if plan.controller is None else self._shell(plan, plan.controller)
+
+    # What each operation does, over SSH ---------------------------------------------------------
+
+    def _work(self, kind: OpKind, plan: PoolPlan, node: PoolNode | None) -> Callable[[], Result]:
+        def need() -> PoolNode:
+            if node is None:
+                raise ValueError(f"{kind} needs a node of the cluster")
+            return node
+
+        actions: dict[OpKind, Callable[[], None]] = {
+            OpKind.NODE_BOOT: lambda: self._boot(plan, need()),
+            OpKind.VOLUME_ATTACH: lambda: self._reconfigure(plan, need()),
+            OpKind.ORCHESTRATOR_JOIN: lambda: self._join(plan, need()),
+            OpKind.ACCEPTANCE: lambda: self._accept(plan, need()),
+            OpKind.RECONFIGURE: lambda: self._reconfigure(plan, need()),
+            OpKind.NODE_RELEASE: lambda: self._release(plan, need()),
+            OpKind.NODE_RESTART: lambda: self._restart(plan, need()),
+            OpKind.NODE_POWER_OFF: lambda: self._stop(plan, need(), "paused"),
+            OpKind.NODE_POWER_ON: lambda: self._join(plan, need()),
+            OpKind.NODE_DRAIN: lambda: self._on_controller(
+                plan, lambda c: slurm_control.drain(c, need().name, slurm_control.ACTION_REASON)),
+            OpKind.NODE_RESUME: lambda: self._on_controller(plan, lambda c: slurm_control.resume(c, need().name)),
+            OpKind.NODE_REQUEUE: lambda: self._on_controller(
+                plan, lambda c: slurm_jobs.requeue_node_jobs(c, need().name)),
+        }
+        if kind not in actions:
+            raise ValueError(f"the ssh_hosts driver has no operation {kind}")
+        action = actions[kind]
+
+        def run() -> Result:
+            action()
+            booted = kind in (OpKind.NODE_BOOT, OpKind.NODE_RESTART) and node is not None
+            return Result(host_key=node.host.host_key if booted and node is not None else None)
+
+        return run
+
+    def _boot(self, plan: PoolPlan, node: PoolNode) -> None:
+        """Take the server and configure it as the cluster's node (volume directories first)."""
+        shell = self._shell(plan, node)
+        if plan.volume_sources:
+            shell.run(["install", "-d", "-m", "1777", *plan.volume_sources])
+        host_nodes.join(shell, plan.cluster_id, plan.config, plan.firewall(node))
+
+    def _join(self, plan: PoolPlan, node: PoolNode) -> None:
+        self._sync_controller(plan)
+        host_nodes.start_slurmd(self._shell(plan, node), node.name)
+        self._on_controller(plan, lambda c: slurm_control.resume_after_repair(c, node.name))
+
+    def _sync_controller(self, plan: PoolPlan) -> None:
+        """Every member gets the cluster's files; slurmctld (re)starts on the first when they changed (a new
+        node list needs a restart on 22.05), then `scontrol reconfigure` tells the slurmds."""
+        controller = plan.controller
+        if controller is None or not plan.config.slurm_files:
+            return
+        for member in plan.members:
+            node_config.write_cluster_files(self._shell(plan, member), plan.config)
+        shell = self._shell(plan, controller)
+        conf = plan.config.slurm_files["slurm.conf"]
+        wanted = hashlib.sha256(conf.encode()).hexdigest()
+        recorded = self.root / plan.cluster_id / "slurmctld.conf.sha256"
+        if node_config.running(shell, "slurmctld") and recorded.exists() and recorded.read_text() == wanted:
+            return
+        node_config.stop_daemon(shell, "slurmctld")
+        node_config.start_daemons(shell, ["munged", "slurmctld"])
+        deadline = time.monotonic() + 30
+        while not node_config.controller_answers(shell)[0]:
+            if time.monotonic() > deadline:
+                log = shell.run(["tail", "-c", "400", "/var/log/slurm/slurmctld.log"], check=False).stdout
+                raise RuntimeError(f"slurmctld on {controller.name} did not answer within 30 s; log: {log}")
+            time.sleep(0.2)
+        node_config.reconfigure_controller(shell)
+        recorded.write_text(wanted)
+
+    def _accept(self, plan: PoolPlan, node: PoolNode) -> None:
+        """slurmd registered under the node's name and takes work."""
+        if plan.controller is None:
+            return
+        controller = self._shell(plan, plan.controller)
+        deadline, state = time.monotonic() + REGISTRATION_SECONDS, ""
+        while time.monotonic() < deadline:
+            state = node_config.slurm_node_state(controller, node.name)
+            if state in ("idle", "mixed", "allocated", "completing"):
+                return
+            time.sleep(0.3)
+        log = self._shell(plan, node).run(["tail", "-c", "400", "/var/log/slurm/slurmd.log"], check=False).stdout
+        raise RuntimeError(f"slurmd on {node.name} ({node.host.address}) did not register within "
+                           f"{REGISTRATION_SECONDS:.0f} s (state {state!r}); slurmd.log ends: {log or 'empty'}")
+
+    def _reconfigure(self, plan: PoolPlan, node: PoolNode) -> None:
+        shell = self._shell(plan, node)
+        if plan.volume_sources:
+            shell.run(["install", "-d", "-m", "1777", *plan.volume_sources])
+        node_config.set_access(shell, plan.config)
+        firewall.apply(shell, plan.firewall(node))
+        self._sync_controller(plan)
+
+    def _release(self, plan: PoolPlan, node: PoolNode) -> None:
+        """Give the server back; a scale-down's remaining nodes learn the new node list."""
+        if not plan.deleting:
+            self._on_controller(plan, lambda c: slurm_control.take_down(c, node.name, "removed from the cluster"))
+        access = self._access(plan)
+        host_nodes.release(access.shell(node.host), plan.cluster_id, USER)
+        remaining = dataclasses.replace(plan, members=tuple(m for m in plan.members if m.name != node.name))
+        if remaining.members and not plan.deleting:
+            self._sync_controller(remaining)
+        elif not remaining.members:  # the cluster's last server: its key and munge key go too
+            access.close()
+            shutil.rmtree(self.root / plan.cluster_id, ignore_errors=True)
+
+    def _restart(self, plan: PoolPlan, node: PoolNode) -> None:
+        """A server cannot be replaced: its daemons are started again (its jobs requeued first)."""
+        self._stop(plan, node, "restarted")
+        self._join(plan, node)
+        self._accept(plan, node)
+
+    def _stop(self, plan: PoolPlan, node: PoolNode, why: str) -> None:
+        self._on_controller(plan, lambda c: slurm_control.take_down(c, node.name, why))
+        node_config.stop_daemons(self._shell(plan, node), ["slurmd"])
+
+    def _on_controller(self, plan: PoolPlan, action: Callable[[NodeShell], object]) -> None:
+        """Best effort on slurmctld's server: one that does not answer must not keep a node from going."""
+        if plan.controller is None:
+            return
+        with contextlib.suppress(NodeCommandError, RuntimeError):
+            action(self._shell(plan, plan.controller))
+
+    def _health(self, session: Session, token: str, now: dt.datetime) -> Operation:
+        """A RUNNING node is healthy while its server answers over SSH and its slurmd runs."""
+        row = session.get(EngineNode, token.split("/", 1)[0])
+        if row is None or row.stage != NodeStage.READY:
+            return Operation(token, OpKind.HEALTH_WATCH, now, now + WATCH_INTERVAL, True)
+        plan = self.plan(session, row.cluster_id)
+        node = next((m for m in plan.members if m.name == row.name), None)
+        if node is None:
+            return Operation(token, OpKind.HEALTH_WATCH, now, now + WATCH_INTERVAL, True)
+        problem = None
+        try:
+            health = node_config.read_health(self._shell(plan, node), host_nodes.KERNEL_LOG_COMMAND)
+        except NodeCommandError as exc:
+            problem = f"the server does not answer over ssh: {exc}"
+        else:
+            if not health.slurmd_running:
+                problem = "slurmd is not running on the server"
+            if health.xid_events:
+                problem = f"XID {health.xid_events[-1].code}: {health.xid_events[-1].meaning}"
+        if problem is None:
+            return Operation(token, OpKind.HEALTH_WATCH, now, now + WATCH_INTERVAL, True)
+        self._on_controller(plan, lambda c: slurm_control.take_down(c, row.name, problem))
+        return Operation(token, OpKind.HEALTH_WATCH, now, now, False, problem)
+
+
+def user_id(cluster_id: str) -> int:
+    """The cluster user's uid (and gid) on every server of the cluster, the same from its id alone."""
+    digest = int(hashlib.sha256(cluster_id.encode()).hexdigest()[:12], 16)
+    return USER_IDS.start + digest % len(USER_IDS)
+
+
+def source_address(address: str) -> str:
+    """This machine's address on the route to `address` (a UDP socket's choice: nothing is sent)."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect((address, 22))
+        return str(probe.getsockname()[0])
+
+
+def _login(pool: HostPool) -> PoolLogin:
+    return PoolLogin(user=pool.ssh_user, private_key=pool.ssh_private_key)

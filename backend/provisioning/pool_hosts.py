@@ -1,0 +1,86 @@
+"""The servers of a host pool as the engine's capacity: a node of a cluster on a pool holds one host
+(`host_pool_hosts.node_id`) from its admission until its release, as a datacenter node holds its slot.
+
+Hosts are taken under the pool's lock, in the order the user listed them: `ready` ones that no node holds
+and that have the GPUs of the cluster's instance type (count and model, from the last check's inventory).
+A node's address is its host's. The engine releases a node's host with its other allocations
+(`allocator.release_node` / `release_cluster`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from backend.domain.catalog import Catalog, Fabric, InstanceType
+from backend.domain.errors import Conflict
+from backend.store.engine_models import EngineNode
+from backend.store.host_pool_models import HostPool, HostPoolHost
+from backend.store.models import Cluster
+
+
+class NoFreeHosts(Conflict):
+    code = "insufficient_capacity"
+
+
+Lock = Callable[[Session, str], None]
+
+
+def fits(host: HostPoolHost, itype: InstanceType) -> bool:
+    """A ready host with the shape's GPUs: as many, of its model (the catalog's GPU name in nvidia-smi's)."""
+    inventory = host.inventory or {}
+    if host.status != "ready" or int(inventory.get("gpu_count") or 0) != itype.gpu_count:
+        return False
+    model = str(inventory.get("gpu_model") or "").lower()
+    return itype.gpu_count == 0 or itype.gpu_short_name.lower() in model
+
+
+def take(session: Session, cluster: Cluster, itype: InstanceType, count: int, lock: Lock) -> list[HostPoolHost]:
+    """`count` free hosts that fit, for nodes the caller makes (`hold`), chosen under the pool's lock (taken
+    with `lock`, the allocator's); 409 naming how many are free."""
+    assert cluster.host_pool_id is not None
+    lock(session, f"host-pool:{cluster.host_pool_id}")
+    hosts = session.scalars(select(HostPoolHost).where(HostPoolHost.pool_id == cluster.host_pool_id)
+                            .order_by(HostPoolHost.position)).all()
+    free = [host for host in hosts if host.node_id is None and fits(host, itype)]
+    if len(free) < count:
+        ready = sum(1 for host in hosts if host.status == "ready")
+        raise NoFreeHosts(
+            f"{count} hosts with {itype.gpu_count} x {itype.gpu_short_name.upper()} requested from host pool "
+            f"{cluster.host_pool_id}, {len(free)} free ({ready} of its {len(hosts)} hosts ready, the others held "
+            "by clusters or of another shape); add hosts to the pool, wait for their checks, or lower node_count",
+            field="node_count", extra={"requested_nodes": count, "available_nodes": len(free)})
+    return free[:count]
+
+
+def hold(host: HostPoolHost, node: EngineNode) -> None:
+    host.node_id = node.id
+
+
+def descriptive_fabric(catalog: Catalog, cluster: Cluster) -> Fabric:
+    """The catalog fabric a pool cluster's layout names (Slurm's node feature, the network view): the
+    region's first that offers the instance type; the servers are wherever the user keeps them."""
+    fabrics = catalog.fabrics_in(cluster.region)
+    offering = [f for f in fabrics if f.pools.get(cluster.instance_type, 0) > 0] or fabrics
+    return offering[0]
+
+
+def give_back_nodes(session: Session, node_ids: Sequence[str]) -> None:
+    """The hosts of these nodes are free again (their release has given each server back)."""
+    if node_ids:
+        session.execute(update(HostPoolHost).where(HostPoolHost.node_id.in_(list(node_ids)))
+                        .values(node_id=None).execution_options(synchronize_session=False))
+
+
+def give_back_cluster(session: Session, cluster_id: str) -> None:
+    give_back_nodes(session, session.scalars(select(EngineNode.id).where(EngineNode.cluster_id == cluster_id)).all())
+
+
+def held_host(session: Session, node_id: str) -> HostPoolHost | None:
+    return session.scalars(select(HostPoolHost).where(HostPoolHost.node_id == node_id)).first()
+
+
+def pool_of(session: Session, cluster: Cluster) -> HostPool | None:
+    return None if cluster.host_pool_id is None else session.get(HostPool, cluster.host_pool_id)

@@ -1,0 +1,168 @@
+"""A Slurm cluster on a host pool, through the API and the engine, on two stand-in servers with 8 H200s each
+(tests/backend/local/stand_in_hosts.py): admitted on the pool's free ready hosts, configured over SSH as the
+pool's user, logged into as the cluster's user, scaled 2 -> 1 -> 2 (a server given back and taken again), a
+killed slurmd restarted in place, destroyed leaving the servers as they were, and the pool reused.
+
+Needs root and `ip netns` (.ci/run); every address lives inside namespaces this test makes. SQLite only: the
+store is not what is tested here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy.orm import Session, sessionmaker
+
+from backend.domain.clock import SYSTEM_CLOCK
+from backend.provisioning import host_checks
+from backend.provisioning.drivers import entry
+from backend.provisioning.drivers.routing import PoolRouting
+from backend.provisioning.drivers.ssh_hosts.driver import SshHostsDriver
+from backend.provisioning.drivers.ssh_hosts.host_nodes import PoolAccess, PoolHost, PoolLogin
+from backend.provisioning.settings import EngineSettings
+from backend.provisioning.worker import EngineWorker
+from tests.backend.engine.conftest import FAST, create, get, sessions
+from tests.backend.local.stand_in_hosts import StandIns, openssh, private_key, public, stand_in_hosts
+
+__all__ = ["sessions"]  # fixture of the engine tests, used here
+
+SUBNET = "10.0.10.0/24"
+# Stand-in servers keep their GPU device files where the local driver's nodes do (a server's are in /dev).
+STAND_IN_GPU_DEVICES = "/var/lib/slurm/gpus"
+
+
+@pytest.fixture(scope="module")
+def stand_ins() -> Iterator[StandIns]:
+    with stand_in_hosts(SUBNET, ("host-a", "host-b"), gpu_hosts=("host-a", "host-b"), gpus=8) as hosts:
+        yield hosts
+
+
+@pytest.fixture
+def worker(sessions: sessionmaker[Session], tmp_path: Path) -> Iterator[EngineWorker]:
+    settings = EngineSettings.model_validate(FAST)
+    own_hosts = SshHostsDriver(tmp_path / "ssh_hosts", gpu_device_dir=STAND_IN_GPU_DEVICES)
+    routing = PoolRouting(entry("simulated").build(settings, None, SYSTEM_CLOCK), own_hosts)
+    yield EngineWorker(sessions, settings, driver=routing)
+    assert own_hosts.wait_idle(), "operations still running"
+
+
+def _until(worker: EngineWorker, admin: TestClient, cluster_id: str, wanted: Any, seconds: float = 180) -> None:
+    deadline = time.monotonic() + seconds
+    while True:
+        body = get(admin, cluster_id)
+        if wanted(body):
+            return
+        assert time.monotonic() < deadline, (body["status"], body["phase"], body["status_reason"])
+        worker.run_once()
+        time.sleep(0.05)
+
+
+def _gone(worker: EngineWorker, admin: TestClient, cluster_id: str, seconds: float = 120) -> None:
+    """Until the cluster is destroyed (a GET answers 404 once it is)."""
+    deadline = time.monotonic() + seconds
+    while admin.get(f"/v1/clusters/{cluster_id}").status_code != 404:
+        assert time.monotonic() < deadline, get(admin, cluster_id)["status_reason"]
+        worker.run_once()
+        time.sleep(0.05)
+
+
+def _converged(count: int) -> Any:
+    return lambda body: (body["phase"] == "Ready" and len(body["nodes"]) == count
+                         and all(node["status"] == "RUNNING" for node in body["nodes"]))
+
+
+def _ssh(key: Path, host: str, command: str) -> subprocess.CompletedProcess[str]:
+    argv = ["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR", f"ubuntu@{host}", command]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False)
+
+
+def _root(stand_ins: StandIns, tmp_path: Path, host: str, command: str) -> str:
+    access = PoolAccess(tmp_path / "root-access", PoolLogin("root", stand_ins.private_key),
+                        [PoolHost(host, stand_ins.nodes[host].address, 22, stand_ins.host_key)])
+    try:
+        shell = access.shell(PoolHost(host, stand_ins.nodes[host].address, 22, stand_ins.host_key))
+        return shell.run_script(command, what="look at the server").stdout
+    finally:
+        access.close()
+
+
+def _lent(stand_ins: StandIns, tmp_path: Path, host: str) -> str:
+    """What shows a server is (still) a cluster's node: its claim record, daemons and user."""
+    return _root(stand_ins, tmp_path, host, "ls /var/lib/gpucloud-host 2>/dev/null | head -1; "
+                 "pgrep -x slurmd >/dev/null && echo slurmd; pgrep -x slurmctld >/dev/null && echo slurmctld; "
+                 "getent passwd ubuntu >/dev/null && echo user; true").strip()
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
+    stand_ins: StandIns, admin: TestClient, sessions: sessionmaker[Session], worker: EngineWorker,
+    tmp_path: Path,
+) -> None:
+    user_key = private_key()
+    key_file = tmp_path / "id_user"
+    key_file.write_text(openssh(user_key))
+    key_file.chmod(0o600)
+    key = admin.post("/v1/ssh-keys", json={"name": "me", "public_key": public(user_key)}).json()
+    pool = admin.post("/v1/host-pools", json={
+        "name": "lab", "region": "us-east-1", "ssh_private_key": stand_ins.private_key,
+        "hosts": [{"address": node.address} for node in stand_ins.nodes.values()]}).json()
+    assert host_checks.run_due_checks(sessions, SYSTEM_CLOCK, "test", dt.timedelta(minutes=5)) == 2
+    assert admin.get(f"/v1/host-pools/{pool['id']}").json()["free_hosts"] == 2
+
+    too_many = admin.post("/v1/clusters", json={
+        "name": "big", "region": "us-east-1", "instance_type": "8xH200", "node_count": 3,
+        "orchestrator": "slurm", "host_pool_id": pool["id"]})
+    assert too_many.status_code == 409, too_many.text
+    assert "2 free" in too_many.json()["detail"]
+
+    cluster = create(admin, name="own", instance_type="8xH200", node_count=2, orchestrator="slurm",
+                     host_pool_id=pool["id"], ssh_key_ids=[key["id"]])
+    _until(worker, admin, cluster["id"], _converged(2))
+    body = get(admin, cluster["id"])
+    login = body["login"]["public_ip"]
+    assert login == stand_ins.nodes["host-a"].address and body["host_pool_id"] == pool["id"]
+    assert body["login"]["host_key"] == stand_ins.host_key
+    done = _ssh(key_file, login, "srun -N2 hostname")
+    assert sorted(done.stdout.split()) == ["host-a", "host-b"], done.stderr
+    in_use = admin.delete(f"/v1/host-pools/{pool['id']}")
+    assert (in_use.status_code, in_use.json()["code"]) == (409, "host_pool_in_use"), in_use.text
+
+    # 2 -> 1: the newest node's server is given back; 1 -> 2: taken again.
+    assert admin.patch(f"/v1/clusters/{cluster['id']}", json={"node_count": 1}).status_code == 200
+    _until(worker, admin, cluster["id"], _converged(1))
+    assert _lent(stand_ins, tmp_path, "host-b") == ""
+    assert admin.get(f"/v1/host-pools/{pool['id']}").json()["free_hosts"] == 1
+    assert admin.patch(f"/v1/clusters/{cluster['id']}", json={"node_count": 2}).status_code == 200
+    _until(worker, admin, cluster["id"], _converged(2))
+    done = _ssh(key_file, login, "srun -N2 hostname")
+    assert sorted(done.stdout.split()) == ["host-a", "host-b"], done.stderr
+
+    # A killed slurmd: the health watch finds it, the node is restarted in place and runs again.
+    _root(stand_ins, tmp_path, "host-b", "pkill -x slurmd")
+    _until(worker, admin, cluster["id"], lambda b: any(n["status"] != "RUNNING" for n in b["nodes"]), 60)
+    _until(worker, admin, cluster["id"], _converged(2))
+    done = _ssh(key_file, login, "srun -N2 hostname")
+    assert sorted(done.stdout.split()) == ["host-a", "host-b"], done.stderr
+
+    assert admin.delete(f"/v1/clusters/{cluster['id']}").status_code in (200, 202)
+    _gone(worker, admin, cluster["id"])
+    for host in ("host-a", "host-b"):
+        assert _lent(stand_ins, tmp_path, host) == "", host
+    assert admin.get(f"/v1/host-pools/{pool['id']}").json()["free_hosts"] == 2
+
+    # The pool serves the next cluster.
+    again = create(admin, name="next", instance_type="8xH200", node_count=1, orchestrator="slurm",
+                   host_pool_id=pool["id"], ssh_key_ids=[key["id"]])
+    _until(worker, admin, again["id"], _converged(1))
+    assert _ssh(key_file, stand_ins.nodes["host-a"].address, "srun hostname").stdout.split() == ["host-a"]
+    assert admin.delete(f"/v1/clusters/{again['id']}").status_code in (200, 202)
+    _gone(worker, admin, again["id"])
+    assert _lent(stand_ins, tmp_path, "host-a") == ""
