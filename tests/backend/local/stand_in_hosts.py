@@ -28,6 +28,7 @@ from backend.provisioning.drivers.local.namespaces import Bind, LocalCluster, Lo
 from backend.provisioning.drivers.local.node_setup import BOOT_DIR, node_binds, prepare_cluster, start_sshd
 from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget
 
+SHARED_MOUNT = "/srv/shared"  # the stand-ins' shared file system
 RECORDED_XML = Path(__file__).parents[1] / "node_agent" / "data" / "nvidia-smi-q.xml"
 SSHD_CONFIG = f"""\
 Include /etc/ssh/sshd_config.d/*.conf
@@ -133,11 +134,13 @@ def _multiply_gpus(source: Path, target: Path, count: int) -> None:
 def stand_in_hosts(subnet: str, names: tuple[str, ...], *, gpu_hosts: tuple[str, ...] = (),
                    gpus: int = 1) -> Iterator[StandIns]:
     """Servers `names` at the subnet's addresses .11, .12, ...; `gpu_hosts` have an nvidia-smi that reports
-    `gpus` H200s (from the recorded output)."""
+    `gpus` H200s (from the recorded output). Every server mounts one shared file system at `SHARED_MOUNT`
+    (a directory of the host's, as an NFS export would be)."""
     root = Path("/var/tmp") / f"gpucloud-hosts-test-{uuid.uuid4().hex[:8]}"
     bridge = LocalCluster(root, f"h{uuid.uuid4().hex[:6]}", subnet)
     key = private_key()
     first = ip_network(subnet).network_address + 11
+    (root / "shared").mkdir(parents=True)
     try:
         bridge.up()
         prepare_cluster(bridge)
@@ -146,7 +149,8 @@ def stand_in_hosts(subnet: str, names: tuple[str, ...], *, gpu_hosts: tuple[str,
         (boot / "authorized_keys" / "root").write_text(public(key) + "\n")
         nodes = {name: bridge.node(name, str(first + index)) for index, name in enumerate(names)}
         for name, node in nodes.items():
-            node.create(node_binds(node) + (_recorded_gpus(root, gpus) if name in gpu_hosts else []))
+            shared = [Bind(root / "shared", SHARED_MOUNT)]
+            node.create(node_binds(node) + shared + (_recorded_gpus(root, gpus) if name in gpu_hosts else []))
             start_sshd(node)
             wait_for_sshd(node.address)
         host_key = " ".join((boot / "ssh_host_ed25519_key.pub").read_text().split()[:2])

@@ -29,7 +29,14 @@ from backend.provisioning.drivers.ssh_hosts.host_nodes import PoolAccess, PoolHo
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
 from tests.backend.engine.conftest import FAST, create, get, sessions
-from tests.backend.local.stand_in_hosts import StandIns, openssh, private_key, public, stand_in_hosts
+from tests.backend.local.stand_in_hosts import (
+    SHARED_MOUNT,
+    StandIns,
+    openssh,
+    private_key,
+    public,
+    stand_in_hosts,
+)
 
 __all__ = ["sessions"]  # fixture of the engine tests, used here
 
