@@ -162,7 +162,7 @@ class HostOut(BaseModel):
         default=None, description="The key the host must present (pinned or first seen)"
     )
     checked_at: datetime | None = None
-    cluster_id: str | None = Field(default=None, description="The cluster whose node the host is (null: free)")
+    cluster_id: str | None = Field(default=None, description="The cluster whose node it is (null: free)")
     node: str | None = Field(default=None, description="That node's name")
     inventory: InventoryOut | None = None
 

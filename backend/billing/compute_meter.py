@@ -170,13 +170,9 @@ def cluster_segments(
 ) -> list[ComputeSegment]:
     """The cluster's running time split into reserved and on-demand segments; time inside `held`
     (credit holds) is left out. A cluster drawing from `capacity_reservation` has every node covered
-    (it draws at most the reservation's nodes) until the reservation's term ends; a cluster on a host pool
-    has every node covered for good."""
+    (it draws at most the reservation's nodes) until the reservation's term ends."""
     slots, coverage_end = 0, None
-    if cluster is not None and cluster.host_pool_id is not None:
-        # The project's own servers: their time is recorded (chargeback), at no compute charge.
-        slots = UNLIMITED_SLOTS
-    elif capacity_reservation is not None:
+    if capacity_reservation is not None:
         slots, coverage_end = UNLIMITED_SLOTS, capacity_reservation.ends_at
     elif reservation is not None:
         slots = reservation.node_count

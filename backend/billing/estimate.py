@@ -67,6 +67,8 @@ def cluster_price(shape: ClusterShape, prices: PriceBook) -> CostEstimate:
         known = ", ".join(CAPACITY_TYPES)
         message = f"capacity_type must be one of {known}, got {shape.capacity_type!r}"
         raise PricingError("capacity_type", message)
+    if shape.own_hosts:  # the project's own servers, in its pool's region: no compute charge
+        prices = prices.own_hosts(shape.region)
     gpus = prices.gpus_per_node(shape.instance_type)
     on_demand = prices.capacity_gpu_hour(shape.instance_type, shape.region, ON_DEMAND)
     if shape.reserved_days is not None:
@@ -75,7 +77,7 @@ def cluster_price(shape: ClusterShape, prices: PriceBook) -> CostEstimate:
     first = SPOT if shape.capacity_type in (SPOT, SPOT_WITH_FALLBACK) else ON_DEMAND
     rate = prices.capacity_gpu_hour(shape.instance_type, shape.region, first)
     gpu_count = gpus * shape.node_count
-    if shape.draws_reservation or shape.own_hosts:  # prepaid by a reservation, or the project's own servers
+    if shape.draws_reservation:  # prepaid by the reservation's up-front charge
         rate = hourly = ceiling = Decimal(0)
     else:
         hourly = rate * gpu_count

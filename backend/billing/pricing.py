@@ -8,7 +8,7 @@ builds it, so every price stays configurable through the catalog file (`GPUCLOUD
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
 from backend.billing.money import to_decimal
@@ -84,6 +84,13 @@ class PriceBook:
         """Spot USD per GPU-hour: on-demand less the spot discount (exact, not rounded)."""
         return self.on_demand_gpu_hour(instance_type, region) * (1 - self.spot_discount)
 
+    def own_hosts(self, region: str) -> PriceBook:
+        """The book a cluster on the project's own servers is metered with: its time recorded at no
+        compute charge (whatever region name the servers' pool has)."""
+        free = {name: replace(price, on_demand_gpu_hour_usd=Decimal(0), regional_gpu_hour_usd={})
+                for name, price in self.instances.items()}
+        return replace(self, instances=free, regions=self.regions | {region}, spot_discount=Decimal(0))
+
     def capacity_gpu_hour(self, instance_type: str, region: str, capacity_type: str) -> Decimal:
         """USD per GPU-hour of a node running on `capacity_type` (spot or on_demand): the rate both the
         meter and the cluster price (`backend.billing.estimate.cluster_price`) use."""
@@ -116,8 +123,11 @@ class PriceBook:
         return self.on_demand_gpu_hour(instance_type, region) * self.gpus_per_node(instance_type)
 
     def storage_tib_hour(self, region: str) -> Decimal:
-        """USD per TiB-hour of shared storage in `region`."""
-        self._check_region(region)
+        """USD per TiB-hour of shared storage in `region`. A region the catalog does not sell in is a host
+        pool's (the volume API admits no other): its volumes are directories on the project's own storage,
+        at no charge."""
+        if region not in self.regions:
+            return Decimal(0)
         return self.regional_storage_tib_hour_usd.get(region, self.storage_tib_hour_usd)
 
     def reserved_ip_hour(self, region: str, *, attached: bool) -> Decimal:

@@ -169,12 +169,14 @@ def meter_project(
             held=held.get(usage.cluster_id, ()),
             capacity_reservation=capacity.get(cluster.reservation_id or "") if cluster is not None else None,
         )
+        # The project's own servers (a host pool's): their time is recorded for chargeback, at no charge.
+        rates = prices.own_hosts(usage.region) if cluster is not None and cluster.host_pool_id else prices
         records += compute_records(
-            project_id=project_id, usage=usage, segments=segments, prices=prices, cutoff=cutoff, now=now,
+            project_id=project_id, usage=usage, segments=segments, prices=rates, cutoff=cutoff, now=now,
             labels=None if cluster is None else dict(cluster.labels or {}),
         )
         accrued += compute_accrued_micros(
-            usage=usage, segments=segments, prices=prices, cutoff=cutoff, now=now
+            usage=usage, segments=segments, prices=rates, cutoff=cutoff, now=now
         )
     charged = charge_usage(session, records, now=now)
     for usage in usages:

@@ -35,7 +35,8 @@ def apply_cluster_defaults(spec: Mapping[str, Any], catalog: Catalog) -> dict[st
         out["node_count"] = 1
     itype = catalog.instance_type(str(out.get("instance_type")))
     if out.get("interconnect") is None and itype is not None:
-        out["interconnect"] = itype.default_interconnect
+        # A host pool's servers are networked as their owner made them: Ethernet unless the spec says.
+        out["interconnect"] = "ethernet" if out.get("host_pool_id") else itype.default_interconnect
     if out.get("orchestrator") is None:
         node_count = out.get("node_count")
         multi_node = isinstance(node_count, int) and node_count > 1
@@ -56,8 +57,10 @@ def validate_cluster_spec(spec: Mapping[str, Any], catalog: Catalog) -> list[Fie
     """Every rule the spec breaks (empty when valid). Defaults are applied first."""
     full = apply_cluster_defaults(spec, catalog)
     errors: list[FieldError] = []
+    # A cluster on a host pool is in its pool's region, a name of the project's (services.pool_clusters).
+    own_hosts = full.get("host_pool_id") is not None
     region = catalog.region(str(full.get("region")))
-    if region is None:
+    if region is None and not own_hosts:
         known = ", ".join(r.name for r in catalog.regions)
         errors.append(FieldError("region", "unknown_region", f"unknown region {full.get('region')!r}; "
                                  f"choose one of {known}"))
@@ -77,7 +80,11 @@ def validate_cluster_spec(spec: Mapping[str, Any], catalog: Catalog) -> list[Fie
             f"instance_type to one of {capable}",
         ))
         judged = {**full, "node_count": 1}  # the fix: other fields are judged as they would be then
-    if itype is not None or full.get("interconnect") is not None:
+    if own_hosts:
+        if full.get("interconnect") not in INTERCONNECTS:
+            errors.append(FieldError("interconnect", "invalid_choice",
+                                     f"interconnect must be one of {', '.join(INTERCONNECTS)}"))
+    elif itype is not None or full.get("interconnect") is not None:
         # An unknown type has no default interconnect: only a value the caller gave is judged.
         errors += _check_interconnect(full.get("interconnect"), region.name if region else None,
                                       itype.name if itype else None, catalog)

@@ -195,9 +195,8 @@ def _admit_on_pool(session: Session, catalog: Catalog, cluster: Cluster, now: dt
     if itype is None:
         raise ValueError(f"cluster {cluster.id}: spec not validated against the catalog")
     hosts = pool_hosts.take(session, cluster, itype, cluster.node_count, allocator.lock)
-    fabric = pool_hosts.descriptive_fabric(catalog, cluster)
     state = EngineCluster(
-        cluster_id=cluster.id, fabric=fabric.name, hostname_prefix=cluster.name, subnet=POOL_SUBNET,
+        cluster_id=cluster.id, fabric=pool_hosts.OWN_FABRIC, hostname_prefix=cluster.name, subnet=POOL_SUBNET,
         partition_key=None, public_ip=None, jumphost_ip=None, control_plane="absent", current_batch=1,
         membership_version=1, finished=False,
     )

@@ -14,11 +14,15 @@ from collections.abc import Callable, Sequence
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from backend.domain.catalog import Catalog, Fabric, InstanceType
+from backend.domain.catalog import Fabric, InstanceType
 from backend.domain.errors import Conflict
 from backend.store.engine_models import EngineNode
 from backend.store.host_pool_models import HostPool, HostPoolHost
 from backend.store.models import Cluster
+
+
+OWN_FABRIC = "own-hosts"
+MAX_HOSTS = 64  # a pool's (backend.domain.host_pools)
 
 
 class NoFreeHosts(Conflict):
@@ -37,21 +41,29 @@ def fits(host: HostPoolHost, itype: InstanceType) -> bool:
     return itype.gpu_count == 0 or itype.gpu_short_name.lower() in model
 
 
-def take(session: Session, cluster: Cluster, itype: InstanceType, count: int, lock: Lock) -> list[HostPoolHost]:
+def take(
+    session: Session, cluster: Cluster, itype: InstanceType, count: int, lock: Lock
+) -> list[HostPoolHost]:
     """`count` free hosts that fit, for nodes the caller makes (`hold`), chosen under the pool's lock (taken
     with `lock`, the allocator's); 409 naming how many are free."""
     assert cluster.host_pool_id is not None
     lock(session, f"host-pool:{cluster.host_pool_id}")
-    hosts = session.scalars(select(HostPoolHost).where(HostPoolHost.pool_id == cluster.host_pool_id)
-                            .order_by(HostPoolHost.position)).all()
+    hosts = session.scalars(
+        select(HostPoolHost)
+        .where(HostPoolHost.pool_id == cluster.host_pool_id)
+        .order_by(HostPoolHost.position)
+    ).all()
     free = [host for host in hosts if host.node_id is None and fits(host, itype)]
     if len(free) < count:
         ready = sum(1 for host in hosts if host.status == "ready")
         raise NoFreeHosts(
-            f"{count} hosts with {itype.gpu_count} x {itype.gpu_short_name.upper()} requested from host pool "
-            f"{cluster.host_pool_id}, {len(free)} free ({ready} of its {len(hosts)} hosts ready, the others held "
-            "by clusters or of another shape); add hosts to the pool, wait for their checks, or lower node_count",
-            field="node_count", extra={"requested_nodes": count, "available_nodes": len(free)})
+            f"{count} hosts with {itype.gpu_count} x {itype.gpu_short_name.upper()} requested from host "
+            f"pool {cluster.host_pool_id}, {len(free)} free ({ready} of its {len(hosts)} hosts ready, the "
+            "others held by clusters or of another shape); add hosts to the pool, wait for their checks, or "
+            "lower node_count",
+            field="node_count",
+            extra={"requested_nodes": count, "available_nodes": len(free)},
+        )
     return free[:count]
 
 
@@ -59,23 +71,28 @@ def hold(host: HostPoolHost, node: EngineNode) -> None:
     host.node_id = node.id
 
 
-def descriptive_fabric(catalog: Catalog, cluster: Cluster) -> Fabric:
-    """The catalog fabric a pool cluster's layout names (Slurm's node feature, the network view): the
-    region's first that offers the instance type; the servers are wherever the user keeps them."""
-    fabrics = catalog.fabrics_in(cluster.region)
-    offering = [f for f in fabrics if f.pools.get(cluster.instance_type, 0) > 0] or fabrics
-    return offering[0]
+def fabric_of(cluster: Cluster) -> Fabric:
+    """The network of a pool cluster's servers, as the layout names it: the servers' own, of the cluster's
+    `interconnect`, no scalable units of the cloud's (Slurm's node feature, `fabric` in the API)."""
+    return Fabric(region=cluster.region, name=OWN_FABRIC, kind=cluster.interconnect,
+                  pools={cluster.instance_type: MAX_HOSTS}, spines=0, leaves_per_su=0)
 
 
 def give_back_nodes(session: Session, node_ids: Sequence[str]) -> None:
     """The hosts of these nodes are free again (their release has given each server back)."""
     if node_ids:
-        session.execute(update(HostPoolHost).where(HostPoolHost.node_id.in_(list(node_ids)))
-                        .values(node_id=None).execution_options(synchronize_session=False))
+        session.execute(
+            update(HostPoolHost)
+            .where(HostPoolHost.node_id.in_(list(node_ids)))
+            .values(node_id=None)
+            .execution_options(synchronize_session=False)
+        )
 
 
 def give_back_cluster(session: Session, cluster_id: str) -> None:
-    give_back_nodes(session, session.scalars(select(EngineNode.id).where(EngineNode.cluster_id == cluster_id)).all())
+    give_back_nodes(
+        session, session.scalars(select(EngineNode.id).where(EngineNode.cluster_id == cluster_id)).all()
+    )
 
 
 def held_host(session: Session, node_id: str) -> HostPoolHost | None:

@@ -21,7 +21,7 @@ from backend.fabric import kubernetes, slurm
 from backend.fabric.layout import ClusterLayout, NodeLayout
 from backend.fabric.nccl import nccl_env
 from backend.fabric.topology import node_network
-from backend.provisioning import cluster_images, node_health
+from backend.provisioning import cluster_images, node_health, pool_hosts
 from backend.provisioning.drivers import configured_capabilities
 from backend.provisioning.state import aware
 from backend.store.db import execute_core
@@ -110,7 +110,8 @@ def _layout(cluster: Cluster, state: Any, members: list[Any],
     if state is None or state.finished:
         return None
     itype = catalog.instance_type(cluster.instance_type)
-    fabric = catalog.fabric(cluster.region, state.fabric)
+    on_pool = getattr(cluster, "host_pool_id", None) is not None
+    fabric = pool_hosts.fabric_of(cluster) if on_pool else catalog.fabric(cluster.region, state.fabric)
     if itype is None or fabric is None:
         return None
     nodes = tuple(NodeLayout(n.name, n.index, n.slot, n.scalable_unit, n.private_ip, n.public_ip)
@@ -193,13 +194,15 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
     # Live nodes without an active name are released ones still being torn down.
     leaving = [n for n in live if n.active_name is None]
     role = "worker" if layout.multi_node else "standalone"
+    on_pool = getattr(cluster, "host_pool_id", None) is not None  # no rail or leaf of the cloud's
     runtime["nodes"] = [
-        _node_view(n, role, node_network(layout.fabric, layout.instance_type, n.slot, layout.partition_key))
+        _node_view(n, role, None if on_pool else node_network(layout.fabric, layout.instance_type, n.slot,
+                                                              layout.partition_key))
         for n in nodes
     ] + [_node_view(n, role, None, member=False) for n in leaving]
     login_host = f"{layout.name}-jumphost" if layout.multi_node else layout.controller
     # A pool cluster's login node is its first server, at the server's own address.
-    address = layout.controller_ip if getattr(cluster, "host_pool_id", None) else _login_address(layout)
+    address = layout.controller_ip if on_pool else _login_address(layout)
     runtime["login"] = {"host": login_host, "public_ip": address, "user": SSH_USER,
                         "ssh_command": f"ssh {SSH_USER}@{address}",
                         "host_key": _login_host_key(layout, state, nodes)}

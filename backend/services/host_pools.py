@@ -241,7 +241,8 @@ def holders(session: Session, hosts: Sequence[HostPoolHost]) -> dict[str, tuple[
 
 def _holders(session: Session, node_ids: Sequence[str]) -> list[str]:
     """The clusters whose nodes these are."""
-    return sorted(set(session.scalars(select(EngineNode.cluster_id).where(EngineNode.id.in_(list(node_ids))))))
+    query = select(EngineNode.cluster_id).where(EngineNode.id.in_(list(node_ids)))
+    return sorted(set(session.scalars(query)))
 
 
 def _apply_connection(pool: HostPool, connection: Connection) -> bool:

@@ -37,29 +37,58 @@ def check(session: Any, project_id: str, spec: Mapping[str, Any], scope: Scope |
     pool = found[0]
     errors = []
     if spec.get("region") != pool.region:
-        errors.append(FieldError("region", "host_pool_region",
-                                 f"host pool {pool.id} is in region {pool.region}; set region = {pool.region!r}"))
+        errors.append(
+            FieldError(
+                "region",
+                "host_pool_region",
+                f"host pool {pool.id} is in region {pool.region}; set region = {pool.region!r}",
+            )
+        )
     if spec.get("orchestrator") != "slurm":
-        errors.append(FieldError("orchestrator", "unsupported_on_host_pool",
-                                 "clusters on a host pool run Slurm; set orchestrator = \"slurm\""))
+        errors.append(
+            FieldError(
+                "orchestrator",
+                "unsupported_on_host_pool",
+                'clusters on a host pool run Slurm; set orchestrator = "slurm"',
+            )
+        )
     for field, (allowed, why) in _REFUSED.items():
         if spec.get(field) not in (allowed, None):
             errors.append(FieldError(field, "unsupported_on_host_pool", f"{why}: leave {field} out"))
     if (spec.get("billing") or {}).get("type", "on_demand") != "on_demand":
-        errors.append(FieldError("billing.type", "unsupported_on_host_pool",
-                                 "servers of one's own carry no compute charge to reserve: leave billing out"))
+        errors.append(
+            FieldError(
+                "billing.type",
+                "unsupported_on_host_pool",
+                "servers of one's own carry no compute charge to reserve: leave billing out",
+            )
+        )
     if spec.get("container_images"):
-        errors.append(FieldError("container_images", "unsupported_on_host_pool",
-                                 "containers are not offered on host pools yet: leave container_images out"))
+        errors.append(
+            FieldError(
+                "container_images",
+                "unsupported_on_host_pool",
+                "containers are not offered on host pools yet: leave container_images out",
+            )
+        )
     if pool.proxy_jump:
-        errors.append(FieldError("host_pool_id", "unsupported_on_host_pool",
-                                 f"host pool {pool.id} is reached through a bastion ({pool.proxy_jump}); clusters "
-                                 "on pools behind a bastion are not offered yet: use a pool the backend reaches "
-                                 "directly"))
+        errors.append(
+            FieldError(
+                "host_pool_id",
+                "unsupported_on_host_pool",
+                f"host pool {pool.id} is reached through a bastion ({pool.proxy_jump}); clusters "
+                "on pools behind a bastion are not offered yet: use a pool the backend reaches "
+                "directly",
+            )
+        )
     if spec.get("volume_ids") and not pool.shared_storage_path:
-        errors.append(FieldError(
-            "volume_ids", "no_shared_storage",
-            f"host pool {pool.id} declares no shared_storage_path, so its servers share no file system to "
-            "keep volumes on: set shared_storage_path on the pool (a path mounted on every host), or leave "
-            "volume_ids out"))
+        errors.append(
+            FieldError(
+                "volume_ids",
+                "no_shared_storage",
+                f"host pool {pool.id} declares no shared_storage_path, so its servers share no file system "
+                "to keep volumes on: set shared_storage_path on the pool (a path mounted on every host), or "
+                "leave volume_ids out",
+            )
+        )
     return errors

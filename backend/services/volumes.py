@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from decimal import Decimal
 
 from sqlalchemy import delete, select
@@ -16,6 +16,7 @@ from backend.domain.catalog import Catalog
 from backend.domain.clock import utcnow
 from backend.domain.errors import Conflict, FieldError, Unprocessable, validation_failed
 from backend.domain.ids import new_id
+from backend.store.host_pool_models import HostPool
 from backend.store.models import Cluster, ClusterVolume, Volume
 from backend.store.repository import (
     check_if_match,
@@ -27,10 +28,13 @@ from backend.store.repository import (
 )
 
 
-def check_region(catalog: Catalog, region: str, *, path: str = "region") -> None:
-    """422 naming `path` when the catalog has no such region."""
-    if catalog.region(region) is None:
-        known = ", ".join(r.name for r in catalog.regions)
+def check_region(
+    catalog: Catalog, region: str, *, path: str = "region", also: Collection[str] = ()
+) -> None:
+    """422 naming `path` when neither the catalog nor `also` (the project's host pools' regions, for a
+    volume) has such a region."""
+    if catalog.region(region) is None and region not in also:
+        known = ", ".join([*(r.name for r in catalog.regions), *sorted(also)])
         raise validation_failed(
             [FieldError(path, "unknown_region", f"unknown region {region!r}; choose one of {known}")]
         )
@@ -49,7 +53,9 @@ def create_volume(
 ) -> Volume:
     """Create a volume in a known region with `labels` plus the caller's team scope (402 when the
     project is out of prepaid credits, or its balance does not cover the volume's first hour)."""
-    check_region(catalog, region)
+    # A host pool's region: the volume is a directory on the pool's shared storage (no storage charge).
+    pools = session.scalars(select(HostPool.region).where(HostPool.project_id == project_id)).all()
+    check_region(catalog, region, also=set(pools))
     charge = storage_first_charge_micros(as_price_book(catalog), region=region, added_tib=size_tib)
     check_admission_allowed(session, project_id=project_id, what="creating a volume",
                             charge_micros=charge)

@@ -63,4 +63,5 @@ class HostPoolHost(Base):
     # not write its result over the new state.
     probe_generation: Mapped[int] = mapped_column(Integer, nullable=False, default=1)
     # The engine node the host is lent to (migration 0029); None: free for a cluster of the pool.
-    node_id: Mapped[str | None] = mapped_column(ForeignKey("engine_nodes.id", ondelete="SET NULL"), unique=True)
+    node_id: Mapped[str | None] = mapped_column(ForeignKey("engine_nodes.id", ondelete="SET NULL"),
+                                                unique=True)

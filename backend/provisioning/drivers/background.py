@@ -42,8 +42,16 @@ class BackgroundJob:
     def operation(self, now: dt.datetime) -> Operation:
         if not self.done.is_set():
             return Operation(self.token, self.kind, self.submitted_at, now + POLL, True)
-        return Operation(self.token, self.kind, self.submitted_at, now, self.succeeded, self.reason,
-                         self.result.host_key if self.succeeded else None, self.result.images)
+        return Operation(
+            self.token,
+            self.kind,
+            self.submitted_at,
+            now,
+            self.succeeded,
+            self.reason,
+            self.result.host_key if self.succeeded else None,
+            self.result.images,
+        )
 
 
 class BackgroundOperations:
@@ -60,21 +68,26 @@ class BackgroundOperations:
         with self._lock:
             return self._jobs.get(token)
 
-    def start(self, token: str, kind: OpKind, cluster_id: str, work: Callable[[], Result],
-              now: dt.datetime) -> BackgroundJob:
+    def start(
+        self, token: str, kind: OpKind, cluster_id: str, work: Callable[[], Result], now: dt.datetime
+    ) -> BackgroundJob:
         """The operation `token`, started now unless it exists."""
         job = BackgroundJob(token, kind, now)
         with self._lock:
             # Finished operations are kept a while for the engine to read, then forgotten (it records
             # outcomes in its own steps; a token asked for again is simply run again, idempotently).
-            for old in [t for t, j in self._jobs.items()
-                        if j.finished_at is not None and now - j.finished_at > FORGET_AFTER]:
+            for old in [
+                t
+                for t, j in self._jobs.items()
+                if j.finished_at is not None and now - j.finished_at > FORGET_AFTER
+            ]:
                 del self._jobs[old]
             existing = self._jobs.setdefault(token, job)
         if existing is job:
             lock = self._cluster_locks.setdefault(cluster_id, threading.Lock())
-            threading.Thread(target=self._run, args=(job, work, lock), name=f"{self.thread_prefix}-{kind}",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._run, args=(job, work, lock), name=f"{self.thread_prefix}-{kind}", daemon=True
+            ).start()
         return existing
 
     def wait_idle(self, timeout: float = 60.0) -> bool:

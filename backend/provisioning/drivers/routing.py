@@ -21,8 +21,8 @@ from backend.provisioning.driver import (
     Operation,
     OperationRequest,
     Partition,
-    ProvisioningDriver,
     PowerRequests,
+    ProvisioningDriver,
     TelemetryTarget,
     logs_of,
     partitions_of,
@@ -41,8 +41,9 @@ class PoolRouting:
         self.own_hosts = own_hosts
         self.name = configured.name
         # The day-2 reads are offered whenever either driver offers them (each answers for its clusters).
-        self.capabilities = dataclasses.replace(configured.capabilities, telemetry=True, workload=True,
-                                                logs=True, partitions=True)
+        self.capabilities = dataclasses.replace(
+            configured.capabilities, telemetry=True, workload=True, logs=True, partitions=True
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.configured, name)  # what only the configured driver has (spot market, volumes)
@@ -62,8 +63,9 @@ class PoolRouting:
     def get(self, session: Session, client_token: str) -> Operation | None:
         return self._for_token(session, client_token).get(session, client_token)
 
-    def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
-                        ) -> list[NodeTelemetry]:
+    def nodes_telemetry(
+        self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
+    ) -> list[NodeTelemetry]:
         """Each driver reads its clusters' nodes; the readings come back in the targets' order."""
         by_driver: dict[int, tuple[ProvisioningDriver, list[int]]] = {}
         for index, target in enumerate(targets):
@@ -78,14 +80,25 @@ class PoolRouting:
             readings.update(zip(indexes, answered, strict=True))
         return [readings[i] for i in range(len(targets)) if i in readings]
 
-    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime,
-                     *, cluster_id: str) -> list[Job]:
+    def cluster_jobs(
+        self,
+        session: Session,
+        cluster_name: str,
+        nodes: Sequence[NodeRun],
+        now: dt.datetime,
+        *,
+        cluster_id: str,
+    ) -> list[Job]:
         source = workload_of(self.driver_for(session, cluster_id))
-        return [] if source is None else source.cluster_jobs(session, cluster_name, nodes, now,
-                                                             cluster_id=cluster_id)
+        return (
+            []
+            if source is None
+            else source.cluster_jobs(session, cluster_name, nodes, now, cluster_id=cluster_id)
+        )
 
-    def cluster_partitions(self, session: Session, cluster_id: str, now: dt.datetime
-                           ) -> list[Partition] | None:
+    def cluster_partitions(
+        self, session: Session, cluster_id: str, now: dt.datetime
+    ) -> list[Partition] | None:
         source = partitions_of(self.driver_for(session, cluster_id))
         return None if source is None else source.cluster_partitions(session, cluster_id, now)
 
@@ -93,7 +106,8 @@ class PoolRouting:
         source = logs_of(self.driver_for(session, request.cluster_id))
         return [] if source is None else source.cluster_logs(session, request, now)
 
-    def power_requests(self, session: Session, cluster_id: str, members: Sequence[str]
-                       ) -> PowerRequests | None:
+    def power_requests(
+        self, session: Session, cluster_id: str, members: Sequence[str]
+    ) -> PowerRequests | None:
         source = power_requests_of(self.driver_for(session, cluster_id))
         return None if source is None else source.power_requests(session, cluster_id, members)

@@ -29,6 +29,8 @@ from backend.provisioning.driver import (
     workload_of,
 )
 from backend.provisioning.drivers.local.driver import LocalDriver
+from backend.provisioning.drivers.routing import PoolRouting
+from backend.provisioning.drivers.ssh_hosts.driver import SshHostsDriver
 from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
 from backend.provisioning.settings import EngineSettings
 
@@ -71,12 +73,23 @@ def test_driver_class_declares_its_entry_and_implements_what_it_declares(name: s
         assert implemented == getattr(declared, flag), f"{name}: {flag} declared {getattr(declared, flag)}"
 
 
+def test_the_own_hosts_driver_implements_what_it_declares() -> None:
+    """The ssh_hosts driver is not a GPUCLOUD_DRIVER choice (it serves the clusters on host pools beside the
+    configured one) but keeps the same contract between its capabilities and its methods."""
+    declared = SshHostsDriver.capabilities
+    for flag, protocol in SOURCES.items():
+        assert (_methods(protocol) <= set(dir(SshHostsDriver))) == getattr(declared, flag), flag
+
+
 def test_driver_registry_builds_the_configured_driver_with_the_clock(tmp_path: Path) -> None:
     clock = ManualClock(dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
     built = drivers.make_driver(EngineSettings(driver="simulated"), data_dir=tmp_path, clock=clock)
-    assert isinstance(built, SimulatedDatacenter)
+    # The configured driver, with clusters on host pools handed to the ssh_hosts driver.
+    assert isinstance(built, PoolRouting) and isinstance(built.configured, SimulatedDatacenter)
+    assert built.own_hosts.clock is clock and built.own_hosts.root == tmp_path / "ssh_hosts"
     assert (telemetry_of(built), workload_of(built), logs_of(built)) == (built, built, built)
-    assert (partitions_of(built), volume_store_of(built)) == (None, None)  # declared by the local driver only
+    # Partitions: the ssh_hosts driver's (real Slurm); volume data: the local driver's only.
+    assert (partitions_of(built), volume_store_of(built)) == (built, None)
     assert spot.market_of(built) is built
     with pytest.raises(drivers.UnknownDriver, match=r"'cloud' \(available: simulated, local\)"):
         drivers.make_driver(EngineSettings.model_construct(driver="cloud"), data_dir=tmp_path, clock=clock)

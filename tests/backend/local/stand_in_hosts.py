@@ -106,6 +106,13 @@ def _recorded_gpus(root: Path, count: int) -> list[Bind]:
     return [Bind(tools, "/usr/local/bin", read_only=True)]
 
 
+def _gpu_device_files(node: LocalNode, count: int) -> None:
+    """/dev/nvidia0.. as a GPU server has them (character devices with NVIDIA's major number, never opened:
+    Slurm only looks for the files gres.conf names)."""
+    script = f"for i in $(seq 0 {count - 1}); do mknod -m 666 /dev/nvidia$i c 195 $i; done"
+    subprocess.run(node.enter_argv(["sh", "-c", script]), check=True, capture_output=True, timeout=30)
+
+
 def _multiply_gpus(source: Path, target: Path, count: int) -> None:
     tree = ElementTree.parse(source)
     log = tree.getroot()
@@ -153,6 +160,8 @@ def stand_in_hosts(subnet: str, names: tuple[str, ...], *, gpu_hosts: tuple[str,
             node.create(node_binds(node) + shared + (_recorded_gpus(root, gpus) if name in gpu_hosts else []))
             start_sshd(node)
             wait_for_sshd(node.address)
+            if name in gpu_hosts:
+                _gpu_device_files(node, gpus)
         host_key = " ".join((boot / "ssh_host_ed25519_key.pub").read_text().split()[:2])
         yield StandIns(bridge, nodes, openssh(key), host_key)
     finally:

@@ -41,8 +41,6 @@ from tests.backend.local.stand_in_hosts import (
 __all__ = ["sessions"]  # fixture of the engine tests, used here
 
 SUBNET = "10.0.10.0/24"
-# Stand-in servers keep their GPU device files where the local driver's nodes do (a server's are in /dev).
-STAND_IN_GPU_DEVICES = "/var/lib/slurm/gpus"
 
 
 @pytest.fixture(scope="module")
@@ -54,13 +52,15 @@ def stand_ins() -> Iterator[StandIns]:
 @pytest.fixture
 def worker(sessions: sessionmaker[Session], tmp_path: Path) -> Iterator[EngineWorker]:
     settings = EngineSettings.model_validate(FAST)
-    own_hosts = SshHostsDriver(tmp_path / "ssh_hosts", gpu_device_dir=STAND_IN_GPU_DEVICES)
+    own_hosts = SshHostsDriver(tmp_path / "ssh_hosts")
     routing = PoolRouting(entry("simulated").build(settings, None, SYSTEM_CLOCK), own_hosts)
     yield EngineWorker(sessions, settings, driver=routing)
     assert own_hosts.wait_idle(), "operations still running"
 
 
-def _until(worker: EngineWorker, admin: TestClient, cluster_id: str, wanted: Any, seconds: float = 180) -> None:
+def _until(
+    worker: EngineWorker, admin: TestClient, cluster_id: str, wanted: Any, seconds: float = 180
+) -> None:
     deadline = time.monotonic() + seconds
     while True:
         body = get(admin, cluster_id)
@@ -81,19 +81,40 @@ def _gone(worker: EngineWorker, admin: TestClient, cluster_id: str, seconds: flo
 
 
 def _converged(count: int) -> Any:
-    return lambda body: (body["phase"] == "Ready" and len(body["nodes"]) == count
-                         and all(node["status"] == "RUNNING" for node in body["nodes"]))
+    return lambda body: (
+        body["phase"] == "Ready"
+        and len(body["nodes"]) == count
+        and all(node["status"] == "RUNNING" for node in body["nodes"])
+    )
 
 
 def _ssh(key: Path, host: str, command: str) -> subprocess.CompletedProcess[str]:
-    argv = ["ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR", f"ubuntu@{host}", command]
+    argv = [
+        "ssh",
+        "-i",
+        str(key),
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=5",
+        "-o",
+        "LogLevel=ERROR",
+        f"ubuntu@{host}",
+        command,
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=90, check=False)
 
 
 def _root(stand_ins: StandIns, tmp_path: Path, host: str, command: str) -> str:
-    access = PoolAccess(tmp_path / "root-access", PoolLogin("root", stand_ins.private_key),
-                        [PoolHost(host, stand_ins.nodes[host].address, 22, stand_ins.host_key)])
+    access = PoolAccess(
+        tmp_path / "root-access",
+        PoolLogin("root", stand_ins.private_key),
+        [PoolHost(host, stand_ins.nodes[host].address, 22, stand_ins.host_key)],
+    )
     try:
         shell = access.shell(PoolHost(host, stand_ins.nodes[host].address, 22, stand_ins.host_key))
         return shell.run_script(command, what="look at the server").stdout
@@ -103,14 +124,22 @@ def _root(stand_ins: StandIns, tmp_path: Path, host: str, command: str) -> str:
 
 def _lent(stand_ins: StandIns, tmp_path: Path, host: str) -> str:
     """What shows a server is (still) a cluster's node: its claim record, daemons and user."""
-    return _root(stand_ins, tmp_path, host, "ls /var/lib/gpucloud-host 2>/dev/null | head -1; "
-                 "pgrep -x slurmd >/dev/null && echo slurmd; pgrep -x slurmctld >/dev/null && echo slurmctld; "
-                 "getent passwd ubuntu >/dev/null && echo user; true").strip()
+    return _root(
+        stand_ins,
+        tmp_path,
+        host,
+        "ls /var/lib/gpucloud-host 2>/dev/null | head -1; "
+        "pgrep -x slurmd >/dev/null && echo slurmd; pgrep -x slurmctld >/dev/null && echo slurmctld; "
+        "getent passwd ubuntu >/dev/null && echo user; true",
+    ).strip()
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
-    stand_ins: StandIns, admin: TestClient, sessions: sessionmaker[Session], worker: EngineWorker,
+    stand_ins: StandIns,
+    admin: TestClient,
+    sessions: sessionmaker[Session],
+    worker: EngineWorker,
     tmp_path: Path,
 ) -> None:
     user_key = private_key()
@@ -118,20 +147,42 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
     key_file.write_text(openssh(user_key))
     key_file.chmod(0o600)
     key = admin.post("/v1/ssh-keys", json={"name": "me", "public_key": public(user_key)}).json()
-    pool = admin.post("/v1/host-pools", json={
-        "name": "lab", "region": "us-east-1", "ssh_private_key": stand_ins.private_key,
-        "hosts": [{"address": node.address} for node in stand_ins.nodes.values()]}).json()
+    pool = admin.post(
+        "/v1/host-pools",
+        json={
+            "name": "lab",
+            "region": "on-prem",
+            "ssh_private_key": stand_ins.private_key,
+            "hosts": [{"address": node.address} for node in stand_ins.nodes.values()],
+        },
+    ).json()
     assert host_checks.run_due_checks(sessions, SYSTEM_CLOCK, "test", dt.timedelta(minutes=5)) == 2
     assert admin.get(f"/v1/host-pools/{pool['id']}").json()["free_hosts"] == 2
 
-    too_many = admin.post("/v1/clusters", json={
-        "name": "big", "region": "us-east-1", "instance_type": "8xH200", "node_count": 3,
-        "orchestrator": "slurm", "host_pool_id": pool["id"]})
+    too_many = admin.post(
+        "/v1/clusters",
+        json={
+            "name": "big",
+            "region": "on-prem",
+            "instance_type": "8xH200",
+            "node_count": 3,
+            "orchestrator": "slurm",
+            "host_pool_id": pool["id"],
+        },
+    )
     assert too_many.status_code == 409, too_many.text
     assert "2 free" in too_many.json()["detail"]
 
-    cluster = create(admin, name="own", instance_type="8xH200", node_count=2, orchestrator="slurm",
-                     host_pool_id=pool["id"], ssh_key_ids=[key["id"]])
+    cluster = create(
+        admin,
+        name="own",
+        region="on-prem",
+        instance_type="8xH200",
+        node_count=2,
+        orchestrator="slurm",
+        host_pool_id=pool["id"],
+        ssh_key_ids=[key["id"]],
+    )
     _until(worker, admin, cluster["id"], _converged(2))
     body = get(admin, cluster["id"])
     login = body["login"]["public_ip"]
@@ -165,11 +216,28 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
         assert _lent(stand_ins, tmp_path, host) == "", host
     assert admin.get(f"/v1/host-pools/{pool['id']}").json()["free_hosts"] == 2
 
-    # The pool serves the next cluster.
-    again = create(admin, name="next", instance_type="8xH200", node_count=1, orchestrator="slurm",
-                   host_pool_id=pool["id"], ssh_key_ids=[key["id"]])
-    _until(worker, admin, again["id"], _converged(1))
-    assert _ssh(key_file, stand_ins.nodes["host-a"].address, "srun hostname").stdout.split() == ["host-a"]
+    # The pool serves the next cluster; with the pool's shared storage, a volume is a directory there that
+    # every server of the cluster mounts.
+    volume = admin.post("/v1/volumes", json={"name": "data", "region": "on-prem", "size_tib": 1}).json()
+    body = {"name": "next", "region": "on-prem", "instance_type": "8xH200", "node_count": 2,
+            "orchestrator": "slurm", "host_pool_id": pool["id"], "volume_ids": [volume["id"]]}
+    refused = admin.post("/v1/clusters", json=body)
+    assert refused.status_code == 422, refused.text
+    assert "no_shared_storage" in [error["code"] for error in refused.json()["errors"]], refused.text
+    pool_etag = admin.get(f"/v1/host-pools/{pool['id']}").headers["ETag"]
+    patched = admin.patch(f"/v1/host-pools/{pool['id']}", json={"shared_storage_path": SHARED_MOUNT},
+                          headers={"If-Match": pool_etag})
+    assert patched.status_code == 200, patched.text
+    again = create(admin, **{**body, "ssh_key_ids": [key["id"]]})
+    _until(worker, admin, again["id"], _converged(2))
+    mount = f"/mnt/shared/{volume['id']}"
+    written = _ssh(key_file, stand_ins.nodes["host-a"].address,
+                   f"srun -N1 -w next-1 sh -c 'hostname > {mount}/hello' && cat {mount}/hello")
+    assert written.stdout.split() == ["host-b"], written.stderr
     assert admin.delete(f"/v1/clusters/{again['id']}").status_code in (200, 202)
     _gone(worker, admin, again["id"])
-    assert _lent(stand_ins, tmp_path, "host-a") == ""
+    for host in ("host-a", "host-b"):
+        assert _lent(stand_ins, tmp_path, host) == "", host
+    # The volume's data stays on the shared storage after the cluster: it is the user's.
+    kept = _root(stand_ins, tmp_path, "host-a", f"cat {SHARED_MOUNT}/gpucloud-volumes/{volume['id']}/hello")
+    assert kept.split() == ["host-b"]

@@ -8,7 +8,6 @@ Needs root and `ip netns` (.ci/run); every address lives inside namespaces this 
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 import subprocess
 import time
@@ -20,8 +19,8 @@ import pytest
 from backend.domain.catalog import default_catalog
 from backend.fabric import slurm
 from backend.fabric.layout import ClusterLayout, NodeLayout
-from backend.provisioning.drivers.local.node_setup import LOCAL_SLURM_HOST
 from backend.provisioning.drivers.ssh_hosts import footprint, host_nodes
+from backend.provisioning.drivers.ssh_hosts.driver import SLURM_HOST
 from backend.provisioning.drivers.ssh_hosts.host_nodes import HostTaken, PoolAccess, PoolHost, PoolLogin
 from backend.provisioning.node_config import configure as node_config
 from backend.provisioning.node_config import firewall
@@ -31,14 +30,11 @@ from tests.backend.local.stand_in_hosts import StandIns, openssh, private_key, p
 SUBNET = "10.0.9.0/24"
 USER = "ubuntu"
 UID = 2_999_901
-# Stand-in servers have no GPU devices: the local driver's stand-in device files (under /var/lib/slurm, as on
-# its nodes) let Slurm 22.05 keep the shape's GPUs; accounting is the local driver's and not repeated here.
-POOL_SLURM_HOST = dataclasses.replace(LOCAL_SLURM_HOST, accounting=False)
 
 
 @pytest.fixture(scope="module")
 def stand_ins() -> Iterator[StandIns]:
-    with stand_in_hosts(SUBNET, ("host-a", "host-b")) as hosts:
+    with stand_in_hosts(SUBNET, ("host-a", "host-b"), gpu_hosts=("host-a", "host-b"), gpus=8) as hosts:
         yield hosts
 
 
@@ -68,9 +64,9 @@ def _files(cluster_name: str, addresses: list[str], controller_hostname: str) ->
         nodes,
     )
     files = {
-        "slurm.conf": slurm.slurm_conf(layout, POOL_SLURM_HOST, controller_hostname=controller_hostname),
-        "gres.conf": slurm.gres_conf(layout, POOL_SLURM_HOST),
-        "cgroup.conf": slurm.cgroup_conf(layout, POOL_SLURM_HOST),
+        "slurm.conf": slurm.slurm_conf(layout, SLURM_HOST, controller_hostname=controller_hostname),
+        "gres.conf": slurm.gres_conf(layout, SLURM_HOST),
+        "cgroup.conf": slurm.cgroup_conf(layout, SLURM_HOST),
     }
     return files, slurm.hosts_file(layout)
 

@@ -60,14 +60,27 @@ from backend.store.engine_models import EngineNode
 from backend.store.host_pool_models import HostPool
 from backend.store.models import Cluster, SshKey
 
-CAPABILITIES = Capabilities(orchestrators=("slurm",), telemetry=True, workload=True, logs=True, partitions=True)
+# What a server runs Slurm with: its own GPU device files; no cgroup tree delegated to slurmd (it is not a
+# systemd unit), no health check program or accounting database installed by the check.
+SLURM_HOST = slurm.SlurmHost(
+    cgroups=False, shape_from_config=True, health_check_program=None, accounting=False, run_dir="/run/slurm"
+)
+CAPABILITIES = Capabilities(
+    orchestrators=("slurm",), telemetry=True, workload=True, logs=True, partitions=True
+)
 USER = "ubuntu"  # the cluster's user on its servers, as on every gpucloud node
 USER_IDS = range(2_000_000, 3_000_000)  # far above a server's own accounts, as the local driver's
 VOLUME_ROOT = "/mnt/shared"
 WATCH_INTERVAL = dt.timedelta(seconds=5)
 REGISTRATION_SECONDS = 120.0
-_NO_WORK = (OpKind.CONTROL_PLANE_CREATE, OpKind.CONTROL_PLANE_RELEASE, OpKind.FABRIC_JOIN,
-            OpKind.DRIVERS_INSTALL, OpKind.CONTAINER_START, OpKind.CONTAINER_RECREATE)
+_NO_WORK = (
+    OpKind.CONTROL_PLANE_CREATE,
+    OpKind.CONTROL_PLANE_RELEASE,
+    OpKind.FABRIC_JOIN,
+    OpKind.DRIVERS_INSTALL,
+    OpKind.CONTAINER_START,
+    OpKind.CONTAINER_RECREATE,
+)
 
 
 @dataclass(frozen=True)
@@ -94,8 +107,9 @@ class PoolPlan:
         """The server's nftables table: its cluster's servers are peers; the backend's address (as the server
         sees it) may always reach sshd; the rest is the security groups' to decide."""
         peers = "{ " + ", ".join(m.host.address for m in self.members or (node,)) + " }"
-        return firewall.ruleset(self.security_rules, peers=peers, outsider=None,
-                                management=source_address(node.host.address))
+        return firewall.ruleset(
+            self.security_rules, peers=peers, outsider=None, management=source_address(node.host.address)
+        )
 
     @property
     def controller(self) -> PoolNode | None:
@@ -106,13 +120,9 @@ class SshHostsDriver:
     name = "ssh_hosts"
     capabilities = CAPABILITIES
 
-    def __init__(self, root: Path, *, clock: Clock = SYSTEM_CLOCK, gpu_device_dir: str = "/dev") -> None:
+    def __init__(self, root: Path, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self.root = root  # per cluster: its munge key, and the pool's key while an operation runs
         self.clock = clock
-        # Where a server's GPU device files are (stand-in servers in tests keep theirs elsewhere).
-        self.slurm_host = slurm.SlurmHost(gpu_device_dir=gpu_device_dir, cgroups=False,
-                                          shape_from_config=True, health_check_program=None, accounting=False,
-                                          run_dir="/run/slurm")
         self._operations = BackgroundOperations(clock, "ssh-hosts")
 
     def wait_idle(self, timeout: float = 60.0) -> bool:
@@ -132,8 +142,9 @@ class SshHostsDriver:
         plan = self.plan(session, request.cluster_id)
         node = self._member(session, plan, request.node_id)
         work = self._work(request.kind, plan, node)
-        return self._operations.start(request.client_token, request.kind, request.cluster_id, work,
-                                      now).operation(now)
+        return self._operations.start(
+            request.client_token, request.kind, request.cluster_id, work, now
+        ).operation(now)
 
     def get(self, session: Session, client_token: str) -> Operation | None:
         job = self._operations.find(client_token)
@@ -145,23 +156,36 @@ class SshHostsDriver:
 
     # Day 2: read from the servers at each request ------------------------------------------------
 
-    def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
-                        ) -> list[NodeTelemetry]:
+    def nodes_telemetry(
+        self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
+    ) -> list[NodeTelemetry]:
         shells: list[NodeShell | None] = []
         for target in targets:
             row = session.get(EngineNode, target.instance_id)
             plan = None if row is None else self.plan(session, row.cluster_id)
-            node = None if plan is None or row is None else next(
-                (m for m in plan.members if m.name == row.name), None)
+            node = (
+                None
+                if plan is None or row is None
+                else next((m for m in plan.members if m.name == row.name), None)
+            )
             shells.append(None if plan is None or node is None else self._shell(plan, node))
         return observe.read_telemetry(shells, now)
 
-    def cluster_jobs(self, session: Session, cluster_name: str, nodes: Sequence[NodeRun], now: dt.datetime,
-                     *, cluster_id: str) -> list[Job]:
+    def cluster_jobs(
+        self,
+        session: Session,
+        cluster_name: str,
+        nodes: Sequence[NodeRun],
+        now: dt.datetime,
+        *,
+        cluster_id: str,
+    ) -> list[Job]:
         controller = self._controller_shell(session, cluster_id)
         return [] if controller is None else observe.read_jobs(controller)
 
-    def cluster_partitions(self, session: Session, cluster_id: str, now: dt.datetime) -> list[Partition] | None:
+    def cluster_partitions(
+        self, session: Session, cluster_id: str, now: dt.datetime
+    ) -> list[Partition] | None:
         controller = self._controller_shell(session, cluster_id)
         return None if controller is None else observe.read_partitions(controller)
 
@@ -169,8 +193,11 @@ class SshHostsDriver:
         plan = self.plan(session, request.cluster_id)
         if request.node is None:
             controller = plan.controller
-            return [] if controller is None else observe.controller_log(self._shell(plan, controller),
-                                                                        request.tail)
+            return (
+                []
+                if controller is None
+                else observe.controller_log(self._shell(plan, controller), request.tail)
+            )
         node = next((m for m in plan.members if m.name == request.node.node_name), None)
         return [] if node is None else observe.node_log(self._shell(plan, node), request.tail)
 
@@ -186,32 +213,61 @@ class SshHostsDriver:
             host = pool_hosts.held_host(session, row.id)
             if row.active_name is None or host is None or host.host_key is None:
                 continue
-            members.append(PoolNode(row.name, PoolHost(row.name, host.address, host.port or pool.ssh_port,
-                                                       host.host_key),
-                                    str((host.inventory or {}).get("hostname") or row.name)))
+            members.append(
+                PoolNode(
+                    row.name,
+                    PoolHost(row.name, host.address, host.port or pool.ssh_port, host.host_key),
+                    str((host.inventory or {}).get("hostname") or row.name),
+                )
+            )
         layout = cluster_layout(session, cluster_id)
         files: dict[str, str] = {}
         hosts = ""
         if layout is not None and layout.nodes and members:
             hosts = slurm.hosts_file(layout)
-            files = {"slurm.conf": slurm.slurm_conf(layout, self.slurm_host, cluster.slurm_config,
-                                                    controller_hostname=members[0].hostname.split(".")[0]),
-                     "gres.conf": slurm.gres_conf(layout, self.slurm_host),
-                     "cgroup.conf": slurm.cgroup_conf(layout, self.slurm_host),
-                     "topology.conf": slurm.topology_conf(layout)}
+            files = {
+                "slurm.conf": slurm.slurm_conf(
+                    layout,
+                    SLURM_HOST,
+                    cluster.slurm_config,
+                    controller_hostname=members[0].hostname.split(".")[0],
+                ),
+                "gres.conf": slurm.gres_conf(layout, SLURM_HOST),
+                "cgroup.conf": slurm.cgroup_conf(layout, SLURM_HOST),
+                "topology.conf": slurm.topology_conf(layout),
+            }
         shared = (pool.shared_storage_path or "").rstrip("/")
         volumes = tuple(sorted(link.volume_id for link in cluster.volume_links)) if shared else ()
         sources = tuple(f"{shared}/gpucloud-volumes/{volume}" for volume in volumes)
-        keys = tuple(key.public_key for link in cluster.ssh_key_links
-                     if (key := session.get(SshKey, link.ssh_key_id)) is not None)
+        keys = tuple(
+            key.public_key
+            for link in cluster.ssh_key_links
+            if (key := session.get(SshKey, link.ssh_key_id)) is not None
+        )
         config = node_config.NodeConfig(
-            user=USER, uid=user_id(cluster_id), public_keys=keys, hosts=hosts, home=None,
+            user=USER,
+            uid=user_id(cluster_id),
+            public_keys=keys,
+            hosts=hosts,
+            home=None,
             volume_root=VOLUME_ROOT,
-            volumes=tuple(node_config.Mount(source, f"{VOLUME_ROOT}/{volume}")
-                          for source, volume in zip(sources, volumes, strict=True)),
-            munge_key=self._munge_key(cluster_id), slurm_files=files)
-        return PoolPlan(cluster_id, pool.id, _login(pool), tuple(members), config, sources,
-                        security_rules(cluster), cluster.deletion_requested_at is not None)
+            volumes=tuple(
+                node_config.Mount(source, f"{VOLUME_ROOT}/{volume}")
+                for source, volume in zip(sources, volumes, strict=True)
+            ),
+            munge_key=self._munge_key(cluster_id),
+            slurm_files=files,
+        )
+        return PoolPlan(
+            cluster_id,
+            pool.id,
+            _login(pool),
+            tuple(members),
+            config,
+            sources,
+            security_rules(cluster),
+            cluster.deletion_requested_at is not None,
+        )
 
     def _member(self, session: Session, plan: PoolPlan, node_id: str | None) -> PoolNode | None:
         """The request's node, from its held server (a node being released is no member any more)."""
@@ -266,10 +322,14 @@ class SshHostsDriver:
             OpKind.NODE_POWER_OFF: lambda: self._stop(plan, need(), "paused"),
             OpKind.NODE_POWER_ON: lambda: self._join(plan, need()),
             OpKind.NODE_DRAIN: lambda: self._on_controller(
-                plan, lambda c: slurm_control.drain(c, need().name, slurm_control.ACTION_REASON)),
-            OpKind.NODE_RESUME: lambda: self._on_controller(plan, lambda c: slurm_control.resume(c, need().name)),
+                plan, lambda c: slurm_control.drain(c, need().name, slurm_control.ACTION_REASON)
+            ),
+            OpKind.NODE_RESUME: lambda: self._on_controller(
+                plan, lambda c: slurm_control.resume(c, need().name)
+            ),
             OpKind.NODE_REQUEUE: lambda: self._on_controller(
-                plan, lambda c: slurm_jobs.requeue_node_jobs(c, need().name)),
+                plan, lambda c: slurm_jobs.requeue_node_jobs(c, need().name)
+            ),
         }
         if kind not in actions:
             raise ValueError(f"the ssh_hosts driver has no operation {kind}")
@@ -330,9 +390,15 @@ class SshHostsDriver:
             if state in ("idle", "mixed", "allocated", "completing"):
                 return
             time.sleep(0.3)
-        log = self._shell(plan, node).run(["tail", "-c", "400", "/var/log/slurm/slurmd.log"], check=False).stdout
-        raise RuntimeError(f"slurmd on {node.name} ({node.host.address}) did not register within "
-                           f"{REGISTRATION_SECONDS:.0f} s (state {state!r}); slurmd.log ends: {log or 'empty'}")
+        log = (
+            self._shell(plan, node)
+            .run(["tail", "-c", "400", "/var/log/slurm/slurmd.log"], check=False)
+            .stdout
+        )
+        raise RuntimeError(
+            f"slurmd on {node.name} ({node.host.address}) did not register within "
+            f"{REGISTRATION_SECONDS:.0f} s (state {state!r}); slurmd.log ends: {log or 'empty'}"
+        )
 
     def _reconfigure(self, plan: PoolPlan, node: PoolNode) -> None:
         shell = self._shell(plan, node)
@@ -345,7 +411,9 @@ class SshHostsDriver:
     def _release(self, plan: PoolPlan, node: PoolNode) -> None:
         """Give the server back; a scale-down's remaining nodes learn the new node list."""
         if not plan.deleting:
-            self._on_controller(plan, lambda c: slurm_control.take_down(c, node.name, "removed from the cluster"))
+            self._on_controller(
+                plan, lambda c: slurm_control.take_down(c, node.name, "removed from the cluster")
+            )
         access = self._access(plan)
         host_nodes.release(access.shell(node.host), plan.cluster_id, USER)
         remaining = dataclasses.replace(plan, members=tuple(m for m in plan.members if m.name != node.name))
