@@ -186,6 +186,16 @@ def telemetry_of(driver: ProvisioningDriver) -> TelemetrySource | None:
 # The orchestrator's jobs (day 2, optional): a driver that can read its cluster's scheduler (squeue /
 # sacct under Slurm) implements `WorkloadSource`.
 @dataclass(frozen=True)
+class Outage:
+    """A span in which a node's machine was off while staying the node's (a credit pause powers it off):
+    Slurm had the node DOWN, so the jobs running on it were requeued at `start`."""
+
+    start: dt.datetime
+    end: dt.datetime | None  # RUNNING again at (None: still off)
+    reason: str  # why the machine was off, as its Slurm reason says it (`powered off (credits exhausted)`)
+
+
+@dataclass(frozen=True)
 class NodeRun:
     """One member node as the scheduler sees it."""
 
@@ -196,9 +206,15 @@ class NodeRun:
     up_since: dt.datetime | None  # RUNNING since (None: not up)
     failed_at: dt.datetime | None  # FAILED at (None: not failed)
     drained: bool
-    # A repair in place: when the machine this one replaces failed (its running job was requeued and
-    # restarts here). None: not a replacement of a failed machine.
+    # A repair in place: when the machine this one replaces failed, or was taken out to be replaced (its
+    # running job was requeued and restarts here). None: not a replacement.
     replaced_failure: dt.datetime | None = None
+    # When this machine first ran (before `up_since` when it was off since, e.g. paused and resumed; set
+    # while it is off too). None: `up_since`.
+    first_up: dt.datetime | None = None
+    outages: tuple[Outage, ...] = ()  # its spans off since `first_up`, oldest first (the last may be open)
+    # A replacement: when the machine it replaces first ran (None: unknown; the slot before it went out).
+    replaced_since: dt.datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -8,17 +8,19 @@ when the metrics sampler last recorded it so (`EngineNode.degraded_reason`).
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.domain.lifecycle import NodeStage
+from backend.domain.lifecycle import NodeStage, NodeStatus
 from backend.provisioning import node_health, spot
 from backend.provisioning.driver import (
     Job,
     NodeRun,
     NodeTelemetry,
+    Outage,
     ProvisioningDriver,
     TelemetryTarget,
     node_names,
@@ -26,7 +28,7 @@ from backend.provisioning.driver import (
 )
 from backend.provisioning.node_health import HEALTH_STATES, degraded_reason
 from backend.provisioning.state import aware
-from backend.store.engine_models import EngineNode, NodeTransition
+from backend.store.engine_models import EngineNode, NodeEvent, NodeTransition
 from backend.store.models import Cluster
 
 __all__ = ["HEALTH_STATES", "degraded_reason", "health", "health_reason", "node_views"]
@@ -152,25 +154,118 @@ def _why_no_gpus(source: object, telemetry: NodeTelemetry | None, node: EngineNo
 
 
 def node_runs(session: Session, cluster_id: str) -> list[NodeRun]:
-    """The member nodes as the scheduler sees them: since when each is up, when it failed."""
+    """The member nodes as the scheduler sees them: since when each is up, when it failed, and when its
+    machine was off (paused) since it first ran; a replacement, when the machine it replaces went."""
     nodes = members(session, cluster_id)
-    latest = dict(session.execute(
-        select(NodeTransition.node_id, func.max(NodeTransition.at))
-        .where(NodeTransition.cluster_id == cluster_id, NodeTransition.to_status == "RUNNING")
-        .group_by(NodeTransition.node_id)).all())
-    failed = dict(session.execute(
-        select(NodeTransition.node_id, func.max(NodeTransition.at))
-        .where(NodeTransition.cluster_id == cluster_id, NodeTransition.to_status == "FAILED")
-        .group_by(NodeTransition.node_id)).all())
+    history = _status_history(session, cluster_id)
     runs = []
     for node in nodes:
+        seen, replaced = history.get(node.id, []), history.get(node.repair_of or "", [])
+        ups = [at for status, at, _ in seen if status == NodeStatus.RUNNING]
+        failures = [at for status, at, _ in seen if status == NodeStatus.FAILED]
         up = node.stage == NodeStage.READY or node.stage == NodeStage.FAILED
         runs.append(NodeRun(name=node.name, index=node.index, attempt=node.attempt, gpu_count=node.gpu_count,
-                            up_since=aware(latest.get(node.id)) if up else None,
-                            failed_at=aware(failed.get(node.id)) if node.stage == NodeStage.FAILED else None,
+                            up_since=ups[-1] if up and ups else None,
+                            failed_at=failures[-1] if node.stage == NodeStage.FAILED and failures else None,
                             drained=node.drained,
-                            replaced_failure=aware(failed.get(node.repair_of)) if node.repair_of else None))
+                            replaced_failure=_taken_out(replaced), replaced_since=_first_up(replaced),
+                            first_up=_first_up(seen), outages=_outages(seen)))
     return runs
+
+
+def departed_runs(session: Session, cluster_id: str, since: dt.datetime) -> list[tuple[EngineNode, NodeRun]]:
+    """Machines released since `since` (a scale-down, a reclaimed spot node) that had run, under a name
+    no member has now (a replaced machine is its replacement's `replaced_failure`), as the scheduler saw
+    them: `failed_at` is when they left (their release), the jobs still on them requeued then."""
+    history = _status_history(session, cluster_id)
+    left = {node_id: at for node_id, seen in history.items()
+            for status, at, _ in seen[-1:] if status == NodeStatus.DESTROYING and at >= since}
+    if not left:
+        return []
+    current = {n.name for n in members(session, cluster_id)}
+    gone = session.scalars(select(EngineNode).where(EngineNode.id.in_(left), EngineNode.active_name.is_(None))
+                           .order_by(EngineNode.index, EngineNode.created_at)).all()
+    found = []
+    for node in gone:
+        seen = history[node.id]
+        ups = [at for status, at, _ in seen if status == NodeStatus.RUNNING]
+        if node.name in current or not ups:
+            continue
+        failures = [at for status, at, _ in seen if status == NodeStatus.FAILED]
+        found.append((node, NodeRun(
+            name=node.name, index=node.index, attempt=node.attempt, gpu_count=node.gpu_count,
+            up_since=ups[-1], failed_at=min([left[node.id], *failures[-1:]]), drained=node.drained,
+            first_up=ups[0], outages=_outages(seen))))
+    return found
+
+
+# A node's history as the scheduler notices it, oldest first: (status, since, reason), where a restart of
+# its machine (node history's `restart_started`) reads as the status RESTARTED.
+_Seen = list[tuple[str, dt.datetime, str | None]]
+_SCHEDULER_STATUSES = (NodeStatus.RUNNING, NodeStatus.PAUSED, NodeStatus.FAILED, NodeStatus.DESTROYING)
+RESTARTED = "RESTARTED"
+
+
+def _status_history(session: Session, cluster_id: str) -> dict[str, _Seen]:
+    """Each node's transitions into the statuses the scheduler notices and its restarts, oldest first."""
+    rows: list[tuple[str | None, str, dt.datetime, str | None]] = [
+        (node_id, status, at, reason) for node_id, status, at, reason in session.execute(
+            select(NodeTransition.node_id, NodeTransition.to_status, NodeTransition.at, NodeTransition.reason)
+            .where(NodeTransition.cluster_id == cluster_id,
+                   NodeTransition.to_status.in_([str(s) for s in _SCHEDULER_STATUSES]))
+            .order_by(NodeTransition.at, NodeTransition.id))]
+    rows += [(node_id, RESTARTED, at, None) for node_id, at in session.execute(
+        select(NodeEvent.node_id, NodeEvent.at).where(NodeEvent.cluster_id == cluster_id,
+                                                      NodeEvent.kind == "restart_started"))]
+    history: dict[str, _Seen] = {}
+    # A restart recorded in the pass that brought the node back sorts before that RUNNING (same instant).
+    rows.sort(key=lambda row: (aware(row[2]) or row[2], row[1] != RESTARTED))
+    for node_id, status, at, reason in rows:
+        moment = aware(at)
+        if node_id is not None and moment is not None:
+            history.setdefault(node_id, []).append((status, moment, reason))
+    return history
+
+
+def _outages(seen: _Seen) -> tuple[Outage, ...]:
+    """The spans the machine was off after it first ran, each until it ran again: powered off by a
+    pause, restarted, or failed and then restarted (a node failed now is `failed_at`, not an outage)."""
+    spans: list[Outage] = []
+    ran, off_since = False, None  # the status that took it off, while it is off
+    for status, at, reason in seen:
+        if status == NodeStatus.RUNNING:
+            ran = True
+            if off_since is not None:
+                spans[-1], off_since = replace(spans[-1], end=at), None
+        elif ran and off_since is None and status in (NodeStatus.PAUSED, RESTARTED, NodeStatus.FAILED):
+            spans.append(Outage(at, None, _down_reason(status, reason)))
+            off_since = status
+    if off_since == NodeStatus.FAILED:
+        spans.pop()
+    return tuple(spans)
+
+
+def _down_reason(status: str, reason: str | None) -> str:
+    """The words of a down node's Slurm reason after `gpucloud repair: ` (the local driver's)."""
+    if status == NodeStatus.PAUSED:
+        return f"powered off ({reason or 'paused'})"
+    return "restarted" if status == RESTARTED else f"the node failed: {reason or 'fault'}"
+
+
+def _first_up(seen: _Seen) -> dt.datetime | None:
+    return next((at for status, at, _ in seen if status == NodeStatus.RUNNING), None)
+
+
+def _taken_out(replaced: _Seen) -> dt.datetime | None:
+    """When a replaced machine went out of service after it last ran: its failure, else (a repair of a
+    running node, a `replace` node action) its release, when the scheduler was told to take its jobs back."""
+    out = None
+    for status, at, _ in replaced:
+        if status == NodeStatus.RUNNING:
+            out = None
+        elif out is None and status in (NodeStatus.FAILED, NodeStatus.DESTROYING):
+            out = at
+    return out
 
 
 def partitions(cluster: Cluster, runs: list[NodeRun], jobs: list[Job], gpu_type: str | None

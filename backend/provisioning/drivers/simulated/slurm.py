@@ -10,24 +10,27 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Sequence
+from dataclasses import replace
 
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session
 
 from backend.provisioning.driver import NodeRun, OpKind
 from backend.provisioning.drivers.simulated import workload
+from backend.provisioning.drivers.simulated.telemetry import SLOT
 from backend.provisioning.node_config.slurm_control import ACTION_REASON, REPAIR_REASON
 from backend.store.engine_models import EngineNode, SimulatedOperation
 
 Span = tuple[dt.datetime, dt.datetime | None]
 
 
-def drains(session: Session, cluster_id: str, now: dt.datetime) -> dict[str, list[Span]]:
-    """Each member node's drained spans in the modelled Slurm: from each drain operation to the resume
-    after it; a drain or resume the engine has asked for but not submitted yet counts from `now` (the
-    node's `drained` flag is what the engine shows)."""
-    nodes = list(session.scalars(select(EngineNode).where(
-        EngineNode.cluster_id == cluster_id, EngineNode.active_name.is_not(None))))
+def drains(session: Session, cluster_id: str, now: dt.datetime, departed: Sequence[EngineNode] = ()
+           ) -> dict[str, list[Span]]:
+    """Each member node's (and each `departed` machine's) drained spans in the modelled Slurm: from each
+    drain operation to the resume after it; a drain or resume the engine has asked for but not submitted
+    yet counts from `now` (the node's `drained` flag is what the engine shows)."""
+    nodes = [*session.scalars(select(EngineNode).where(
+        EngineNode.cluster_id == cluster_id, EngineNode.active_name.is_not(None))), *departed]
     if not nodes:
         return {}
     patterns = [SimulatedOperation.client_token.like(f"{n.id}/{kind}/%")
@@ -68,9 +71,31 @@ def _aware(at: dt.datetime) -> dt.datetime:
 
 def snapshot(seed: int, session: Session, cluster_name: str, cluster_id: str, nodes: Sequence[NodeRun],
              now: dt.datetime, *, history: bool = True) -> workload.Snapshot:
-    """The modelled schedule at `now` (`history`: with the last day's jobs, else what is allocated)."""
-    spans = drains(session, cluster_id, now)
-    return workload.snapshot(seed, cluster_name, nodes, now, spans, history=history)
+    """The modelled schedule at `now` (`history`: with the last day's jobs, else what is allocated), on
+    the member `nodes` and the machines that left the cluster within the replayed time."""
+    gone = departed(session, cluster_id, now) if nodes else []
+    spans = drains(session, cluster_id, now, [node for node, _ in gone])
+    return workload.snapshot(seed, cluster_name, [*nodes, *(run for _, run in gone)], now, spans,
+                             history=history)
+
+
+def departed(session: Session, cluster_id: str, now: dt.datetime) -> list[tuple[EngineNode, NodeRun]]:
+    """Machines that left the cluster within the replayed time (a scale-down released them): to slurmctld
+    they went DOWN when their jobs were requeued (`node_requeue`, a scale-down past its grace) or, with
+    none requeued, when they were released; their earlier jobs stay in its history."""
+    from backend.provisioning.node_views import departed_runs  # the read model imports the drivers' types
+
+    gone = departed_runs(session, cluster_id, now - workload.HISTORY - workload.ANCHOR_SLOTS * SLOT)
+    if not gone:
+        return []
+    patterns = [SimulatedOperation.client_token.like(f"{node.id}/{OpKind.NODE_REQUEUE}/%")
+                for node, _ in gone]
+    requeued: dict[str, dt.datetime] = {}
+    for op in session.scalars(select(SimulatedOperation).where(or_(*patterns))):
+        node_id, at = op.client_token.split("/", 1)[0], _aware(op.submitted_at)
+        requeued[node_id] = min(at, requeued.get(node_id, at))
+    return [(node, replace(run, failed_at=min(d for d in (run.failed_at, requeued.get(node.id)) if d)))
+            for node, run in gone]
 
 
 def node_state(allocated: int, gpu_count: int, *, drained: bool, failed: bool) -> str:

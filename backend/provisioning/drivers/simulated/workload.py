@@ -15,10 +15,13 @@ own (only jobs requeued by a failure carry over). In a slot:
 The scheduler starts any waiting job that fits on one usable node (up, not failed, not drained), the
 job's own node first, as Slurm's backfill would; so a job is pending only while its GPUs are not free.
 An array's tasks that have not started are one pending record, as slurmctld keeps them (`1234_[3-5]`).
-A node that fails ends its jobs: they are requeued under the same id (PENDING, reason BeginTime for
-slurmctld's two minutes, then Resources) and run again wherever they fit, a node's replacement
-included, for what was left of them. A drained node takes no new job; its running ones finish. Job ids
-count up with time like slurmctld's.
+A node whose machine fails, is taken out (a repair, a scale-down) or is powered off or restarted (an
+outage: Slurm has it DOWN) ends its jobs: they are requeued under the same id (PENDING, reason BeginTime
+for slurmctld's two minutes, then Resources; while a powered-off node is off, `NodeDown: <its Slurm
+reason>`) and run again wherever they fit, a node's replacement or the node back on included, for what
+was left of them. A machine that is off takes no job and submits none; it is still the node's, so its
+earlier jobs stay. A drained node takes no new job; its running ones finish. Job ids count up with time
+like slurmctld's.
 """
 
 from __future__ import annotations
@@ -29,8 +32,9 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from backend.provisioning.driver import Job, NodeRun
+from backend.provisioning.driver import Job, NodeRun, Outage
 from backend.provisioning.drivers.simulated.telemetry import SLOT, _uniform, busy_gpus
+from backend.provisioning.node_config.slurm_control import REPAIR_REASON
 
 HISTORY = dt.timedelta(hours=24)
 REQUEUE_HOLD = dt.timedelta(minutes=2)  # slurmctld's wait before a requeued job may start again
@@ -62,13 +66,23 @@ class Machine:
     up_since: dt.datetime
     failed_at: dt.datetime | None
     drains: tuple[tuple[dt.datetime, dt.datetime | None], ...] = ()  # [from, until) spans; None: still
+    outages: tuple[Outage, ...] = ()  # [start, end) spans powered off (DOWN in Slurm); end None: still
 
     def failed(self, at: dt.datetime) -> bool:
         return self.failed_at is not None and at >= self.failed_at
 
+    def off(self, at: dt.datetime) -> Outage | None:
+        """The outage the machine is in at `at` (None: not off)."""
+        return next((o for o in self.outages if o.start <= at and (o.end is None or at < o.end)), None)
+
+    def back_at(self, at: dt.datetime) -> dt.datetime:
+        """`at`, or when the machine is on again if it is off at `at` and that is known."""
+        outage = self.off(at)
+        return outage.end if outage is not None and outage.end is not None else at
+
     def usable(self, at: dt.datetime) -> bool:
-        """Slurm may start a job here at `at`: up, not failed, not drained."""
-        if at < self.up_since or self.failed(at):
+        """Slurm may start a job here at `at`: up, not failed, not powered off, not drained."""
+        if at < self.up_since or self.failed(at) or self.off(at) is not None:
             return False
         return not any(start <= at and (end is None or at < end) for start, end in self.drains)
 
@@ -91,6 +105,10 @@ class Task:
     array_job_id: int | None = None
     array_task_id: int | None = None
     requeued: bool = False
+    # Requeued because its node was powered off: the node's Slurm reason, shown while the job waits and
+    # the node is still off (`down_until`: when it came back; None: still off).
+    down_reason: str | None = None
+    down_until: dt.datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -131,10 +149,10 @@ class _Slot:
     running: dict[int, _Placed] = field(default_factory=dict)  # by job id
     ends: list[tuple[dt.datetime, int]] = field(default_factory=list)  # heap of (end, job id)
     used: list[int] = field(default_factory=list)  # GPUs held, per machine
-    moments: list[dt.datetime] = field(default_factory=list)  # heap: machines coming up, leaving a drain
-    failures: list[tuple[dt.datetime, int]] = field(default_factory=list)  # heap of (failed at, machine)
+    moments: list[dt.datetime] = field(default_factory=list)  # heap: machines (back) up, leaving a drain
+    failures: list[tuple[dt.datetime, int]] = field(default_factory=list)  # heap of (down at, machine)
     runs: dict[int, list[Run]] = field(default_factory=dict)
-    requeued: dict[int, Task] = field(default_factory=dict)  # jobs a failed node gave back, as requeued
+    requeued: dict[int, Task] = field(default_factory=dict)  # jobs a node going DOWN gave back, as requeued
     homes: dict[str, list[int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -165,8 +183,9 @@ class _Slot:
                 self._finish(placed, placed.end)
         while self.failures and self.failures[0][0] <= at:
             _, position = heapq.heappop(self.failures)
+            outage = self.machines[position].off(at)
             for placed in [p for p in self.running.values() if p.machine == position]:
-                self._requeue(placed, at)
+                self._requeue(placed, at, outage)
         while self.arrivals and self.arrivals[0][0] <= at:
             self.waiting.append(heapq.heappop(self.arrivals)[2])
         if self.waiting:
@@ -194,11 +213,14 @@ class _Slot:
         heapq.heappush(self.ends, (placed.end, task.job_id))
         return True
 
-    def _requeue(self, placed: _Placed, at: dt.datetime) -> None:
-        """Its node went DOWN: Slurm requeues the batch job, held for REQUEUE_HOLD, with what was left."""
+    def _requeue(self, placed: _Placed, at: dt.datetime, outage: Outage | None) -> None:
+        """Its node went DOWN (failed, taken out, or powered off: `outage`): Slurm requeues the batch job,
+        held for REQUEUE_HOLD, with what was left."""
         self._finish(placed, at, node_failed=True)
         left = max(placed.start + placed.task.run_for - at, dt.timedelta(seconds=1))
-        task = replace(placed.task, eligible_at=at + REQUEUE_HOLD, run_for=left, requeued=True, home=None)
+        task = replace(placed.task, eligible_at=at + REQUEUE_HOLD, run_for=left, requeued=True, home=None,
+                       down_reason=None if outage is None else f"{REPAIR_REASON}: {outage.reason}",
+                       down_until=None if outage is None else outage.end)
         self.requeued[task.job_id] = task
         self.submit(task, at)
 
@@ -221,19 +243,21 @@ def _start(slot: int) -> dt.datetime:
 
 
 def machines(nodes: Sequence[NodeRun], drains: Drains | None = None) -> tuple[Machine, ...]:
-    """The machines behind the member nodes that have been up: each node's current one, and the failed
-    machine a repaired node replaces (from the slot before its failure: it ran that slot's jobs)."""
+    """The machines behind the member nodes that have been up: each node's current one (a powered-off
+    one too: it is still the node's), and the machine a repaired node replaces, until it failed or was
+    taken out (from when it first ran, where known, else from the slot before: it ran that slot's jobs)."""
     found = []
     for node in nodes:
         if node.replaced_failure is not None and node.attempt > 1:
             failed = node.replaced_failure
             found.append(Machine(node.name, node.index, node.attempt - 1, node.gpu_count,
-                                 _start(_slot(failed) - 1), failed))
-        if node.up_since is not None:
+                                 min(node.replaced_since or _start(_slot(failed) - 1), failed), failed))
+        since = node.first_up or node.up_since  # a powered-off node is still its machine
+        if since is not None:
             spans = tuple((drains or {}).get(node.name, ()))
-            found.append(Machine(node.name, node.index, node.attempt, node.gpu_count, node.up_since,
-                                 node.failed_at, spans))
-    return tuple(sorted(found, key=lambda m: (m.index, m.attempt)))
+            found.append(Machine(node.name, node.index, node.attempt, node.gpu_count, since,
+                                 node.failed_at, spans, node.outages))
+    return tuple(sorted(found, key=lambda m: (m.index, m.attempt, m.up_since)))
 
 
 def _pick(seed: int, cluster: str, key: tuple[object, ...], options: tuple[object, ...]) -> object:
@@ -292,7 +316,7 @@ def _arrivals(seed: int, cluster: str, fleet: tuple[Machine, ...], slot: int) ->
     once) and the short extra ones."""
     tasks = []
     for machine in fleet:
-        begin = max(_start(slot), machine.up_since)
+        begin = machine.back_at(max(_start(slot), machine.up_since))
         if begin >= _start(slot + 1) - LATE_START or not machine.usable(begin):
             continue
         gpus = busy_gpus(seed, cluster, machine.name, machine.attempt, machine.gpu_count, _start(slot))
@@ -301,7 +325,7 @@ def _arrivals(seed: int, cluster: str, fleet: tuple[Machine, ...], slot: int) ->
             if machine.usable(own.submitted_at):
                 tasks.append(own)
         extra = _extra_task(seed, cluster, machine, slot)
-        if extra is not None and extra.submitted_at >= begin:
+        if extra is not None and extra.submitted_at >= begin and machine.off(extra.submitted_at) is None:
             tasks.append(extra)
     return _numbered(tasks, slot)
 
@@ -317,6 +341,13 @@ def _numbered(tasks: list[Task], slot: int) -> list[Task]:
     return [replace(t, array_job_id=array) if t.array_job_id is not None else t for t in numbered]
 
 
+def _downs(machine: Machine, begin: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    """When in [begin, end) the machine's running jobs are requeued: its failure, each power-off (one
+    before `begin` counts at `begin`)."""
+    starts = [machine.failed_at, *(o.start for o in machine.outages if o.end is None or o.end > begin)]
+    return [max(at, begin) for at in starts if at is not None and at < end]
+
+
 @functools.lru_cache(maxsize=16384)
 def schedule_slot(seed: int, cluster: str, fleet: tuple[Machine, ...], slot: int, carried: tuple[Task, ...]
                   ) -> tuple[tuple[Record, ...], tuple[Task, ...]]:
@@ -327,12 +358,12 @@ def schedule_slot(seed: int, cluster: str, fleet: tuple[Machine, ...], slot: int
     tasks = [*carried, *_arrivals(seed, cluster, fleet, slot)]
     for task in tasks:
         state.submit(task, begin)
-    for position, machine in enumerate(fleet):  # machines coming up, failing, leaving a drain
-        for moment in (machine.up_since, *(e for _, e in machine.drains)):
+    for position, machine in enumerate(fleet):  # machines coming up, failing, off and on, leaving a drain
+        for moment in (machine.up_since, *(e for _, e in machine.drains), *(o.end for o in machine.outages)):
             if moment is not None and moment < state.end:
                 state.add_moment(max(moment, begin))
-        if machine.failed_at is not None and machine.failed_at < state.end:
-            heapq.heappush(state.failures, (max(machine.failed_at, begin), position))
+        for down in _downs(machine, begin, state.end):
+            heapq.heappush(state.failures, (down, position))
     while (at := state.next_moment()) is not None:
         state.step(at)
     state.close()
@@ -367,8 +398,10 @@ def snapshot(seed: int, cluster: str, nodes: Sequence[NodeRun], now: dt.datetime
     first = shown_from - shown_from % ANCHOR_SLOTS
     if fleet:
         first = max(first, min(_slot(m.up_since) for m in fleet))
-    if not history:  # only requeued jobs outlive their slot, and only a failure requeues
-        first = max(first, min([current, *(_slot(m.failed_at) for m in fleet if m.failed_at is not None)]))
+    if not history:  # only requeued jobs outlive their slot, and only a failure or a power-off requeues
+        downs = [m.failed_at for m in fleet if m.failed_at is not None]
+        downs += [o.start for m in fleet for o in m.outages]
+        first = max(first, min([current, *(_slot(at) for at in downs)]))
     latest: dict[int, Record] = {}
     carried: tuple[Task, ...] = ()
     for slot in range(first, current + 1):
@@ -438,14 +471,22 @@ def _job_at(record: Record, now: dt.datetime) -> Job | None:
     if record.cancelled_at is not None and record.cancelled_at <= now and not runs:
         return replace(job, state="CANCELLED", reason=None, ended_at=record.cancelled_at)
     if not runs:
-        return replace(job, reason="BeginTime" if task.requeued and now < task.eligible_at else "Resources")
+        return replace(job, reason=_requeued_reason(task, now) if task.requeued else "Resources")
     run = runs[-1]
     placed = replace(job, nodes=run.machine, started_at=run.start)
     if now < run.end:
         return replace(placed, state="RUNNING", reason=None)
     if run.ended_by == "node_fail":  # requeued: waiting again, on no node until it starts
-        return replace(job, reason="BeginTime" if now < run.end + REQUEUE_HOLD else "Resources")
+        return replace(job, reason=_requeued_reason(task, now))
     if run.ended_by == "slot_end" or task.requeued:
         return replace(placed, state="COMPLETED", reason=None, ended_at=run.end)
     reason = {"FAILED": "NonZeroExitCode", "TIMEOUT": "TimeLimit"}.get(task.outcome)
     return replace(placed, state=task.outcome, reason=reason, ended_at=run.end)
+
+
+def _requeued_reason(task: Task, now: dt.datetime) -> str:
+    """Why a requeued job waits at `now`: its node powered off (the node's Slurm reason, while it is
+    off), else slurmctld's hold after a requeue (BeginTime), then Resources."""
+    if task.down_reason is not None and (task.down_until is None or now < task.down_until):
+        return f"NodeDown: {task.down_reason}"
+    return "BeginTime" if now < task.eligible_at else "Resources"
