@@ -9,13 +9,19 @@ store is not what is tested here.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import os
+import signal
+import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.orm import Session, sessionmaker
@@ -28,6 +34,8 @@ from backend.provisioning.drivers.ssh_hosts.driver import SshHostsDriver
 from backend.provisioning.drivers.ssh_hosts.host_nodes import PoolAccess, PoolHost, PoolLogin
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
+from backend.settings import Settings
+from tests.backend.conftest import make_tenant
 from tests.backend.engine.conftest import FAST, create, get, sessions
 from tests.backend.local.stand_in_hosts import (
     SHARED_MOUNT,
@@ -41,6 +49,7 @@ from tests.backend.local.stand_in_hosts import (
 __all__ = ["sessions"]  # fixture of the engine tests, used here
 
 SUBNET = "10.0.10.0/24"
+BACKEND = Path(sys.executable).with_name("gpucloud-backend")
 
 
 @pytest.fixture(scope="module")
@@ -241,3 +250,88 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
     # The volume's data stays on the shared storage after the cluster: it is the user's.
     kept = _root(stand_ins, tmp_path, "host-a", f"cat {SHARED_MOUNT}/gpucloud-volumes/{volume['id']}/hello")
     assert kept.split() == ["host-b"]
+
+
+def _serve(database_url: str, data_dir: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """`gpucloud-backend serve` with its embedded engine worker and host checks, as a deployment runs it."""
+    env = {**os.environ, "GPUCLOUD_DATABASE_URL": database_url, "GPUCLOUD_DATA_DIR": str(data_dir),
+           "GPUCLOUD_ENGINE_LEASE_SECONDS": "1.5", "GPUCLOUD_ENGINE_POLL_SECONDS": "0.05",
+           "PYTHONPATH": str(Path(__file__).parents[3])}
+    with log.open("ab") as out:
+        process = subprocess.Popen([str(BACKEND), "serve", "--port", str(port)], env=env, stdout=out,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return process
+        time.sleep(0.1)
+    raise AssertionError(f"serve did not start: {log.read_text()[-2000:]}")
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
+    os.killpg(process.pid, signal.SIGKILL)  # the backend and the ssh it runs, as a crash would
+    process.wait(timeout=10)
+
+
+def _status_until(api: httpx.Client, cluster_id: str, wanted: set[str], seconds: float = 120) -> str:
+    deadline = time.monotonic() + seconds
+    status = ""
+    while time.monotonic() < deadline:
+        response = api.get(f"/v1/clusters/{cluster_id}")
+        status = "GONE" if response.status_code == 404 else response.json()["status"]
+        if status in wanted:
+            return status
+        time.sleep(0.02)
+    raise AssertionError(f"cluster {cluster_id} is {status}, not {wanted}")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_backend_killed_while_it_configures_the_servers_converges(
+    stand_ins: StandIns, database_url: str, tmp_path: Path
+) -> None:
+    tenant = make_tenant(Settings(database_url=database_url, data_dir=tmp_path / "data"), "pool-crash")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    log = tmp_path / "serve.log"
+    server = _serve(database_url, tmp_path / "data", port, log)
+    user_key = private_key()
+    key_file = tmp_path / "id_user"
+    key_file.write_text(openssh(user_key))
+    key_file.chmod(0o600)
+    headers = {"Authorization": f"Bearer {tenant.admin_key}"}
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=headers, timeout=30) as api:
+            key = api.post("/v1/ssh-keys", json={"name": "me", "public_key": public(user_key)}).json()
+            pool = api.post("/v1/host-pools", json={
+                "name": "lab", "region": "on-prem", "ssh_private_key": stand_ins.private_key,
+                "hosts": [{"address": node.address} for node in stand_ins.nodes.values()]}).json()
+            deadline = time.monotonic() + 60
+            while api.get(f"/v1/host-pools/{pool['id']}").json()["free_hosts"] < 2:  # the worker's checks
+                assert time.monotonic() < deadline, api.get(f"/v1/host-pools/{pool['id']}").text
+                time.sleep(0.2)
+            created = api.post("/v1/clusters", json={
+                "name": "crash", "region": "on-prem", "instance_type": "8xH200", "node_count": 2,
+                "orchestrator": "slurm", "host_pool_id": pool["id"], "ssh_key_ids": [key["id"]]})
+            assert created.status_code == 201, created.text
+            cluster_id = created.json()["id"]
+            # Killed while it configures the servers over SSH, then while it gives them back.
+            _status_until(api, cluster_id, {"CONFIGURING"})
+            _kill(server)
+            server = _serve(database_url, tmp_path / "data", port, log)
+            assert _status_until(api, cluster_id, {"RUNNING", "FAILED"}) == "RUNNING"
+            login = api.get(f"/v1/clusters/{cluster_id}").json()["login"]["public_ip"]
+            done = _ssh(key_file, login, "srun -N2 hostname")
+            assert sorted(done.stdout.split()) == ["host-a", "host-b"], done.stderr
+            assert api.delete(f"/v1/clusters/{cluster_id}").status_code in (200, 202)
+            _status_until(api, cluster_id, {"DESTROYING"})
+            _kill(server)
+            server = _serve(database_url, tmp_path / "data", port, log)
+            _status_until(api, cluster_id, {"GONE"})
+            for host in ("host-a", "host-b"):
+                assert _lent(stand_ins, tmp_path, host) == "", host
+            assert api.get(f"/v1/host-pools/{pool['id']}").json()["free_hosts"] == 2
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            _kill(server)

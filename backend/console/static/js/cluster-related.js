@@ -34,10 +34,15 @@ function tag(kind, text, title) {
 
 const CAPACITY = { spot: "spot", spot_with_fallback: "spot + on-demand fallback" };
 
-// The header's badges: capacity type (when not on-demand), expiry, scaling range, security groups,
-// reserved IP, deletion protection. Nothing for what the cluster does not have.
+// The header's badges: the host pool whose servers are the nodes, capacity type (when not on-demand),
+// expiry, scaling range, security groups, reserved IP, deletion protection. Nothing for what the cluster
+// does not have.
 export function clusterTags(cluster, related) {
   const tags = [];
+  if (cluster.host_pool_id) {
+    tags.push(tag("host-pool", h("a", { href: `#/host-pools/${encodeURIComponent(cluster.host_pool_id)}` }, `Host pool: ${cluster.host_pool_id}`),
+      "The nodes are the project's own servers of this host pool (no compute charge)"));
+  }
   if (CAPACITY[cluster.capacity_type]) tags.push(tag("capacity", CAPACITY[cluster.capacity_type], "Capacity type"));
   if (cluster.expires_at) {
     const ttl = cluster.ttl ? `TTL ${cluster.ttl}, ` : "";

@@ -75,7 +75,6 @@ WATCH_INTERVAL = dt.timedelta(seconds=5)
 REGISTRATION_SECONDS = 120.0
 _NO_WORK = (
     OpKind.CONTROL_PLANE_CREATE,
-    OpKind.CONTROL_PLANE_RELEASE,
     OpKind.FABRIC_JOIN,
     OpKind.DRIVERS_INSTALL,
     OpKind.CONTAINER_START,
@@ -97,11 +96,15 @@ class PoolPlan:
     cluster_id: str
     pool_id: str
     login: PoolLogin
-    members: tuple[PoolNode, ...]  # the nodes holding a server, by index; the first is the controller
-    config: node_config.NodeConfig
+    members: tuple[PoolNode, ...]  # the member nodes, by index; the first is the controller
+    config: node_config.NodeConfig  # without the munge key (read only to configure a node: `_boot`)
     volume_sources: tuple[str, ...]  # the volumes' directories on the pool's shared storage
     security_rules: dict[str, Any]  # the cluster's security groups' rules
     deleting: bool
+    leaving: tuple[PoolNode, ...] = ()  # nodes being released that still hold their server
+
+    def node(self, name: str) -> PoolNode | None:
+        return next((n for n in (*self.members, *self.leaving) if n.name == name), None)
 
     def firewall(self, node: PoolNode) -> str:
         """The server's nftables table: its cluster's servers are peers; the backend's address (as the server
@@ -208,18 +211,19 @@ class SshHostsDriver:
         pool = None if cluster is None else pool_hosts.pool_of(session, cluster)
         if cluster is None or pool is None:
             raise LookupError(f"cluster {cluster_id} is not on a host pool")
-        members = []
+        members: list[PoolNode] = []
+        leaving: list[PoolNode] = []
         for row in sorted(live_nodes(session, cluster_id), key=lambda n: n.index):
             host = pool_hosts.held_host(session, row.id)
-            if row.active_name is None or host is None or host.host_key is None:
+            if host is None or host.host_key is None:
                 continue
-            members.append(
-                PoolNode(
-                    row.name,
-                    PoolHost(row.name, host.address, host.port or pool.ssh_port, host.host_key),
-                    str((host.inventory or {}).get("hostname") or row.name),
-                )
+            hostname = str((host.inventory or {}).get("hostname") or row.name)
+            node = PoolNode(
+                row.name,
+                PoolHost(row.name, host.address, host.port or pool.ssh_port, host.host_key),
+                hostname,
             )
+            (members if row.active_name is not None else leaving).append(node)
         layout = cluster_layout(session, cluster_id)
         files: dict[str, str] = {}
         hosts = ""
@@ -255,7 +259,6 @@ class SshHostsDriver:
                 node_config.Mount(source, f"{VOLUME_ROOT}/{volume}")
                 for source, volume in zip(sources, volumes, strict=True)
             ),
-            munge_key=self._munge_key(cluster_id),
             slurm_files=files,
         )
         return PoolPlan(
@@ -267,20 +270,13 @@ class SshHostsDriver:
             sources,
             security_rules(cluster),
             cluster.deletion_requested_at is not None,
+            tuple(leaving),
         )
 
     def _member(self, session: Session, plan: PoolPlan, node_id: str | None) -> PoolNode | None:
-        """The request's node, from its held server (a node being released is no member any more)."""
+        """The request's node, a member or one being released, while it holds its server."""
         row = None if node_id is None else session.get(EngineNode, node_id)
-        if row is None:
-            return None
-        found = next((m for m in plan.members if m.name == row.name), None)
-        host = pool_hosts.held_host(session, row.id)
-        if found is None and host is not None and host.host_key is not None:
-            pool = session.get(HostPool, plan.pool_id)
-            port = host.port or (pool.ssh_port if pool is not None else 22)
-            found = PoolNode(row.name, PoolHost(row.name, host.address, port, host.host_key), row.name)
-        return found
+        return None if row is None else plan.node(row.name)
 
     def _munge_key(self, cluster_id: str) -> bytes:
         """The cluster's munge key, made once (0600 under the driver's directory)."""
@@ -294,7 +290,8 @@ class SshHostsDriver:
         return path.read_bytes()
 
     def _access(self, plan: PoolPlan) -> PoolAccess:
-        return PoolAccess(self.root / plan.cluster_id / "ssh", plan.login, [m.host for m in plan.members])
+        hosts = [n.host for n in (*plan.members, *plan.leaving)]
+        return PoolAccess(self.root / plan.cluster_id / "ssh", plan.login, hosts)
 
     def _shell(self, plan: PoolPlan, node: PoolNode) -> NodeShell:
         return self._access(plan).shell(node.host)
@@ -312,6 +309,7 @@ class SshHostsDriver:
             return node
 
         actions: dict[OpKind, Callable[[], None]] = {
+            OpKind.CONTROL_PLANE_RELEASE: lambda: self._forget(plan),
             OpKind.NODE_BOOT: lambda: self._boot(plan, need()),
             OpKind.VOLUME_ATTACH: lambda: self._reconfigure(plan, need()),
             OpKind.ORCHESTRATOR_JOIN: lambda: self._join(plan, need()),
@@ -347,7 +345,8 @@ class SshHostsDriver:
         shell = self._shell(plan, node)
         if plan.volume_sources:
             shell.run(["install", "-d", "-m", "1777", *plan.volume_sources])
-        host_nodes.join(shell, plan.cluster_id, plan.config, plan.firewall(node))
+        config = dataclasses.replace(plan.config, munge_key=self._munge_key(plan.cluster_id))
+        host_nodes.join(shell, plan.cluster_id, config, plan.firewall(node))
 
     def _join(self, plan: PoolPlan, node: PoolNode) -> None:
         self._sync_controller(plan)
@@ -416,12 +415,16 @@ class SshHostsDriver:
             )
         access = self._access(plan)
         host_nodes.release(access.shell(node.host), plan.cluster_id, USER)
+        if plan.deleting:
+            access.close()  # the pool's key is not left on disk after the cluster's last operations
+            return
         remaining = dataclasses.replace(plan, members=tuple(m for m in plan.members if m.name != node.name))
-        if remaining.members and not plan.deleting:
-            self._sync_controller(remaining)
-        elif not remaining.members:  # the cluster's last server: its key and munge key go too
-            access.close()
-            shutil.rmtree(self.root / plan.cluster_id, ignore_errors=True)
+        self._sync_controller(remaining)
+
+    def _forget(self, plan: PoolPlan) -> None:
+        """The cluster is gone (its control plane's release): its munge key and recorded files go too."""
+        self._access(plan).close()
+        shutil.rmtree(self.root / plan.cluster_id, ignore_errors=True)
 
     def _restart(self, plan: PoolPlan, node: PoolNode) -> None:
         """A server cannot be replaced: its daemons are started again (its jobs requeued first)."""

@@ -16,6 +16,7 @@ user, keys, hosts file, munge key, Slurm files and daemons. What differs on a se
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import threading
@@ -83,6 +84,8 @@ class PoolAccess:
         close_all(self.directory / "ctl")
         self.identity.unlink(missing_ok=True)
         self.known_hosts.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # only when nothing else is left there
+            self.directory.rmdir()
 
 
 def _replace(path: Path, content: str) -> None:

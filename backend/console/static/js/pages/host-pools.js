@@ -95,8 +95,19 @@ function hostsSection(pool) {
     { label: "Memory", value: (host) => fmt.gib(host.inventory ? host.inventory.memory_mib : null), numeric: true, nowrap: true },
     { label: "Interconnect", value: (host) => interconnect(host.inventory) },
     { label: "OS", value: (host) => (host.inventory ? osText(host.inventory) : "—") },
+    { label: "Cluster", value: holder },
     { label: "Checked", value: (host) => fmt.time(host.checked_at), nowrap: true },
   ], pool.hosts, { caption: "Hosts", empty: "No hosts." }));
+}
+
+// The cluster whose node the host is (a link to it, with the node's name), "free" for a ready host no
+// cluster holds, "—" for one that cannot be taken.
+function holder(host) {
+  if (host.cluster_id) {
+    return h("div", null, h("a", { href: `#/clusters/${encodeURIComponent(host.cluster_id)}/overview` }, h("code", null, host.cluster_id)),
+      host.node ? h("div", { class: "muted small" }, host.node) : null);
+  }
+  return host.status === "ready" ? "free" : "—";
 }
 
 function interconnect(inventory) {
