@@ -16,10 +16,9 @@ from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Fabric, InstanceType
 from backend.domain.errors import Conflict
-from backend.store.engine_models import EngineNode
+from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.host_pool_models import HostPool, HostPoolHost
 from backend.store.models import Cluster
-
 
 OWN_FABRIC = "own-hosts"
 MAX_HOSTS = 64  # a pool's (backend.domain.host_pools)
@@ -74,8 +73,14 @@ def hold(host: HostPoolHost, node: EngineNode) -> None:
 def fabric_of(cluster: Cluster) -> Fabric:
     """The network of a pool cluster's servers, as the layout names it: the servers' own, of the cluster's
     `interconnect`, no scalable units of the cloud's (Slurm's node feature, `fabric` in the API)."""
-    return Fabric(region=cluster.region, name=OWN_FABRIC, kind=cluster.interconnect,
-                  pools={cluster.instance_type: MAX_HOSTS}, spines=0, leaves_per_su=0)
+    return Fabric(
+        region=cluster.region,
+        name=OWN_FABRIC,
+        kind=cluster.interconnect,
+        pools={cluster.instance_type: MAX_HOSTS},
+        spines=0,
+        leaves_per_su=0,
+    )
 
 
 def give_back_nodes(session: Session, node_ids: Sequence[str]) -> None:
@@ -93,6 +98,16 @@ def give_back_cluster(session: Session, cluster_id: str) -> None:
     give_back_nodes(
         session, session.scalars(select(EngineNode.id).where(EngineNode.cluster_id == cluster_id)).all()
     )
+
+
+def gone_clusters(session: Session, pool_id: str) -> frozenset[str]:
+    """The pool's clusters that are no more (torn down, or rolled back)."""
+    query = (
+        select(Cluster.id)
+        .join(EngineCluster, EngineCluster.cluster_id == Cluster.id)
+        .where(Cluster.host_pool_id == pool_id, EngineCluster.finished.is_(True))
+    )
+    return frozenset(session.scalars(query))
 
 
 def held_host(session: Session, node_id: str) -> HostPoolHost | None:

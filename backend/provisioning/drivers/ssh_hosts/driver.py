@@ -102,6 +102,7 @@ class PoolPlan:
     security_rules: dict[str, Any]  # the cluster's security groups' rules
     deleting: bool
     leaving: tuple[PoolNode, ...] = ()  # nodes being released that still hold their server
+    gone_clusters: frozenset[str] = frozenset()  # the pool's destroyed clusters (a claim of theirs is stale)
 
     def node(self, name: str) -> PoolNode | None:
         return next((n for n in (*self.members, *self.leaving) if n.name == name), None)
@@ -271,6 +272,7 @@ class SshHostsDriver:
             security_rules(cluster),
             cluster.deletion_requested_at is not None,
             tuple(leaving),
+            pool_hosts.gone_clusters(session, pool.id),
         )
 
     def _member(self, session: Session, plan: PoolPlan, node_id: str | None) -> PoolNode | None:
@@ -346,7 +348,15 @@ class SshHostsDriver:
         if plan.volume_sources:
             shell.run(["install", "-d", "-m", "1777", *plan.volume_sources])
         config = dataclasses.replace(plan.config, munge_key=self._munge_key(plan.cluster_id))
-        host_nodes.join(shell, plan.cluster_id, config, plan.firewall(node))
+        try:
+            host_nodes.join(shell, plan.cluster_id, config, plan.firewall(node))
+        except host_nodes.HostTaken as taken:
+            if taken.owner not in plan.gone_clusters:
+                raise
+            # Left claimed by a cluster that is gone (its server did not answer at its release): given
+            # back now, then taken.
+            host_nodes.release(shell, taken.owner, USER)
+            host_nodes.join(shell, plan.cluster_id, config, plan.firewall(node))
 
     def _join(self, plan: PoolPlan, node: PoolNode) -> None:
         self._sync_controller(plan)

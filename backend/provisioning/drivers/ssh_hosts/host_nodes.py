@@ -36,7 +36,11 @@ KERNEL_LOG_COMMAND = "dmesg --time-format iso"
 
 
 class HostTaken(RuntimeError):
-    """The host is a node of another cluster (the message names it)."""
+    """The host is a node of another cluster (`owner`; the message names it)."""
+
+    def __init__(self, message: str, owner: str) -> None:
+        super().__init__(message)
+        self.owner = owner
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,8 @@ def start_slurmd(shell: NodeShell, node_name: str) -> None:
 def claim(shell: NodeShell, cluster_id: str, user: str) -> None:
     done = shell.run_script(footprint.claim_script(cluster_id, user), what="claim the host", check=False)
     if done.returncode == footprint.CLAIMED_ELSEWHERE:
-        raise HostTaken(f"{shell.name}: {done.stderr.strip()}")
+        said = done.stderr.strip()
+        raise HostTaken(f"{shell.name}: {said}", said.split()[-1] if said else "")
     if done.returncode != 0:
         raise NodeCommandError(shell.name, "claim the host", done.returncode, done.stderr or done.stdout)
 
