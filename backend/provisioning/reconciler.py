@@ -41,7 +41,7 @@ from backend.provisioning.state import (
     set_phase,
     set_stage,
 )
-from backend.store.engine_models import EngineCluster, EngineNode, PhaseRecord, Step
+from backend.store.engine_models import EngineCluster, EngineNode, NodeEvent, PhaseRecord, Step
 from backend.store.models import Cluster
 
 S = NodeStage
@@ -494,13 +494,19 @@ def _repair_allowed(ctx: PassContext, node: EngineNode, why: str | None) -> bool
     if _repairs_in_last_day(ctx, node) < limit:
         return True
     if REPAIRS_EXHAUSTED not in (node.status_reason or ""):
-        node.status_reason = (f"{why}; {REPAIRS_EXHAUSTED}: {limit} replacements of {node.name} in the "
+        cluster = ctx.session.get(Cluster, node.cluster_id)
+        repairs = "restarts" if cluster is not None and cluster.host_pool_id is not None else "replacements"
+        node.status_reason = (f"{why}; {REPAIRS_EXHAUSTED}: {limit} {repairs} of {node.name} in the "
                               "last 24 h (GPUCLOUD_ENGINE_MAX_REPAIRS_PER_NODE_PER_DAY)")
     return False
 
 
 def _repairs_in_last_day(ctx: PassContext, node: EngineNode) -> int:
     since = ctx.now - dt.timedelta(days=1)
+    cluster = ctx.session.get(Cluster, node.cluster_id)
+    if cluster is not None and cluster.host_pool_id is not None:  # a server's repairs are its restarts
+        return int(ctx.session.scalar(select(func.count()).select_from(NodeEvent).where(
+            NodeEvent.node_id == node.id, NodeEvent.kind == "restart_started", NodeEvent.at > since)) or 0)
     count = ctx.session.scalar(select(func.count()).select_from(EngineNode).where(
         EngineNode.cluster_id == node.cluster_id, EngineNode.name == node.name,
         EngineNode.repair_of.is_not(None), EngineNode.created_at > since))

@@ -131,6 +131,13 @@ def cluster_layout(session: Session, cluster_id: str, catalog: Catalog | None = 
     return _layout(cluster, state, members, catalog or default_catalog())
 
 
+def _pool_network(layout: ClusterLayout, position: int) -> dict[str, Any]:
+    """A pool server's network as the API shows it: the servers' own (no rail, leaf or spine of the
+    cloud's); `position` is the host's place in the pool's list."""
+    return {"fabric": layout.fabric.name, "fabric_kind": layout.fabric.kind, "scalable_unit": 0,
+            "position": position, "spines": []}
+
+
 def _login_address(layout: ClusterLayout) -> str | None:
     """Where `ssh` reaches the login node. A host-network driver's nodes (the local driver's) have no
     public address: the host reaches the login node (jumphost or single node) at its private address
@@ -194,10 +201,10 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
     # Live nodes without an active name are released ones still being torn down.
     leaving = [n for n in live if n.active_name is None]
     role = "worker" if layout.multi_node else "standalone"
-    on_pool = getattr(cluster, "host_pool_id", None) is not None  # no rail or leaf of the cloud's
+    on_pool = getattr(cluster, "host_pool_id", None) is not None
     runtime["nodes"] = [
-        _node_view(n, role, None if on_pool else node_network(layout.fabric, layout.instance_type, n.slot,
-                                                              layout.partition_key))
+        _node_view(n, role, _pool_network(layout, n.slot) if on_pool
+                   else node_network(layout.fabric, layout.instance_type, n.slot, layout.partition_key))
         for n in nodes
     ] + [_node_view(n, role, None, member=False) for n in leaving]
     login_host = f"{layout.name}-jumphost" if layout.multi_node else layout.controller

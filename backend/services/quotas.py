@@ -51,12 +51,13 @@ def held(session: Session, catalog: Catalog, project_id: str) -> Figures:
     """What the project holds: every cluster whose deletion has not been requested."""
     rows = session.execute(
         select(Cluster.instance_type, Cluster.region, Cluster.node_count, Cluster.billing_type,
-               Cluster.billing_duration_days)
+               Cluster.billing_duration_days, Cluster.host_pool_id)
         .where(Cluster.project_id == project_id, Cluster.deletion_requested_at.is_(None))
     )
     total = Figures()
-    for itype, region, nodes, billing_type, days in rows:
-        spec = {"instance_type": itype, "region": region, "node_count": nodes,
+    for itype, region, nodes, billing_type, days, host_pool_id in rows:
+        # Priced as the create was: a cluster on the project's own servers costs nothing an hour.
+        spec = {"instance_type": itype, "region": region, "node_count": nodes, "host_pool_id": host_pool_id,
                 "billing": {"type": billing_type, "duration_days": days}}
         total += figures_of(spec, catalog)
     return total

@@ -29,6 +29,7 @@ from provider.cli.app import (
 )
 from provider.cli.budgets import scope, spent_percent, usd
 from provider.cli.config import ConfigError, default_ssh_key_ids
+from provider.cli.host_pools import complete_host_pool, find_host_pool
 from provider.cli.images import PASSWORD_ENV, image, image_lines, list_images, parse_images, parse_logins
 from provider.cli.keys import register_key_file
 from provider.cli.output import emit, note, print_fields, print_table, table_view
@@ -77,9 +78,12 @@ CAPACITY_LABELS = {"spot": "spot", "spot_with_fallback": "spot with fallback", "
 
 
 def capacity_label(c: dict[str, Any]) -> str:
-    """How an unreserved cluster is billed: what it runs on, or prepaid when it draws a reservation."""
+    """How an unreserved cluster is billed: what it runs on, prepaid when it draws a reservation, nothing on
+    the project's own servers."""
     if c.get("reservation_id"):
         return f"reservation {c['reservation_id']} (prepaid)"
+    if c.get("host_pool_id"):
+        return "your own servers (no compute charge)"
     kind = c.get("capacity_type") or "on_demand"
     return CAPACITY_LABELS.get(kind, kind)
 
@@ -137,6 +141,7 @@ def show_cluster(c: dict[str, Any], budgets: Sequence[Mapping[str, Any]] | None 
         ("Security groups", c.get("security_group_ids") or "the project's default group"),
         ("Reserved IP", c.get("reserved_ip_id")),
         ("Reservation", c.get("reservation_id")),
+        ("Host pool", c.get("host_pool_id")),
         ("Labels", [f"{k}={v}" for k, v in sorted((c.get("labels") or {}).items())]),
         ("Protected", c.get("deletion_protection")),
         ("Node repair", c.get("node_repair")),
@@ -217,6 +222,33 @@ def money(text: str | None, option: str) -> str | None:
     return text
 
 
+# What a cluster on a host pool cannot have (the API's `unsupported_on_host_pool`), by the option asking it.
+NOT_ON_HOST_POOL = ("--reservation", "--reserved", "--spot", "--min-nodes/--max-nodes", "--reserved-ip",
+                    "--container", "--image")
+
+
+def refuse_on_host_pool(asked: Sequence[Any], orchestrator: str | None) -> None:
+    """Options that make no sense on one's own servers (`asked`: the values of NOT_ON_HOST_POOL's options),
+    refused before anything is sent."""
+    refused = [option for option, given in zip(NOT_ON_HOST_POOL, asked, strict=True) if given]
+    if refused:
+        raise click.UsageError(f"--host-pool: {', '.join(refused)} cannot be used on a host pool (your own "
+                               "servers: no reservation, reserved term, spot, autoscaling, reserved IP or "
+                               "containers); drop them")
+    if orchestrator not in (None, "slurm"):
+        raise click.UsageError(f"--host-pool: clusters on a host pool run Slurm, not {orchestrator}; drop "
+                               "--orchestrator")
+
+
+def host_pool_spec(pool: Mapping[str, Any], region: str | None) -> dict[str, Any]:
+    """The fields of a create on the servers of `pool`: its id, its region, Slurm (the API's default for one
+    node is none, which a pool refuses)."""
+    if region is not None and region != pool["region"]:
+        raise click.UsageError(f"--host-pool: host pool {pool['name']} ({pool['id']}) is in region "
+                               f"{pool['region']}, not {region}; drop --region")
+    return {"host_pool_id": pool["id"], "region": pool["region"], "orchestrator": "slurm"}
+
+
 def node_counts(node_count: int | None, min_nodes: int | None, max_nodes: int | None) -> dict[str, Any]:
     """`node_count`, or the `autoscaling` range the engine picks it from (the API takes one of them)."""
     if min_nodes is None and max_nodes is None:
@@ -293,6 +325,9 @@ def ssh_keys_to_install(
               help="A reserved IP (id, name or address) of the region for the login node.")
 @click.option("--reservation", "reservation_ref", metavar="ID_OR_NAME",
               help="Draw the nodes from this capacity reservation (prepaid; same region and type).")
+@click.option("--host-pool", "host_pool_ref", metavar="NAME|ID", shell_complete=complete_host_pool,
+              help="Make the nodes of your own servers in this host pool: one free ready host per node with "
+              "the GPUs of INSTANCE_TYPE; Slurm, the pool's region, no compute charge.")
 @click.option("--reserved", "reserved_days", type=click.IntRange(min=1), metavar="DAYS",
               help="Reserve for DAYS (prepaid at a discount) instead of on-demand billing.")
 @click.option("--spot", is_flag=True, help="Run on spot capacity (cheaper; nodes can be preempted).")
@@ -322,6 +357,7 @@ def create(
     security_groups: tuple[str, ...],
     reserved_ip: str | None,
     reservation_ref: str | None,
+    host_pool_ref: str | None,
     reserved_days: int | None,
     spot: bool,
     ttl: str | None,
@@ -338,9 +374,17 @@ def create(
       gpucloud cluster create 8xH100 -n 2 -i ~/.ssh/id_ed25519.pub --name train
       gpucloud cluster create 8xH100 --min-nodes 1 --max-nodes 8 --spot --ttl 1d --label team=nlp
       gpucloud cluster create 8xH100 -n 2 --image torch=nvcr.io/nvidia/pytorch:24.05-py3
+      gpucloud cluster create 8xH200 -n 2 --host-pool lab --name own
     """
     client = app.client
     sizing = node_counts(node_count, min_nodes, max_nodes)
+    on_pool: dict[str, Any] = {}
+    if host_pool_ref:
+        refuse_on_host_pool(
+            (reservation_ref, reserved_days, spot, min_nodes or max_nodes, reserved_ip, container, images),
+            orchestrator,
+        )
+        on_pool = host_pool_spec(find_host_pool(client, host_pool_ref), region)
     nodes = int(sizing.get("node_count") or sizing["autoscaling"]["min_nodes"])
     container_images = parse_images(images)
     if container_images and orchestrator in (None, "none") and sizing.get("node_count") == 1:
@@ -349,7 +393,7 @@ def create(
     registry_credentials = parse_logins(logins)
     spec: dict[str, Any] = {
         "name": name or f"cluster-{secrets.token_hex(3)}",
-        "region": region or _default_region(client, instance_type, nodes),
+        "region": region or on_pool.get("region") or _default_region(client, instance_type, nodes),
         "instance_type": instance_type,
         **sizing,
         "labels": parse_labels(labels, "--label"),
@@ -369,12 +413,14 @@ def create(
         "reservation_id": find_reservation(client, reservation_ref)["id"] if reservation_ref else None,
     }
     spec.update({field: value for field, value in optional.items() if value is not None})
+    spec.update(on_pool)
     spec["ssh_key_ids"] = ssh_keys_to_install(client, key_files, key_refs)
     created = client.create_cluster(spec, idempotency_key=new_idempotency_key())
     size = f"{nodes}" if "node_count" in sizing else f"{min_nodes}-{max_nodes}"
+    cost = created.get("estimated_hourly_cost_usd")  # 0 on one's own servers: a price, not a blank
     note(
         f"Creating {created['name']} ({created['id']}): {size} x {instance_type} in "
-        f"{created['region']}, {created.get('estimated_hourly_cost_usd') or '?'} USD/hour"
+        f"{created['region']}, {'?' if cost is None else cost} USD/hour"
     )
     _finish(app, created, as_json, not no_wait, f"cluster {created['id']} to be RUNNING")
 

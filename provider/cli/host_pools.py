@@ -187,6 +187,7 @@ HOST_COLUMNS = [
     ("MEMORY", lambda h: memory_text(h.get("inventory"))),
     ("INTERCONNECT", lambda h: (h.get("inventory") or {}).get("interconnect")),
     ("CLUSTER", lambda h: h.get("cluster_id")),
+    ("NODE", lambda h: h.get("node")),
 ]
 
 

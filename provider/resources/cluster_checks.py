@@ -152,11 +152,14 @@ def reserved_upfront(rate: Decimal, gpus: int, days: int) -> int | Decimal:
 def estimate(catalog: Catalog, plan: Mapping[str, Any]) -> CostEstimate | None:
     """Hourly (and reserved up-front) cost from the listed rates, as the API's one price function
     (`cluster_price`) computes it: spot and spot_with_fallback at the spot rate (fallback's ceiling at
-    on-demand), a drawn reservation 0, a reserved term at its tier's rate. None when a value it needs
-    is unknown or the catalog has no price."""
+    on-demand), a drawn reservation 0, the project's own servers (`host_pool_id`) 0, a reserved term at its
+    tier's rate. None when a value it needs is unknown or the catalog has no price."""
     itype, nodes, billing = plan.get("instance_type"), plan.get("node_count"), plan.get("billing")
     if not (known(itype) and known(nodes) and known(billing)) or itype not in catalog.instance_types:
         return None
+    pool = plan.get("host_pool_id")
+    if pool is not None:  # no compute charge on servers of one's own (once it is known to be set)
+        return None if is_unknown(pool) else CostEstimate(0, None, 0)
     shape = catalog.instance_types[itype]
     gpus = int(shape["gpu_count"]) * int(nodes)
     on_demand = Decimal(str(shape["on_demand_usd_per_gpu_hour"]))
@@ -194,7 +197,10 @@ def check_static_rules(ctx: Context, config: Mapping[str, Any], renames: Mapping
 def check_catalog_rules(ctx: Context, catalog: Catalog, plan: Mapping[str, Any]) -> None:
     """The backend's spec rules that need the catalog: region, instance type, fabric, interconnect."""
     region, itype, nodes = plan.get("region"), plan.get("instance_type"), plan.get("node_count")
-    if known(region) and region not in catalog.regions:
+    # A cluster on a host pool is in its pool's region, a name of the user's, on the servers' own network:
+    # the catalog's regions and fabrics do not apply (the pool's region is checked against the pool).
+    on_pool = plan.get("host_pool_id") is not None
+    if known(region) and region not in catalog.regions and not on_pool:
         ctx.error(
             "Unknown Region",
             f"Region \"{region}\" does not exist; choose one of {catalog.region_names()}.",
@@ -221,10 +227,14 @@ def check_catalog_rules(ctx: Context, catalog: Catalog, plan: Mapping[str, Any])
             + (f" ({', '.join(capable)})." if capable else "."),
             root("node_count"),
         )
-    else:  # which orchestrators run multi-node clusters of a single-node type does not matter
+    # Which orchestrators run multi-node clusters of a single-node type does not matter, nor what the
+    # cloud's driver runs on a host pool's servers (Slurm, whatever the driver: the API skips that check).
+    elif plan.get("host_pool_id") is None:
         _check_orchestrator_offered(ctx, itype, shape, nodes, plan.get("orchestrator"))
     interconnect = plan.get("interconnect")
     offered = list(shape.get("interconnects") or [])
+    if on_pool:
+        return
     if known(interconnect) and interconnect not in offered:
         ctx.error(
             "Unsupported Interconnect",

@@ -21,6 +21,7 @@ from provider.framework import Cancelled, Context, Resource, State, keep_semanti
 from provider.resources import cluster_checks as checks
 from provider.resources._common import api_error, api_id_identity, client_of, configured
 from provider.resources.cluster_checks import known
+from provider.resources.cluster_host_pool import check_host_pool, check_host_pool_config
 from provider.resources.cluster_images import (
     changed_images,
     check_needs_slurm,
@@ -206,6 +207,19 @@ def _report_failed_imports(ctx: Context, body: dict[str, Any], plan: State, stat
     return new_state
 
 
+def _default_orchestrator(plan: State) -> None:
+    """The orchestrator left out: slurm for several nodes, under autoscaling (the autoscaler reads the Slurm
+    queue) and on a host pool (its servers run Slurm only; sent explicitly, the API's default being none for
+    one node), else none. Left unknown while a single node's `host_pool_id` is."""
+    if not is_unknown(plan.get("orchestrator")):
+        return
+    nodes, pool = plan.get("node_count"), plan.get("host_pool_id")
+    if plan.get("autoscaling") is not None or known(pool) or (known(nodes) and int(nodes) > 1):
+        plan["orchestrator"] = "slurm"
+    elif known(nodes) and not is_unknown(pool):
+        plan["orchestrator"] = "none"
+
+
 def _stopped_waiting(ctx: Context, cluster_id: str, stopped: Exception) -> None:
     """A healthy cluster whose wait was cut short: a warning (an error would taint a new cluster)."""
     why = stopped.message if isinstance(stopped, ClusterWaitError) else "Terraform was interrupted"
@@ -227,6 +241,7 @@ class GpuClusterResource(Resource):
 
     def validate_config(self, ctx: Context, config: State) -> None:
         checks.check_static_rules(ctx, config, RENAMES)
+        check_host_pool_config(ctx, config)
 
     def modify_plan(
         self, ctx: Context, plan: State | None, state: State | None, config: State | None
@@ -278,11 +293,8 @@ class GpuClusterResource(Resource):
                 plan, state, any(_differs(n, plan, state) for n in (*ENGINE_WORK, "reserved_ip_id", "name"))
             )
         _term_may_start(plan)
+        _default_orchestrator(plan)
         nodes = plan.get("node_count")
-        if is_unknown(plan.get("orchestrator")) and plan.get("autoscaling") is not None:
-            plan["orchestrator"] = "slurm"  # the autoscaler reads the Slurm queue
-        elif is_unknown(plan.get("orchestrator")) and known(nodes):
-            plan["orchestrator"] = "slurm" if int(nodes) > 1 else "none"
         if config is not None:  # with the orchestrator's default (slurm for several nodes, else none)
             check_slurm_config(ctx, config, plan.get("orchestrator"))
             check_needs_slurm(ctx, config, plan.get("orchestrator"))
@@ -316,13 +328,16 @@ class GpuClusterResource(Resource):
         itype = plan.get("instance_type")
         shape = catalog.instance_types.get(itype) if known(itype) else None
         if is_unknown(plan.get("interconnect")) and shape is not None:
-            plan["interconnect"] = catalog.default_interconnect(str(itype))
+            # The API's default: the type's fabric, or Ethernet for a host pool's servers.
+            on_pool = plan.get("host_pool_id") is not None
+            plan["interconnect"] = "ethernet" if on_pool else catalog.default_interconnect(str(itype))
         checks.check_catalog_rules(ctx, catalog, plan)
         if ctx.diagnostics.has_errors:
             return
         creating = state is None
         prior_nodes = None if creating or state is None else state.get("node_count")
-        drawn = plan.get("reservation_id") is not None  # its reservation holds its capacity
+        # A reservation holds its capacity; a host pool's servers are the pool's, not the region's.
+        drawn = plan.get("reservation_id") is not None or plan.get("host_pool_id") is not None
         if not drawn and (creating or (known(plan.get("node_count")) and plan["node_count"] != prior_nodes)):
             checks.check_capacity(ctx, catalog, plan, prior_nodes)
         checks.check_autoscaling_capacity(ctx, catalog, plan, creating)
@@ -348,6 +363,7 @@ class GpuClusterResource(Resource):
         Warnings (`reference_problem`): they must not block `terraform destroy`."""
         client = client_of(ctx)
         checks.check_reservation(ctx, client, plan, state)
+        check_host_pool(ctx, client, plan, state)
         for attr, getter, kind in (
             ("ssh_key_ids", client.get_ssh_key, "SSH key"),
             ("shared_volume_ids", client.get_volume, "shared volume"),

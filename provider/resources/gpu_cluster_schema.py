@@ -331,8 +331,8 @@ CLUSTER_SCHEMA = Schema(
     "added nodes are known after apply), an `autoscaling` range that leaves `node_count` where it is "
     "plans nothing else, and a settled cluster keeps its `status` when the engine has nothing to do. "
     "`estimated_hourly_cost_usd` is the price charged: spot capacity at the spot rate, a drawn "
-    "reservation 0. A create planned for a cluster the backend deleted at its `ttl` or `expires_at` "
-    "says so in a warning.\n"
+    "reservation 0, a cluster on your own servers (`host_pool_id`) 0. A create planned for a cluster the "
+    "backend deleted at its `ttl` or `expires_at` says so in a warning.\n"
     "- **In place**: `name`, `node_count` (scaling), `autoscaling` (the range; the engine then moves "
     "`node_count`, see [engine.md](../engine.md#autoscaling)), `container`, `ssh_key_ids`, "
     "`shared_volume_ids` (attach/detach), `security_group_ids`, `reserved_ip_id`, `labels`, "
@@ -340,7 +340,8 @@ CLUSTER_SCHEMA = Schema(
     "jobs keep running), `container_images` (imported, then switched atomically; running jobs keep the "
     "old bundle), `registry_credentials`, "
     "`billing.on_expiry`. "
-    "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `capacity_type` (moving "
+    "**Replace**: `region`, `instance_type`, `orchestrator`, `interconnect`, `host_pool_id`, "
+    "`capacity_type` (moving "
     "running nodes between capacity types would interrupt them: a new cluster is the honest change), "
     "`billing.type`, `billing.duration_days`.\n"
     "- **Apply** waits until the cluster is RUNNING (`wait_for_running`, `timeouts`), logging each "
@@ -422,8 +423,8 @@ CLUSTER_SCHEMA = Schema(
         "orchestrator": StringAttribute(
             optional=True,
             computed=True,
-            description="`slurm`, `kubernetes` or `none`. Default: `none` for one node, `slurm` for more. "
-            "Changing it replaces the cluster.",
+            description="`slurm`, `kubernetes` or `none`. Default: `none` for one node, `slurm` for more "
+            "and on a host pool (`host_pool_id`). Changing it replaces the cluster.",
             validators=api("orchestrator"),
             plan_modifiers=[use_state_for_unknown(), requires_replace()],
         ),
@@ -481,6 +482,22 @@ CLUSTER_SCHEMA = Schema(
             "(not metered on-demand); destroying or replacing the cluster gives them back to the "
             "reservation for the next cluster. Leave `billing` out. Changing it replaces the cluster.",
             validators=api("reservation_id", pattern="must be an id such as rsv_0abc"),
+            plan_modifiers=[requires_replace()],
+        ),
+        "host_pool_id": StringAttribute(
+            optional=True,
+            description="Id of a `gpucloud_host_pool` whose servers become the nodes ([own hosts]"
+            "(../guides/own-hosts.md)): one ready host no other cluster holds per node, with the GPUs of "
+            "`instance_type` (count and model), the first one the login node running slurmctld. `region` "
+            "must be the "
+            "pool's, and it must be a catalog region offering `instance_type`; `orchestrator` is `slurm` "
+            "(its default here, also for one node). Not with `reservation_id`, `capacity_type` spot, "
+            "reserved `billing`, `autoscaling`, `reserved_ip_id`, `container` or `container_images` (the "
+            "plan says which to remove); `shared_volume_ids` need the pool's `shared_storage_path`. Your "
+            "own servers carry no compute charge: `estimated_hourly_cost_usd` is 0. A scale takes or gives "
+            "back hosts of the pool; a dead server is restarted in place, never replaced. Changing it "
+            "replaces the cluster.",
+            validators=api("host_pool_id", pattern="must be an id such as hpl_0abc"),
             plan_modifiers=[requires_replace()],
         ),
         "labels": MapAttribute(
@@ -614,6 +631,7 @@ SPEC_FIELDS = {
     "security_group_ids": "security_group_ids",
     "billing": "billing",
     "reservation_id": "reservation_id",
+    "host_pool_id": "host_pool_id",
     "labels": "labels",
     "deletion_protection": "deletion_protection",
     "node_repair": "node_repair",
@@ -791,6 +809,7 @@ def cluster_state(
             "on_expiry": billing.get("on_expiry") or "decommission",
         },
         "reservation_id": body.get("reservation_id"),
+        "host_pool_id": body.get("host_pool_id"),
         "labels": _empty_as(prior.get("labels"), dict(body.get("labels") or {})),
         "deletion_protection": bool(body.get("deletion_protection")),
         "node_repair": body.get("node_repair") or "auto",

@@ -77,6 +77,10 @@ HOST_STATUS = {
     "gpu_model": computed("GPU model, for example `NVIDIA H200`; null without GPUs."),
     "cpu_count": computed("CPU threads of the host.", Int64Attribute),
     "memory_mib": computed("Memory of the host in MiB.", Int64Attribute),
+    "cluster_id": computed(
+        "Id of the `gpucloud_gpu_cluster` whose node the host is (`host_pool_id`); null while it is free."
+    ),
+    "node": computed("Name of that cluster's node on the host (`<cluster name>-<index>`); null while free."),
 }
 
 
@@ -133,4 +137,6 @@ def host_status(host: Mapping[str, Any]) -> dict[str, Any]:
         "gpu_model": inventory.get("gpu_model"),
         "cpu_count": inventory.get("cpu_count"),
         "memory_mib": inventory.get("memory_mib"),
+        "cluster_id": host.get("cluster_id"),
+        "node": host.get("node"),
     }

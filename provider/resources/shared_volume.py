@@ -23,8 +23,9 @@ from provider.framework import (
     root,
     use_state_for_unknown,
 )
-from provider.resources._common import api_id_identity, configured, number, regions_by_name
+from provider.resources._common import api_id_identity, client_of, configured, number, regions_by_name
 from provider.resources.api_rules import constraints, field_validators
+from provider.resources.host_pool import host_pools
 from provider.resources.rest import RestResource, plan_create_key
 from provider.resources.ssh_key import NAME_RULE
 
@@ -131,6 +132,11 @@ class SharedVolumeResource(RestResource):
         if is_unknown(region) or region is None:
             return plan
         regions = regions_by_name(ctx)
+        if region not in regions and region in _pool_regions(ctx):
+            # A host pool's region: the volume is a directory on the pool's shared storage, at no charge.
+            if is_unknown(plan["estimated_hourly_cost_usd"]) and isinstance(size, int):
+                plan = {**plan, "estimated_hourly_cost_usd": hourly_cost(0, size)}
+            return plan
         if region not in regions:
             known = ", ".join(sorted(regions))
             ctx.error(
@@ -211,3 +217,11 @@ class SharedVolumeResource(RestResource):
             "created_at": rfc3339_utc(body["created_at"]),
             "estimated_hourly_cost_usd": number(body["estimated_hourly_cost_usd"]),
         }
+
+
+def _pool_regions(ctx: Context) -> set[str]:
+    """The regions of the project's host pools (a volume there lives on the pool's shared storage)."""
+    try:
+        return {str(pool.get("region")) for pool in host_pools(client_of(ctx)).items()}
+    except ApiError:
+        return set()  # unknown now: the API judges the region at apply

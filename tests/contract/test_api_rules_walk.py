@@ -371,6 +371,12 @@ NOT_PLAN_TIME = {
     "duplicate_host": "the same host twice (address and port in use, with the pool's default port): refused "
     "at apply naming hosts[i]",
     "invalid_path": "shared_storage_path's form, refused at apply naming it",
+    "host_pool_region": "needs the host pool read from the API: the plan checks it with a lookup "
+    "(cluster_host_pool.check_host_pool, tested in test_gpu_cluster_host_pool.py)",
+    "unsupported_on_host_pool": "a field beside host_pool_id: refused on the attribute at plan "
+    "(cluster_host_pool.check_host_pool_config); a pool behind a bastion needs the pool read: a warning",
+    "no_shared_storage": "needs the host pool read from the API (its shared_storage_path): a plan "
+    "warning from cluster_host_pool.check_host_pool, refused at apply",
 }
 
 

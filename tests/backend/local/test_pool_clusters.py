@@ -338,3 +338,31 @@ def test_a_backend_killed_while_it_configures_the_servers_converges(
     finally:
         with contextlib.suppress(ProcessLookupError):
             _kill(server)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_dead_server_is_reported_and_not_replaced(
+    stand_ins: StandIns, admin: TestClient, sessions: sessionmaker[Session], worker: EngineWorker,
+    tmp_path: Path,
+) -> None:
+    """Last in this file: it kills a stand-in server for good."""
+    pool = admin.post("/v1/host-pools", json={
+        "name": "lab", "region": "on-prem", "ssh_private_key": stand_ins.private_key,
+        "hosts": [{"address": node.address} for node in stand_ins.nodes.values()]}).json()
+    assert host_checks.run_due_checks(sessions, SYSTEM_CLOCK, "test", dt.timedelta(minutes=5)) == 2
+    cluster = create(admin, name="dies", region="on-prem", instance_type="8xH200", node_count=2,
+                     orchestrator="slurm", host_pool_id=pool["id"])
+    _until(worker, admin, cluster["id"], _converged(2))
+    stand_ins.nodes["host-b"].stop_processes()  # the server is gone: power cut, crash, network
+    _until(worker, admin, cluster["id"],
+           lambda b: any(n["status"] == "FAILED" for n in b["nodes"]), 120)
+    failed = next(n for n in get(admin, cluster["id"])["nodes"] if n["status"] == "FAILED")
+    reason = failed["status_reason"] or ""
+    # Its restarts in place could not reach it; after the day's budget the node stays failed, saying why.
+    assert failed["name"] == "dies-1" and f"ssh root@{stand_ins.nodes['host-b'].address}" in reason, reason
+    assert "automatic repair stopped: 3 restarts of dies-1" in reason, reason
+    # Still the same node on the same server: a server of the pool is never swapped for another one.
+    assert failed["private_ip"] == stand_ins.nodes["host-b"].address
+    assert admin.delete(f"/v1/clusters/{cluster['id']}").status_code in (200, 202)
+    _gone(worker, admin, cluster["id"])
+    assert _lent(stand_ins, tmp_path, "host-a") == ""

@@ -186,9 +186,9 @@ def test_cli_host_pool_list_and_show_render_hosts_with_inventory_and_reasons(
     assert f"Public key:        {PUBLIC_KEY}" in fields
     assert "PRIVATE" not in out
     assert rows(hosts) == [
-        ["ADDRESS", "PORT", "STATUS", "REASON", "GPUS", "CPUS", "MEMORY", "INTERCONNECT", "CLUSTER"],
-        ["10.0.0.5", "22", "ready", "-", "8xNVIDIA-H200", "128", "2015GiB", "infiniband", "-"],
-        ["gpu-b.lab", "2222", "unreachable", "auth_refused", "-", "-", "-", "-", "-"],
+        ["ADDRESS", "PORT", "STATUS", "REASON", "GPUS", "CPUS", "MEMORY", "INTERCONNECT", "CLUSTER", "NODE"],
+        ["10.0.0.5", "22", "ready", "-", "8xNVIDIA-H200", "128", "2015GiB", "infiniband", "-", "-"],
+        ["gpu-b.lab", "2222", "unreachable", "auth_refused", "-", "-", "-", "-", "-", "-"],
     ]
     assert reasons == f"gpu-b.lab:2222: {REFUSED_HOST['reason']}\n"
 

@@ -79,6 +79,7 @@ class FakeClusterApi:
     reserved_ips: dict[str, dict[str, Any]] = field(default_factory=lambda: {
         "rip_west": {"id": "rip_west", "region": "us-west-2", "address": "198.18.64.7"},
     })
+    host_pools: dict[str, dict[str, Any]] = field(default_factory=lambda: {"hpl_lab": host_pool()})
     requests: list[tuple[str, str, Any]] = field(default_factory=list)
     idempotency: dict[str, str] = field(default_factory=dict)
     fail_next_create: bool = False
@@ -124,6 +125,8 @@ class FakeClusterApi:
             return self._found(self.volumes.get(parts[1]))
         if parts[0] == "reserved-ips" and len(parts) == 2:
             return self._found(self.reserved_ips.get(parts[1]))
+        if parts[0] == "host-pools" and len(parts) == 2:
+            return self._found(self.host_pools.get(parts[1]))
         if parts == ["clusters"] and method == "POST":
             return self._create(request, body)
         if parts == ["clusters"]:
@@ -206,7 +209,8 @@ class FakeClusterApi:
             "max_hourly_cost_usd": spec.get("max_hourly_cost_usd"),
             "status": "PENDING", "phase": "Admitted", "status_reason": None,
             "num_gpus": nodes * itype["gpu_count"], "gpu_type": itype["gpu_model"],
-            "estimated_hourly_cost_usd": float(
+            "host_pool_id": spec.get("host_pool_id"),
+            "estimated_hourly_cost_usd": 0.0 if spec.get("host_pool_id") else float(
                 Decimal(itype["on_demand_usd_per_gpu_hour"]) * itype["gpu_count"] * nodes
             ),
             "deletion_requested_at": None, "created_at": "2026-11-26T01:00:00Z", "updated_at": self._now(),
@@ -283,6 +287,22 @@ class FakeClusterApi:
     def _problem(status: int, code: str, detail: str) -> httpx.Response:
         return httpx.Response(status, json={"status": status, "code": code, "detail": detail},
                               headers={"content-type": "application/problem+json"})
+
+
+def host_pool(hosts: int = 3, *, free: int = 3, pending: int = 0, **values: Any) -> dict[str, Any]:
+    """A host pool as `GET /v1/host-pools/{id}` answers: `hosts` servers with 8 H100s, the first `free`
+    ready and held by no cluster, the last `pending` not checked yet, the others held by cluster cls_9."""
+    listed = []
+    for index in range(hosts):
+        status = "pending" if index >= hosts - pending else "ready"
+        held = status == "ready" and index >= free
+        listed.append({"address": f"10.0.0.{index + 5}", "port": 22, "status": status,
+                       "cluster_id": "cls_9" if held else None, "node": f"other-{index}" if held else None,
+                       "inventory": {"gpu_count": 8, "gpu_model": "NVIDIA H100 80GB HBM3"}})
+    ready = sum(1 for h in listed if h["status"] == "ready")
+    return {"id": "hpl_lab", "name": "lab", "region": "us-east-1", "proxy_jump": None,
+            "shared_storage_path": None, "status": "ready" if ready else "probing", "ready_hosts": ready,
+            "free_hosts": min(free, ready), "hosts": listed, **values}
 
 
 def _lifetime(spec: dict[str, Any], created_at: str) -> dict[str, Any]:

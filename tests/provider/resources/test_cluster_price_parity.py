@@ -84,6 +84,18 @@ def test_plan_price_of_a_drawn_reservation_is_zero_as_the_backend(catalog_name: 
 
 
 @pytest.mark.parametrize("catalog_name", sorted(CATALOGS))
+@pytest.mark.parametrize("itype", ["8xH200", "1xH100"])
+def test_plan_price_on_a_host_pool_is_zero_as_the_backend(catalog_name: str, itype: str) -> None:
+    # Issue 32: the project's own servers carry no compute charge.
+    catalog = CATALOGS[catalog_name]
+    shape = ClusterShape(itype, "us-east-1", 2, own_hosts=True)
+    backend = cluster_price(shape, price_book_from_catalog(catalog))
+    cost = planned(catalog, instance_type=itype, node_count=2, host_pool_id="hpl_1")
+    assert Decimal(cost.hourly_usd) == backend.hourly_usd == 0
+    assert Decimal(cost.ceiling_usd) == backend.max_hourly_usd == 0
+
+
+@pytest.mark.parametrize("catalog_name", sorted(CATALOGS))
 @pytest.mark.parametrize("days", [1, 6, 7, 29, 30, 59, 60, 89, 90])
 @pytest.mark.parametrize("nodes", [1, 5])
 def test_plan_price_of_a_reserved_term_equals_backend_hourly_and_upfront(

@@ -85,7 +85,7 @@ def test_gpu_cluster_schema_every_attribute_described_and_immutables_replace():
     replacing = {n for n, a in SCHEMA.attributes.items()
                  if any("forces a new resource" in m.description for m in a.plan_modifiers)}
     assert replacing == {"region", "instance_type", "orchestrator", "interconnect", "capacity_type",
-                         "reservation_id"}
+                         "reservation_id", "host_pool_id"}
     billing = SCHEMA.attributes["billing"]
     assert isinstance(billing, NestedAttribute)
     assert billing.attributes["type"].plan_modifiers and billing.attributes["duration_days"].plan_modifiers

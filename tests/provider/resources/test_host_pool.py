@@ -87,7 +87,8 @@ class FakeHostPools:
         fingerprint = "SHA256:" + str(abs(hash(pool["ssh_private_key"])))
         hosts = [{"address": h["address"], "port": h["port"] or pool["ssh_port"], "status": h["status"],
                   "reason_code": h.get("reason_code"), "reason": h.get("reason"), "host_key": h["host_key"],
-                  "checked_at": h.get("checked_at"), "cluster_id": None, "inventory": h.get("inventory")}
+                  "checked_at": h.get("checked_at"), "cluster_id": h.get("cluster_id"), "node": h.get("node"),
+                  "inventory": h.get("inventory")}
                  for h in pool["hosts"]]
         ready = sum(1 for h in hosts if h["status"] == "ready")
         return {
@@ -333,6 +334,19 @@ def test_host_pool_recorded_host_keys_stay_out_of_hosts(server: ProviderServer, 
     assert refreshed["host_status"][1]["host_key"] == " ".join(pinned.split()[:2])
     assert refreshed["status"] == "probing"
     assert decoded(plan(server, refreshed, cfg, private).planned_state) == refreshed
+
+
+def test_host_pool_host_status_names_the_cluster_node_on_each_host_without_a_diff(
+    server: ProviderServer, api: FakeHostPools
+) -> None:
+    cfg = config(hosts=[host("gpu-a"), host("gpu-b")])
+    state, private = apply(server, None, cfg)
+    api.pools[state["id"]]["hosts"][0].update(status="ready", cluster_id="cls_7", node="own-0")
+    refreshed = read(server, state, private)
+    held, free = refreshed["host_status"]
+    assert (held["cluster_id"], held["node"]) == ("cls_7", "own-0")
+    assert (free["cluster_id"], free["node"]) == (None, None)
+    assert decoded(plan(server, refreshed, cfg, private).planned_state) == refreshed  # computed: no diff
 
 
 def test_host_pool_hosts_and_name_changed_outside_show_as_a_diff(

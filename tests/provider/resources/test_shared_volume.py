@@ -34,7 +34,13 @@ REGIONS = {
 }
 
 
+POOLS = {"items": [{"id": "hpl_01", "name": "lab", "region": "on-prem"}], "next_page_token": None}
+
+
 def catalog(request):
+    """The API: the catalog's regions, and the project's host pools (a region of theirs is one too)."""
+    if request.url.path == "/v1/host-pools":
+        return httpx.Response(200, json=POOLS)
     assert request.url.path == "/v1/regions", request.url
     return httpx.Response(200, json=REGIONS)
 
@@ -76,6 +82,12 @@ def test_shared_volume_unknown_region_is_a_plan_error_naming_the_choices():
     plan(SharedVolumeResource(), ctx, {"name": "data", "region": "mars-1", "size_tib": 1}, None)
     (diag,) = ctx.diagnostics
     assert diag.summary == "Unknown Region" and diag.path[0].name == "region" and "us-east-1" in diag.detail
+
+
+def test_a_volume_in_a_host_pools_region_is_on_its_storage_at_no_charge():
+    ctx = context(catalog)
+    planned, _ = plan(SharedVolumeResource(), ctx, {"name": "data", "region": "on-prem", "size_tib": 4}, None)
+    assert not ctx.diagnostics and planned["estimated_hourly_cost_usd"] == 0
 
 
 def test_shared_volume_plans_without_api_when_provider_config_is_unknown():

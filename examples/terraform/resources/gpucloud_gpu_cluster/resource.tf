@@ -36,6 +36,17 @@ resource "gpucloud_gpu_cluster" "notebook" {
   }
 }
 
+# Two of your own servers with 8 H200s each, from a gpucloud_host_pool (docs/guides/own-hosts.md): Slurm
+# (the only orchestrator on a pool), the first server the login node, no compute charge.
+resource "gpucloud_gpu_cluster" "own" {
+  name          = "own"
+  region        = gpucloud_host_pool.lab.region
+  instance_type = "8xH200" # the servers' GPUs
+  node_count    = 2        # takes or gives back servers of the pool in place
+  host_pool_id  = gpucloud_host_pool.lab.id
+  ssh_key_ids   = [gpucloud_ssh_key.me.id]
+}
+
 output "training_login" {
   value = gpucloud_gpu_cluster.training.login.ssh_command
 }
