@@ -207,6 +207,7 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
     assert admin.patch(f"/v1/clusters/{cluster['id']}", json={"node_count": 1}).status_code == 200
     _until(worker, admin, cluster["id"], _converged(1))
     assert _lent(stand_ins, tmp_path, "host-b") == ""
+    assert _ssh(key_file, login, "sinfo -h -N -o %N").stdout.split() == ["own-0"]  # Slurm knows one node
     assert admin.get(f"/v1/host-pools/{pool['id']}").json()["free_hosts"] == 1
     assert admin.patch(f"/v1/clusters/{cluster['id']}", json={"node_count": 2}).status_code == 200
     _until(worker, admin, cluster["id"], _converged(2))

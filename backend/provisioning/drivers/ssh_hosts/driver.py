@@ -208,6 +208,9 @@ class SshHostsDriver:
     # Reading the database -----------------------------------------------------------------------
 
     def plan(self, session: Session, cluster_id: str) -> PoolPlan:
+        # The engine's pass changes nodes without flushing (a node it releases has just lost its name):
+        # the layout's Core reads must see what its ORM reads see.
+        session.flush()
         cluster = session.get(Cluster, cluster_id)
         pool = None if cluster is None else pool_hosts.pool_of(session, cluster)
         if cluster is None or pool is None:
