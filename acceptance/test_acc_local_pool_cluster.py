@@ -1,8 +1,8 @@
-"""gpucloud_gpu_cluster on a host pool with real Terraform, the real provider and the real backend: two stand-in
-servers with 8 H200s each (tests/backend/local/stand_in_hosts.py: network namespaces with sshd) registered as a
-`gpucloud_host_pool`, a 2-node Slurm cluster on it that the user logs into with the published host key and runs
-`srun -N2` on, no drift after apply, a scale to one server, and a destroy that gives both servers back as they
-were.
+"""gpucloud_gpu_cluster on a host pool with real Terraform, the real provider and the real backend: two
+stand-in servers with 8 H200s each (tests/backend/local/stand_in_hosts.py: network namespaces with sshd)
+registered as a `gpucloud_host_pool`, a 2-node Slurm cluster on it that the user logs into with the
+published host key and runs `srun -N2` on, no drift after apply, a scale to one server, and a destroy that
+gives both servers back as they were.
 
 Needs root and `ip netns` (.ci/run); every address lives inside namespaces this test makes.
 """
@@ -27,7 +27,8 @@ ADDRESS = "gpucloud_gpu_cluster.own"
 
 @pytest.fixture(scope="module")
 def stand_ins() -> Iterator[StandIns]:
-    with stand_in_hosts("10.0.11.0/24", ("host-a", "host-b"), gpu_hosts=("host-a", "host-b"), gpus=8) as hosts:
+    servers = ("host-a", "host-b")
+    with stand_in_hosts("10.0.11.0/24", servers, gpu_hosts=servers, gpus=8) as hosts:
         yield hosts
 
 

@@ -30,8 +30,8 @@ from backend.provisioning.driver import (
 )
 from backend.provisioning.drivers.local.driver import LocalDriver
 from backend.provisioning.drivers.routing import PoolRouting
-from backend.provisioning.drivers.ssh_hosts.driver import SshHostsDriver
 from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
+from backend.provisioning.drivers.ssh_hosts.driver import SshHostsDriver
 from backend.provisioning.settings import EngineSettings
 
 # One row per registered driver: a driver added to the registry without one fails the first test.

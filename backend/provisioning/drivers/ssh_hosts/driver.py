@@ -125,7 +125,9 @@ class SshHostsDriver:
     capabilities = CAPABILITIES
 
     def __init__(self, root: Path, *, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.root = root  # per cluster: its munge key, and the pool's key while an operation runs
+        # Per cluster: its munge key, and the pool's key with its servers' host keys (0600 in a 0700
+        # directory, as the local driver's provisioning key), removed with the cluster.
+        self.root = root
         self.clock = clock
         self._operations = BackgroundOperations(clock, "ssh-hosts")
 
@@ -372,8 +374,10 @@ class SshHostsDriver:
         controller = plan.controller
         if controller is None or not plan.config.slurm_files:
             return
-        for member in plan.members:
-            node_config.write_cluster_files(self._shell(plan, member), plan.config)
+        for member in plan.members:  # the node list changed: the files, and the peers each firewall lets in
+            shell = self._shell(plan, member)
+            node_config.write_cluster_files(shell, plan.config)
+            firewall.apply(shell, plan.firewall(member))
         shell = self._shell(plan, controller)
         conf = plan.config.slurm_files["slurm.conf"]
         wanted = hashlib.sha256(conf.encode()).hexdigest()

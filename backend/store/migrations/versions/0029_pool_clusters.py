@@ -16,7 +16,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    # A plain ADD COLUMN: a batch copy of `clusters` on SQLite would drop the table its engine rows cascade from.
+    # A plain ADD COLUMN: a batch copy of `clusters` on SQLite drops the table its engine rows cascade from.
     op.add_column("clusters", sa.Column("host_pool_id", sa.String(30), nullable=True))
     op.create_index("ix_clusters_host_pool_id", "clusters", ["host_pool_id"])
     with op.batch_alter_table("host_pool_hosts") as batch:  # nothing references it
