@@ -68,6 +68,7 @@ class StandIns:
     nodes: dict[str, LocalNode]
     private_key: str
     host_key: str  # `ssh-ed25519 AAAA...` every stand-in presents
+    shared: Path  # the directory every stand-in mounts at SHARED_MOUNT
 
     def target(self, name: str, **changes: object) -> HostTarget:
         base = HostTarget(
@@ -163,7 +164,7 @@ def stand_in_hosts(subnet: str, names: tuple[str, ...], *, gpu_hosts: tuple[str,
             if name in gpu_hosts:
                 _gpu_device_files(node, gpus)
         host_key = " ".join((boot / "ssh_host_ed25519_key.pub").read_text().split()[:2])
-        yield StandIns(bridge, nodes, openssh(key), host_key)
+        yield StandIns(bridge, nodes, openssh(key), host_key, root / "shared")
     finally:
         tear_down(bridge)
         subprocess.run(["rm", "-rf", str(root)], check=False)

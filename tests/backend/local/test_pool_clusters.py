@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +20,6 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -46,6 +46,7 @@ from tests.backend.local.stand_in_hosts import (
     public,
     stand_in_hosts,
 )
+from tests.backend.local.test_local_driver_nodes import _converged, _until
 
 __all__ = ["sessions"]  # fixture of the engine tests, used here
 
@@ -68,19 +69,6 @@ def worker(sessions: sessionmaker[Session], tmp_path: Path) -> Iterator[EngineWo
     assert own_hosts.wait_idle(), "operations still running"
 
 
-def _until(
-    worker: EngineWorker, admin: TestClient, cluster_id: str, wanted: Any, seconds: float = 180
-) -> None:
-    deadline = time.monotonic() + seconds
-    while True:
-        body = get(admin, cluster_id)
-        if wanted(body):
-            return
-        assert time.monotonic() < deadline, (body["status"], body["phase"], body["status_reason"])
-        worker.run_once()
-        time.sleep(0.05)
-
-
 def _gone(worker: EngineWorker, admin: TestClient, cluster_id: str, seconds: float = 120) -> None:
     """Until the cluster is destroyed (a GET answers 404 once it is)."""
     deadline = time.monotonic() + seconds
@@ -88,14 +76,6 @@ def _gone(worker: EngineWorker, admin: TestClient, cluster_id: str, seconds: flo
         assert time.monotonic() < deadline, get(admin, cluster_id)["status_reason"]
         worker.run_once()
         time.sleep(0.05)
-
-
-def _converged(count: int) -> Any:
-    return lambda body: (
-        body["phase"] == "Ready"
-        and len(body["nodes"]) == count
-        and all(node["status"] == "RUNNING" for node in body["nodes"])
-    )
 
 
 def _ssh(key: Path, host: str, command: str) -> subprocess.CompletedProcess[str]:
@@ -247,6 +227,16 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
     written = _ssh(key_file, stand_ins.nodes["host-a"].address,
                    f"srun -N1 -w next-1 sh -c 'hostname > {mount}/hello' && cat {mount}/hello")
     assert written.stdout.split() == ["host-b"], written.stderr
+    # An MPI allreduce across both servers (Debian's OpenMPI, wired up by Slurm's PMIx), its program on the
+    # shared volume; then the jobs API reads the job from the cluster's Slurm.
+    program = tmp_path / "mpi_allreduce"
+    source = Path(__file__).with_name("data") / "mpi_allreduce.c"
+    subprocess.run(["mpicc", "-O2", "-o", str(program), str(source)], check=True, capture_output=True)
+    shutil.copy(program, stand_ins.shared / "gpucloud-volumes" / volume["id"] / "mpi_allreduce")
+    summed = _ssh(key_file, stand_ins.nodes["host-a"].address, f"srun -N2 --mpi=pmix {mount}/mpi_allreduce")
+    assert sorted(summed.stdout.splitlines()) == ["rank 0 of 2: sum 3", "rank 1 of 2: sum 3"], summed.stderr
+    jobs = admin.get(f"/v1/clusters/{again['id']}/jobs").json()
+    assert any(job["state"] == "completed" and job["nodes"] == "next-[0-1]" for job in jobs["items"]), jobs
     assert admin.delete(f"/v1/clusters/{again['id']}").status_code in (200, 202)
     _gone(worker, admin, again["id"])
     for host in ("host-a", "host-b"):
