@@ -3,8 +3,10 @@
 Every driver lives in its own folder (`simulated/`, `local/`) whose package declares `CAPABILITIES` (a
 `Capabilities`: orchestrators offered, host-network nodes, the day-2 sources it answers) and
 `build(settings, data_dir, clock)`. The engine, the API, the workers and the CLI ask this registry, never
-the driver object, what a driver can do. Adding a driver (own hosts, a cloud) is a new folder with those two
-names plus one line in `DRIVERS`; its class carries the same `CAPABILITIES` as `capabilities`.
+the driver object, what a driver can do. Adding a driver (a cloud) is a new folder with those two names plus
+one line in `DRIVERS`; its class carries the same `CAPABILITIES` as `capabilities`. The `ssh_hosts` driver
+(a project's own servers) is no `GPUCLOUD_DRIVER` choice: `make_driver` puts it beside the configured one for
+the clusters on host pools (`routing.py`).
 """
 
 from __future__ import annotations

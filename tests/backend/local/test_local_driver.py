@@ -20,8 +20,9 @@ from backend import cli
 from backend.domain.clock import SYSTEM_CLOCK, utcnow
 from backend.provisioning.driver import Operation, OperationRequest, OpKind
 from backend.provisioning.drivers import local as local_driver
+from backend.provisioning.drivers.background import Result
 from backend.provisioning.drivers.local import preflight
-from backend.provisioning.drivers.local.driver import LocalDriver, _Result
+from backend.provisioning.drivers.local.driver import LocalDriver
 from backend.provisioning.drivers.local.namespaces import LocalHostError
 from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
 from backend.provisioning.settings import EngineSettings, use
@@ -152,12 +153,12 @@ def test_local_driver_runs_work_in_the_background_and_answers_polls(
     driver = LocalDriver(tmp_path, check_host=False)
     release = threading.Event()
 
-    def work(kind: OpKind, plan: object, node: object, *images: object) -> Callable[[], _Result]:
-        def run() -> _Result:
+    def work(kind: OpKind, plan: object, node: object, *images: object) -> Callable[[], Result]:
+        def run() -> Result:
             release.wait(5)
             if kind == OpKind.NODE_RELEASE:
                 raise LocalHostError("ip netns del exited 1: busy")
-            return _Result(host_key="ssh-ed25519 AAAAC3Nza" if kind == OpKind.NODE_BOOT else None)
+            return Result(host_key="ssh-ed25519 AAAAC3Nza" if kind == OpKind.NODE_BOOT else None)
 
         return run
 
