@@ -56,7 +56,8 @@ def test_nodes_telemetry_is_reproducible_from_the_seed(
     cluster = create(admin, node_count=2)
     drain(make_worker())
     start = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)  # after the nodes' first slot (idle: no job yet)
-    moments = [start + dt.timedelta(minutes=15 * i) for i in range(16)]
+    # Twelve hours of 15-minute slots: over four (as before) the seeded workload was once idle throughout.
+    moments = [start + dt.timedelta(minutes=15 * i) for i in range(48)]
     with sessions() as session:
         row = session.get(Cluster, cluster["id"])
         assert row is not None
