@@ -33,7 +33,6 @@ from backend.provisioning.state import (
 )
 from backend.store.billing_models import CapacityReservation
 from backend.store.engine_models import EngineCluster, EngineNode
-from backend.store.host_pool_models import HostPoolHost
 from backend.store.models import Cluster, ReservedIp
 
 
@@ -191,10 +190,6 @@ def _admit(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetim
 def _admit_on_pool(session: Session, catalog: Catalog, cluster: Cluster, now: dt.datetime) -> None:
     """A cluster on the project's own servers: one free host of its pool per node (the node's address is
     the host's), no slot, subnet or public address; the first node runs slurmctld and is the login node."""
-    itype = catalog.instance_type(cluster.instance_type)
-    if itype is None:
-        raise ValueError(f"cluster {cluster.id}: spec not validated against the catalog")
-    hosts = pool_hosts.take(session, cluster, itype, cluster.node_count, allocator.lock)
     state = EngineCluster(
         cluster_id=cluster.id, fabric=pool_hosts.OWN_FABRIC, hostname_prefix=cluster.name, subnet=POOL_SUBNET,
         partition_key=None, public_ip=None, jumphost_ip=None, control_plane="absent", current_batch=1,
@@ -202,26 +197,30 @@ def _admit_on_pool(session: Session, catalog: Catalog, cluster: Cluster, now: dt
     )
     session.add(state)
     session.flush()
-    _add_pool_nodes(session, cluster, state, hosts, itype.gpu_count, batch=1, first_index=0, now=now)
+    _add_pool_nodes(session, catalog, cluster, state, cluster.node_count, now)
     set_cluster_status(cluster, str(NodeStatus.PENDING), None)
     set_phase(session, cluster, str(ClusterPhase.ADMITTED), now,
               f"{cluster.node_count} hosts of host pool {cluster.host_pool_id} held")
 
 
-def _add_pool_nodes(session: Session, cluster: Cluster, state: EngineCluster, hosts: Sequence[HostPoolHost],
-                    gpu_count: int, *, batch: int, first_index: int, now: dt.datetime) -> list[EngineNode]:
+def _add_pool_nodes(session: Session, catalog: Catalog, cluster: Cluster, state: EngineCluster, count: int,
+                    now: dt.datetime) -> None:
+    """`count` nodes as the state's current batch, each on a free host of the pool that fits (409 when
+    too few do), under the lowest free indexes."""
+    itype = catalog.instance_type(cluster.instance_type)
+    if itype is None:
+        raise ValueError(f"cluster {cluster.id}: spec not validated against the catalog")
+    hosts = pool_hosts.take(session, cluster, itype, count, allocator.lock)
     used = {n.index for n in live_nodes(session, cluster.id)}
-    free_indexes = (i for i in range(first_index, 10**6) if i not in used)
-    nodes = []
+    free_indexes = (i for i in range(10**6) if i not in used)
     for host in hosts:
         index = next(free_indexes)
-        node = new_node(session, cluster, name=f"{state.hostname_prefix}-{index}", index=index, batch=batch,
-                        fabric=state.fabric, slot=host.position, scalable_unit=0, gpu_count=gpu_count,
-                        private_ip=host.address, public_ip=None, attempt=1, now=now)
+        node = new_node(session, cluster, name=f"{state.hostname_prefix}-{index}", index=index,
+                        batch=state.current_batch, fabric=state.fabric, slot=host.position, scalable_unit=0,
+                        gpu_count=itype.gpu_count, private_ip=host.address, public_ip=None, attempt=1,
+                        now=now)
         session.flush()
         pool_hosts.hold(host, node)
-        nodes.append(node)
-    return nodes
 
 
 def _add_jumphost_ip(session: Session, cluster: Cluster, subnet: str, now: dt.datetime) -> str:
@@ -330,12 +329,8 @@ def _scale_up(session: Session, catalog: Catalog, cluster: Cluster, state: Engin
     """`count` more nodes as one batch; a spot cluster takes spot nodes as far as spot lasts (with
     fallback, on-demand nodes for the rest; without, the rest waits for spot to return)."""
     if cluster.host_pool_id is not None:
-        itype = catalog.instance_type(cluster.instance_type)
-        assert itype is not None
-        hosts = pool_hosts.take(session, cluster, itype, count, allocator.lock)
         state.current_batch += 1
-        _add_pool_nodes(session, cluster, state, hosts, itype.gpu_count, batch=state.current_batch,
-                        first_index=0, now=now)
+        _add_pool_nodes(session, catalog, cluster, state, count, now)
         return
     added = add_batch(session, catalog, cluster, state, members, spot_wanted=count, on_demand_wanted=count,
                       now=now)

@@ -16,12 +16,12 @@ from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Fabric, InstanceType
 from backend.domain.errors import Conflict
+from backend.domain.host_pools import MAX_HOSTS
 from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.host_pool_models import HostPool, HostPoolHost
 from backend.store.models import Cluster
 
 OWN_FABRIC = "own-hosts"
-MAX_HOSTS = 64  # a pool's (backend.domain.host_pools)
 
 
 class NoFreeHosts(Conflict):
@@ -77,7 +77,7 @@ def fabric_of(cluster: Cluster) -> Fabric:
         region=cluster.region,
         name=OWN_FABRIC,
         kind=cluster.interconnect,
-        pools={cluster.instance_type: MAX_HOSTS},
+        pools={cluster.instance_type: MAX_HOSTS},  # as many as a pool has
         spines=0,
         leaves_per_su=0,
     )
