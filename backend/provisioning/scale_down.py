@@ -2,7 +2,8 @@
 
 When `node_count` drops below the cluster's members, the reconcile pass chooses the nodes that go: idle
 ones first (no RUNNING job on them, read from the driver's workload source), then the newest (highest
-index); without a workload source, the newest. A chosen node is marked *leaving* in the database
+index); without a workload source, the newest. The first node of a cluster on a host pool runs slurmctld
+and is its login node: it never goes. A chosen node is marked *leaving* in the database
 (`applied_config["leaving"]`: since when, until when its jobs may run, whether it was drained before);
 an idle one is released at once. A busy one is drained (Slurm DRAIN through the node's `drained` flag
 and the usual `node_drain` operation) and keeps serving its jobs until they end or the cluster's
@@ -63,12 +64,23 @@ def staying(nodes: Sequence[EngineNode]) -> list[EngineNode]:
     return [n for n in nodes if n.active_name is not None and not leaving(n)]
 
 
-def choose(members: Sequence[EngineNode], count: int, jobs_on: Mapping[str, Sequence[Job]]
+def controller(cluster: Cluster, members: Sequence[EngineNode]) -> EngineNode | None:
+    """The member that runs slurmctld and is the login node, which no scale-down takes: the first node of
+    a cluster on a host pool (it has no jumphost). None where the controller is not a member."""
+    if cluster.host_pool_id is None or not members:
+        return None
+    return min(members, key=lambda n: n.index)
+
+
+def choose(cluster: Cluster, members: Sequence[EngineNode], count: int, jobs_on: Mapping[str, Sequence[Job]]
            ) -> list[EngineNode]:
-    """The `count` members a scale-down removes: idle first, then the newest (highest index)."""
+    """The `count` members a scale-down removes: idle first, then the newest (highest index); never the
+    cluster's controller."""
     if count <= 0:
         return []
-    return sorted(members, key=lambda n: (bool(jobs_on.get(n.name)), -n.index))[:count]
+    kept = controller(cluster, members)
+    candidates = [n for n in members if n is not kept]
+    return sorted(candidates, key=lambda n: (bool(jobs_on.get(n.name)), -n.index))[:count]
 
 
 def running_jobs(session: Session, driver: ProvisioningDriver, cluster: Cluster, now: dt.datetime
@@ -112,7 +124,7 @@ def settled(node: EngineNode) -> bool:
 def request(cluster: Cluster, staying_members: Sequence[EngineNode], now: dt.datetime) -> None:
     """A lower node_count (the API's transaction): mark the newest members as leaving, unsettled; the
     next pass reads the scheduler and swaps a busy one for an idle member where it can."""
-    for node in choose(staying_members, len(staying_members) - cluster.node_count, {}):
+    for node in choose(cluster, staying_members, len(staying_members) - cluster.node_count, {}):
         mark(node, cluster, now, "scale-down", settled=False)
 
 
@@ -164,7 +176,7 @@ def advance(step: Pass, cluster: Cluster) -> list[tuple[EngineNode, str]]:
         return []
     unsettled = [n for n in going if not settled(n)]
     if unsettled:
-        chosen = choose([*staying(members), *unsettled], len(unsettled), known)
+        chosen = choose(cluster, [*staying(members), *unsettled], len(unsettled), known)
         for node in unsettled:
             if node not in chosen:
                 unmark(node, step.now)
@@ -174,7 +186,7 @@ def advance(step: Pass, cluster: Cluster) -> list[tuple[EngineNode, str]]:
                                        LEAVING: {**node.applied_config[LEAVING], "settled": True}}
             else:
                 mark(node, cluster, step.now, "scale-down")
-    for node in choose(staying(members), excess, known):
+    for node in choose(cluster, staying(members), excess, known):
         mark(node, cluster, step.now, "scale-down")
     going = [n for n in members if leaving(n)]
     out: list[tuple[EngineNode, str]] = []
@@ -260,11 +272,12 @@ def preview(session: Session, driver: ProvisioningDriver, cluster: Cluster, node
     members = [n for n in live_nodes(session, cluster.id) if n.active_name is not None]
     draining = sorted((n for n in members if settled(n)),
                       key=lambda n: str(n.applied_config[LEAVING]["since"]))
-    pool = [n for n in members if not settled(n)]
+    undecided = [n for n in members if not settled(n)]
     readable = workload_of(driver) is not None and cluster.orchestrator == "slurm"
     known = (running_jobs(session, driver, cluster, now) or {}) if len(members) > node_count else {}
-    kept_back = max(0, node_count - len(pool))  # a scale-up keeps draining nodes first
-    going = [*draining[: max(0, len(draining) - kept_back)], *choose(pool, len(pool) - node_count, known)]
+    kept_back = max(0, node_count - len(undecided))  # a scale-up keeps draining nodes first
+    going = [*draining[: max(0, len(draining) - kept_back)],
+             *choose(cluster, undecided, len(undecided) - node_count, known)]
     return Preview(
         node_count=node_count,
         nodes=tuple(PreviewNode(n.name, n.index, tuple(known.get(n.name, [])), settled(n)) for n in going),

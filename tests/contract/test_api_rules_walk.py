@@ -353,6 +353,7 @@ NOT_PLAN_TIME = {
     "no_price": "a catalog without a price: the operator's error, not the user's",
     "inconsistent_with_removed_nodes": "remove_node_names is no provider attribute",
     "unknown_node": "remove_node_names is no provider attribute",
+    "controller_node": "remove_node_names is no provider attribute",
     "invalid_ttl": "the ttl's range (1 minute to 365 days) is checked at apply; its form at plan time",
     "already_elapsed": "updates only: whether the cluster has outlived a new ttl depends on its age then",
     "in_the_past": "depends on the moment of the apply: a plan made earlier would pass it",

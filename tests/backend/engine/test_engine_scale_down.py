@@ -21,6 +21,7 @@ from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacente
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
 from backend.store.engine_models import EngineNode, NodeTransition, PhaseRecord, Step
+from backend.store.models import Cluster
 from tests.backend.engine.conftest import FAST, STEP, catch_up, cluster_body, drain, get
 
 EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -251,3 +252,16 @@ def test_scale_down_preview_names_the_nodes_and_their_jobs(
     assert admin.get(f"/v1/clusters/{cluster['id']}/scale-down-preview",
                      params={"node_count": 0}).status_code == 422
     assert admin.get("/v1/clusters/clu_missing/scale-down-preview").status_code == 404
+
+
+def test_scale_down_never_takes_the_controller_of_a_cluster_on_a_host_pool() -> None:
+    # A pool cluster's first node runs slurmctld and is its login node (no jumphost): an idle first node
+    # stays and a busy newer one is drained instead; elsewhere the first node is a node like any other.
+    members = [EngineNode(name=f"own-{i}", index=i) for i in range(3)]
+    busy = {"own-1": [job(1, "RUNNING", "own-1")], "own-2": [job(2, "RUNNING", "own-2")]}
+    on_pool, elsewhere = Cluster(host_pool_id="hpl_1"), Cluster(host_pool_id=None)
+    assert [n.name for n in scale_down.choose(on_pool, members, 1, busy)] == ["own-2"]
+    assert [n.name for n in scale_down.choose(on_pool, members, 5, {})] == ["own-2", "own-1"]
+    assert [n.name for n in scale_down.choose(elsewhere, members, 1, busy)] == ["own-0"]
+    assert scale_down.controller(on_pool, members) is members[0]
+    assert scale_down.controller(elsewhere, members) is None
