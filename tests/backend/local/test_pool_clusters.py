@@ -184,7 +184,8 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
     assert (in_use.status_code, in_use.json()["code"]) == (409, "host_pool_in_use"), in_use.text
 
     # 2 -> 1: the newest node's server is given back (never the controller's); 1 -> 2: taken again.
-    named = admin.patch(f"/v1/clusters/{cluster['id']}", json={"node_count": 1, "remove_node_names": ["own-0"]})
+    named = admin.patch(f"/v1/clusters/{cluster['id']}",
+                        json={"node_count": 1, "remove_node_names": ["own-0"]})
     assert (named.status_code, named.json()["errors"][0]["code"]) == (422, "controller_node"), named.text
     assert admin.patch(f"/v1/clusters/{cluster['id']}", json={"node_count": 1}).status_code == 200
     _until(worker, admin, cluster["id"], _converged(1))
