@@ -48,6 +48,20 @@ DATACENTER = SlurmHost()
 
 
 @dataclass(frozen=True)
+class NodeShape:
+    """A machine's own CPUs and memory where they are not the shape sold: a server of a host pool, as its
+    check read them. Slurm then schedules what the server has (one NodeName line per distinct shape);
+    its sockets and NUMA layout are not known, so GPUs are not bound to cores."""
+
+    cpus: int
+    memory_mib: int
+
+    @property
+    def real_memory(self) -> int:
+        return int(self.memory_mib * (1 - OS_MEMORY_RESERVE))
+
+
+@dataclass(frozen=True)
 class PowerSaving:
     """An autoscaled cluster the Slurm way: every node name up to max_nodes is declared, those with no
     machine yet as `State=CLOUD`; slurmctld asks for them with `ResumeProgram` when a job needs them and
@@ -92,13 +106,15 @@ def _tmp_disk_mib(local_nvme: str) -> int:
 
 def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER,
                config: Mapping[str, Any] | None = None, power: PowerSaving | None = None,
-               controller_hostname: str | None = None) -> str:
+               controller_hostname: str | None = None, shapes: Mapping[str, NodeShape] | None = None) -> str:
     """`config`: the cluster's declared `slurm_config` (partitions, prolog, epilog; QoS live in slurmdbd).
     `controller_hostname`: the controller machine's own `hostname -s` when it is not the node's name (a
-    pool's server keeps its name; slurmctld runs only where SlurmctldHost names the machine)."""
+    pool's server keeps its name; slurmctld runs only where SlurmctldHost names the machine).
+    `shapes`: nodes whose machine is not the catalog's shape (`NodeShape`), by name."""
     itype = layout.instance_type
     real_memory = int(itype.ram_gib * 1024 * (1 - OS_MEMORY_RESERVE))
     gres = f"gpu:{itype.gpu_short_name}:{itype.gpu_count}"
+    shapes = shapes or {}
     lines = [
         f"# slurm.conf for cluster {layout.name} ({layout.cluster_id}); generated, do not edit.",
         f"ClusterName={cluster_name(layout)}",
@@ -168,13 +184,21 @@ def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER,
         lines.append("TopologyPlugin=topology/tree")
     lines.append("")
     for unit, nodes in _by_unit(layout).items():
-        lines.append(
-            f"NodeName={hostlist(n.name for n in nodes)} CPUs={itype.vcpu} Boards=1 "
-            f"SocketsPerBoard={itype.sockets} CoresPerSocket={itype.cores_per_socket} "
-            f"ThreadsPerCore={itype.threads_per_core} RealMemory={real_memory} "
-            f"TmpDisk={_tmp_disk_mib(itype.local_nvme)} Gres={gres} "
-            f"Feature={layout.fabric.name},su{unit:02d} State=UNKNOWN"
-        )
+        sold = [n for n in nodes if n.name not in shapes]
+        if sold:
+            lines.append(
+                f"NodeName={hostlist(n.name for n in sold)} CPUs={itype.vcpu} Boards=1 "
+                f"SocketsPerBoard={itype.sockets} CoresPerSocket={itype.cores_per_socket} "
+                f"ThreadsPerCore={itype.threads_per_core} RealMemory={real_memory} "
+                f"TmpDisk={_tmp_disk_mib(itype.local_nvme)} Gres={gres} "
+                f"Feature={layout.fabric.name},su{unit:02d} State=UNKNOWN"
+            )
+        for shape in sorted({shapes[n.name] for n in nodes if n.name in shapes}, key=str):
+            lines.append(
+                f"NodeName={hostlist(n.name for n in nodes if shapes.get(n.name) == shape)} "
+                f"CPUs={shape.cpus} RealMemory={shape.real_memory} Gres={gres} "
+                f"Feature={layout.fabric.name},su{unit:02d} State=UNKNOWN"
+            )
     cloud = _cloud(layout, power)
     if cloud:  # no machine yet, so no scalable unit: the fabric's feature only
         lines.append(
@@ -193,8 +217,12 @@ def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER,
         # may be the default instead of `gpu`.
         partitions = list((config or {}).get("partitions") or [])
         gpu_default = "NO" if any(p.get("default") for p in partitions) else "YES"
-        per_gpu = (f"DefCpuPerGPU={itype.vcpu // itype.gpu_count} DefMemPerCPU={real_memory // itype.vcpu} "
-                   f"DefMemPerGPU={real_memory // itype.gpu_count} OverSubscribe=NO State=UP")
+        # Sized for the smallest machine, so a default job fits on every node.
+        cpus = min([itype.vcpu, *(shape.cpus for shape in shapes.values())])
+        memory = min([real_memory, *(shape.real_memory for shape in shapes.values())])
+        cpu_per_gpu = f"DefCpuPerGPU={cpus // itype.gpu_count} " if cpus >= itype.gpu_count else ""
+        per_gpu = (f"{cpu_per_gpu}DefMemPerCPU={memory // cpus} DefMemPerGPU={memory // itype.gpu_count} "
+                   "OverSubscribe=NO State=UP")
         lines.append(
             f"PartitionName=gpu Nodes={all_nodes} Default={gpu_default} DefaultTime=01:00:00 "
             f"MaxTime=7-00:00:00 {per_gpu}"
@@ -300,18 +328,26 @@ def slurmdbd_conf(cluster: str, host: SlurmHost = DATACENTER) -> str:
     return "\n".join(lines) + "\n"
 
 
-def gres_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
+def gres_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER,
+              shapes: Mapping[str, NodeShape] | None = None) -> str:
+    """The GPUs' device files, bound to the cores of their socket on the shape sold; a machine of its own
+    shape (`shapes`) gets its GPUs unbound (its NUMA layout is not known)."""
     itype = layout.instance_type
     lines = [f"# gres.conf for cluster {layout.name}; generated, do not edit.", "AutoDetect=off"]
-    if not layout.nodes:
+    stem = f"{host.gpu_device_dir}/nvidia"
+    own = [n.name for n in layout.nodes if n.name in (shapes or {})]
+    if own:
+        devices = f"{stem}0" if itype.gpu_count == 1 else f"{stem}[0-{itype.gpu_count - 1}]"
+        lines.append(f"NodeName={hostlist(own)} Name=gpu Type={itype.gpu_short_name} File={devices}")
+    sold = [n for n in layout.nodes if n.name not in (shapes or {})]
+    if not sold:
         return "\n".join(lines) + "\n"
-    names = hostlist(n.name for n in layout.nodes)
+    names = hostlist(n.name for n in sold)
     per_socket = max(1, itype.gpu_count // itype.sockets)
     for socket in range(itype.sockets if itype.gpu_count >= itype.sockets else 1):
         first, last = socket * per_socket, min(itype.gpu_count, (socket + 1) * per_socket) - 1
         cores_first = socket * itype.cores_per_socket
         cores_last = cores_first + itype.cores_per_socket - 1
-        stem = f"{host.gpu_device_dir}/nvidia"
         devices = f"{stem}{first}" if first == last else f"{stem}[{first}-{last}]"
         lines.append(f"NodeName={names} Name=gpu Type={itype.gpu_short_name} File={devices} "
                      f"Cores={cores_first}-{cores_last}")

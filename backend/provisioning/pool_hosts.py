@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from backend.domain.catalog import Fabric, InstanceType
 from backend.domain.errors import Conflict
 from backend.domain.host_pools import MAX_HOSTS
+from backend.fabric.slurm import NodeShape
 from backend.store.engine_models import EngineCluster, EngineNode
 from backend.store.host_pool_models import HostPool, HostPoolHost
 from backend.store.models import Cluster
@@ -112,6 +113,22 @@ def gone_clusters(session: Session, pool_id: str) -> frozenset[str]:
 
 def held_host(session: Session, node_id: str) -> HostPoolHost | None:
     return session.scalars(select(HostPoolHost).where(HostPoolHost.node_id == node_id)).first()
+
+
+def node_shapes(session: Session, cluster_id: str) -> dict[str, NodeShape]:
+    """Each node's server as its last check read it (CPUs, memory), by node name: what Slurm is told the
+    node has. A node whose server's inventory lacks either keeps the catalog's shape."""
+    query = (
+        select(EngineNode.name, HostPoolHost.inventory)
+        .join(HostPoolHost, HostPoolHost.node_id == EngineNode.id)
+        .where(EngineNode.cluster_id == cluster_id)
+    )
+    shapes = {}
+    for name, inventory in session.execute(query):
+        cpus, memory = (inventory or {}).get("cpu_count"), (inventory or {}).get("memory_mib")
+        if isinstance(cpus, int) and isinstance(memory, int) and cpus > 0 and memory > 0:
+            shapes[name] = NodeShape(cpus=cpus, memory_mib=memory)
+    return shapes
 
 
 def pool_of(session: Session, cluster: Cluster) -> HostPool | None:

@@ -257,11 +257,14 @@ def artifact(session: Session, cluster_id: str, name: str) -> str | None:
                            "items": kubernetes.node_objects(layout, networks)}, indent=2)
     if layout.orchestrator != "slurm":
         return None
-    if name == "slurm.conf":  # with the user's partitions, prolog and epilog
+    if name == "slurm.conf":  # with the user's partitions, prolog and epilog; a pool's servers as they are
         cluster = session.get(Cluster, cluster_id)
-        return slurm.slurm_conf(layout, config=cluster.slurm_config if cluster is not None else None)
+        return slurm.slurm_conf(layout, config=cluster.slurm_config if cluster is not None else None,
+                                shapes=pool_hosts.node_shapes(session, cluster_id))
+    if name == "gres.conf":
+        return slurm.gres_conf(layout, shapes=pool_hosts.node_shapes(session, cluster_id))
     generators: dict[str, Callable[[ClusterLayout], str]] = {
-        "gres.conf": slurm.gres_conf, "cgroup.conf": slurm.cgroup_conf,
+        "cgroup.conf": slurm.cgroup_conf,
         "topology.conf": slurm.topology_conf, "hosts": slurm.hosts_file}
     return generators[name](layout)
 

@@ -215,6 +215,30 @@ def test_slurm_files_for_hosts_without_gpus_or_cgroups(tmp_path: Path) -> None:
     assert scontrol(tmp_path, "show", "hostnames", "train-[0-1]").split() == ["train-0", "train-1"]
 
 
+def test_slurm_files_describe_servers_of_their_own_shape(tmp_path: Path) -> None:
+    # Servers of a host pool: Slurm is told the CPUs and memory each has (not the shape sold), partitions'
+    # defaults fit the smallest, and GPUs are not bound to cores whose layout nobody read.
+    cluster = layout(3)
+    shapes = {"train-0": slurm.NodeShape(cpus=64, memory_mib=512_000),
+              "train-1": slurm.NodeShape(cpus=64, memory_mib=512_000),
+              "train-2": slurm.NodeShape(cpus=4, memory_mib=16_000)}
+    conf = slurm.slurm_conf(cluster, shapes=shapes)
+    nodes = [line for line in conf.splitlines() if line.startswith("NodeName=")]
+    assert nodes == [
+        "NodeName=train-2 CPUs=4 RealMemory=15200 Gres=gpu:h100:8 Feature=ib-east-a,su00 State=UNKNOWN",
+        "NodeName=train-[0-1] CPUs=64 RealMemory=486400 Gres=gpu:h100:8 Feature=ib-east-a,su00 State=UNKNOWN",
+    ]
+    # 4 CPUs for 8 GPUs: no CPUs per GPU by default (a job gets one per task)
+    assert " DefMemPerCPU=3800 DefMemPerGPU=1900 OverSubscribe=NO" in conf and "DefCpuPerGPU" not in conf
+    gres = slurm.gres_conf(cluster, shapes=shapes)
+    assert gres.splitlines()[2:] == ["NodeName=train-[0-2] Name=gpu Type=h100 File=/dev/nvidia[0-7]"]
+    (tmp_path / "slurm.conf").write_text(conf)
+    (tmp_path / "gres.conf").write_text(gres)
+    (tmp_path / "topology.conf").write_text(slurm.topology_conf(cluster))
+    (tmp_path / "cgroup.conf").write_text(slurm.cgroup_conf(cluster))
+    assert scontrol(tmp_path, "show", "hostnames", "train-[0-2]").split() == ["train-0", "train-1", "train-2"]
+
+
 def test_slurmdbd_conf_keeps_no_password_and_names_the_hosts_paths() -> None:
     host = slurm.SlurmHost(log_dir="/var/log/slurm", run_dir="/run/slurm")
     conf = slurm.slurmdbd_conf(slurm.cluster_name(layout(2)), host)

@@ -180,6 +180,10 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
     assert body["login"]["host_key"] == stand_ins.host_key
     done = _ssh(key_file, login, "srun -N2 hostname")
     assert sorted(done.stdout.split()) == ["host-a", "host-b"], done.stderr
+    # Slurm is told what the servers have (their check's inventory), not the 8xH200 shape sold.
+    shown = _ssh(key_file, login, "scontrol -o show node own-1").stdout
+    memory_mib = int(Path("/proc/meminfo").read_text().split()[1]) // 1024  # the stand-ins' machine
+    assert f" CPUTot={os.cpu_count()} " in shown and f" RealMemory={int(memory_mib * 0.95)} " in shown, shown
     in_use = admin.delete(f"/v1/host-pools/{pool['id']}")
     assert (in_use.status_code, in_use.json()["code"]) == (409, "host_pool_in_use"), in_use.text
 
@@ -240,6 +244,22 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
     assert sorted(summed.stdout.splitlines()) == ["rank 0 of 2: sum 3", "rank 1 of 2: sum 3"], summed.stderr
     jobs = admin.get(f"/v1/clusters/{again['id']}/jobs").json()
     assert any(job["state"] == "completed" and job["nodes"] == "next-[0-1]" for job in jobs["items"]), jobs
+    # Day-2 reads come from the servers: Slurm's logs, each server's nvidia-smi and /proc, the metrics.
+    url = f"/v1/clusters/{again['id']}"
+    controller = admin.get(f"{url}/logs", params={"source": "controller", "tail": 500}).json()["lines"]
+    assert any("_slurm_rpc_allocate_resources" in line for line in controller), controller
+    node_log = admin.get(f"{url}/logs", params={"source": "next-1", "tail": 500}).json()["lines"]
+    assert any("launch task StepId=" in line for line in node_log), node_log
+    nodes = admin.get(f"{url}/nodes").json()["items"]
+    assert [n["name"] for n in nodes] == ["next-0", "next-1"]
+    for reading in nodes:  # both stand-ins answer nvidia-smi with the recorded H200s
+        assert reading["host"]["cpu_count"] == os.cpu_count() and reading["health"] == "healthy", reading
+        assert reading["gpus"] is not None and len(reading["gpus"]) == 8, reading
+    assert worker.collect_metrics() == 2
+    metrics = admin.get(f"{url}/metrics", params={"window": "5m"}).json()
+    assert {series["node"] for series in metrics["series"]} == {"next-0", "next-1"}
+    for series in metrics["series"]:  # one sample of the recorded GPUs, in some bucket
+        assert any(value is not None for value in series["gpu_memory_used_mib"]), series
     assert admin.delete(f"/v1/clusters/{again['id']}").status_code in (200, 202)
     _gone(worker, admin, again["id"])
     for host in ("host-a", "host-b"):

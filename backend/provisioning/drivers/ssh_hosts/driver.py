@@ -235,14 +235,16 @@ class SshHostsDriver:
         hosts = ""
         if layout is not None and layout.nodes and members:
             hosts = slurm.hosts_file(layout)
+            shapes = pool_hosts.node_shapes(session, cluster_id)
             files = {
                 "slurm.conf": slurm.slurm_conf(
                     layout,
                     SLURM_HOST,
                     cluster.slurm_config,
                     controller_hostname=members[0].hostname.split(".")[0],
+                    shapes=shapes,
                 ),
-                "gres.conf": slurm.gres_conf(layout, SLURM_HOST),
+                "gres.conf": slurm.gres_conf(layout, SLURM_HOST, shapes),
                 "cgroup.conf": slurm.cgroup_conf(layout, SLURM_HOST),
                 "topology.conf": slurm.topology_conf(layout),
             }
