@@ -96,6 +96,21 @@ def test_acc_cluster_on_a_host_pool_is_refused_at_plan_as_the_api_refuses_it(
     error = refused(backend, {"host_pool_id": pool_id})
     assert (error.status, error.code) == (409, "insufficient_capacity")
 
+    # region and instance_type left out: the plan reads the pool all the same (the same refusal); the API
+    # takes the pool's region and finds no ready server whose GPUs make a type. Without a pool: required.
+    bare = "\n".join(line for line in cluster().splitlines()
+                     if not line.lstrip().startswith(("region        =", "instance_type =")))
+    output = plan_error(tf_with(tf, bare))
+    assert f"The cluster needs 2 hosts of host pool {pool_id} (lab), which has 0 free" in output
+    with pytest.raises(ApiError) as caught:
+        backend.client.create_cluster({"name": "own", "node_count": 2, "host_pool_id": pool_id},
+                                      idempotency_key="acc-no-type")
+    assert (caught.value.status, fields(caught.value)) == (422, {"instance_type"}), caught.value.detail
+    assert [e["code"] for e in caught.value.errors or []] == ["no_fitting_instance_type"]
+    output = plan_error(tf_with(tf, bare.replace("host_pool_id  = gpucloud_host_pool.lab.id", "")))
+    assert "region is required unless host_pool_id is set" in output
+    assert "instance_type is required unless host_pool_id is set" in output
+
     tf.write_main(POOL)
     tf.destroy()
 

@@ -37,6 +37,7 @@ from backend.domain.clock import SystemClock, ensure_utc
 from backend.domain.cluster_rules import apply_cluster_defaults, validate_cluster_spec
 from backend.domain.errors import FieldError, validation_failed
 from backend.domain.pagination import decode_page_token, encode_page_token
+from backend.services import pool_clusters
 from backend.store.billing_models import LedgerEntry
 from backend.store.repository import check_create
 
@@ -329,6 +330,9 @@ def estimate(body: EstimateIn, request: Request, principal: Reader) -> JSONRespo
     catalog = app_state(request).catalog
     spec = body.model_dump(mode="json", exclude_none=True)
     spec.setdefault("name", "estimate")
+    if spec.get("host_pool_id") is not None:  # region and instance type default to the pool's
+        with app_state(request).read_sessions() as session:
+            spec = pool_clusters.complete(session, catalog, principal.project_id, spec, principal.scope)
     full = apply_cluster_defaults(spec, catalog)
     errors = [FieldError(e.path, e.code, e.message) for e in validate_cluster_spec(full, catalog)]
     if errors:

@@ -8,6 +8,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, StringConstraints
+from pydantic.config import JsonDict
 
 from backend.api.schemas import WRITE_ONLY, DateTimeInRange, StrictModel, money_text
 from backend.domain.lifetime import IDLE_MAX_MINUTES, IDLE_MIN_MINUTES, TTL_DOC, TTL_PATTERN
@@ -183,15 +184,31 @@ class Billing(StrictModel):
 
 HOST_POOL_DOC = (
     "Make the nodes of the project's own servers in this host pool (docs/guides/own-hosts.md): one ready, "
-    "free host per node, each with the GPUs of instance_type; region is the pool's; Slurm only; no "
-    "reservation, spot, reserved billing, autoscaling, reserved IP or containers; no compute charge"
+    "free host per node, each with the GPUs of instance_type (default: what the pool's servers have); region "
+    "is the pool's; Slurm only (the default); no reservation, spot, reserved billing, autoscaling, reserved "
+    "IP or containers; no compute charge"
 )
 
 
+# region and instance_type are required unless host_pool_id names a pool (services.pool_clusters.complete).
+REGION_AND_TYPE_OR_POOL: JsonDict = {"anyOf": [
+    {"required": ["region", "instance_type"]},
+    {"required": ["host_pool_id"], "properties": {"host_pool_id": {"type": "string"}}},
+]}
+
+
 class ClusterCreate(StrictModel):
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=REGION_AND_TYPE_OR_POOL)
+
     name: ClusterName = Field(description="DNS label prefix of the node hostnames")
-    region: CatalogName
-    instance_type: CatalogName
+    region: CatalogName | None = Field(
+        default=None, description="Required, unless host_pool_id is set (then the pool's region)"
+    )
+    instance_type: CatalogName | None = Field(
+        default=None,
+        description="Required, unless host_pool_id is set (then the catalog's type that the pool's ready "
+        "servers are: their GPU count and model)",
+    )
     node_count: int = Field(default=1, ge=1, le=4096)
     orchestrator: Orchestrator | None = Field(
         default=None, description="Default: none for 1 node, else slurm"

@@ -34,13 +34,15 @@ def apply_cluster_defaults(spec: Mapping[str, Any], catalog: Catalog) -> dict[st
     elif out.get("node_count") is None:
         out["node_count"] = 1
     itype = catalog.instance_type(str(out.get("instance_type")))
-    if out.get("interconnect") is None and itype is not None:
+    own_hosts = out.get("host_pool_id") is not None
+    if out.get("interconnect") is None and (own_hosts or itype is not None):
         # A host pool's servers are networked as their owner made them: Ethernet unless the spec says.
-        out["interconnect"] = "ethernet" if out.get("host_pool_id") else itype.default_interconnect
-    if out.get("orchestrator") is None:
+        out["interconnect"] = "ethernet" if own_hosts or itype is None else itype.default_interconnect
+    if out.get("orchestrator") is None:  # a pool's servers run Slurm, whatever their number
         node_count = out.get("node_count")
         multi_node = isinstance(node_count, int) and node_count > 1
-        out["orchestrator"] = "slurm" if multi_node or isinstance(autoscaling, Mapping) else "none"
+        slurm = multi_node or own_hosts or isinstance(autoscaling, Mapping)
+        out["orchestrator"] = "slurm" if slurm else "none"
     out.setdefault("container", None)
     if out.get("capacity_type") is None:
         out["capacity_type"] = "on_demand"
@@ -60,12 +62,17 @@ def validate_cluster_spec(spec: Mapping[str, Any], catalog: Catalog) -> list[Fie
     # A cluster on a host pool is in its pool's region, a name of the project's (services.pool_clusters).
     own_hosts = full.get("host_pool_id") is not None
     region = catalog.region(str(full.get("region")))
-    if region is None and not own_hosts:
+    if full.get("region") is None and not own_hosts:
+        errors.append(FieldError("region", "required", "region is required (or host_pool_id: the pool's)"))
+    elif region is None and not own_hosts:
         known = ", ".join(r.name for r in catalog.regions)
         errors.append(FieldError("region", "unknown_region", f"unknown region {full.get('region')!r}; "
                                  f"choose one of {known}"))
     itype = catalog.instance_type(str(full.get("instance_type")))
-    if itype is None:
+    if full.get("instance_type") is None:
+        if not own_hosts:  # on a pool not found, its `not_found` says what is wrong
+            errors.append(FieldError("instance_type", "required", "instance_type is required"))
+    elif itype is None:
         errors.append(_unknown_instance_type(full.get("instance_type"), catalog))
     node_count = full.get("node_count")
     judged = full  # what the rules between fields see

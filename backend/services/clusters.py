@@ -453,6 +453,8 @@ def create_cluster(
     credentials = spec.pop("registry_credentials", None) or {}
     if errors := container_images.check_credentials(credentials):
         raise validation_failed(errors)
+    if spec.get("host_pool_id") is not None:  # region and instance type default to the pool's
+        spec = pool_clusters.complete(session, catalog, project_id, spec, scope)
     full = _check_spec(session, catalog, project_id, spec, scope=scope)
     check_admission_allowed(session, project_id=project_id, what="creating a cluster",
                             charge_micros=_up_front_micros(full, catalog))

@@ -10,12 +10,16 @@ directory there). Whether enough hosts are free and fit is the engine's to say a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from sqlalchemy import select
+
 from backend.domain.access import Scope
-from backend.domain.errors import FieldError
-from backend.store.host_pool_models import HostPool
+from backend.domain.catalog import Catalog, InstanceType
+from backend.domain.errors import FieldError, validation_failed
+from backend.provisioning import pool_hosts
+from backend.store.host_pool_models import HostPool, HostPoolHost
 from backend.store.repository import referenced
 
 # Spec fields that make no sense for servers of one's own: field -> (the value it must keep, why).
@@ -26,6 +30,42 @@ _REFUSED = {
     "reserved_ip_id": (None, "the login node answers on its own address"),
     "container": (None, "containers are not offered on host pools yet"),
 }
+
+
+def complete(session: Any, catalog: Catalog, project_id: str, spec: Mapping[str, Any], scope: Scope | None
+             ) -> dict[str, Any]:
+    """The spec with what its pool says where the spec is silent: the region is the pool's, the instance
+    type the catalog's that the pool's first fitting ready server is (`check` reports an unknown pool)."""
+    found = referenced(session, HostPool, [str(spec["host_pool_id"])], project_id=project_id, scope=scope)
+    if not found:
+        return dict(spec)
+    pool = found[0]
+    filled = {**spec, "region": spec.get("region") or pool.region}
+    if filled.get("instance_type") is None:
+        hosts = session.scalars(select(HostPoolHost).where(HostPoolHost.pool_id == pool.id)
+                                .order_by(HostPoolHost.position)).all()
+        filled["instance_type"] = next((itype.name for host in hosts for itype in _types_for(catalog, host)),
+                                       None)
+        if filled["instance_type"] is None:
+            raise validation_failed([FieldError(
+                "instance_type", "no_fitting_instance_type",
+                f"no ready server of host pool {pool.id} has the GPUs of an instance type of the catalog "
+                f"({_servers(hosts)}): set instance_type, or wait for the pool's check (GET "
+                f"/v1/host-pools/{pool.id})")])
+    return filled
+
+
+def _types_for(catalog: Catalog, host: HostPoolHost) -> list[InstanceType]:
+    """The catalog's types whose GPUs the host has, those of its interconnect first."""
+    fitting = [itype for itype in catalog.instance_types if pool_hosts.fits(host, itype)]
+    kind = (host.inventory or {}).get("interconnect")
+    return sorted(fitting, key=lambda itype: kind not in itype.interconnects)
+
+
+def _servers(hosts: Sequence[HostPoolHost]) -> str:
+    seen = [f"{host.address}: {host.status}, {(host.inventory or {}).get('gpu_count') or 0} x "
+            f"{(host.inventory or {}).get('gpu_model') or 'no GPU'}" for host in hosts[:4]]
+    return "; ".join(seen) + ("; ..." if len(hosts) > 4 else "") if seen else "it has no server"
 
 
 def check(session: Any, project_id: str, spec: Mapping[str, Any], scope: Scope | None) -> list[FieldError]:

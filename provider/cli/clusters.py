@@ -292,7 +292,7 @@ def ssh_keys_to_install(
 
 
 @cluster.command("create")
-@click.argument("instance_type")
+@click.argument("instance_type", required=False)
 @click.option("-n", "--nodes", "node_count", type=click.IntRange(min=1),
               help="Number of nodes (default 1).")
 @click.option("--min-nodes", type=click.IntRange(min=1), metavar="N",
@@ -327,7 +327,8 @@ def ssh_keys_to_install(
               help="Draw the nodes from this capacity reservation (prepaid; same region and type).")
 @click.option("--host-pool", "host_pool_ref", metavar="NAME|ID", shell_complete=complete_host_pool,
               help="Make the nodes of your own servers in this host pool: one free ready host per node with "
-              "the GPUs of INSTANCE_TYPE; Slurm, the pool's region, no compute charge.")
+              "the GPUs of INSTANCE_TYPE (default: the type the pool's servers are); Slurm, the pool's "
+              "region, no compute charge.")
 @click.option("--reserved", "reserved_days", type=click.IntRange(min=1), metavar="DAYS",
               help="Reserve for DAYS (prepaid at a discount) instead of on-demand billing.")
 @click.option("--spot", is_flag=True, help="Run on spot capacity (cheaper; nodes can be preempted).")
@@ -342,7 +343,7 @@ def ssh_keys_to_install(
 @pass_app
 def create(
     app: App,
-    instance_type: str,
+    instance_type: str | None,
     node_count: int | None,
     min_nodes: int | None,
     max_nodes: int | None,
@@ -367,15 +368,21 @@ def create(
     no_wait: bool,
     as_json: bool,
 ) -> None:
-    """Create a cluster of INSTANCE_TYPE nodes and wait until it is RUNNING.
+    """Create a cluster of INSTANCE_TYPE nodes and wait until it is RUNNING. With --host-pool,
+    INSTANCE_TYPE may be left out: the API picks the type the pool's servers are (their GPUs).
 
     \b
     Example:
       gpucloud cluster create 8xH100 -n 2 -i ~/.ssh/id_ed25519.pub --name train
       gpucloud cluster create 8xH100 --min-nodes 1 --max-nodes 8 --spot --ttl 1d --label team=nlp
       gpucloud cluster create 8xH100 -n 2 --image torch=nvcr.io/nvidia/pytorch:24.05-py3
-      gpucloud cluster create 8xH200 -n 2 --host-pool lab --name own
+      gpucloud cluster create -n 2 --host-pool lab --name own
     """
+    if instance_type is None and not host_pool_ref:
+        raise click.MissingParameter(
+            "Give the node shape, such as 8xH100 (see `gpucloud instance-types`); only with --host-pool "
+            "may it be left out (the type of the pool's servers).", param_type="argument",
+            param_hint="'INSTANCE_TYPE'")
     client = app.client
     sizing = node_counts(node_count, min_nodes, max_nodes)
     on_pool: dict[str, Any] = {}
@@ -393,8 +400,7 @@ def create(
     registry_credentials = parse_logins(logins)
     spec: dict[str, Any] = {
         "name": name or f"cluster-{secrets.token_hex(3)}",
-        "region": region or on_pool.get("region") or _default_region(client, instance_type, nodes),
-        "instance_type": instance_type,
+        "region": region or on_pool.get("region") or _default_region(client, str(instance_type), nodes),
         **sizing,
         "labels": parse_labels(labels, "--label"),
         "volume_ids": [find_volume(client, v)["id"] for v in volumes],
@@ -412,6 +418,8 @@ def create(
         "reserved_ip_id": find_reserved_ip(client, reserved_ip)["id"] if reserved_ip else None,
         "reservation_id": find_reservation(client, reservation_ref)["id"] if reservation_ref else None,
     }
+    if instance_type is not None:  # else the type of the host pool's servers, the API's choice
+        optional["instance_type"] = instance_type
     spec.update({field: value for field, value in optional.items() if value is not None})
     spec.update(on_pool)
     spec["ssh_key_ids"] = ssh_keys_to_install(client, key_files, key_refs)
@@ -419,7 +427,7 @@ def create(
     size = f"{nodes}" if "node_count" in sizing else f"{min_nodes}-{max_nodes}"
     cost = created.get("estimated_hourly_cost_usd")  # 0 on one's own servers: a price, not a blank
     note(
-        f"Creating {created['name']} ({created['id']}): {size} x {instance_type} in "
+        f"Creating {created['name']} ({created['id']}): {size} x {created.get('instance_type')} in "
         f"{created['region']}, {'?' if cost is None else cost} USD/hour"
     )
     _finish(app, created, as_json, not no_wait, f"cluster {created['id']} to be RUNNING")

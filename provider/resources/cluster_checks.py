@@ -154,12 +154,14 @@ def estimate(catalog: Catalog, plan: Mapping[str, Any]) -> CostEstimate | None:
     (`cluster_price`) computes it: spot and spot_with_fallback at the spot rate (fallback's ceiling at
     on-demand), a drawn reservation 0, the project's own servers (`host_pool_id`) 0, a reserved term at its
     tier's rate. None when a value it needs is unknown or the catalog has no price."""
+    pool = plan.get("host_pool_id")
+    if known(pool):  # no compute charge on servers of one's own, whatever their type (the API's choice)
+        return CostEstimate(0, None, 0)
     itype, nodes, billing = plan.get("instance_type"), plan.get("node_count"), plan.get("billing")
     if not (known(itype) and known(nodes) and known(billing)) or itype not in catalog.instance_types:
         return None
-    pool = plan.get("host_pool_id")
-    if pool is not None:  # no compute charge on servers of one's own (once it is known to be set)
-        return None if is_unknown(pool) else CostEstimate(0, None, 0)
+    if is_unknown(pool):  # 0 on a pool, the price elsewhere
+        return None
     shape = catalog.instance_types[itype]
     gpus = int(shape["gpu_count"]) * int(nodes)
     on_demand = Decimal(str(shape["on_demand_usd_per_gpu_hour"]))
@@ -412,9 +414,10 @@ def check_plan_quota(
     state: Mapping[str, Any] | None, cost: CostEstimate | None,
 ) -> None:
     """Read the project's quotas when the plan creates the cluster or adds nodes, and check them; a
-    backend that cannot say (unreachable, older than quotas) leaves the check to the API at apply."""
+    backend that cannot say (unreachable, older than quotas) leaves the check to the API at apply. An
+    instance type not known yet (a host pool's, the API's choice) leaves the GPUs to the API."""
     itype, nodes = plan.get("instance_type"), plan.get("node_count")
-    if not (known(itype) and known(nodes)) or itype not in catalog.instance_types:
+    if not known(nodes) or (known(itype) and itype not in catalog.instance_types):
         return
     prior_nodes = 0 if state is None else int(state.get("node_count") or 0)
     if state is not None and int(nodes) <= prior_nodes:
@@ -424,10 +427,9 @@ def check_plan_quota(
     except ApiError:
         return
     prior_cost = None if state is None else state.get("estimated_hourly_cost_usd")
-    added: dict[str, int | Decimal] = {
-        "max_clusters": 1 if state is None else 0,
-        "max_gpus": int(catalog.instance_types[itype]["gpu_count"]) * (int(nodes) - prior_nodes),
-    }
+    added: dict[str, int | Decimal] = {"max_clusters": 1 if state is None else 0}
+    if known(itype):
+        added["max_gpus"] = int(catalog.instance_types[itype]["gpu_count"]) * (int(nodes) - prior_nodes)
     if cost is not None and (state is None or known(prior_cost)):
         added["max_hourly_usd"] = Decimal(cost.hourly_usd) - Decimal(str(prior_cost or 0))
     check_quota(ctx, quotas, added)

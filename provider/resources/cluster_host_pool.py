@@ -5,7 +5,8 @@ backend/services/pool_clusters.py): what sells or places datacenter capacity (a 
 term, autoscaling, a reserved IP), containers, and any orchestrator but Slurm. Those are configuration
 errors on the attribute to remove. What depends on the pool itself (its region, its bastion, its shared
 storage, its free hosts) is read from `GET /v1/host-pools/{id}` when the plan creates the cluster or takes
-more hosts.
+more hosts. `region` and `instance_type` may be left out on a pool (the API fills in the pool's region and
+the type its servers are): the create's plan shows the pool's region, the type is known after apply.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from provider.client import ApiError, GpuCloudClient, NotFound
+from provider.cty import is_unknown
 from provider.framework import Context, root
 from provider.resources.cluster_checks import known
 from provider.resources.host_pool import host_pools
@@ -26,6 +28,13 @@ NOT_ON_HOST_POOL: dict[str, tuple[Any, str]] = {
     "autoscaling": (None, "the engine cannot make servers of your own; set node_count instead"),
     "reserved_ip_id": (None, "the login node answers on its own server's address"),
     "container": (None, "containers are not offered on host pools yet"),
+}
+
+
+# What the API makes of `region` and `instance_type` left out on a pool (backend services.pool_clusters).
+POOL_DEFAULTS = {
+    "region": "the pool's region",
+    "instance_type": "the catalog's type whose GPUs the pool's first ready server has",
 }
 
 
@@ -44,6 +53,17 @@ def _check_orchestrator(ctx: Context, orchestrator: Any) -> None:
         ctx.error("Not Offered On A Host Pool", f"Clusters on a host pool (host_pool_id) run Slurm, not "
                   f"{orchestrator}: set orchestrator = \"slurm\", or leave it out (the default on a host "
                   "pool).", root("orchestrator"))
+
+
+def check_required_without_pool(ctx: Context, config: Mapping[str, Any]) -> None:
+    """`region` and `instance_type` are required unless `host_pool_id` is set (the API's 422 `required`);
+    nothing is judged while `host_pool_id` is unknown (also run by `terraform validate`)."""
+    if config.get("host_pool_id") is not None:
+        return
+    for attr, default in POOL_DEFAULTS.items():
+        if config.get(attr) is None:
+            ctx.error("Missing Required Argument", f"{attr} is required unless host_pool_id is set (on a "
+                      f"host pool it defaults to {default}).", root(attr))
 
 
 def check_host_pool_config(ctx: Context, config: Mapping[str, Any]) -> None:
@@ -66,10 +86,12 @@ def check_host_pool_config(ctx: Context, config: Mapping[str, Any]) -> None:
 
 
 def check_host_pool(
-    ctx: Context, client: GpuCloudClient, plan: Mapping[str, Any], state: Mapping[str, Any] | None
+    ctx: Context, client: GpuCloudClient, plan: dict[str, Any], state: Mapping[str, Any] | None,
+    config: Mapping[str, Any] | None = None,
 ) -> None:
     """The pool against the plan, when it creates the cluster, takes more hosts or adds volumes: the
-    pool's region, no bastion, shared storage for volumes, enough free ready hosts."""
+    pool's region, no bastion, shared storage for volumes, enough free ready hosts. A `region` the
+    configuration leaves out is planned as the pool's, as the API makes it."""
     ref = plan.get("host_pool_id")
     if not known(ref):
         return
@@ -88,6 +110,8 @@ def check_host_pool(
         return
     except ApiError:
         return  # checked again by the API at apply
+    if is_unknown(plan.get("region")) and config is not None and config.get("region") is None:
+        plan["region"] = pool.get("region")
     _check_pool_region(ctx, pool, plan.get("region"))
     _check_pool_reach(ctx, pool, new_volumes)
     if needed > 0:

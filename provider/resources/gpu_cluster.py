@@ -21,7 +21,11 @@ from provider.framework import Cancelled, Context, Resource, State, keep_semanti
 from provider.resources import cluster_checks as checks
 from provider.resources._common import api_error, api_id_identity, client_of, configured
 from provider.resources.cluster_checks import known
-from provider.resources.cluster_host_pool import check_host_pool, check_host_pool_config
+from provider.resources.cluster_host_pool import (
+    check_host_pool,
+    check_host_pool_config,
+    check_required_without_pool,
+)
 from provider.resources.cluster_images import (
     changed_images,
     check_needs_slurm,
@@ -241,6 +245,7 @@ class GpuClusterResource(Resource):
 
     def validate_config(self, ctx: Context, config: State) -> None:
         checks.check_static_rules(ctx, config, RENAMES)
+        check_required_without_pool(ctx, config)
         check_host_pool_config(ctx, config)
 
     def modify_plan(
@@ -319,16 +324,17 @@ class GpuClusterResource(Resource):
                 f"The catalog could not be read ({error}); region, capacity and cost are checked at apply.",
             )
             return plan
-        self._plan_with_catalog(ctx, catalog, plan, state)
+        self._plan_with_catalog(ctx, catalog, plan, state, config)
         return plan
 
     def _plan_with_catalog(
-        self, ctx: Context, catalog: checks.Catalog, plan: State, state: State | None
+        self, ctx: Context, catalog: checks.Catalog, plan: State, state: State | None, config: State | None
     ) -> None:
         itype = plan.get("instance_type")
         shape = catalog.instance_types.get(itype) if known(itype) else None
-        if is_unknown(plan.get("interconnect")) and shape is not None:
-            # The API's default: the type's fabric, or Ethernet for a host pool's servers.
+        if is_unknown(plan.get("interconnect")) and (shape is not None or known(plan.get("host_pool_id"))):
+            # The API's default: the type's fabric, or Ethernet for a host pool's servers (whatever their
+            # type, which a pool's cluster may leave to the API).
             on_pool = plan.get("host_pool_id") is not None
             plan["interconnect"] = "ethernet" if on_pool else catalog.default_interconnect(str(itype))
         checks.check_catalog_rules(ctx, catalog, plan)
@@ -356,14 +362,17 @@ class GpuClusterResource(Resource):
             plan["reservation"] = None if cost.upfront_usd is None else {
                 "starts_at": UNKNOWN, "ends_at": UNKNOWN, "upfront_cost_usd": cost.upfront_usd
             }
-        self._check_references(ctx, plan, state)
+        self._check_references(ctx, plan, state, config)
 
-    def _check_references(self, ctx: Context, plan: State, state: State | None) -> None:
+    def _check_references(
+        self, ctx: Context, plan: State, state: State | None, config: State | None
+    ) -> None:
         """Keys and volumes named by known ids must exist; volumes must be in the cluster's region.
-        Warnings (`reference_problem`): they must not block `terraform destroy`."""
+        Warnings (`reference_problem`): they must not block `terraform destroy`. The pool read plans the
+        region a cluster on it leaves out."""
         client = client_of(ctx)
         checks.check_reservation(ctx, client, plan, state)
-        check_host_pool(ctx, client, plan, state)
+        check_host_pool(ctx, client, plan, state, config)
         for attr, getter, kind in (
             ("ssh_key_ids", client.get_ssh_key, "SSH key"),
             ("shared_volume_ids", client.get_volume, "shared volume"),

@@ -187,6 +187,12 @@ class NodeCountFollowsAutoscaling:
         m.plan_value = min(max(m.state_value, int(low)), int(high))  # the API's move into the range
 
 
+# `region` and `instance_type` left out on a host pool: the API's choice (the pool's region, the type its
+# servers are) is kept from the prior state, unless the cluster moves to another pool (then it is the new
+# pool's, planned again). Without a pool they are required, so a null configuration never reaches here.
+KEEP_ON_SAME_POOL = use_state_for_unknown_unless_changed("host_pool_id")
+
+
 BILLING_ATTRIBUTES: dict[str, Attribute] = {
     "type": StringAttribute(
         optional=True,
@@ -379,18 +385,26 @@ CLUSTER_SCHEMA = Schema(
             "hyphens, starting with a letter. Changes in place.",
             validators=api("name"),
         ),
+        # Required unless host_pool_id is set (cluster_host_pool.check_required_without_pool)
         "region": StringAttribute(
-            required=True,
-            description="Region, e.g. `us-east-1`. Changing it replaces the cluster.",
+            optional=True,
+            computed=True,
+            description="Region, e.g. `us-east-1`. Required unless `host_pool_id` is set: on a host pool it "
+            "defaults to the pool's region (known at plan once the pool is). Changing it replaces the "
+            "cluster; leaving it out on a pool keeps the value the cluster has.",
             validators=api("region", pattern="must be a region name such as us-east-1"),
-            plan_modifiers=[requires_replace()],
+            plan_modifiers=[KEEP_ON_SAME_POOL, requires_replace()],
         ),
         "instance_type": StringAttribute(
-            required=True,
+            optional=True,
+            computed=True,
             description="Node shape, e.g. `8xH100` (see the `gpucloud_instance_types` data source). "
-            "Changing it replaces the cluster.",
+            "Required unless `host_pool_id` is set: on a host pool it defaults to the catalog's type whose "
+            "GPUs (count and model) the pool's first ready server has, known after apply (the API refuses "
+            "a pool with no such server: `no_fitting_instance_type`). Changing it replaces the cluster; "
+            "leaving it out on a pool keeps the value the cluster has.",
             validators=api("instance_type", pattern="must be an instance type name such as 8xH100"),
-            plan_modifiers=[requires_replace()],
+            plan_modifiers=[KEEP_ON_SAME_POOL, requires_replace()],
         ),
         # Optional
         "node_count": Int64Attribute(
@@ -431,8 +445,8 @@ CLUSTER_SCHEMA = Schema(
         "interconnect": StringAttribute(
             optional=True,
             computed=True,
-            description="`infiniband`, `efa` or `ethernet`. Default: the instance type's fabric. Changing "
-            "it replaces the cluster.",
+            description="`infiniband`, `efa` or `ethernet`. Default: the instance type's fabric (`ethernet` "
+            "on a host pool). Changing it replaces the cluster.",
             validators=api("interconnect"),
             plan_modifiers=[use_state_for_unknown(), requires_replace()],
         ),
@@ -489,8 +503,8 @@ CLUSTER_SCHEMA = Schema(
             description="Id of a `gpucloud_host_pool` whose servers become the nodes ([own hosts]"
             "(../guides/own-hosts.md)): one ready host no other cluster holds per node, with the GPUs of "
             "`instance_type` (count and model), the first one the login node running slurmctld. `region` "
-            "must be the "
-            "pool's, and it must be a catalog region offering `instance_type`; `orchestrator` is `slurm` "
+            "and `instance_type` may be left out: they default to the pool's region and to the catalog's "
+            "type of its servers' GPUs (a `region` set must be the pool's); `orchestrator` is `slurm` "
             "(its default here, also for one node). Not with `reservation_id`, `capacity_type` spot, "
             "reserved `billing`, `autoscaling`, `reserved_ip_id`, `container` or `container_images` (the "
             "plan says which to remove); `shared_volume_ids` need the pool's `shared_storage_path`. Your "
@@ -657,13 +671,13 @@ def spec_from_plan(plan: dict[str, Any]) -> dict[str, Any]:
     spec: dict[str, Any] = {}
     for tf_name, api_name in SPEC_FIELDS.items():
         value = plan.get(tf_name)
-        if value is None:
-            continue
+        if value is None or is_unknown(value):
+            continue  # the API's default (region and instance_type of a host pool, its orchestrator)
         if tf_name == "billing":
             value = {k: v for k, v in value.items() if v is not None}
         if tf_name == "node_count" and plan.get("autoscaling") is not None:
             continue  # the engine's: the API starts the cluster at min_nodes
-        if tf_name == "expires_at" and (plan.get("ttl") is not None or is_unknown(value)):
+        if tf_name == "expires_at" and plan.get("ttl") is not None:
             continue  # computed from ttl by the API
         if tf_name == "slurm_config":
             spec[api_name] = slurm_config_spec(value)

@@ -1,6 +1,7 @@
 """/v1/host-pools: registration with a write-only key, validation naming the field, hosts changed in place,
 checks requested and recorded by the engine worker's round, team scopes, and the key kept out of every
-answer and audit record."""
+answer and audit record. A cluster on a pool may leave out region and instance_type (the pool's region, the
+type its checked servers are); without a pool both are required."""
 
 from __future__ import annotations
 
@@ -269,3 +270,54 @@ def test_a_check_left_by_a_killed_worker_is_taken_over(admin: TestClient, write_
         write_sessions, clock, "other", dt.timedelta(minutes=5), check=lambda target: HostVerdict("ready")
     )
     assert checked == 1 and admin.get(f"/v1/host-pools/{pool['id']}").json()["status"] == "ready"
+
+
+def _checked(write_sessions, inventory: dict[str, object] | None) -> None:  # type: ignore[no-untyped-def]
+    """Every pending host checked: ready with `inventory`, or unreachable without one."""
+    verdict = HostVerdict("ready", host_key="ssh-ed25519 AAAA", inventory=inventory) if inventory else (
+        HostVerdict("unreachable", reason_code="unreachable", reason="connection refused"))
+    host_checks.run_due_checks(write_sessions, SYSTEM_CLOCK, "test", dt.timedelta(minutes=5),
+                               check=lambda target: verdict)
+
+
+def test_a_cluster_on_a_pool_takes_its_region_and_the_type_its_servers_are(  # type: ignore[no-untyped-def]
+    admin: TestClient, write_sessions
+) -> None:
+    pool = admin.post("/v1/host-pools", json=_pool()).json()
+    _checked(write_sessions, {"gpu_count": 8, "gpu_model": "NVIDIA H200"})
+    spec = {"name": "own", "host_pool_id": pool["id"]}  # no region, no instance type
+    estimate = admin.post("/v1/pricing/estimate", json=spec)  # completed the same way: no compute charge
+    assert estimate.status_code == 200, estimate.text
+    assert estimate.json()["hourly_usd"] == "0"
+    created = admin.post("/v1/clusters", json=spec)
+    assert created.status_code in (201, 202), created.text
+    body = created.json()
+    assert (body["region"], body["instance_type"]) == ("on-prem-berlin", "8xH200")
+    assert (body["orchestrator"], body["interconnect"], body["node_count"]) == ("slurm", "ethernet", 1)
+    read = admin.get(f"/v1/clusters/{body['id']}").json()
+    assert (read["region"], read["instance_type"]) == ("on-prem-berlin", "8xH200")
+
+
+def test_a_pool_without_a_fitting_ready_server_refuses_a_cluster_without_a_type(  # type: ignore[no-untyped-def]
+    admin: TestClient, write_sessions
+) -> None:
+    pool = admin.post("/v1/host-pools", json=_pool()).json()
+    spec = {"name": "own", "host_pool_id": pool["id"]}
+    for inventory in (None, {"gpu_count": 4, "gpu_model": "NVIDIA H200"}):  # never ready; no type's GPUs
+        if inventory is not None:
+            admin.post(f"/v1/host-pools/{pool['id']}/probe")
+        _checked(write_sessions, inventory)
+        response = admin.post("/v1/clusters", json=spec)
+        assert response.status_code == 422, response.text
+        errors = [(e["field"], e["code"]) for e in response.json()["errors"]]
+        assert errors == [("instance_type", "no_fitting_instance_type")], errors
+        assert "set instance_type" in response.json()["errors"][0]["message"]
+
+
+@pytest.mark.parametrize("field", ["region", "instance_type"])
+def test_a_cluster_without_a_pool_needs_a_region_and_an_instance_type(admin: TestClient, field: str) -> None:
+    spec = {"name": "train", "region": "us-east-1", "instance_type": "8xH100"}
+    del spec[field]
+    response = admin.post("/v1/clusters", json=spec)
+    assert response.status_code == 422, response.text
+    assert [(e["field"], e["code"]) for e in response.json()["errors"]] == [(field, "required")]

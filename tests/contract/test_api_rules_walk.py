@@ -10,6 +10,8 @@ The API's other 422 rules need the catalog or stored objects (unknown regions, f
 foreign-region references, the cost ceiling): the provider checks them while planning, against the same
 API, so the walk runs those through PlanResourceChange with the provider's client on the in-process API
 (references to other objects are warnings there, so that they never block a destroy: `PLAN_WARNINGS`).
+Rules between fields that the backend's code states instead of an `x-gpucloud-rule` (region and
+instance_type required without a host pool) go through ValidateResourceConfig too (`VALIDATE_BREAKERS`).
 Every error code the backend's sources can raise must be walked one way or the other, or be listed in
 `NOT_PLAN_TIME` with the reason.
 """
@@ -284,6 +286,29 @@ def test_api_rules_walk_every_rule_is_refused_by_the_api_and_at_plan_time(
         assert any(blamed(path) and summary == rule.title for path, summary, _ in found), found
 
 
+# Rules between fields that the backend's code states rather than an `x-gpucloud-rule` (the fields are
+# optional in the schema): (schema, field, code) -> a body fragment breaking it. The provider refuses them
+# in ValidateResourceConfig, as it does the contract's rules.
+VALIDATE_BREAKERS: dict[tuple[str, str, str], dict[str, Any]] = {
+    # Without host_pool_id (on a pool they default to the pool's region and its servers' type).
+    ("ClusterCreate", "region", "required"): {"region": None},
+    ("ClusterCreate", "instance_type", "required"): {"instance_type": None},
+}
+
+
+@pytest.mark.parametrize(("schema", "field", "code"), list(VALIDATE_BREAKERS), ids=lambda p: str(p))
+def test_api_rules_walk_rules_of_the_backends_code_are_refused_by_validate(
+    api: TestClient, schema: str, field: str, code: str
+) -> None:
+    body = _api_body(schema, VALIDATE_BREAKERS[(schema, field, code)])
+    response = api.post(RESOURCES[schema][0], json=body)
+    assert response.status_code == 422, response.text
+    assert (field, code) in [(e["field"], e["code"]) for e in response.json()["errors"]], response.text
+    first, *rest = field.split(".")
+    assert [RESOURCES[schema][2].get(first, first), *rest] in [path for path, _, _ in
+                                                              _provider_errors(schema, body)]
+
+
 # Rules needing the catalog or stored objects: (schema, field, code) -> body fragment breaking it.
 PLAN_BREAKERS: dict[tuple[str, str, str], dict[str, Any]] = {
     ("ClusterCreate", "region", "unknown_region"): {"region": "mars-1"},
@@ -378,6 +403,9 @@ NOT_PLAN_TIME = {
     "(cluster_host_pool.check_host_pool_config); a pool behind a bastion needs the pool read: a warning",
     "no_shared_storage": "needs the host pool read from the API (its shared_storage_path): a plan "
     "warning from cluster_host_pool.check_host_pool, refused at apply",
+    "no_fitting_instance_type": "instance_type left out on a host pool is the API's choice from its servers' "
+    "checked GPUs: the plan leaves it unknown (known after apply) and the API refuses a pool with no "
+    "fitting ready server at apply, naming instance_type",
 }
 
 
@@ -393,7 +421,7 @@ def _backend_codes() -> set[str]:
 
 
 def test_api_rules_walk_covers_every_code_the_backend_raises() -> None:
-    walked = {rule.code for rule in RULES} | {code for _, _, code in PLAN_BREAKERS}
+    walked = {rule.code for rule in RULES} | {code for _, _, code in (*PLAN_BREAKERS, *VALIDATE_BREAKERS)}
     walked |= set(SCHEMA_CODES.values()) | {"invalid_ssh_key"}  # JSON Schema keywords; the SSH parser
     assert _backend_codes() - walked - set(NOT_PLAN_TIME) == set()
 

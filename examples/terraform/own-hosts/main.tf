@@ -29,12 +29,11 @@ resource "gpucloud_ssh_key" "me" {
 }
 
 resource "gpucloud_gpu_cluster" "own" {
-  name          = "own"
-  region        = gpucloud_host_pool.lab.region
-  instance_type = var.instance_type
-  node_count    = var.node_count # takes or gives back servers of the pool in place
-  host_pool_id  = gpucloud_host_pool.lab.id
-  # orchestrator: slurm, the only one on a host pool (and its default there)
+  name         = "own"
+  node_count   = var.node_count # takes or gives back servers of the pool in place
+  host_pool_id = gpucloud_host_pool.lab.id
+  # region: the pool's. instance_type: the catalog's type of the servers' GPUs (8 H200s make 8xH200),
+  # known after the first apply. orchestrator: slurm, the only one on a host pool (and its default there).
 
   ssh_key_ids = [gpucloud_ssh_key.me.id]
 

@@ -25,12 +25,6 @@ variable "pool_private_key_file" {
   default     = "~/.ssh/gpucloud_pool"
 }
 
-variable "instance_type" {
-  description = "The GPUs of each server, as a catalog instance type: 8xH200 takes servers with 8 H200 GPUs."
-  type        = string
-  default     = "8xH200"
-}
-
 variable "node_count" {
   description = "Servers the cluster takes from the pool: one free, ready host per node. Scales in place."
   type        = number

@@ -1,6 +1,7 @@
 """Clusters on a host pool from the CLI (issue 32): `cluster create --host-pool` sends the pool's id, its
-region and Slurm, refusing what a pool cannot have before anything is sent; `cluster info` names the pool and
-no compute charge; `host-pool show` names the cluster node on each host."""
+region and Slurm (the shape may be left to the API), refusing what a pool cannot have before anything is
+sent; `cluster info` names the pool and no compute charge; `host-pool show` names the cluster node on each
+host."""
 
 from __future__ import annotations
 
@@ -49,6 +50,26 @@ def test_cli_create_on_a_host_pool_by_name_sends_its_id_region_and_slurm(
     assert dict(api.requests[0].url.params) == {"name": "lab", "page_size": "100"}
     assert "/v1/instance-types" not in [r.url.path for r in api.requests]  # the region is the pool's
     assert "2 x 8xH200 in us-east-1, 0 USD/hour" in capsys.readouterr().err
+
+
+def test_cli_create_on_a_host_pool_without_a_shape_leaves_the_type_to_the_api(
+    api: ScriptedApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    api.script = [page(LAB), page(KEY), httpx.Response(201, json=CREATED)]
+    assert main(["cluster", "create", "-n", "2", "--host-pool", "lab", "--name", "own", "--no-wait"]) == 0
+    (body,) = [b for r, b in zip(api.requests, api.bodies, strict=True) if r.url.path == "/v1/clusters"]
+    assert isinstance(body, dict) and "instance_type" not in body
+    assert (body["host_pool_id"], body["region"], body["orchestrator"]) == ("hpl_1", "us-east-1", "slurm")
+    assert "2 x 8xH200 in us-east-1, 0 USD/hour" in capsys.readouterr().err  # the type the API chose
+
+
+def test_cli_create_without_a_shape_or_a_host_pool_is_refused_before_any_request(
+    api: ScriptedApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cluster", "create", "-n", "2", "--name", "train"]) == 1
+    err = capsys.readouterr().err
+    assert "Missing argument 'INSTANCE_TYPE'" in err and "only with --host-pool" in err
+    assert api.requests == []
 
 
 def test_cli_create_on_a_host_pool_by_id_reads_it(api: ScriptedApi) -> None:

@@ -193,6 +193,10 @@ class FakeClusterApi:
         if key in self.idempotency:
             return httpx.Response(201, json=self.clusters[self.idempotency[key]])
         cluster_id = f"cls_{next(self._ids)}"
+        if spec.get("host_pool_id") in self.host_pools:  # left out: the pool's region, its servers' type
+            pool = self.host_pools[spec["host_pool_id"]]
+            spec = {**spec, "region": spec.get("region") or pool["region"],
+                    "instance_type": spec.get("instance_type") or "8xH100"}
         itype = next(t for t in CATALOG_TYPES if t["name"] == spec["instance_type"])
         nodes = spec.get("node_count", 1)
         billing = {"type": "on_demand", "duration_days": None, "on_expiry": "decommission",

@@ -190,3 +190,100 @@ def test_create_sends_the_pool_and_reads_it_back_and_the_data_source_shows_it():
     found = source.read(ctx_for(api), schema_object(source.schema, {"name": "own"}))
     assert found is not None and found["host_pool_id"] == "hpl_lab"
     assert not source.schema.attributes["host_pool_id"].optional
+
+
+# -- region and instance_type left out on a pool: the API's choice ------------------------------------
+
+LEFT_OUT = {"name": "own", "host_pool_id": "hpl_lab", "node_count": 2}
+
+
+def pool_state(**overrides: Any) -> dict[str, Any]:
+    """A cluster on pool hpl_lab as the API wrote it (region and instance type filled in)."""
+    return state_of(host_pool_id="hpl_lab", name="own", node_count=2, num_gpus=16, interconnect="ethernet",
+                    estimated_hourly_cost_usd=0, **overrides)
+
+
+@pytest.mark.parametrize("attr", ["region", "instance_type"])
+def test_region_and_instance_type_are_required_without_a_pool(attr: str):
+    config = {k: v for k, v in ON_POOL.items() if k not in (attr, "host_pool_id")}
+    _, ctx = plan(config)
+    (error,) = errors_at(ctx, attr)
+    assert f"{attr} is required unless host_pool_id is set" in error
+    assert [format_path(d.path) for d in ctx.diagnostics if d.path is not None] == [attr]
+
+
+def test_region_and_instance_type_are_not_required_while_the_pool_id_is_unknown():
+    planned_, ctx = plan({**LEFT_OUT, "host_pool_id": UNKNOWN})
+    assert not all_errors(ctx)
+    assert planned_ is not None and is_unknown(planned_["region"]) and is_unknown(planned_["instance_type"])
+
+
+def test_a_create_on_a_pool_without_region_and_type_plans_the_pools_region_and_the_type_after_apply():
+    api = FakeClusterApi(host_pools={"hpl_lab": host_pool(region="on-prem-berlin")})
+    planned_, ctx = plan(LEFT_OUT, api=api)
+    assert not ctx.diagnostics, [d.detail for d in ctx.diagnostics]
+    assert planned_ is not None and planned_["region"] == "on-prem-berlin"
+    assert is_unknown(planned_["instance_type"])  # the API picks it from the servers' GPUs
+    assert is_unknown(planned_["num_gpus"]) and is_unknown(planned_["gpu_type"])
+    assert planned_["estimated_hourly_cost_usd"] == 0  # known at plan: your servers cost nothing
+    assert (planned_["orchestrator"], planned_["interconnect"]) == ("slurm", "ethernet")
+    spec = spec_from_plan(planned_)  # what apply sends: the type is left to the API
+    assert spec["region"] == "on-prem-berlin" and "instance_type" not in spec
+
+
+def test_a_pool_the_plan_cannot_read_leaves_the_region_unknown():
+    planned_, ctx = plan({**LEFT_OUT, "host_pool_id": "hpl_gone"})
+    assert not all_errors(ctx) and "hpl_gone" in warnings(ctx)["host_pool_id"]
+    assert planned_ is not None and is_unknown(planned_["region"]) and is_unknown(planned_["instance_type"])
+
+
+def test_a_cluster_on_a_pool_without_region_and_type_has_no_diff_and_keeps_them_on_a_change():
+    prior = pool_state()
+    planned_, ctx = plan(LEFT_OUT, prior)
+    assert not ctx.diagnostics and not ctx.requires_replace
+    assert planned_ == prior
+    api = FakeClusterApi(host_pools={"hpl_lab": host_pool(3, free=3)})
+    planned_, ctx = plan({**LEFT_OUT, "node_count": 3, "labels": {"team": "ml"}}, prior, api=api)
+    assert not all_errors(ctx) and not ctx.requires_replace
+    assert planned_ is not None
+    assert (planned_["region"], planned_["instance_type"]) == ("us-east-1", "8xH100")
+    assert planned_["num_gpus"] == 24 and planned_["estimated_hourly_cost_usd"] == 0
+
+
+def test_leaving_out_a_region_and_type_that_were_set_keeps_the_cluster():
+    prior = pool_state()  # created with region and instance_type set: the values the API keeps
+    planned_, ctx = plan({**LEFT_OUT, "labels": {"team": "ml"}}, prior)
+    assert not all_errors(ctx) and not ctx.requires_replace
+    assert planned_ is not None and planned_["instance_type"] == "8xH100"
+
+
+@pytest.mark.parametrize(("attr", "value"), [("instance_type", "8xH200"), ("region", "on-prem-berlin")])
+def test_a_different_region_or_type_set_on_a_pool_still_replaces_the_cluster(attr: str, value: str):
+    api = FakeClusterApi(host_pools={"hpl_lab": host_pool(region="on-prem-berlin")})
+    _, ctx = plan({**LEFT_OUT, attr: value}, pool_state(), api=api)
+    assert [format_path(p) for p in ctx.requires_replace] == [attr]
+
+
+def test_another_pool_plans_its_region_for_the_new_cluster():
+    pools = {"hpl_lab": host_pool(), "hpl_berlin": host_pool(id="hpl_berlin", region="on-prem-berlin")}
+    planned_, ctx = plan({**LEFT_OUT, "host_pool_id": "hpl_berlin"}, pool_state(), api=FakeClusterApi(
+        host_pools=pools))
+    assert not all_errors(ctx)
+    assert sorted(format_path(p) for p in ctx.requires_replace) == ["host_pool_id", "instance_type", "region"]
+    assert planned_ is not None and planned_["region"] == "on-prem-berlin"  # not the old pool's
+    assert is_unknown(planned_["instance_type"])
+
+
+def test_create_without_region_and_type_sends_neither_and_records_the_apis_choice():
+    api = FakeClusterApi()
+    ctx = ctx_for(api)
+    plan_ = planned(name="own", host_pool_id="hpl_lab", region=UNKNOWN, instance_type=UNKNOWN,
+                    interconnect="ethernet")
+    state = RESOURCE.create(ctx, plan_)
+    assert not ctx.diagnostics and state is not None
+    (post,) = [body for method, path, body in api.requests if (method, path) == ("POST", "/v1/clusters")]
+    assert "region" not in post and "instance_type" not in post
+    assert (state["region"], state["instance_type"], state["num_gpus"]) == ("us-east-1", "8xH100", 16)
+    # Imported or refreshed, the cluster reads the same (the API always answers both).
+    found = RESOURCE.read(ctx_for(api), state)
+    assert found is not None and (found["region"], found["instance_type"]) == ("us-east-1", "8xH100")
