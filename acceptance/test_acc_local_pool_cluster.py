@@ -52,12 +52,10 @@ def config(stand_ins: StandIns, node_count: int | None) -> str:
         return pool
     return pool + f"""
     resource "gpucloud_gpu_cluster" "own" {{
-      name          = "own"
-      region        = gpucloud_host_pool.lab.region
-      instance_type = "8xH200"
-      node_count    = {node_count}
-      host_pool_id  = gpucloud_host_pool.lab.id
-      ssh_key_ids   = [gpucloud_ssh_key.me.id]
+      name         = "own"
+      node_count   = {node_count}
+      host_pool_id = gpucloud_host_pool.lab.id
+      ssh_key_ids  = [gpucloud_ssh_key.me.id]
     }}
     """
 
@@ -101,6 +99,9 @@ def test_acc_a_slurm_cluster_on_a_host_pool(
     apply_and_check(tf)
     cluster = values(tf, ADDRESS)
     assert cluster["host_pool_id"] == pool_id and cluster["estimated_hourly_cost_usd"] == 0
+    # region and instance_type left out: the pool's region, the type of its servers (8 H200s each)
+    chosen = (cluster["region"], cluster["instance_type"], cluster["orchestrator"])
+    assert chosen == ("on-prem", "8xH200", "slurm"), chosen
     assert cluster["login"]["host"] == stand_ins.nodes["host-a"].address
     done = login(tf, "srun -N2 hostname")
     assert sorted(done.stdout.split()) == ["host-a", "host-b"], done.stderr
