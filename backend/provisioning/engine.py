@@ -217,8 +217,8 @@ def _add_pool_nodes(session: Session, catalog: Catalog, cluster: Cluster, state:
         index = next(free_indexes)
         node = new_node(session, cluster, name=f"{state.hostname_prefix}-{index}", index=index,
                         batch=state.current_batch, fabric=state.fabric, slot=host.position, scalable_unit=0,
-                        gpu_count=itype.gpu_count, private_ip=host.address, public_ip=None, attempt=1,
-                        now=now)
+                        gpu_count=itype.gpu_count, private_ip=pool_hosts.address_of(host), public_ip=None,
+                        attempt=1, now=now)
         session.flush()
         pool_hosts.hold(host, node)
 

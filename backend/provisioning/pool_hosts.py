@@ -111,6 +111,12 @@ def gone_clusters(session: Session, pool_id: str) -> frozenset[str]:
     return frozenset(session.scalars(query))
 
 
+def address_of(host: HostPoolHost) -> str:
+    """The address a node on `host` has: the IP its check reached (a DNS name resolved once, as the
+    backend saw it), else the address as the user gave it."""
+    return str((host.inventory or {}).get("ip") or host.address)
+
+
 def held_host(session: Session, node_id: str) -> HostPoolHost | None:
     return session.scalars(select(HostPoolHost).where(HostPoolHost.node_id == node_id)).first()
 

@@ -52,6 +52,7 @@ def test_a_reachable_host_is_ready_with_its_inventory_and_key(stand_ins: StandIn
         }
     ]
     assert inventory["interconnect"] == "none"  # no HCA in a namespace
+    assert inventory["ip"] == stand_ins.nodes["host-a"].address  # what a cluster's node is known by
     # From now on the recorded key is required, and it matches.
     assert check_host(stand_ins.target("host-a", host_key=verdict.host_key)).status == "ready"
 

@@ -138,3 +138,10 @@ def test_a_user_whose_sudo_wants_a_password() -> None:
     )
     assert (verdict.status, verdict.reason_code) == ("degraded", "no_sudo")
     assert "ops ALL=(ALL) NOPASSWD:ALL" in (verdict.reason or "")
+
+
+def test_a_host_given_by_name_is_used_by_the_ip_it_resolved_to() -> None:
+    # A cluster's /etc/hosts, firewall and login need addresses: the check records the one ssh reached.
+    assert host_check.reached_ip("10.0.9.11", 22) == "10.0.9.11"
+    assert host_check.reached_ip("localhost", 22) in ("127.0.0.1", "::1")
+    assert host_check.reached_ip("no-such-host.invalid", 22) is None

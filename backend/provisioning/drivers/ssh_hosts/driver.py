@@ -226,7 +226,7 @@ class SshHostsDriver:
             hostname = str((host.inventory or {}).get("hostname") or row.name)
             node = PoolNode(
                 row.name,
-                PoolHost(row.name, host.address, host.port or pool.ssh_port, host.host_key),
+                PoolHost(row.name, pool_hosts.address_of(host), host.port or pool.ssh_port, host.host_key),
                 hostname,
             )
             (members if row.active_name is not None else leaving).append(node)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import socket
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -164,7 +165,19 @@ def _check(shell: NodeShell, target: HostTarget, now: Callable[[], float]) -> Ho
                 inventory=inventory,
             )
         inventory.update(inventory_from_agent(json.loads(reading.stdout)))
+    if target.jump is None and (ip := reached_ip(target.address, target.port)) is not None:
+        inventory["ip"] = ip  # a cluster's /etc/hosts, firewall and login use it, not the DNS name
     return judge(target, inventory, missing)
+
+
+def reached_ip(address: str, port: int) -> str | None:
+    """The IP a host's address resolves to here, where ssh just reached it (None: it does not resolve
+    now). Behind a bastion the name is the bastion's to resolve, so it is kept."""
+    try:
+        found = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)
+    except OSError:
+        return None
+    return str(found[0][4][0]) if found else None
 
 
 def judge(target: HostTarget, inventory: dict[str, Any], missing: list[str]) -> HostVerdict:
