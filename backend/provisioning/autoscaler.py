@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from backend.domain.catalog import Catalog
@@ -88,6 +89,7 @@ class Decision:
     node_count: int  # the new node_count
     remove: tuple[str, ...]  # on a scale-down: exactly the nodes released
     reason: str
+    waiting: bool = False  # nodes are wanted but none can be added now: only said (`note_waiting`)
 
     def action(self, before: int) -> str:
         return "scale_up" if self.node_count > before else "scale_down"
@@ -123,14 +125,24 @@ def _growth(scaling: Range, count: int, wanted: int, free_nodes: int) -> tuple[i
     return grow, bound
 
 
+def _blocked(scaling: Range, count: int) -> str:
+    """Why no node can be added (`_growth` found none)."""
+    if count >= scaling.max_nodes:
+        return f"at max_nodes {scaling.max_nodes}"
+    return "no free node of its instance type on the cluster's fabric"
+
+
 def decide_power(scaling: Range, runs: Sequence[NodeRun], requests: PowerRequests, *,
                  free_nodes: int) -> Decision | None:
     """Slurm's own requests: the names it resumed for jobs, the members it powered down."""
     count = len(runs)
     if requests.resume:
         growth = _growth(scaling, count, len(requests.resume), free_nodes)
-        if growth is None:
-            return None
+        if growth is None:  # never a scale-down meanwhile: Slurm still wants these nodes
+            return Decision(count, (), f"Slurm resumed {hostlist(requests.resume)} for jobs pending for lack "
+                            f"of nodes; none can be added now ({_blocked(scaling, count)}): the jobs wait, "
+                            "and are requeued if the nodes are not up within Slurm's ResumeTimeout",
+                            waiting=True)
         grow, bound = growth
         return Decision(count + grow, (), f"Slurm resumed {hostlist(requests.resume)} for jobs pending for "
                         f"lack of nodes (ResumeProgram): adding {grow}{bound}")
@@ -157,6 +169,10 @@ def decide(scaling: Range, runs: Sequence[NodeRun], jobs: Sequence[Job], *, free
     waiting_jobs, asked = waiting_nodes(jobs)
     if waiting_jobs:
         growth = _growth(scaling, count, asked - len(idle), free_nodes)
+        if growth is None and asked > len(idle):
+            return Decision(count, (), f"{waiting_jobs} job(s) pending for lack of nodes ask for {asked} "
+                            f"node(s), {len(idle)} idle; none can be added now ({_blocked(scaling, count)})",
+                            waiting=True)
         if growth is None:
             return None
         grow, bound = growth
@@ -209,16 +225,32 @@ def within_quota(session: Session, catalog: Catalog, cluster: Cluster, decision:
     spec = {"instance_type": cluster.instance_type, "region": cluster.region,
             "node_count": cluster.node_count,
             "billing": {"type": cluster.billing_type, "duration_days": cluster.billing_duration_days}}
-    capped = ""
+    quota = None
     for count in range(decision.node_count, cluster.node_count, -1):
         try:
             _admit_quota(session=session, catalog=catalog, project_id=cluster.project_id,
                          spec={**spec, "node_count": count}, current=spec)
         except QuotaExceeded as refused:
-            capped = f"; capped by quota {refused.extra.get('quota')}"
+            quota = refused.extra.get("quota")
             continue
+        capped = "" if quota is None else f"; capped by quota {quota}"
         return Decision(count, decision.remove, decision.reason + capped)
-    return Decision(cluster.node_count, decision.remove, decision.reason)
+    return Decision(cluster.node_count, decision.remove,
+                    f"{decision.reason}, but the project's quota {quota} leaves no room", waiting=True)
+
+
+WAITING_PHASE = "AutoscaleWaiting"
+
+
+def note_waiting(session: Session, cluster_id: str, decision: Decision, now: dt.datetime) -> bool:
+    """Say in the cluster's phase history why wanted nodes are not added (once per new reason, so a
+    cluster waiting for hours has one record, not one per round); False when it was said already."""
+    last = session.scalars(select(PhaseRecord).where(PhaseRecord.cluster_id == cluster_id)
+                           .order_by(PhaseRecord.at.desc(), PhaseRecord.id.desc()).limit(1)).first()
+    if last is not None and (last.phase, last.detail) == (WAITING_PHASE, decision.reason):
+        return False
+    session.add(PhaseRecord(cluster_id=cluster_id, phase=WAITING_PHASE, detail=decision.reason, at=now))
+    return True
 
 
 def apply(session: Session, catalog: Catalog, cluster: Cluster, decision: Decision, *, members: Sequence[str],
@@ -239,7 +271,9 @@ def apply(session: Session, catalog: Catalog, cluster: Cluster, decision: Decisi
     if decision.node_count > before:
         decision = within_quota(session, catalog, cluster, decision)
         if decision.node_count <= before:
-            session.rollback()  # the project's quotas leave no room: the next round looks again
+            session.rollback()  # the project's quotas leave no room: said once, the next round looks again
+            if note_waiting(session, cluster.id, decision, now):
+                session.commit()
             return False
     cluster.node_count = decision.node_count
     cluster.generation += 1

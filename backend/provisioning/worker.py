@@ -238,6 +238,12 @@ class EngineWorker:
             decision = autoscaler.decide(scaling, runs, jobs, free_nodes=free, now=now, power=power)
             if decision is None:
                 continue
+            if decision.waiting:  # nothing to change: the reason is said once in the phase history
+                with self.session_factory() as session:
+                    if autoscaler.note_waiting(session, cluster_id, decision, now):
+                        session.commit()
+                        log.info("engine.autoscale_waiting", cluster_id=cluster_id, reason=decision.reason)
+                continue
             with self.session_factory() as session:
                 cluster = session.get(Cluster, cluster_id)
                 members = [r.name for r in runs]

@@ -49,6 +49,12 @@ def scaled(sessions: sessionmaker[Session], cluster_id: str) -> list[dict[str, o
         return [dict(e.details) for e in session.scalars(query.order_by(AuditEvent.occurred_at))]
 
 
+def waiting(admin: TestClient, cluster_id: str) -> list[str]:
+    """Why the autoscaler could not add wanted nodes, as the cluster's phase history says."""
+    phases = get(admin, cluster_id)["phase_history"]
+    return [p["detail"] for p in phases if p["phase"] == autoscaler.WAITING_PHASE]
+
+
 def test_engine_autoscaling_grows_on_pending_jobs_and_releases_the_idle_nodes(
     admin: TestClient, sessions: sessionmaker[Session], clock: ManualClock
 ) -> None:
@@ -74,7 +80,11 @@ def test_engine_autoscaling_grows_on_pending_jobs_and_releases_the_idle_nodes(
     drain(worker)
     grown = get(admin, cluster["id"])
     assert grown["status"] == "RUNNING" and [n["status"] for n in grown["nodes"]] == ["RUNNING"] * 3
-    assert worker.autoscale() == 0  # at max_nodes: the waiting jobs wait
+    assert worker.autoscale() == 0  # at max_nodes: the waiting jobs wait, and the history says why, once
+    assert worker.autoscale() == 0
+    assert waiting(admin, cluster["id"]) == [  # the queue above, not read again: the new nodes are idle
+        "3 job(s) pending for lack of nodes ask for 3 node(s), 2 idle; none can be added now "
+        "(at max_nodes 3)"]
 
     # Only train-1 has no job: it alone goes once idle long enough (not the last node, train-2).
     driver.queue = [job(5, "RUNNING", "train-[0,2]"), job(1, "COMPLETED", "train-[0-1]", ended_at=EPOCH)]
@@ -134,7 +144,10 @@ def test_engine_autoscaling_scale_up_stops_at_the_projects_quota(
     [event] = scaled(sessions, cluster["id"])
     assert str(event["reason"]).endswith("adding 2; capped by quota max_gpus")
     drain(worker)
-    assert worker.autoscale() == 0  # at the quota: the waiting job waits, no decision
+    assert worker.autoscale() == 0  # at the quota: the waiting job waits, no decision; the history says why
+    assert waiting(admin, cluster["id"]) == [
+        "2 job(s) pending for lack of nodes ask for 2 node(s), 1 idle: adding 1, but the project's quota "
+        "max_gpus leaves no room"]
 
 
 def test_api_autoscaling_rules_name_the_fields(admin: TestClient) -> None:

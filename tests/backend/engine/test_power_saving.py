@@ -106,9 +106,14 @@ def test_power_requests_decide_before_the_queue() -> None:
     capped = autoscaler.decide(scaling, runs, [], free_nodes=1, now=EPOCH,
                                power=PowerRequests(resume=("train-2", "train-3")))
     assert capped is not None and capped.node_count == 3 and "capped by capacity" in capped.reason
-    # Slurm waits for nodes the fabric cannot give: no decision, and never a scale-down meanwhile.
-    assert autoscaler.decide(scaling, runs, [], free_nodes=0, now=EPOCH + dt.timedelta(hours=1),
-                             power=PowerRequests(resume=("train-2",))) is None
+    # Slurm waits for nodes the fabric cannot give: no change, only said why, and never a scale-down.
+    waiting = autoscaler.decide(scaling, runs, [], free_nodes=0, now=EPOCH + dt.timedelta(hours=1),
+                                power=PowerRequests(resume=("train-2",)))
+    assert waiting is not None and waiting.waiting and (waiting.node_count, waiting.remove) == (2, ())
+    assert waiting.reason == (
+        "Slurm resumed train-2 for jobs pending for lack of nodes; none can be added now (no free node of "
+        "its instance type on the cluster's fabric): the jobs wait, and are requeued if the nodes are not "
+        "up within Slurm's ResumeTimeout")
     down = autoscaler.decide(scaling, runs, [], free_nodes=0, now=EPOCH,
                              power=PowerRequests(suspend=("train-1", "train-0")))
     assert down is not None and (down.node_count, down.remove) == (1, ("train-0",))  # min_nodes 1
