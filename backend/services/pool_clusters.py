@@ -13,12 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
-
 from backend.domain.access import Scope
 from backend.domain.catalog import Catalog, InstanceType
 from backend.domain.errors import FieldError, validation_failed
 from backend.provisioning import pool_hosts
+from backend.services import host_pools
 from backend.store.host_pool_models import HostPool, HostPoolHost
 from backend.store.repository import referenced
 
@@ -42,8 +41,7 @@ def complete(session: Any, catalog: Catalog, project_id: str, spec: Mapping[str,
     pool = found[0]
     filled = {**spec, "region": spec.get("region") or pool.region}
     if filled.get("instance_type") is None:
-        hosts = session.scalars(select(HostPoolHost).where(HostPoolHost.pool_id == pool.id)
-                                .order_by(HostPoolHost.position)).all()
+        hosts = host_pools.hosts_of(session, pool.id)
         filled["instance_type"] = next((itype.name for host in hosts for itype in _types_for(catalog, host)),
                                        None)
         if filled["instance_type"] is None:
@@ -63,9 +61,12 @@ def _types_for(catalog: Catalog, host: HostPoolHost) -> list[InstanceType]:
 
 
 def _servers(hosts: Sequence[HostPoolHost]) -> str:
+    """The first servers, each with its state and GPUs, for an error message."""
+    if not hosts:
+        return "it has no server"
     seen = [f"{host.address}: {host.status}, {(host.inventory or {}).get('gpu_count') or 0} x "
             f"{(host.inventory or {}).get('gpu_model') or 'no GPU'}" for host in hosts[:4]]
-    return "; ".join(seen) + ("; ..." if len(hosts) > 4 else "") if seen else "it has no server"
+    return "; ".join(seen) + ("; ..." if len(hosts) > 4 else "")
 
 
 def check(session: Any, project_id: str, spec: Mapping[str, Any], scope: Scope | None) -> list[FieldError]:
