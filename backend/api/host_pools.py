@@ -97,8 +97,8 @@ class HostPoolCreate(StrictModel):
     install_packages: bool = Field(
         default=False,
         description=(
-            "Install missing Slurm and munge packages with the host's apt-get or dnf (false: report "
-            "them missing)"
+            "Install missing Slurm and munge packages (and slurmdbd and mariadb-server, for accounting) "
+            "with the host's apt-get or dnf (false: report them missing)"
         ),
     )
 

@@ -288,7 +288,8 @@ def show(app: App, pool_ref: str, as_json: bool) -> None:
 @click.option("--shared-storage-path", metavar="PATH",
               help="An absolute path mounted on every host (NFS, Lustre): volumes live there.")
 @click.option("--install-packages", is_flag=True,
-              help="Install missing Slurm and munge packages with the hosts' apt-get or dnf.")
+              help="Install missing Slurm and munge packages (slurmdbd and mariadb-server for accounting) "
+                   "with the hosts' apt-get or dnf.")
 @json_option
 @pass_app
 def create(
@@ -337,7 +338,7 @@ def new_host(text: str, option: str, host_key: str | None = None) -> dict[str, A
 @click.option("--proxy-jump", metavar="[USER@]HOST[:PORT]", help="New bastion; '' for none.")
 @click.option("--shared-storage-path", metavar="PATH", help="New shared path; '' for none.")
 @click.option("--install-packages/--no-install-packages", default=None,
-              help="Whether missing Slurm and munge packages are installed.")
+              help="Whether missing Slurm, munge and accounting packages are installed.")
 @json_option
 @pass_app
 def update(

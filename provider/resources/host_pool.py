@@ -166,9 +166,9 @@ class HostPoolResource(RestResource):
             ),
             "install_packages": BoolAttribute(
                 optional=True, computed=True, default=False,
-                description="Whether missing Slurm/munge packages are installed with the host's apt-get or "
-                "dnf; when false, a host missing them is `degraded` (`package_missing`). Changes in place "
-                "and re-checks every host.",
+                description="Whether missing Slurm/munge packages (and slurmdbd and mariadb-server, for "
+                "accounting) are installed with the host's apt-get or dnf; when false, a host missing Slurm "
+                "or munge is `degraded` (`package_missing`). Changes in place and re-checks every host.",
             ),
             "labels": MapAttribute(
                 element_type=STRING,

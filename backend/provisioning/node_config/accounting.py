@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from backend.fabric.slurm import SlurmHost, slurmdbd_conf
 from backend.provisioning.node_config.configure import MARIADB_CONFIG, OWN, start_command
 from backend.provisioning.node_config.shell import NodeFile, NodeShell, files_script
 
@@ -86,6 +87,23 @@ def slurm_setting(slurm_conf: str, key: str) -> str | None:
     """One `Key=value` line's value from a slurm.conf, or None."""
     return next((line.split("=", 1)[1] for line in slurm_conf.splitlines()
                  if line.startswith(f"{key}=")), None)
+
+
+def start_if_kept(controller: NodeShell, slurm_conf: str, host: SlurmHost, user: str) -> None:
+    """slurmdbd and its MariaDB on the controller, the cluster registered and `user` (in an account of the
+    same name, a Slurm administrator), when `slurm_conf` keeps accounting in slurmdbd; nothing otherwise.
+    Run before slurmctld starts."""
+    cluster = slurm_setting(slurm_conf, "ClusterName")
+    if cluster is not None and uses_slurmdbd(slurm_conf):
+        start(controller, Accounting(cluster, user, user, slurmdbd_conf(cluster, host)))
+
+
+def sync_qos(controller: NodeShell, slurm_conf: str, user: str, qos: Sequence[Mapping[str, Any]]) -> None:
+    """The declared QoS in the controller's slurmdbd, allowed to `user`, when `slurm_conf` keeps accounting
+    there (a no-op when the controller has them already)."""
+    cluster = slurm_setting(slurm_conf, "ClusterName")
+    if cluster is not None and uses_slurmdbd(slurm_conf):
+        apply_qos(controller, cluster, user, qos)
 
 
 def start(shell: NodeShell, accounting: Accounting) -> None:

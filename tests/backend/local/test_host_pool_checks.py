@@ -39,7 +39,8 @@ def test_a_reachable_host_is_ready_with_its_inventory_and_key(stand_ins: StandIn
     inventory = verdict.inventory or {}
     assert inventory["hostname"] == "host-a" and inventory["kernel"] == os.uname().release
     assert inventory["cpu_count"] == os.cpu_count() and inventory["memory_mib"] > 0
-    assert inventory["packages"] == {"slurmd": True, "slurmctld": True, "munged": True, "python3": True}
+    assert inventory["packages"] == {"slurmd": True, "slurmctld": True, "munged": True, "python3": True,
+                                     "slurmdbd": True, "mariadbd": True}  # the optional ones, for accounting
     assert inventory["init"] == "none"  # a namespace has no systemd of its own
     assert abs(inventory["clock_skew_seconds"]) < 5
     assert (inventory["gpu_count"], inventory["gpu_model"]) == (1, "NVIDIA H200")  # the recorded node's

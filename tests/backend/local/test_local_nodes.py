@@ -27,9 +27,9 @@ from backend.provisioning.drivers.local.node_setup import (
     munge_key,
     node_binds,
     prepare_cluster,
-    start_accounting,
     start_sshd,
 )
+from backend.provisioning.node_config import accounting
 from backend.provisioning.node_config.configure import Mount, NodeConfig, configure, set_access, start_daemons
 from tests.backend.engine.test_fabric import layout
 
@@ -98,7 +98,8 @@ def test_local_nodes_booted_then_configured_over_ssh_run_slurm_jobs_and_leave_no
             assert time.monotonic() < deadline
             time.sleep(0.05)
         configure(shell_of(node), config)
-    start_accounting(shell_of(jumphost), files["slurm.conf"])  # slurmdbd answers before slurmctld starts
+    # slurmdbd answers before slurmctld starts
+    accounting.start_if_kept(shell_of(jumphost), files["slurm.conf"], LOCAL_SLURM_HOST, "ubuntu")
     start_daemons(shell_of(jumphost), ["munged", "slurmctld"])
     for worker in workers:
         start_daemons(shell_of(worker), ["munged", "slurmd"])

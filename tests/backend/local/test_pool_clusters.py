@@ -120,6 +120,9 @@ def _lent(stand_ins: StandIns, tmp_path: Path, host: str) -> str:
         host,
         "ls /var/lib/gpucloud-host 2>/dev/null | head -1; "
         "pgrep -x slurmd >/dev/null && echo slurmd; pgrep -x slurmctld >/dev/null && echo slurmctld; "
+        "pgrep -x slurmdbd >/dev/null && echo slurmdbd; "
+        "pgrep -f gpucloud-slurmdbd.cnf >/dev/null && echo mariadb; "
+        "[ -d /var/lib/slurm/mariadb ] && echo mariadb-data; "
         "getent passwd ubuntu >/dev/null && echo user; true",
     ).strip()
 
@@ -172,14 +175,26 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
         orchestrator="slurm",
         host_pool_id=pool["id"],
         ssh_key_ids=[key["id"]],
+        slurm_config={"qos": [{"name": "urgent", "priority": 100}]},
     )
     _until(worker, admin, cluster["id"], _converged(2))
     body = get(admin, cluster["id"])
     login = body["login"]["public_ip"]
     assert login == stand_ins.nodes["host-a"].address and body["host_pool_id"] == pool["id"]
     assert body["login"]["host_key"] == stand_ins.host_key
-    done = _ssh(key_file, login, "srun -N2 hostname")
+    done = _ssh(key_file, login, "srun -N2 --qos=urgent hostname")
     assert sorted(done.stdout.split()) == ["host-a", "host-b"], done.stderr
+    # The servers have slurmdbd and MariaDB (their check says so): accounting on the controller, the
+    # cluster's user a Slurm administrator, the declared QoS allowed to it, the job in sacct.
+    for host in admin.get(f"/v1/host-pools/{pool['id']}").json()["hosts"]:
+        assert host["inventory"]["packages"]["slurmdbd"] and host["inventory"]["packages"]["mariadbd"], host
+    asked = "sacctmgr -n -P show user ubuntu format=adminlevel; sacct -n -P -X -o jobname,qos,state,nnodes"
+    deadline = time.monotonic() + 30  # slurmctld sends the job's end to slurmdbd on its own time
+    while (accounted := _ssh(key_file, login, asked)).stdout.splitlines() != [
+        "Administrator", "hostname|urgent|COMPLETED|2"
+    ]:
+        assert time.monotonic() < deadline, accounted
+        time.sleep(1)
     # Slurm is told what the servers have (their check's inventory), not the 8xH200 shape sold.
     shown = _ssh(key_file, login, "scontrol -o show node own-1").stdout
     memory_mib = int(Path("/proc/meminfo").read_text().split()[1]) // 1024  # the stand-ins' machine

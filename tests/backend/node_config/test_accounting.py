@@ -90,9 +90,12 @@ def test_accounting_wait_is_bounded_and_says_how_the_log_ends(tmp_path: Path) ->
 
 def test_local_controller_starts_accounting_only_when_slurm_conf_keeps_it_in_slurmdbd() -> None:
     shell = RecordingShell()
-    node_setup.start_accounting(shell, slurm.slurm_conf(layout(2), slurm.SlurmHost(accounting=False)))
+    host = node_setup.LOCAL_SLURM_HOST
+    without = slurm.slurm_conf(layout(2), slurm.SlurmHost(accounting=False))
+    accounting.start_if_kept(shell, without, host, "ubuntu")
+    accounting.sync_qos(shell, without, "ubuntu", [{"name": "high", "priority": 10}])
     assert shell.scripts == []
-    node_setup.start_accounting(shell, slurm.slurm_conf(layout(2), node_setup.LOCAL_SLURM_HOST))
+    accounting.start_if_kept(shell, slurm.slurm_conf(layout(2), host), host, "ubuntu")
     [script] = shell.scripts
     files = _written(script)
     assert files[accounting.SLURMDBD_CONF][0] == slurm.slurmdbd_conf("train", node_setup.LOCAL_SLURM_HOST)

@@ -82,8 +82,30 @@ def test_packages_are_installed_when_the_pool_allows_it() -> None:
         host, HostTarget(**{**TARGET.__dict__, "install_packages": True}), now=iter([999.0, 1001.0]).__next__
     )
     assert verdict.status == "ready", verdict.reason
-    assert "apt-get install -y -q slurmd slurmctld munge slurm-client" in host.scripts[1]
+    # Accounting's packages with the required ones; the clock from the first probe, whose trip was timed.
+    installed = "apt-get install -y -q slurmd slurmctld munge slurmdbd mariadb-server slurm-client"
+    assert installed in host.scripts[1]
     assert verdict.inventory is not None and verdict.inventory["cpu_count"] == 4
+    assert verdict.inventory["clock_skew_seconds"] == 0.0
+    assert not host_check.accounting_ready(verdict.inventory)  # the second probe did not find them
+
+
+def test_a_host_whose_accounting_packages_fail_to_install_is_ready_without_accounting() -> None:
+    agent = '{"host": {"cpu_count": 4, "memory_total_mib": 8000}, "gpus": {"devices": []}, "links": null}'
+    host = ScriptedHost(
+        CommandResult(0, _facts() + "\n" + ALL_THERE, ""),
+        CommandResult(100, "", "E: Unable to locate package mariadb-server"),
+        CommandResult(0, agent, ""),
+    )
+    target = HostTarget(**{**TARGET.__dict__, "install_packages": True})
+    verdict = host_check._check(host, target, now=iter([999.0, 1001.0]).__next__)
+    assert verdict.status == "ready", verdict.reason
+    assert "apt-get install -y -q slurmdbd mariadb-server" in host.scripts[1]
+    assert verdict.inventory is not None and not host_check.accounting_ready(verdict.inventory)
+    everything = _facts() + "\n" + ALL_THERE + "\nhave_slurmdbd=1\nhave_mariadbd=1"
+    host = ScriptedHost(CommandResult(0, everything, ""), CommandResult(0, agent, ""))
+    verdict = host_check._check(host, target, now=iter([999.0, 1001.0]).__next__)
+    assert len(host.scripts) == 2 and host_check.accounting_ready(verdict.inventory)  # nothing installed
 
 
 def test_another_system_is_not_linux() -> None:

@@ -71,7 +71,6 @@ from backend.provisioning.drivers.local.node_setup import (
     node_shell,
     prepare_cluster,
     published_host_key,
-    start_accounting,
     start_sshd,
     volumes_dir,
 )
@@ -666,7 +665,7 @@ class LocalDriver:
             node_config.reconfigure_controller(shell)  # same nodes: slurmctld keeps running (22.05)
         else:
             node_config.stop_daemon(shell, "slurmctld")
-            start_accounting(shell, conf)  # slurmdbd answers before slurmctld starts
+            accounting.start_if_kept(shell, conf, LOCAL_SLURM_HOST, SSH_USER)  # slurmdbd before slurmctld
             node_config.start_daemons(shell, ["munged", "slurmctld"])
             _wait_for_controller(shell)
             node_config.reconfigure_controller(shell)
@@ -676,12 +675,7 @@ class LocalDriver:
 
     @staticmethod
     def _sync_qos(plan: ClusterPlan, controller: NodeShell) -> None:
-        """The declared QoS in the controller's slurmdbd, allowed to the cluster's user (a no-op when the
-        controller already has them)."""
-        conf = plan.slurm_files["slurm.conf"]
-        cluster_name = accounting.slurm_setting(conf, "ClusterName")
-        if cluster_name is not None and accounting.uses_slurmdbd(conf):
-            accounting.apply_qos(controller, cluster_name, SSH_USER, plan.slurm_qos)
+        accounting.sync_qos(controller, plan.slurm_files["slurm.conf"], SSH_USER, plan.slurm_qos)
 
     @staticmethod
     def _prepare_power(plan: ClusterPlan, controller: NodeShell) -> None:

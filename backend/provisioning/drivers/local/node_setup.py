@@ -22,10 +22,9 @@ import secrets
 from collections.abc import Callable
 from pathlib import Path
 
-from backend.fabric.slurm import SlurmHost, slurmdbd_conf
+from backend.fabric.slurm import SlurmHost
 from backend.provisioning.drivers.local.namespaces import Bind, LocalCluster, LocalNode, run
-from backend.provisioning.node_config import accounting, containers
-from backend.provisioning.node_config.shell import NodeShell
+from backend.provisioning.node_config import containers
 from backend.provisioning.node_config.ssh import SshShell, SshTarget, ensure_identity
 
 SSH_USER = "ubuntu"
@@ -209,18 +208,6 @@ def node_binds(node: LocalNode) -> list[Bind]:
         # at every command the backend sends, and whose keys are not the node's).
         Bind(node_dir / "root", "/root"),
     ]
-
-
-def start_accounting(controller: NodeShell, slurm_conf: str) -> None:
-    """slurmdbd and its MariaDB on the controller, the cluster registered and its user (account of the
-    same name, Slurm administrator), when `slurm_conf` keeps accounting in slurmdbd. Run before slurmctld
-    starts. The database lives on the controller's disk: `lib/mariadb` in its node directory."""
-    cluster = accounting.slurm_setting(slurm_conf, "ClusterName")
-    if cluster is None or not accounting.uses_slurmdbd(slurm_conf):
-        return
-    accounting.start(controller, accounting.Accounting(
-        cluster=cluster, user=SSH_USER, account=SSH_USER,
-        slurmdbd_conf=slurmdbd_conf(cluster, LOCAL_SLURM_HOST)))
 
 
 def start_sshd(node: LocalNode) -> None:

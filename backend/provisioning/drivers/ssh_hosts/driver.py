@@ -9,9 +9,10 @@ released again as a no-op), so a backend killed at any point converges when aske
 
 What a node is on a server, and how the server is given back as it was: `host_nodes.py`, `footprint.py`.
 Slurm runs without cgroup confinement (proctrack/linuxproc: slurmd is not started by systemd with a
-delegated cgroup tree) and without accounting (the check does not install MariaDB and slurmdbd); its node
-lines declare the instance type's shape, which the servers' GPU count and model match
-(docs/guides/own-hosts.md).
+delegated cgroup tree); with accounting (slurmdbd and a MariaDB of the cluster's own on the controller, as on
+the local driver) when the controller's server has slurmdbd and MariaDB installed, without it otherwise; its
+node lines declare each server's own CPUs and memory and the instance type's GPUs, which the servers' GPU
+count and model match (docs/guides/own-hosts.md).
 """
 
 from __future__ import annotations
@@ -50,9 +51,10 @@ from backend.provisioning.driver import (
 from backend.provisioning.drivers.background import BackgroundOperations, Result
 from backend.provisioning.drivers.local import observe
 from backend.provisioning.drivers.ssh_hosts import host_nodes
+from backend.provisioning.drivers.ssh_hosts.host_check import accounting_ready
 from backend.provisioning.drivers.ssh_hosts.host_nodes import PoolAccess, PoolHost, PoolLogin
+from backend.provisioning.node_config import accounting, firewall, slurm_control, slurm_jobs
 from backend.provisioning.node_config import configure as node_config
-from backend.provisioning.node_config import firewall, slurm_control, slurm_jobs
 from backend.provisioning.node_config.shell import NodeCommandError, NodeShell
 from backend.provisioning.state import live_nodes, security_rules
 from backend.provisioning.views import cluster_layout
@@ -61,7 +63,8 @@ from backend.store.host_pool_models import HostPool
 from backend.store.models import Cluster, SshKey
 
 # What a server runs Slurm with: its own GPU device files; no cgroup tree delegated to slurmd (it is not a
-# systemd unit), no health check program or accounting database installed by the check.
+# systemd unit), no health check program installed by the check; accounting where the controller's server
+# has slurmdbd and MariaDB (`PoolPlan.slurm_host`).
 SLURM_HOST = slurm.SlurmHost(
     cgroups=False, shape_from_config=True, health_check_program=None, accounting=False, run_dir="/run/slurm"
 )
@@ -103,6 +106,7 @@ class PoolPlan:
     deleting: bool
     leaving: tuple[PoolNode, ...] = ()  # nodes being released that still hold their server
     gone_clusters: frozenset[str] = frozenset()  # the pool's destroyed clusters (a claim of theirs is stale)
+    slurm_qos: tuple[dict[str, Any], ...] = ()  # the QoS the user declares (`slurm_config.qos`)
 
     def node(self, name: str) -> PoolNode | None:
         return next((n for n in (*self.members, *self.leaving) if n.name == name), None)
@@ -219,10 +223,13 @@ class SshHostsDriver:
             raise LookupError(f"cluster {cluster_id} is not on a host pool")
         members: list[PoolNode] = []
         leaving: list[PoolNode] = []
+        slurm_host = SLURM_HOST
         for row in sorted(live_nodes(session, cluster_id), key=lambda n: n.index):
             host = pool_hosts.held_host(session, row.id)
             if host is None or host.host_key is None:
                 continue
+            if not members and row.active_name is not None:  # the controller: accounting where it can
+                slurm_host = dataclasses.replace(SLURM_HOST, accounting=accounting_ready(host.inventory))
             hostname = str((host.inventory or {}).get("hostname") or row.name)
             node = PoolNode(
                 row.name,
@@ -239,13 +246,13 @@ class SshHostsDriver:
             files = {
                 "slurm.conf": slurm.slurm_conf(
                     layout,
-                    SLURM_HOST,
+                    slurm_host,
                     cluster.slurm_config,
                     controller_hostname=members[0].hostname.split(".")[0],
                     shapes=shapes,
                 ),
-                "gres.conf": slurm.gres_conf(layout, SLURM_HOST, shapes),
-                "cgroup.conf": slurm.cgroup_conf(layout, SLURM_HOST),
+                "gres.conf": slurm.gres_conf(layout, slurm_host, shapes),
+                "cgroup.conf": slurm.cgroup_conf(layout, slurm_host),
                 "topology.conf": slurm.topology_conf(layout),
             }
         shared = (pool.shared_storage_path or "").rstrip("/")
@@ -280,6 +287,7 @@ class SshHostsDriver:
             cluster.deletion_requested_at is not None,
             tuple(leaving),
             pool_hosts.gone_clusters(session, pool.id),
+            tuple((cluster.slurm_config or {}).get("qos") or ()),
         )
 
     def _member(self, session: Session, plan: PoolPlan, node_id: str | None) -> PoolNode | None:
@@ -385,8 +393,10 @@ class SshHostsDriver:
         wanted = hashlib.sha256(conf.encode()).hexdigest()
         recorded = self.root / plan.cluster_id / "slurmctld.conf.sha256"
         if node_config.running(shell, "slurmctld") and recorded.exists() and recorded.read_text() == wanted:
+            accounting.sync_qos(shell, conf, USER, plan.slurm_qos)
             return
         node_config.stop_daemon(shell, "slurmctld")
+        accounting.start_if_kept(shell, conf, SLURM_HOST, USER)  # slurmdbd answers before slurmctld starts
         node_config.start_daemons(shell, ["munged", "slurmctld"])
         deadline = time.monotonic() + 30
         while not node_config.controller_answers(shell)[0]:
@@ -395,6 +405,7 @@ class SshHostsDriver:
                 raise RuntimeError(f"slurmctld on {controller.name} did not answer within 30 s; log: {log}")
             time.sleep(0.2)
         node_config.reconfigure_controller(shell)
+        accounting.sync_qos(shell, conf, USER, plan.slurm_qos)
         recorded.write_text(wanted)
 
     def _accept(self, plan: PoolPlan, node: PoolNode) -> None:

@@ -29,6 +29,10 @@ from backend.provisioning.node_config.ssh import SshShell, SshTarget
 MAX_CLOCK_SKEW_SECONDS = 30.0
 # What a node of a Slurm cluster runs: program -> the Debian package that has it.
 REQUIRED_PROGRAMS = {"slurmd": "slurmd", "slurmctld": "slurmctld", "munged": "munge", "python3": "python3"}
+# What Slurm accounting needs on a cluster's controller (slurmdbd and its MariaDB), installed with the
+# required ones when the pool allows it. Optional: a host without them is ready; a cluster whose controller
+# lacks them runs without accounting (`accounting_ready`).
+ACCOUNTING_PROGRAMS = {"slurmdbd": "slurmdbd", "mariadbd": "mariadb-server"}
 HOST_KEY_ALIAS = "gpucloud-pool-host"
 _PROBE_SCRIPT = """\
 echo "kernel_name=$(uname -s)"
@@ -57,8 +61,10 @@ _INSTALL = {
 _DNF_PACKAGES = {
     "slurmd": "slurm-slurmd",
     "slurmctld": "slurm-slurmctld",
+    "slurmdbd": "slurm-slurmdbd",
     "munge": "munge",
     "python3": "python3",
+    "mariadb-server": "mariadb-server",
 }
 INSTALL_TIMEOUT_SECONDS = 600.0
 
@@ -141,19 +147,23 @@ def _check(shell: NodeShell, target: HostTarget, now: Callable[[], float]) -> Ho
     if facts.get("kernel_name") != "Linux":
         system = facts.get("kernel_name") or "an unknown system"
         return HostVerdict("degraded", "not_linux", f"{target.address} runs {system}: clusters need Linux")
+    skew = skew_seconds(facts, sent, received)  # from the first probe, whose round trip was timed
     missing = missing_packages(facts)
-    if missing and target.install_packages:
-        still_missing = _install(shell, facts, missing)
-        if still_missing is None:
+    wanted = missing + missing_packages(facts, ACCOUNTING_PROGRAMS)
+    if wanted and target.install_packages:
+        installed = _install(shell, facts, wanted)
+        if installed is not None:
+            facts = installed
+            missing = missing_packages(facts)
+        elif missing:  # accounting's alone may fail to install: the host runs clusters without it
             return HostVerdict(
                 "degraded",
                 "package_missing",
-                f"{target.address}: installing "
-                "packages failed (see the host's package manager log); install slurmd, "
-                "slurmctld and munge by hand",
+                f"{target.address}: installing {', '.join(wanted)} failed (see the host's package manager "
+                "log); install slurmd, slurmctld and munge by hand (slurmdbd and mariadb-server for "
+                "accounting)",
             )
-        missing = still_missing
-    inventory = base_inventory(facts, skew=skew_seconds(facts, sent, received))
+    inventory = base_inventory(facts, skew=skew)
     if "python3" not in missing:
         reading = shell.run(["python3", "-"], input=agent_script(), check=False, timeout=60)
         if reading.returncode != 0:
@@ -276,9 +286,15 @@ def parse_facts(output: str) -> dict[str, str]:
     return facts
 
 
-def missing_packages(facts: Mapping[str, str]) -> list[str]:
-    """The Debian packages of the required programs the host lacks."""
-    return [package for program, package in REQUIRED_PROGRAMS.items() if facts.get(f"have_{program}") != "1"]
+def missing_packages(facts: Mapping[str, str], programs: Mapping[str, str] = REQUIRED_PROGRAMS) -> list[str]:
+    """The Debian packages of the programs (program -> package) the host lacks."""
+    return [package for program, package in programs.items() if facts.get(f"have_{program}") != "1"]
+
+
+def accounting_ready(inventory: Mapping[str, Any] | None) -> bool:
+    """Whether a host's inventory has what a controller needs for Slurm accounting."""
+    found = (inventory or {}).get("packages") or {}
+    return all(found.get(program) for program in ACCOUNTING_PROGRAMS)
 
 
 def skew_seconds(facts: Mapping[str, str], sent: float, received: float) -> float | None:
@@ -289,11 +305,12 @@ def skew_seconds(facts: Mapping[str, str], sent: float, received: float) -> floa
         return None
 
 
-def _install(shell: NodeShell, facts: Mapping[str, str], missing: list[str]) -> list[str] | None:
-    """Install what is missing with the host's package manager; what is still missing (None: it failed)."""
+def _install(shell: NodeShell, facts: dict[str, str], missing: list[str]) -> dict[str, str] | None:
+    """Install what is missing with the host's package manager; the host's facts afterwards (None: it
+    failed)."""
     packager = facts.get("packager", "none")
     if packager not in _INSTALL:
-        return missing
+        return facts
     names = [_DNF_PACKAGES.get(name, name) if packager == "dnf" else name for name in missing]
     if packager == "apt" and "slurmd" in missing:
         names.append("slurm-client")
@@ -305,11 +322,11 @@ def _install(shell: NodeShell, facts: Mapping[str, str], missing: list[str]) -> 
     )
     if done.returncode != 0:
         return None
-    return missing_packages(parse_facts(_probe(shell).stdout))
+    return parse_facts(_probe(shell).stdout)
 
 
 def _probe(shell: NodeShell) -> CommandResult:
-    script = _PROBE_SCRIPT.replace("PROGRAMS", " ".join(REQUIRED_PROGRAMS))
+    script = _PROBE_SCRIPT.replace("PROGRAMS", " ".join((*REQUIRED_PROGRAMS, *ACCOUNTING_PROGRAMS)))
     return shell.run_script(script, what="host probe", check=False)
 
 
@@ -321,7 +338,10 @@ def base_inventory(facts: Mapping[str, str], *, skew: float | None) -> dict[str,
         "kernel": facts.get("kernel"),
         "arch": facts.get("arch"),
         "init": "systemd" if facts.get("init") == "systemd" else "none",
-        "packages": {program: facts.get(f"have_{program}") == "1" for program in REQUIRED_PROGRAMS},
+        "packages": {
+            program: facts.get(f"have_{program}") == "1"
+            for program in (*REQUIRED_PROGRAMS, *ACCOUNTING_PROGRAMS)
+        },
         "clock_skew_seconds": skew,
         "gpu_count": 0,
         "gpus": [],
