@@ -19,8 +19,8 @@ import structlog
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.domain import host_pools as rules
 from backend.domain.clock import Clock
+from backend.provisioning import pool_hosts
 from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget, HostVerdict, check_host
 from backend.store.host_pool_models import HostPool, HostPoolHost
 
@@ -73,14 +73,14 @@ def extend_leases(session: Session, owner: str, now: dt.datetime) -> None:
 
 
 def _target(pool: HostPool, host: HostPoolHost) -> HostTarget:
-    jump = rules.parse_proxy_jump(pool.proxy_jump) if pool.proxy_jump else None
     return HostTarget(
         address=host.address,
         port=host.port or pool.ssh_port,
         user=pool.ssh_user,
         private_key=pool.ssh_private_key,
         host_key=host.host_key,
-        jump=jump if isinstance(jump, tuple) else None,
+        jump=pool_hosts.bastion(pool),
+        jump_known_hosts=host.jump_known_hosts or "",
         install_packages=pool.install_packages,
     )
 
@@ -102,6 +102,7 @@ def record(
             return False
         host.status, host.reason_code, host.reason = verdict.status, verdict.reason_code, verdict.reason
         host.host_key = verdict.host_key
+        host.jump_known_hosts = verdict.jump_known_hosts or host.jump_known_hosts
         host.inventory = verdict.inventory if verdict.inventory is not None else host.inventory
         host.checked_at = now
         host.probe_due_at = now + interval

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from backend.domain import host_pools as rules
 from backend.domain.catalog import Fabric, InstanceType
 from backend.domain.errors import Conflict
 from backend.domain.host_pools import MAX_HOSTS
@@ -139,3 +140,20 @@ def node_shapes(session: Session, cluster_id: str) -> dict[str, NodeShape]:
 
 def pool_of(session: Session, cluster: Cluster) -> HostPool | None:
     return None if cluster.host_pool_id is None else session.get(HostPool, cluster.host_pool_id)
+
+
+def bastion(pool: HostPool) -> tuple[str | None, str, int] | None:
+    """The pool's bastion as `(user or None, host, port)`, or None."""
+    jump = rules.parse_proxy_jump(pool.proxy_jump) if pool.proxy_jump else None
+    return jump if isinstance(jump, tuple) else None
+
+
+def login_command(user: str, address: str, proxy_jump: str | None) -> str:
+    """How a cluster's user logs in to a node at `address`: through the pool's bastion when it has one, as
+    whoever the user is there (the pool's own login user is not theirs)."""
+    jump = rules.parse_proxy_jump(proxy_jump) if proxy_jump else None
+    if not isinstance(jump, tuple):
+        return f"ssh {user}@{address}"
+    _, host, port = jump
+    where = host if port == 22 else (f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    return f"ssh -J {where} {user}@{address}"

@@ -26,6 +26,7 @@ from backend.provisioning.drivers import configured_capabilities
 from backend.provisioning.state import aware
 from backend.store.db import execute_core
 from backend.store.engine_models import EngineCluster, EngineNode, PhaseRecord
+from backend.store.host_pool_models import HostPool
 from backend.store.models import Cluster
 
 ARTIFACTS = {
@@ -207,11 +208,13 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
                    else node_network(layout.fabric, layout.instance_type, n.slot, layout.partition_key))
         for n in nodes
     ] + [_node_view(n, role, None, member=False) for n in leaving]
-    login_host = f"{layout.name}-jumphost" if layout.multi_node else layout.controller
-    # A pool cluster's login node is its first server, at the server's own address.
+    # A pool cluster's controller and login node is its first server (no jumphost), at its own address.
+    controller = layout.nodes[0].name if on_pool and layout.nodes else layout.controller
     address = layout.controller_ip if on_pool else _login_address(layout)
-    runtime["login"] = {"host": login_host, "public_ip": address, "user": SSH_USER,
-                        "ssh_command": f"ssh {SSH_USER}@{address}",
+    pool = session.get(HostPool, cluster.host_pool_id) if on_pool else None
+    bastion = pool.proxy_jump if pool is not None else None
+    runtime["login"] = {"host": controller, "public_ip": address, "user": SSH_USER,
+                        "ssh_command": pool_hosts.login_command(SSH_USER, str(address), bastion),
                         "host_key": _login_host_key(layout, state, nodes)}
     runtime["fabric"] = {"name": layout.fabric.name, "kind": layout.fabric.kind,
                          "partition_key": layout.partition_key, "subnet": layout.subnet,
@@ -220,7 +223,7 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
     base = f"/v1/clusters/{cluster_id}/artifacts"
     if layout.orchestrator == "slurm":
         declared = [p["name"] for p in (getattr(cluster, "slurm_config", None) or {}).get("partitions") or []]
-        runtime["slurm"] = {"controller": layout.controller, "partition": "gpu",
+        runtime["slurm"] = {"controller": controller, "partition": "gpu",
                             "partitions": ["gpu", *declared],
                             "artifacts": {name: f"{base}/{name}" for name in
                                           ("slurm.conf", "gres.conf", "topology.conf", "hosts")}}

@@ -296,7 +296,8 @@ def update_host_pool(
     if storage != pool.shared_storage_path:
         pool.shared_storage_path, changed = storage, True
     reconnect = _apply_connection(pool, connection)
-    if proxy_jump != pool.proxy_jump:
+    new_bastion = proxy_jump != pool.proxy_jump
+    if new_bastion:
         pool.proxy_jump, reconnect = proxy_jump, True
     if hosts is not None and _replace_hosts(session, pool, hosts, now):
         changed = True
@@ -304,6 +305,8 @@ def update_host_pool(
         session.flush()
         for host in hosts_of(session, pool.id):
             _recheck(host, now)
+            if new_bastion:  # another bastion, or none: its key is recorded anew
+                host.jump_known_hosts = None
     if changed or reconnect:
         touch(pool)
     session.flush()

@@ -112,16 +112,6 @@ def check(session: Any, project_id: str, spec: Mapping[str, Any], scope: Scope |
                 "containers are not offered on host pools yet: leave container_images out",
             )
         )
-    if pool.proxy_jump:
-        errors.append(
-            FieldError(
-                "host_pool_id",
-                "unsupported_on_host_pool",
-                f"host pool {pool.id} is reached through a bastion ({pool.proxy_jump}); clusters "
-                "on pools behind a bastion are not offered yet: use a pool the backend reaches "
-                "directly",
-            )
-        )
     if spec.get("volume_ids") and not pool.shared_storage_path:
         errors.append(
             FieldError(

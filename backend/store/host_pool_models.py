@@ -65,3 +65,6 @@ class HostPoolHost(Base):
     # The engine node the host is lent to (migration 0029); None: free for a cluster of the pool.
     node_id: Mapped[str | None] = mapped_column(ForeignKey("engine_nodes.id", ondelete="SET NULL"),
                                                 unique=True)
+    # The pool's bastion's host key as this host's first check through it saw it (known_hosts lines under
+    # the bastion's alias; migration 0030), then required; None: no bastion, or not reached through it yet.
+    jump_known_hosts: Mapped[str | None] = mapped_column(Text)

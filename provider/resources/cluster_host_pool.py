@@ -3,8 +3,8 @@
 The API refuses at apply what makes no sense for servers of one's own (`unsupported_on_host_pool`,
 backend/services/pool_clusters.py): what sells or places datacenter capacity (a reservation, spot, a reserved
 term, autoscaling, a reserved IP), containers, and any orchestrator but Slurm. Those are configuration
-errors on the attribute to remove. What depends on the pool itself (its region, its bastion, its shared
-storage, its free hosts) is read from `GET /v1/host-pools/{id}` when the plan creates the cluster or takes
+errors on the attribute to remove. What depends on the pool itself (its region, its shared storage, its
+free hosts) is read from `GET /v1/host-pools/{id}` when the plan creates the cluster or takes
 more hosts. `region` and `instance_type` may be left out on a pool (the API fills in the pool's region and
 the type its servers are): the create's plan shows the pool's region, the type is known after apply.
 """
@@ -90,7 +90,7 @@ def check_host_pool(
     config: Mapping[str, Any] | None = None,
 ) -> None:
     """The pool against the plan, when it creates the cluster, takes more hosts or adds volumes: the
-    pool's region, no bastion, shared storage for volumes, enough free ready hosts. A `region` the
+    pool's region, shared storage for volumes, enough free ready hosts. A `region` the
     configuration leaves out is planned as the pool's, as the API makes it."""
     ref = plan.get("host_pool_id")
     if not known(ref):
@@ -130,15 +130,8 @@ def _check_pool_region(ctx: Context, pool: Mapping[str, Any], region: Any) -> No
 
 
 def _check_pool_reach(ctx: Context, pool: Mapping[str, Any], new_volumes: bool) -> None:
-    """What the pool's own settings refuse: a bastion, volumes without shared storage (warnings: they are
-    the pool's, and must not block `terraform destroy`)."""
-    if pool.get("proxy_jump"):
-        ctx.reference_problem(
-            "Host Pool Behind A Bastion",
-            f"Host pool {_pool_name(pool)} is reached through a bastion ({pool['proxy_jump']}); clusters on "
-            "pools behind a bastion are not offered yet: use a pool the backend reaches directly.",
-            root("host_pool_id"),
-        )
+    """What the pool's own settings refuse: volumes without shared storage (a warning: it is the pool's,
+    and must not block `terraform destroy`)."""
     if new_volumes and not pool.get("shared_storage_path"):
         ctx.reference_problem(
             "Host Pool Without Shared Storage",

@@ -400,7 +400,7 @@ NOT_PLAN_TIME = {
     "host_pool_region": "needs the host pool read from the API: the plan checks it with a lookup "
     "(cluster_host_pool.check_host_pool, tested in test_gpu_cluster_host_pool.py)",
     "unsupported_on_host_pool": "a field beside host_pool_id: refused on the attribute at plan "
-    "(cluster_host_pool.check_host_pool_config); a pool behind a bastion needs the pool read: a warning",
+    "(cluster_host_pool.check_host_pool_config)",
     "no_shared_storage": "needs the host pool read from the API (its shared_storage_path): a plan "
     "warning from cluster_host_pool.check_host_pool, refused at apply",
     "no_fitting_instance_type": "instance_type left out on a host pool is the API's choice from its servers' "

@@ -48,8 +48,10 @@ class SshTarget:
     # of refusing it; a different key later is refused all the same.
     accept_new_host_key: bool = False
     # Reach the host through this bastion (`ssh -W`), `(user or None, host, port)`, with the same key; its
-    # host key is recorded in and checked against `known_hosts` under its own name.
+    # host key is recorded in and checked against `known_hosts` under its own name (`jump_alias`), accepted
+    # anew when `accept_new_jump_key` (nothing recorded yet).
     jump: tuple[str | None, str, int] | None = None
+    accept_new_jump_key: bool = False
     sudo: bool = False  # `user` is not root: every command runs under `sudo -n`
     multiplex: bool = True  # one connection master per node (off: a connection per command)
 
@@ -83,11 +85,12 @@ class SshShell(NodeShell):
             remote_command = f"sudo -n -- sh -c {shlex.quote(remote_command)}"
         return [*argv, f"{target.user}@{target.host}", "--", remote_command]
 
-    def _common_options(self) -> dict[str, str]:
+    def _common_options(self, accept_new: bool | None = None) -> dict[str, str]:
+        accept_new = self.target.accept_new_host_key if accept_new is None else accept_new
         return {
             "BatchMode": "yes", "IdentitiesOnly": "yes", "IdentityAgent": "none",
             "PasswordAuthentication": "no",
-            "StrictHostKeyChecking": "accept-new" if self.target.accept_new_host_key else "yes",
+            "StrictHostKeyChecking": "accept-new" if accept_new else "yes",
             "UserKnownHostsFile": str(self.target.known_hosts), "GlobalKnownHostsFile": "/dev/null",
             "ConnectTimeout": str(CONNECT_TIMEOUT_SECONDS),
             "ServerAliveInterval": "5", "ServerAliveCountMax": "3", "LogLevel": "ERROR",
@@ -96,9 +99,9 @@ class SshShell(NodeShell):
     def _jump_argv(self, user: str | None, host: str, port: int) -> list[str]:
         """The ProxyCommand that reaches the target through the bastion (ssh -W), checked like the target."""
         argv = ["ssh", "-F", "none", "-i", str(self.identity), "-p", str(port)]
-        for key, value in self._common_options().items():
+        for key, value in self._common_options(self.target.accept_new_jump_key).items():
             argv += ["-o", f"{key}={value}"]
-        argv += ["-o", f"HostKeyAlias=jump-{host}-{port}"]
+        argv += ["-o", f"HostKeyAlias={jump_alias(host, port)}"]
         return [*argv, "-W", "%h:%p", f"{user or self.target.user}@{host}"]
 
     def _execute(self, remote_command: str, stdin: bytes | None, timeout: float) -> CommandResult:
@@ -119,6 +122,11 @@ class SshShell(NodeShell):
         """Stop this node's connection master, if any (it would otherwise linger `ControlPersist`)."""
         if self.control_path.exists():
             _exit_master(self.control_path, f"{self.target.user}@{self.target.host}")
+
+
+def jump_alias(host: str, port: int) -> str:
+    """The name a bastion's host key is recorded under in known_hosts."""
+    return f"jump-{host}-{port}"
 
 
 def socket_directory(control_dir: Path) -> Path:

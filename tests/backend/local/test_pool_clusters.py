@@ -24,6 +24,7 @@ from pathlib import Path
 import httpx
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain.clock import SYSTEM_CLOCK
@@ -36,6 +37,7 @@ from backend.provisioning.drivers.ssh_hosts.host_nodes import PoolAccess, PoolHo
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
 from backend.settings import Settings
+from backend.store.host_pool_models import HostPoolHost
 from tests.backend.conftest import make_tenant
 from tests.backend.engine.conftest import FAST, create, get, sessions
 from tests.backend.local.stand_in_hosts import (
@@ -78,9 +80,11 @@ def _gone(worker: EngineWorker, admin: TestClient, cluster_id: str, seconds: flo
         time.sleep(0.05)
 
 
-def _ssh(key: Path, host: str, command: str) -> subprocess.CompletedProcess[str]:
+def _ssh(key: Path, host: str, command: str, jump: str | None = None) -> subprocess.CompletedProcess[str]:
+    """`command` as the cluster's user on `host`; `jump`: through a bastion (its ProxyCommand, whole)."""
     argv = [
         "ssh",
+        *(["-o", f"ProxyCommand={jump}"] if jump else []),
         "-i",
         str(key),
         "-o",
@@ -367,6 +371,52 @@ def test_a_backend_killed_while_it_configures_the_servers_converges(
     finally:
         with contextlib.suppress(ProcessLookupError):
             _kill(server)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_cluster_on_a_server_behind_a_bastion(
+    stand_ins: StandIns, admin: TestClient, sessions: sessionmaker[Session], worker: EngineWorker,
+    tmp_path: Path,
+) -> None:
+    """host-a is the bastion of a pool whose one server is host-b: the checks record the bastion's key once
+    and require it after; the cluster is configured through the bastion; its firewall (a group that lets
+    nobody in) still lets the backend's connections in, as the server sees them (from the bastion), and
+    nothing straight from this machine; the user logs in through the bastion."""
+    bastion, server = stand_ins.nodes["host-a"].address, stand_ins.nodes["host-b"].address
+    user_key, key_file, pool_key = private_key(), tmp_path / "id_user", tmp_path / "id_pool"
+    for path, text in ((key_file, openssh(user_key)), (pool_key, stand_ins.private_key)):
+        path.write_text(text)
+        path.chmod(0o600)
+    key = admin.post("/v1/ssh-keys", json={"name": "far", "public_key": public(user_key)}).json()
+    closed = admin.post("/v1/security-groups", json={"name": "closed", "ingress": []})
+    assert closed.status_code == 201, closed.text
+    pool = admin.post("/v1/host-pools", json={
+        "name": "behind", "region": "on-prem", "ssh_private_key": stand_ins.private_key,
+        "proxy_jump": f"root@{bastion}", "hosts": [{"address": server}]}).json()
+    assert host_checks.run_due_checks(sessions, SYSTEM_CLOCK, "test", dt.timedelta(minutes=5)) == 1
+    assert admin.post(f"/v1/host-pools/{pool['id']}/probe").status_code == 202  # again: the key recorded
+    assert host_checks.run_due_checks(sessions, SYSTEM_CLOCK, "test", dt.timedelta(minutes=5)) == 1
+    [host] = admin.get(f"/v1/host-pools/{pool['id']}").json()["hosts"]
+    assert host["status"] == "ready", host
+    with sessions() as session:
+        row = session.scalars(select(HostPoolHost).where(HostPoolHost.pool_id == pool["id"])).one()
+        assert (row.jump_known_hosts or "").startswith(f"jump-{bastion}-22 ssh-ed25519 ")
+        assert (row.inventory or {})["ssh_client_ip"] == bastion
+
+    cluster = create(admin, name="far", region="on-prem", instance_type="8xH200", node_count=1,
+                     orchestrator="slurm", host_pool_id=pool["id"], ssh_key_ids=[key["id"]],
+                     security_group_ids=[closed.json()["id"]])
+    _until(worker, admin, cluster["id"], _converged(1))
+    assert get(admin, cluster["id"])["login"]["ssh_command"] == f"ssh -J {bastion} ubuntu@{server}"
+    through = (f"ssh -i {pool_key} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+               f"-o BatchMode=yes -o LogLevel=ERROR root@{bastion} -W %h:%p")
+    done = _ssh(key_file, server, "srun -N1 hostname", jump=through)
+    assert done.stdout.split() == ["host-b"], done.stderr
+    direct = _ssh(key_file, server, "true")
+    assert direct.returncode == 255 and "timed out" in direct.stderr, direct
+    assert admin.delete(f"/v1/clusters/{cluster['id']}").status_code in (200, 202)
+    _gone(worker, admin, cluster["id"])
+    assert _lent(stand_ins, tmp_path, "host-b") == ""  # straight from here again: the firewall went too
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -4,6 +4,7 @@ the user's terms. The probe script itself runs for real in this machine's `sh`."
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 
 from backend.provisioning.drivers.ssh_hosts import host_check
@@ -43,9 +44,13 @@ def _facts(**values: str) -> str:
 
 def test_the_probe_script_runs_in_a_posix_shell() -> None:
     script = host_check._PROBE_SCRIPT.replace("PROGRAMS", " ".join(host_check.REQUIRED_PROGRAMS))
-    done = subprocess.run(["sh", "-e", "-c", script], capture_output=True, text=True, check=True)
+    # Run as sudo would: its child has no SSH_CONNECTION, its parent (here: sh -c's caller, env) has.
+    wrapped = ["env", "SSH_CONNECTION=192.0.2.7 50000 192.0.2.8 22", "sh", "-c",
+               f"env -u SSH_CONNECTION sh -e -c {shlex.quote(script)}"]
+    done = subprocess.run(wrapped, capture_output=True, text=True, check=True)
     facts = host_check.parse_facts(done.stdout)
     assert facts["kernel_name"] == "Linux" and facts["have_python3"] == "1" and facts["epoch"].isdigit()
+    assert facts["ssh_client"] == "192.0.2.7"  # what a cluster's firewall lets in to manage the host
     assert facts["init"] in ("systemd", "none") and facts["packager"] in ("apt", "dnf", "none")
 
 

@@ -152,19 +152,17 @@ def test_a_scale_up_counts_the_added_hosts_and_a_relabel_reads_no_pool():
     assert not [r for r in api.requests if r[1].startswith("/v1/host-pools")]
 
 
-@pytest.mark.parametrize(
-    ("pool", "extra", "path", "words"),
-    [
-        ({"proxy_jump": "ops@bastion"}, {}, "host_pool_id", "reached through a bastion (ops@bastion)"),
-        ({}, {"shared_volume_ids": ["vol_east"]}, "shared_volume_ids", "declares no shared_storage_path"),
-    ],
-)
-def test_what_the_pool_itself_refuses_warns_at_plan(pool: dict[str, Any], extra: dict[str, Any], path: str,
-                                                     words: str):
-    api = FakeClusterApi(host_pools={"hpl_lab": host_pool(**pool)})
-    _, ctx = plan({**ON_POOL, **extra}, api=api)
+def test_volumes_on_a_pool_without_shared_storage_warn_at_plan():
+    api = FakeClusterApi(host_pools={"hpl_lab": host_pool()})
+    _, ctx = plan({**ON_POOL, "shared_volume_ids": ["vol_east"]}, api=api)
     assert not all_errors(ctx)  # the pool's, not this configuration's: destroy must not be blocked
-    assert words in warnings(ctx)[path]
+    assert "declares no shared_storage_path" in warnings(ctx)["shared_volume_ids"]
+
+
+def test_a_pool_behind_a_bastion_takes_clusters():
+    api = FakeClusterApi(host_pools={"hpl_lab": host_pool(proxy_jump="ops@bastion")})
+    _, ctx = plan(dict(ON_POOL), api=api)
+    assert not ctx.diagnostics
 
 
 def test_a_pool_with_shared_storage_takes_volumes():

@@ -59,7 +59,6 @@ from backend.provisioning.node_config.shell import NodeCommandError, NodeShell
 from backend.provisioning.state import live_nodes, security_rules
 from backend.provisioning.views import cluster_layout
 from backend.store.engine_models import EngineNode
-from backend.store.host_pool_models import HostPool
 from backend.store.models import Cluster, SshKey
 
 # What a server runs Slurm with: its own GPU device files; no cgroup tree delegated to slurmd (it is not a
@@ -90,6 +89,7 @@ class PoolNode:
     name: str
     host: PoolHost
     hostname: str  # the server's own (`hostname -s` from its check): what SlurmctldHost must say
+    backend_seen_as: str | None = None  # where the server saw its check come from (`ssh_client_ip`)
 
 
 @dataclass(frozen=True)
@@ -116,8 +116,19 @@ class PoolPlan:
         sees it) may always reach sshd; the rest is the security groups' to decide."""
         peers = "{ " + ", ".join(m.host.address for m in self.members or (node,)) + " }"
         return firewall.ruleset(
-            self.security_rules, peers=peers, outsider=None, management=source_address(node.host.address)
+            self.security_rules, peers=peers, outsider=None, management=self.management_address(node)
         )
+
+    def management_address(self, node: PoolNode) -> str:
+        """Where the backend's connections to the server come from, as the server sees them: this
+        machine's address on the route to it, or behind a bastion the bastion's (as the server's check
+        saw it, else the bastion's address resolved here)."""
+        if self.login.jump is None:
+            return source_address(node.host.address)
+        if node.backend_seen_as:
+            return node.backend_seen_as
+        _, bastion, port = self.login.jump
+        return str(socket.getaddrinfo(bastion, port, type=socket.SOCK_STREAM)[0][4][0])
 
     @property
     def controller(self) -> PoolNode | None:
@@ -224,18 +235,21 @@ class SshHostsDriver:
         members: list[PoolNode] = []
         leaving: list[PoolNode] = []
         slurm_host = SLURM_HOST
+        bastion_keys: set[str] = set()  # the bastion's key as the held servers' checks recorded it
         for row in sorted(live_nodes(session, cluster_id), key=lambda n: n.index):
             host = pool_hosts.held_host(session, row.id)
             if host is None or host.host_key is None:
                 continue
             if not members and row.active_name is not None:  # the controller: accounting where it can
                 slurm_host = dataclasses.replace(SLURM_HOST, accounting=accounting_ready(host.inventory))
-            hostname = str((host.inventory or {}).get("hostname") or row.name)
+            inventory = host.inventory or {}
             node = PoolNode(
                 row.name,
                 PoolHost(row.name, pool_hosts.address_of(host), host.port or pool.ssh_port, host.host_key),
-                hostname,
+                str(inventory.get("hostname") or row.name),
+                inventory.get("ssh_client_ip"),
             )
+            bastion_keys.update((host.jump_known_hosts or "").splitlines())
             (members if row.active_name is not None else leaving).append(node)
         layout = cluster_layout(session, cluster_id)
         files: dict[str, str] = {}
@@ -279,7 +293,8 @@ class SshHostsDriver:
         return PoolPlan(
             cluster_id,
             pool.id,
-            _login(pool),
+            PoolLogin(pool.ssh_user, pool.ssh_private_key, pool_hosts.bastion(pool),
+                      "".join(f"{line}\n" for line in sorted(bastion_keys) if line)),
             tuple(members),
             config,
             sources,
@@ -511,6 +526,3 @@ def source_address(address: str) -> str:
         probe.connect((address, 22))
         return str(probe.getsockname()[0])
 
-
-def _login(pool: HostPool) -> PoolLogin:
-    return PoolLogin(user=pool.ssh_user, private_key=pool.ssh_private_key)

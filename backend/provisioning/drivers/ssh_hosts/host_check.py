@@ -48,6 +48,14 @@ for program in PROGRAMS; do
     fi
 done
 if [ -d /run/systemd/system ]; then echo init=systemd; else echo init=none; fi
+# The address the host sees the backend's connection come from (a bastion's, behind one): the first
+# SSH_CONNECTION among this script's ancestors (sudo clears it from its children, not from itself).
+p=$$
+while [ "${p:-1}" -gt 1 ]; do
+    connection=$(tr '\\0' '\\n' < /proc/"$p"/environ 2>/dev/null | sed -n 's/^SSH_CONNECTION=//p')
+    if [ -n "$connection" ]; then echo "ssh_client=${connection%% *}"; break; fi
+    p=$(awk '{print $4}' /proc/"$p"/stat 2>/dev/null)
+done
 if command -v apt-get >/dev/null 2>&1; then echo packager=apt
 elif command -v dnf >/dev/null 2>&1; then echo packager=dnf
 else echo packager=none; fi
@@ -113,6 +121,7 @@ def check_host(target: HostTarget, *, now: Callable[[], float] = time.time) -> H
                 user=target.user,
                 accept_new_host_key=target.host_key is None,
                 jump=target.jump,
+                accept_new_jump_key=target.jump is not None and not target.jump_known_hosts,
                 sudo=target.user != "root",
                 multiplex=False,
             ),
@@ -343,6 +352,7 @@ def base_inventory(facts: Mapping[str, str], *, skew: float | None) -> dict[str,
             for program in (*REQUIRED_PROGRAMS, *ACCOUNTING_PROGRAMS)
         },
         "clock_skew_seconds": skew,
+        "ssh_client_ip": facts.get("ssh_client") or None,  # whom a cluster's firewall lets in to manage it
         "gpu_count": 0,
         "gpus": [],
         "interconnect": "none",
