@@ -33,6 +33,7 @@ from backend.provisioning.drivers import entry
 from backend.provisioning.drivers.routing import PoolRouting
 from backend.provisioning.drivers.ssh_hosts import footprint
 from backend.provisioning.drivers.ssh_hosts.driver import SshHostsDriver
+from backend.provisioning.drivers.ssh_hosts.host_check import accounting_ready
 from backend.provisioning.drivers.ssh_hosts.host_nodes import PoolAccess, PoolHost, PoolLogin
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
@@ -199,6 +200,13 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
     ]:
         assert time.monotonic() < deadline, accounted
         time.sleep(1)
+    # Checked again while lent: the cluster's own MariaDB is not taken for one of the server's (which would
+    # turn accounting off at the next change of the cluster).
+    assert admin.post(f"/v1/host-pools/{pool['id']}/probe").status_code == 202
+    assert host_checks.run_due_checks(sessions, SYSTEM_CLOCK, "test", dt.timedelta(minutes=5)) == 2
+    with sessions() as session:
+        for row in session.scalars(select(HostPoolHost).where(HostPoolHost.pool_id == pool["id"])):
+            assert row.status == "ready" and accounting_ready(row.inventory), row.inventory
     # Slurm is told what the servers have (their check's inventory), not the 8xH200 shape sold.
     shown = _ssh(key_file, login, "scontrol -o show node own-1").stdout
     memory_mib = int(Path("/proc/meminfo").read_text().split()[1]) // 1024  # the stand-ins' machine

@@ -9,6 +9,7 @@ import subprocess
 
 from backend.provisioning.drivers.ssh_hosts import host_check
 from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget
+from backend.provisioning.node_config.configure import MARIADB_CONFIG
 from backend.provisioning.node_config.shell import RUN_SCRIPT, CommandResult, NodeShell
 
 TARGET = HostTarget(address="10.0.0.5", port=22, user="root", private_key="unused", host_key=None)
@@ -111,6 +112,12 @@ def test_a_host_whose_accounting_packages_fail_to_install_is_ready_without_accou
     host = ScriptedHost(CommandResult(0, everything, ""), CommandResult(0, agent, ""))
     verdict = host_check._check(host, target, now=iter([999.0, 1001.0]).__next__)
     assert len(host.scripts) == 2 and host_check.accounting_ready(verdict.inventory)  # nothing installed
+    # A MariaDB of the host's own runs (the probe saw one not started with the cluster's configuration file):
+    # it holds the socket the cluster's accounting database would use, so clusters there go without.
+    host = ScriptedHost(CommandResult(0, everything + "\nmariadb_in_use=1", ""), CommandResult(0, agent, ""))
+    verdict = host_check._check(host, target, now=iter([999.0, 1001.0]).__next__)
+    assert verdict.status == "ready" and not host_check.accounting_ready(verdict.inventory)
+    assert f"--defaults-file={MARIADB_CONFIG}" in host.scripts[0]
 
 
 def test_another_system_is_not_linux() -> None:

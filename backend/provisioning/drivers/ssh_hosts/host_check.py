@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from backend.provisioning.drivers.local.observe import agent_script
+from backend.provisioning.node_config.configure import MARIADB_CONFIG
 from backend.provisioning.node_config.shell import CommandResult, NodeCommandError, NodeShell
 from backend.provisioning.node_config.ssh import SshShell, SshTarget
 
@@ -55,6 +56,11 @@ while [ "${p:-1}" -gt 1 ]; do
     connection=$(tr '\\0' '\\n' < /proc/"$p"/environ 2>/dev/null | sed -n 's/^SSH_CONNECTION=//p')
     if [ -n "$connection" ]; then echo "ssh_client=${connection%% *}"; break; fi
     p=$(awk '{print $4}' /proc/"$p"/stat 2>/dev/null)
+done
+# A MariaDB of the host's own (not a cluster's accounting database) holds the socket accounting would use.
+for pid in $(pgrep -x "mariadbd|mysqld" || true); do
+    tr '\\0' ' ' < /proc/"$pid"/cmdline 2>/dev/null | grep -q -- "--defaults-file=MARIADB_CONFIG" ||
+        echo mariadb_in_use=1
 done
 if command -v apt-get >/dev/null 2>&1; then echo packager=apt
 elif command -v dnf >/dev/null 2>&1; then echo packager=dnf
@@ -301,9 +307,11 @@ def missing_packages(facts: Mapping[str, str], programs: Mapping[str, str] = REQ
 
 
 def accounting_ready(inventory: Mapping[str, Any] | None) -> bool:
-    """Whether a host's inventory has what a controller needs for Slurm accounting."""
+    """Whether a host's inventory has what a controller needs for Slurm accounting: slurmdbd and MariaDB
+    installed, and no MariaDB of the host's own running (it would hold the socket the cluster's uses)."""
     found = (inventory or {}).get("packages") or {}
-    return all(found.get(program) for program in ACCOUNTING_PROGRAMS)
+    mine = not (inventory or {}).get("mariadb_in_use")
+    return mine and all(found.get(program) for program in ACCOUNTING_PROGRAMS)
 
 
 def skew_seconds(facts: Mapping[str, str], sent: float, received: float) -> float | None:
@@ -336,6 +344,7 @@ def _install(shell: NodeShell, facts: dict[str, str], missing: list[str]) -> dic
 
 def _probe(shell: NodeShell) -> CommandResult:
     script = _PROBE_SCRIPT.replace("PROGRAMS", " ".join((*REQUIRED_PROGRAMS, *ACCOUNTING_PROGRAMS)))
+    script = script.replace("MARIADB_CONFIG", MARIADB_CONFIG)
     return shell.run_script(script, what="host probe", check=False)
 
 
@@ -353,6 +362,7 @@ def base_inventory(facts: Mapping[str, str], *, skew: float | None) -> dict[str,
         },
         "clock_skew_seconds": skew,
         "ssh_client_ip": facts.get("ssh_client") or None,  # whom a cluster's firewall lets in to manage it
+        "mariadb_in_use": facts.get("mariadb_in_use") == "1",
         "gpu_count": 0,
         "gpus": [],
         "interconnect": "none",
