@@ -17,8 +17,10 @@ from backend.provisioning.drivers.local.driver import LocalDriver
 from backend.provisioning.drivers.local.namespaces import run
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
-from backend.store.models import AuditEvent
+from backend.services import quotas
+from backend.store.models import AuditEvent, Cluster
 from tests.backend.engine.conftest import FAST, cluster_body, get, sessions
+from tests.backend.engine.test_engine_autoscaling import waiting
 from tests.backend.local.test_local_autoscaling import _autoscale_until
 from tests.backend.local.test_local_driver_nodes import _converged, _ssh, _until, driver
 
@@ -46,10 +48,23 @@ def test_local_elastic_cluster_accepts_a_job_for_max_nodes_and_runs_it_once_the_
 
     # el-2 has no machine: Slurm knows it as a powered-down cloud node, and accepts a 3-node job.
     assert "CLOUD" in " ".join(_ssh(key_file, login, "scontrol show node el-2"))
+    _quota(sessions, cluster_id, max_gpus=16)  # two 8-GPU nodes: none more for now
     submitted = _ssh(key_file, login, "sbatch -N3 -o elastic.out --wrap 'srun hostname'")
     assert submitted[:3] == ["Submitted", "batch", "job"], submitted
 
-    # ResumeProgram asked for el-2: the autoscaler adds it, and the job runs on all three.
+    # ResumeProgram asked for el-2, which the quota leaves no room for: the history says so, once, and the
+    # request waits in Slurm's file; once the quota is raised the autoscaler adds el-2 and the job runs.
+    deadline = time.monotonic() + 60
+    while not (said := waiting(admin, cluster_id)):
+        assert time.monotonic() < deadline, get(admin, cluster_id)["phase_history"]
+        worker.autoscale()
+        worker.run_once()
+        time.sleep(0.3)
+    assert "Slurm resumed el-2" in said[0] and "quota max_gpus leaves no room" in said[0], said
+    for _ in range(3):
+        assert worker.autoscale() == 0
+    assert waiting(admin, cluster_id) == said and get(admin, cluster_id)["node_count"] == 2
+    _quota(sessions, cluster_id, max_gpus=None)
     _autoscale_until(worker, admin, cluster_id, 3, seconds=120)
     _until(worker, admin, cluster_id, _converged(3))
     deadline = time.monotonic() + 120
@@ -64,3 +79,10 @@ def test_local_elastic_cluster_accepts_a_job_for_max_nodes_and_runs_it_once_the_
         events = [dict(e.details) for e in session.scalars(query)]
     assert [(e["action"], e["to_node_count"]) for e in events] == [("scale_up", 3)]
     assert "Slurm resumed el-2" in str(events[0]["reason"]), events
+
+
+def _quota(sessions: sessionmaker[Session], cluster_id: str, *, max_gpus: int | None) -> None:
+    with sessions() as session, session.begin():
+        row = session.get(Cluster, cluster_id)
+        assert row is not None
+        quotas.set_quota(session=session, project_id=row.project_id, changes={"max_gpus": max_gpus})
