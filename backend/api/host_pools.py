@@ -149,6 +149,15 @@ class InventoryOut(BaseModel):
     interconnect_devices: list[str] = Field(default_factory=list)
     init: Literal["systemd", "none"] = "none"
     packages: dict[str, bool] = Field(default_factory=dict, description="Program -> found on the host")
+    mariadb_in_use: bool = Field(
+        default=False,
+        description="A MariaDB of the host's own runs (it holds the socket a cluster's would use)",
+    )
+    accounting: bool = Field(
+        default=False,
+        description="A cluster whose first node (its controller) is this host keeps Slurm accounting: "
+        "slurmdbd and MariaDB installed, no MariaDB of the host's own running",
+    )
     clock_skew_seconds: float | None = None
 
 
@@ -192,7 +201,10 @@ class HostPoolOut(BaseModel):
 
 
 def _host_out(row: HostPoolHost, pool_port: int, holders: Mapping[str, tuple[str, str]]) -> HostOut:
-    inventory = InventoryOut.model_validate(row.inventory) if row.inventory else None
+    inventory = (
+        InventoryOut.model_validate({**row.inventory, "accounting": rules.accounting_ready(row.inventory)})
+        if row.inventory else None
+    )
     cluster_id, node = holders.get(row.node_id or "", (None, None))
     return HostOut(
         address=row.address,

@@ -9,8 +9,9 @@ from __future__ import annotations
 import ipaddress
 import posixpath
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
@@ -30,6 +31,9 @@ REASON_CODES = (
     "agent_failed",
 )
 MAX_HOSTS = 64
+# What Slurm accounting needs on a cluster's controller (slurmdbd and its MariaDB): program -> Debian package.
+# Optional: a host without them is ready, and a cluster whose controller lacks them runs without accounting.
+ACCOUNTING_PROGRAMS = {"slurmdbd": "slurmdbd", "mariadbd": "mariadb-server"}
 MIN_RSA_BITS = 2048
 REGION_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
 SSH_USER_PATTERN = r"^[a-z_][a-z0-9_-]{0,31}$"
@@ -209,3 +213,11 @@ def pool_status(host_statuses: Sequence[str]) -> str:
     if "pending" in host_statuses:
         return "probing"
     return "unavailable"
+
+
+def accounting_ready(inventory: Mapping[str, Any] | None) -> bool:
+    """Whether a host's inventory has what a controller needs for Slurm accounting: slurmdbd and MariaDB
+    installed, and no MariaDB of the host's own running (it would hold the socket the cluster's uses)."""
+    found = (inventory or {}).get("packages") or {}
+    mine = not (inventory or {}).get("mariadb_in_use")
+    return mine and all(found.get(program) for program in ACCOUNTING_PROGRAMS)

@@ -186,6 +186,8 @@ HOST_COLUMNS = [
     ("CPUS", lambda h: (h.get("inventory") or {}).get("cpu_count")),
     ("MEMORY", lambda h: memory_text(h.get("inventory"))),
     ("INTERCONNECT", lambda h: (h.get("inventory") or {}).get("interconnect")),
+    ("ACCOUNTING", lambda h: None if not h.get("inventory") else ("yes" if h["inventory"].get("accounting")
+                                                                   else "no")),
     ("CLUSTER", lambda h: h.get("cluster_id")),
     ("NODE", lambda h: h.get("node")),
 ]

@@ -321,3 +321,17 @@ def test_a_cluster_without_a_pool_needs_a_region_and_an_instance_type(admin: Tes
     response = admin.post("/v1/clusters", json=spec)
     assert response.status_code == 422, response.text
     assert [(e["field"], e["code"]) for e in response.json()["errors"]] == [(field, "required")]
+
+
+@pytest.mark.parametrize(("found", "accounting"), [
+    ({"packages": {"slurmdbd": True, "mariadbd": True}}, True),
+    ({"packages": {"slurmdbd": True, "mariadbd": False}}, False),
+    ({"packages": {"slurmdbd": True, "mariadbd": True}, "mariadb_in_use": True}, False),
+])
+def test_a_host_says_whether_its_clusters_keep_accounting(  # type: ignore[no-untyped-def]
+    admin: TestClient, write_sessions, found: dict[str, object], accounting: bool
+) -> None:
+    pool = admin.post("/v1/host-pools", json=_pool()).json()
+    _checked(write_sessions, {"hostname": "gpu-a", "gpu_count": 8, "gpu_model": "NVIDIA H200", **found})
+    hosts = admin.get(f"/v1/host-pools/{pool['id']}").json()["hosts"]
+    assert {host["inventory"]["accounting"] for host in hosts} == {accounting}, hosts

@@ -28,12 +28,12 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.domain.clock import SYSTEM_CLOCK
+from backend.domain.host_pools import accounting_ready
 from backend.provisioning import host_checks
 from backend.provisioning.drivers import entry
 from backend.provisioning.drivers.routing import PoolRouting
 from backend.provisioning.drivers.ssh_hosts import footprint
 from backend.provisioning.drivers.ssh_hosts.driver import SshHostsDriver
-from backend.provisioning.drivers.ssh_hosts.host_check import accounting_ready
 from backend.provisioning.drivers.ssh_hosts.host_nodes import PoolAccess, PoolHost, PoolLogin
 from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 import subprocess
 
+from backend.domain.host_pools import accounting_ready
 from backend.provisioning.drivers.ssh_hosts import host_check
 from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget
 from backend.provisioning.node_config.configure import MARIADB_CONFIG
@@ -93,7 +94,7 @@ def test_packages_are_installed_when_the_pool_allows_it() -> None:
     assert installed in host.scripts[1]
     assert verdict.inventory is not None and verdict.inventory["cpu_count"] == 4
     assert verdict.inventory["clock_skew_seconds"] == 0.0
-    assert not host_check.accounting_ready(verdict.inventory)  # the second probe did not find them
+    assert not accounting_ready(verdict.inventory)  # the second probe did not find them
 
 
 def test_a_host_whose_accounting_packages_fail_to_install_is_ready_without_accounting() -> None:
@@ -107,16 +108,16 @@ def test_a_host_whose_accounting_packages_fail_to_install_is_ready_without_accou
     verdict = host_check._check(host, target, now=iter([999.0, 1001.0]).__next__)
     assert verdict.status == "ready", verdict.reason
     assert "apt-get install -y -q slurmdbd mariadb-server" in host.scripts[1]
-    assert verdict.inventory is not None and not host_check.accounting_ready(verdict.inventory)
+    assert verdict.inventory is not None and not accounting_ready(verdict.inventory)
     everything = _facts() + "\n" + ALL_THERE + "\nhave_slurmdbd=1\nhave_mariadbd=1"
     host = ScriptedHost(CommandResult(0, everything, ""), CommandResult(0, agent, ""))
     verdict = host_check._check(host, target, now=iter([999.0, 1001.0]).__next__)
-    assert len(host.scripts) == 2 and host_check.accounting_ready(verdict.inventory)  # nothing installed
+    assert len(host.scripts) == 2 and accounting_ready(verdict.inventory)  # nothing installed
     # A MariaDB of the host's own runs (the probe saw one not started with the cluster's configuration file):
     # it holds the socket the cluster's accounting database would use, so clusters there go without.
     host = ScriptedHost(CommandResult(0, everything + "\nmariadb_in_use=1", ""), CommandResult(0, agent, ""))
     verdict = host_check._check(host, target, now=iter([999.0, 1001.0]).__next__)
-    assert verdict.status == "ready" and not host_check.accounting_ready(verdict.inventory)
+    assert verdict.status == "ready" and not accounting_ready(verdict.inventory)
     assert f"--defaults-file={MARIADB_CONFIG}" in host.scripts[0]
 
 

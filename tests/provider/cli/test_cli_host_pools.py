@@ -27,8 +27,9 @@ INVENTORY = {
     "arch": "x86_64", "cpu_count": 128, "memory_mib": 2063000, "gpu_count": 8, "gpu_model": "NVIDIA H200",
     "gpus": [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-1", "memory_total_mib": 143771}],
     "interconnect": "infiniband", "interconnect_devices": ["mlx5_0"], "init": "systemd",
-    "packages": {"slurmd": True, "slurmctld": True, "munge": True, "python3": True},
-    "clock_skew_seconds": 0.4,
+    "packages": {"slurmd": True, "slurmctld": True, "munge": True, "python3": True, "slurmdbd": True,
+                 "mariadbd": True},
+    "mariadb_in_use": False, "accounting": True, "clock_skew_seconds": 0.4,
 }
 READY_HOST = {
     "address": "10.0.0.5", "port": 22, "status": "ready", "reason_code": None, "reason": None,
@@ -186,9 +187,10 @@ def test_cli_host_pool_list_and_show_render_hosts_with_inventory_and_reasons(
     assert f"Public key:        {PUBLIC_KEY}" in fields
     assert "PRIVATE" not in out
     assert rows(hosts) == [
-        ["ADDRESS", "PORT", "STATUS", "REASON", "GPUS", "CPUS", "MEMORY", "INTERCONNECT", "CLUSTER", "NODE"],
-        ["10.0.0.5", "22", "ready", "-", "8xNVIDIA-H200", "128", "2015GiB", "infiniband", "-", "-"],
-        ["gpu-b.lab", "2222", "unreachable", "auth_refused", "-", "-", "-", "-", "-", "-"],
+        ["ADDRESS", "PORT", "STATUS", "REASON", "GPUS", "CPUS", "MEMORY", "INTERCONNECT", "ACCOUNTING",
+         "CLUSTER", "NODE"],
+        ["10.0.0.5", "22", "ready", "-", "8xNVIDIA-H200", "128", "2015GiB", "infiniband", "yes", "-", "-"],
+        ["gpu-b.lab", "2222", "unreachable", "auth_refused", "-", "-", "-", "-", "-", "-", "-"],
     ]
     assert reasons == f"gpu-b.lab:2222: {REFUSED_HOST['reason']}\n"
 

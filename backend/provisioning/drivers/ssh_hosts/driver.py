@@ -33,6 +33,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from backend.domain.clock import SYSTEM_CLOCK, Clock
+from backend.domain.host_pools import accounting_ready
 from backend.domain.lifecycle import NodeStage
 from backend.fabric import slurm
 from backend.provisioning import pool_hosts
@@ -51,7 +52,6 @@ from backend.provisioning.driver import (
 from backend.provisioning.drivers.background import BackgroundOperations, Result
 from backend.provisioning.drivers.local import observe
 from backend.provisioning.drivers.ssh_hosts import host_nodes
-from backend.provisioning.drivers.ssh_hosts.host_check import accounting_ready
 from backend.provisioning.drivers.ssh_hosts.host_nodes import PoolAccess, PoolHost, PoolLogin
 from backend.provisioning.node_config import accounting, firewall, slurm_control, slurm_jobs
 from backend.provisioning.node_config import configure as node_config

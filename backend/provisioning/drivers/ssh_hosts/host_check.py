@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backend.domain.host_pools import ACCOUNTING_PROGRAMS
 from backend.provisioning.drivers.local.observe import agent_script
 from backend.provisioning.node_config.configure import MARIADB_CONFIG
 from backend.provisioning.node_config.shell import CommandResult, NodeCommandError, NodeShell
@@ -30,10 +31,6 @@ from backend.provisioning.node_config.ssh import SshShell, SshTarget
 MAX_CLOCK_SKEW_SECONDS = 30.0
 # What a node of a Slurm cluster runs: program -> the Debian package that has it.
 REQUIRED_PROGRAMS = {"slurmd": "slurmd", "slurmctld": "slurmctld", "munged": "munge", "python3": "python3"}
-# What Slurm accounting needs on a cluster's controller (slurmdbd and its MariaDB), installed with the
-# required ones when the pool allows it. Optional: a host without them is ready; a cluster whose controller
-# lacks them runs without accounting (`accounting_ready`).
-ACCOUNTING_PROGRAMS = {"slurmdbd": "slurmdbd", "mariadbd": "mariadb-server"}
 HOST_KEY_ALIAS = "gpucloud-pool-host"
 _PROBE_SCRIPT = """\
 echo "kernel_name=$(uname -s)"
@@ -304,14 +301,6 @@ def parse_facts(output: str) -> dict[str, str]:
 def missing_packages(facts: Mapping[str, str], programs: Mapping[str, str] = REQUIRED_PROGRAMS) -> list[str]:
     """The Debian packages of the programs (program -> package) the host lacks."""
     return [package for program, package in programs.items() if facts.get(f"have_{program}") != "1"]
-
-
-def accounting_ready(inventory: Mapping[str, Any] | None) -> bool:
-    """Whether a host's inventory has what a controller needs for Slurm accounting: slurmdbd and MariaDB
-    installed, and no MariaDB of the host's own running (it would hold the socket the cluster's uses)."""
-    found = (inventory or {}).get("packages") or {}
-    mine = not (inventory or {}).get("mariadb_in_use")
-    return mine and all(found.get(program) for program in ACCOUNTING_PROGRAMS)
 
 
 def skew_seconds(facts: Mapping[str, str], sent: float, received: float) -> float | None:

@@ -95,9 +95,20 @@ function hostsSection(pool) {
     { label: "Memory", value: (host) => fmt.gib(host.inventory ? host.inventory.memory_mib : null), numeric: true, nowrap: true },
     { label: "Interconnect", value: (host) => interconnect(host.inventory) },
     { label: "OS", value: (host) => (host.inventory ? osText(host.inventory) : "—") },
+    { label: "Accounting", value: accounting },
     { label: "Cluster", value: holder },
     { label: "Checked", value: (host) => fmt.time(host.checked_at), nowrap: true },
   ], pool.hosts, { caption: "Hosts", empty: "No hosts." }));
+}
+
+// Whether a cluster whose controller the host is keeps Slurm accounting, and why not.
+function accounting(host) {
+  const inventory = host.inventory;
+  if (!inventory) return "—";
+  if (inventory.accounting) return "yes";
+  return h("span", { class: "muted", title: inventory.mariadb_in_use
+    ? "A MariaDB of the host's own runs: it holds the socket the cluster's accounting database would use"
+    : "slurmdbd or MariaDB is not installed (install_packages installs them)" }, "no");
 }
 
 // The cluster whose node the host is (a link to it, with the node's name), "free" for a ready host no
