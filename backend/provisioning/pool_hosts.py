@@ -148,12 +148,11 @@ def bastion(pool: HostPool) -> tuple[str | None, str, int] | None:
     return jump if isinstance(jump, tuple) else None
 
 
-def login_command(user: str, address: str, proxy_jump: str | None) -> str:
-    """How a cluster's user logs in to a node at `address`: through the pool's bastion when it has one, as
-    whoever the user is there (the pool's own login user is not theirs)."""
-    jump = rules.parse_proxy_jump(proxy_jump) if proxy_jump else None
-    if not isinstance(jump, tuple):
+def login_command(user: str, address: str, bastion: tuple[str | None, str, int] | None) -> str:
+    """How a cluster's user logs in to a node at `address`: through the pool's bastion (`bastion(pool)`)
+    when it has one, as whoever the user is there (the pool's own login user is not theirs)."""
+    if bastion is None:
         return f"ssh {user}@{address}"
-    _, host, port = jump
+    _, host, port = bastion
     where = host if port == 22 else (f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     return f"ssh -J {where} {user}@{address}"

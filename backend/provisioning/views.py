@@ -212,7 +212,7 @@ def cluster_runtime(session: Session, cluster_id: str, cluster: Cluster | Any = 
     controller = layout.nodes[0].name if on_pool and layout.nodes else layout.controller
     address = layout.controller_ip if on_pool else _login_address(layout)
     pool = session.get(HostPool, cluster.host_pool_id) if on_pool else None
-    bastion = pool.proxy_jump if pool is not None else None
+    bastion = pool_hosts.bastion(pool) if pool is not None else None
     runtime["login"] = {"host": controller, "public_ip": address, "user": SSH_USER,
                         "ssh_command": pool_hosts.login_command(SSH_USER, str(address), bastion),
                         "host_key": _login_host_key(layout, state, nodes)}

@@ -68,7 +68,7 @@ class SshShell(NodeShell):
     def ssh_argv(self, remote_command: str) -> list[str]:
         """The ssh command line that runs `remote_command` on the node."""
         target = self.target
-        options = self._common_options()
+        options = self._common_options(target.accept_new_host_key)
         if target.multiplex:
             options.update({"ControlMaster": "auto", "ControlPath": str(self.control_path),
                             "ControlPersist": str(CONTROL_PERSIST_SECONDS)})
@@ -85,8 +85,7 @@ class SshShell(NodeShell):
             remote_command = f"sudo -n -- sh -c {shlex.quote(remote_command)}"
         return [*argv, f"{target.user}@{target.host}", "--", remote_command]
 
-    def _common_options(self, accept_new: bool | None = None) -> dict[str, str]:
-        accept_new = self.target.accept_new_host_key if accept_new is None else accept_new
+    def _common_options(self, accept_new: bool) -> dict[str, str]:
         return {
             "BatchMode": "yes", "IdentitiesOnly": "yes", "IdentityAgent": "none",
             "PasswordAuthentication": "no",

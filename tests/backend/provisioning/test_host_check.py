@@ -45,7 +45,7 @@ def _facts(**values: str) -> str:
 
 
 def test_the_probe_script_runs_in_a_posix_shell() -> None:
-    script = host_check._PROBE_SCRIPT.replace("PROGRAMS", " ".join(host_check.REQUIRED_PROGRAMS))
+    script = host_check._PROBE_SCRIPT
     # Run as sudo would: its child has no SSH_CONNECTION, its parent (here: sh -c's caller, env) has.
     wrapped = ["env", "SSH_CONNECTION=192.0.2.7 50000 192.0.2.8 22", "sh", "-c",
                f"env -u SSH_CONNECTION sh -e -c {shlex.quote(script)}"]

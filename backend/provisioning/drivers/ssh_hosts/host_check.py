@@ -63,7 +63,9 @@ if command -v apt-get >/dev/null 2>&1; then echo packager=apt
 elif command -v dnf >/dev/null 2>&1; then echo packager=dnf
 else echo packager=none; fi
 echo "epoch=$(date +%s)"
-"""
+""".replace("PROGRAMS", " ".join((*REQUIRED_PROGRAMS, *ACCOUNTING_PROGRAMS))).replace(
+    "MARIADB_CONFIG", MARIADB_CONFIG
+)
 _INSTALL = {
     "apt": "DEBIAN_FRONTEND=noninteractive apt-get install -y -q {packages}",
     "dnf": "dnf install -y -q {packages}",
@@ -332,9 +334,7 @@ def _install(shell: NodeShell, facts: dict[str, str], missing: list[str]) -> dic
 
 
 def _probe(shell: NodeShell) -> CommandResult:
-    script = _PROBE_SCRIPT.replace("PROGRAMS", " ".join((*REQUIRED_PROGRAMS, *ACCOUNTING_PROGRAMS)))
-    script = script.replace("MARIADB_CONFIG", MARIADB_CONFIG)
-    return shell.run_script(script, what="host probe", check=False)
+    return shell.run_script(_PROBE_SCRIPT, what="host probe", check=False)
 
 
 def base_inventory(facts: Mapping[str, str], *, skew: float | None) -> dict[str, Any]:
