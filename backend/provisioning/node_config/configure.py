@@ -38,9 +38,21 @@ DAEMONS = {  # program: how it is started, detached from the shell that starts i
     "slurmctld": ("/usr/sbin/slurmctld -D", "/var/log/slurm/slurmctld.out"),
     "slurmd": ("/usr/sbin/slurmd -D", "/var/log/slurm/slurmd.out"),
 }
+# The shell functions every daemon script starts with.
 # `own NAME`: pids of program NAME in this machine's network namespace.
+# `launch NAME LOG COMMAND...`: COMMAND detached, appending its output to LOG. Where systemd runs the machine,
+# as the transient unit `gpucloud-NAME.service` (`UNIT_PREFIX`): supervised by systemd in a cgroup of its own
+# (delegated, as Debian's slurmd.service has it), not in the SSH session that started it, and gone once it
+# stops (`--collect`); `KillMode=process`, so stopping slurmd leaves its jobs' steps running, as Debian's
+# unit does. Elsewhere (the local driver's nodes, a server without systemd) with `setsid`.
 OWN = ('own() { n=$(readlink /proc/self/ns/net); for p in $(pgrep -x "$1"); do '
-       '[ "$(readlink /proc/"$p"/ns/net 2>/dev/null)" = "$n" ] && echo "$p"; done; true; }\n')
+       '[ "$(readlink /proc/"$p"/ns/net 2>/dev/null)" = "$n" ] && echo "$p"; done; true; }\n'
+       'launch() { name=$1 log=$2; shift 2; '
+       'if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null; then '
+       'systemd-run --quiet --collect --unit="gpucloud-$name" --property=KillMode=process '
+       '--property=Delegate=yes /bin/sh -c \'exec "$@" >> "$0" 2>&1 < /dev/null\' "$log" "$@"; '
+       'else setsid -f "$@" >> "$log" 2>&1 < /dev/null; fi; }\n')
+UNIT_PREFIX = "gpucloud-"
 
 
 @dataclass(frozen=True)
@@ -193,9 +205,11 @@ def _slurm_files(files: Mapping[str, str]) -> list[NodeFile]:
     return [NodeFile(f"{SLURM_DIR}/{name}", content.encode()) for name, content in sorted(files.items())]
 
 
-def start_command(program: str) -> str:
+def start_command(program: str, *arguments: str) -> str:
+    """Start `program` (with `arguments` after its own) unless it runs already (needs `OWN`)."""
     command, log = DAEMONS[program]
-    return f"[ -n \"$(own {program})\" ] || setsid -f {command} >> {log} 2>&1 < /dev/null"
+    extra = "".join(f" {shlex.quote(argument)}" for argument in arguments)
+    return f"[ -n \"$(own {program})\" ] || launch {program} {log} {command}{extra}"
 
 
 def _mount_script(mounts: Iterable[Mount]) -> str:

@@ -140,10 +140,11 @@ def _multiply_gpus(source: Path, target: Path, count: int) -> None:
 
 @contextmanager
 def stand_in_hosts(subnet: str, names: tuple[str, ...], *, gpu_hosts: tuple[str, ...] = (),
-                   gpus: int = 1) -> Iterator[StandIns]:
+                   gpus: int = 1, systemd_hosts: tuple[str, ...] = ()) -> Iterator[StandIns]:
     """Servers `names` at the subnet's addresses .11, .12, ...; `gpu_hosts` have an nvidia-smi that reports
-    `gpus` H200s (from the recorded output). Every server mounts one shared file system at `SHARED_MOUNT`
-    (a directory of the host's, as an NFS export would be)."""
+    `gpus` H200s (from the recorded output); `systemd_hosts` boot systemd as their init, as most servers do.
+    Every server mounts one shared file system at `SHARED_MOUNT` (a directory of the host's, as an NFS
+    export would be)."""
     root = Path("/var/tmp") / f"gpucloud-hosts-test-{uuid.uuid4().hex[:8]}"
     bridge = LocalCluster(root, f"h{uuid.uuid4().hex[:6]}", subnet)
     key = private_key()
@@ -158,7 +159,8 @@ def stand_in_hosts(subnet: str, names: tuple[str, ...], *, gpu_hosts: tuple[str,
         nodes = {name: bridge.node(name, str(first + index)) for index, name in enumerate(names)}
         for name, node in nodes.items():
             shared = [Bind(root / "shared", SHARED_MOUNT)]
-            node.create(node_binds(node) + shared + (_recorded_gpus(root, gpus) if name in gpu_hosts else []))
+            node.create(node_binds(node) + shared + (_recorded_gpus(root, gpus) if name in gpu_hosts else []),
+                        systemd=name in systemd_hosts)
             start_sshd(node)
             wait_for_sshd(node.address)
             if name in gpu_hosts:

@@ -59,7 +59,9 @@ BACKEND = Path(sys.executable).with_name("gpucloud-backend")
 
 @pytest.fixture(scope="module")
 def stand_ins() -> Iterator[StandIns]:
-    with stand_in_hosts(SUBNET, ("host-a", "host-b"), gpu_hosts=("host-a", "host-b"), gpus=8) as hosts:
+    # host-a boots systemd, as most servers do (the cluster's daemons are its units there); host-b does not.
+    with stand_in_hosts(SUBNET, ("host-a", "host-b"), gpu_hosts=("host-a", "host-b"), gpus=8,
+                        systemd_hosts=("host-a",)) as hosts:
         yield hosts
 
 
@@ -128,8 +130,16 @@ def _lent(stand_ins: StandIns, tmp_path: Path, host: str) -> str:
         "pgrep -x slurmdbd >/dev/null && echo slurmdbd; "
         "pgrep -f gpucloud-slurmdbd.cnf >/dev/null && echo mariadb; "
         "[ -d /var/lib/slurm/mariadb ] && echo mariadb-data; "
-        "getent passwd ubuntu >/dev/null && echo user; true",
+        "getent passwd ubuntu >/dev/null && echo user; "
+        "systemctl list-units --all --plain --no-legend 'gpucloud-*.service' 2>/dev/null || true",
     ).strip()
+
+
+def _units(stand_ins: StandIns, tmp_path: Path, host: str) -> dict[str, str]:
+    """The systemd units of the cluster's daemons on a server that runs systemd, and their state."""
+    listed = _root(stand_ins, tmp_path, host,
+                   "systemctl list-units --all --plain --no-legend 'gpucloud-*.service'")
+    return {line.split()[0]: line.split()[2] for line in listed.splitlines() if line.strip()}
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -189,10 +199,17 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
     assert body["login"]["host_key"] == stand_ins.host_key
     done = _ssh(key_file, login, "srun -N2 --qos=urgent hostname")
     assert sorted(done.stdout.split()) == ["host-a", "host-b"], done.stderr
+    # On the server that runs systemd every daemon is a unit of it; the other runs them detached.
+    daemons = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd")
+    assert _units(stand_ins, tmp_path, "host-a") == {f"gpucloud-{name}.service": "active" for name in daemons}
+    assert "slurmd" in _root(stand_ins, tmp_path, "host-b", "pgrep -a -x slurmd")
     # The servers have slurmdbd and MariaDB (their check says so): accounting on the controller, the
     # cluster's user a Slurm administrator, the declared QoS allowed to it, the job in sacct.
+    inits = {}
     for host in admin.get(f"/v1/host-pools/{pool['id']}").json()["hosts"]:
         assert host["inventory"]["packages"]["slurmdbd"] and host["inventory"]["packages"]["mariadbd"], host
+        inits[host["address"]] = host["inventory"]["init"]
+    assert inits == {stand_ins.nodes["host-a"].address: "systemd", stand_ins.nodes["host-b"].address: "none"}
     asked = "sacctmgr -n -P show user ubuntu format=adminlevel; sacct -n -P -X -o jobname,qos,state,nnodes"
     deadline = time.monotonic() + 30  # slurmctld sends the job's end to slurmdbd on its own time
     while (accounted := _ssh(key_file, login, asked)).stdout.splitlines() != [
@@ -228,12 +245,15 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
     done = _ssh(key_file, login, "srun -N2 hostname")
     assert sorted(done.stdout.split()) == ["host-a", "host-b"], done.stderr
 
-    # A killed slurmd: the health watch finds it, the node is restarted in place and runs again.
-    _root(stand_ins, tmp_path, "host-b", "pkill -x slurmd")
-    _until(worker, admin, cluster["id"], lambda b: any(n["status"] != "RUNNING" for n in b["nodes"]), 60)
-    _until(worker, admin, cluster["id"], _converged(2))
-    done = _ssh(key_file, login, "srun -N2 hostname")
-    assert sorted(done.stdout.split()) == ["host-a", "host-b"], done.stderr
+    # A killed slurmd, on each server: the health watch finds it, the node is restarted in place and runs
+    # again (on host-a, as a unit again: the killed one was collected).
+    for host in ("host-b", "host-a"):
+        _root(stand_ins, tmp_path, host, "pkill -x slurmd")
+        _until(worker, admin, cluster["id"], lambda b: any(n["status"] != "RUNNING" for n in b["nodes"]), 60)
+        _until(worker, admin, cluster["id"], _converged(2))
+        done = _ssh(key_file, login, "srun -N2 hostname")
+        assert sorted(done.stdout.split()) == ["host-a", "host-b"], done.stderr
+    assert _units(stand_ins, tmp_path, "host-a")["gpucloud-slurmd.service"] == "active"
 
     assert admin.delete(f"/v1/clusters/{cluster['id']}").status_code in (200, 202)
     _gone(worker, admin, cluster["id"])

@@ -486,9 +486,7 @@ class LocalDriver:
             # slurmctld takes a resumed node's registration only with a boot time after its resume
             # request; a namespace node shares the host's kernel (and uptime): `-b` reports a boot.
             node_config.start_daemons(shell_of(node), ["munged"])
-            command, log = node_config.DAEMONS["slurmd"]
-            shell_of(node).run_script(f'{node_config.OWN}[ -n "$(own slurmd)" ] || '
-                                      f"setsid -f {command} -b >> {log} 2>&1 < /dev/null",
+            shell_of(node).run_script(node_config.OWN + node_config.start_command("slurmd", "-b"),
                                       what="start slurmd")
         controller = self._slurm_controller(cluster, plan)
         if controller is not None:  # a repair drained the name in Slurm: its new machine takes work

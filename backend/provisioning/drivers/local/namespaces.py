@@ -197,6 +197,9 @@ class LocalNode:
         self.veth = f"gpcv{_short(cluster.key, self.instance)}"
         cgroups = _cgroup_root()
         self.cgroup = cgroups / self.netns if cgroups is not None else None
+        # A systemd node's cgroup in the host's `name=systemd` hierarchy, where the host has one.
+        legacy = _cgroup_root(legacy_systemd=True)
+        self.systemd_cgroup = legacy / self.netns if legacy is not None else None
 
     def exists(self) -> bool:
         """Booted whole and running: its init lives (a node half made when the backend died lacks the
@@ -204,9 +207,11 @@ class LocalNode:
         return (Path("/run/netns", self.netns).exists() and (self.dir / "made").exists()
                 and self.init_pid() is not None)
 
-    def create(self, binds: Iterable[Bind]) -> None:
+    def create(self, binds: Iterable[Bind], *, systemd: bool = False) -> None:
         """Boot the node: namespaces, cabling, its init and root file system (idempotent). Its directory
-        (the node's disk) is kept from an earlier boot."""
+        (the node's disk) is kept from an earlier boot. With `systemd`, systemd is the init, as on most
+        servers (the tests' stand-ins for servers of one's own): it brings up no unit of its own
+        (`SYSTEMD_TARGET`) and has a cgroup namespace and a cgroup2 hierarchy of its own."""
         if self.exists():
             return
         (self.dir / "made").unlink(missing_ok=True)
@@ -225,6 +230,8 @@ class LocalNode:
             run(["ip", "-n", self.netns, *argv])
         run(["ip", "neigh", "flush", "to", self.address, "dev", self.cluster.bridge], check=False)
         self._lay_out_disk()
+        if systemd:
+            _write_systemd_etc(self.dir / "etc", self.name)
         booted = self.dir / "var" / ".booted"
         booted.unlink(missing_ok=True)
         (self.dir / "init.pid").unlink(missing_ok=True)
@@ -232,7 +239,12 @@ class LocalNode:
             self.cgroup.mkdir(parents=True, exist_ok=True)
         # The init's parent (`unshare`) stays on the host, waiting for it; both end together.
         boot = ["nsenter", f"--net=/run/netns/{self.netns}", "unshare", "--pid", "--fork", "--mount", "--uts",
-                "--ipc", "--propagation", "slave", "sh", "-ec", _boot_script(self, binds)]
+                "--ipc", *(["--cgroup"] if systemd else []), "--propagation", "slave",
+                "sh", "-ec", _boot_script(self, binds, systemd=systemd)]
+        if systemd and self.systemd_cgroup is not None:  # joined before its cgroup namespace is made
+            self.systemd_cgroup.mkdir(parents=True, exist_ok=True)
+            join = str(self.systemd_cgroup / "cgroup.procs")
+            boot = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', join, *boot]
         self._detached(boot, self.dir / "log" / "boot.out")
         deadline = time.monotonic() + _BOOT_SECONDS
         while not (booted.exists() and self.init_pid() is not None):
@@ -317,9 +329,9 @@ class LocalNode:
     def destroy(self) -> None:
         """Stop its processes and remove its namespaces, veth, cgroup and directory (idempotent)."""
         self._remove_namespaces()
-        if self.cgroup is not None and self.cgroup.exists():
-            with contextlib.suppress(OSError):
-                self.cgroup.rmdir()
+        for cgroup in (self.cgroup, self.systemd_cgroup):
+            if cgroup is not None and cgroup.exists():
+                _remove_cgroup(cgroup)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def _remove_namespaces(self) -> None:
@@ -351,7 +363,48 @@ class LocalNode:
                            timeout=_COMMAND_TIMEOUT_SECONDS)
 
 
-def _boot_script(node: LocalNode, binds: Iterable[Bind]) -> str:
+# slurmd 22.05 refuses to start without the host's cgroup mounts (v1 or v2, not hybrid): the host's,
+# read-only (a node's processes are held by its PID namespace and cgroup instead). Less the cgroup2 mount a
+# hybrid host has beside its v1 controllers: crun refuses to run in a hybrid hierarchy ("cgroups in hybrid
+# mode not supported"), and nothing in a node uses it.
+_HOST_CGROUPS = (
+    "if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup sys/fs/cgroup; "
+    "if mountpoint -q sys/fs/cgroup/unified; then umount sys/fs/cgroup/unified; fi; "
+    "for m in $(findmnt -rn -o TARGET -R \"$PWD/sys/fs/cgroup\"); do mount -o remount,bind,ro \"$m\"; "
+    "done; fi"
+)
+# systemd as a node's init: the host's v1 controllers read-only as above (Slurm 22.05 refuses the hybrid
+# layout a systemd of the host's kind would otherwise show it), and the two hierarchies systemd writes to, a
+# cgroup2 at `unified` and its own `name=systemd`, mounted anew in the node's cgroup namespace: their root
+# is the node's cgroup in each (`LocalNode.cgroups`), so it sees and moves nothing of the host's.
+# On a host with cgroup2 alone, that one, anew.
+_SYSTEMD_CGROUPS = (
+    "if [ \"$(stat -f -c %T /sys/fs/cgroup)\" = cgroup2fs ]; then "
+    "mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 sys/fs/cgroup; else "
+    "mount --rbind /sys/fs/cgroup sys/fs/cgroup; "
+    "for m in $(findmnt -rn -o TARGET -R \"$PWD/sys/fs/cgroup\"); do "
+    "case $m in */sys/fs/cgroup/unified|*/sys/fs/cgroup/systemd) umount \"$m\";; "
+    "*) mount -o remount,bind,ro \"$m\";; esac; done; "
+    "mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 sys/fs/cgroup/unified; "
+    "mount -t cgroup -o nosuid,nodev,noexec,none,name=systemd cgroup sys/fs/cgroup/systemd; fi"
+)
+SYSTEMD = "/usr/lib/systemd/systemd"
+# The unit a systemd node boots into: nothing but itself (not the host's default target, whose services,
+# enabled on this machine's /etc, are no node's).
+SYSTEMD_TARGET = "gpucloud-node.target"
+
+
+def _write_systemd_etc(etc_upper: Path, hostname: str) -> None:
+    """The node's boot target and hostname (systemd sets the one of /etc/hostname), in the upper layer of
+    its /etc."""
+    (etc_upper / "hostname").write_text(f"{hostname}\n")
+    units = etc_upper / "systemd" / "system"
+    units.mkdir(parents=True, exist_ok=True)
+    (units / SYSTEMD_TARGET).write_text(
+        "[Unit]\nDescription=A gpucloud node booted with systemd\nDefaultDependencies=no\n")
+
+
+def _boot_script(node: LocalNode, binds: Iterable[Bind], *, systemd: bool = False) -> str:
     """What the node's init runs before it becomes the reaper: record its host pid, set the hostname, build
     the node's root in a tmpfs (the host's programs read-only, its own /etc, /var, /run, /tmp, /var/tmp,
     /dev, /dev/shm, /proc, /sys, then `binds`), switch to it with `pivot_root` and let go of the host's."""
@@ -385,18 +438,12 @@ def _boot_script(node: LocalNode, binds: Iterable[Bind]) -> str:
         "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs dev/shm",
         "mount -t proc -o nosuid,nodev,noexec proc proc",
         "mount -t sysfs -o ro,nosuid,nodev,noexec sysfs sys",
-        # slurmd 22.05 refuses to start without the host's cgroup mounts (v1 or v2, not hybrid):
-        # the host's, read-only (a node's processes are held by its PID namespace and cgroup instead).
-        # Less the cgroup2 mount a hybrid host has beside its v1 controllers: crun refuses to run in a
-        # hybrid hierarchy ("cgroups in hybrid mode not supported"), and nothing in a node uses it.
-        "if mountpoint -q /sys/fs/cgroup; then mount --rbind /sys/fs/cgroup sys/fs/cgroup; "
-        "if mountpoint -q sys/fs/cgroup/unified; then umount sys/fs/cgroup/unified; fi; "
-        "for m in $(findmnt -rn -o TARGET -R \"$PWD/sys/fs/cgroup\"); do mount -o remount,bind,ro \"$m\"; "
-        "done; fi",
+        _SYSTEMD_CGROUPS if systemd else _HOST_CGROUPS,
         *(_bind_command(bind) for bind in binds),
         "mkdir .host; pivot_root . .host; cd /; umount -l /.host; rmdir /.host",
         ": > /var/.booted",
-        f"exec /usr/bin/python3 -I -S -c {q(_INIT)}",
+        f"exec env container=gpucloud {SYSTEMD} --system --unit={SYSTEMD_TARGET}" if systemd
+        else f"exec /usr/bin/python3 -I -S -c {q(_INIT)}",
     ]
     return "\n".join(script)
 
@@ -417,13 +464,23 @@ def _parent(pid: int) -> int | None:
         return None
 
 
+def _remove_cgroup(cgroup: Path) -> None:
+    """Remove a cgroup and those below it (a systemd node's units), deepest first; a busy one stays."""
+    for path in sorted((p for p in cgroup.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        with contextlib.suppress(OSError):
+            path.rmdir()
+    with contextlib.suppress(OSError):
+        cgroup.rmdir()
+
+
 @functools.cache
-def _cgroup_root() -> Path | None:
+def _cgroup_root(*, legacy_systemd: bool = False) -> Path | None:
     """Where node cgroups go: `gpucloud/` in the host's cgroup v2 hierarchy, or None without one (then a
-    node's PID namespace alone ends its processes)."""
+    node's PID namespace alone ends its processes); with `legacy_systemd`, in its v1 `name=systemd` one."""
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split()
-        if fields[fields.index("-") + 1] == "cgroup2":
+        kind, options = fields[fields.index("-") + 1], fields[-1].split(",")
+        if (kind == "cgroup" and "name=systemd" in options) if legacy_systemd else kind == "cgroup2":
             root = Path(fields[4]) / "gpucloud"
             try:
                 root.mkdir(exist_ok=True)

@@ -4,10 +4,10 @@ A host joins one cluster at a time. Before anything is written, `claim_script` r
 of every path a cluster node's configuration writes (`MANAGED_PATHS`: a copy of those that exist, the names
 of those that do not), whether the cluster's user existed, and which of the daemons a node runs were running;
 then it stops those (a server may have munge or Slurm of its own: the cluster's key and files replace theirs
-while the host is lent). `release_script` stops every daemon the cluster started, deletes the firewall table,
-removes what the cluster made and puts back what was there, removes the user if the cluster added it, and
-starts again the daemons that ran before (systemd units). Packages a check installed stay
-(docs/guides/own-hosts.md).
+while the host is lent). `release_script` stops every daemon the cluster started (and their systemd units),
+deletes the firewall table, removes what the cluster made and puts back what was there, removes the user if
+the cluster added it, and starts again the daemons that ran before (systemd units). Packages a check
+installed stay (docs/guides/own-hosts.md).
 
 Both scripts are idempotent and safe to repeat after a crash at any point: the claim's record is complete
 before its owner file is written (the marker that the host is taken), and the release removes that marker
@@ -26,6 +26,7 @@ from backend.provisioning.node_config.configure import (
     MUNGE_KEY,
     SLURM_DIR,
     STATE_DIRS,
+    UNIT_PREFIX,
 )
 
 STATE_DIR = "/var/lib/gpucloud-host"  # the host's record of its claim; gone after the release
@@ -108,6 +109,10 @@ def release_script(cluster_id: str, user: str) -> str:
     return f"""\
 set -u
 [ -f {owner} ] && [ "$(cat {owner})" = {q(cluster_id)} ] || exit 0
+if [ -d /run/systemd/system ]; then  # the cluster's daemons' units (node_config.configure.OWN)
+    systemctl stop {q(UNIT_PREFIX + "*.service")} 2>/dev/null || true
+    systemctl reset-failed {q(UNIT_PREFIX + "*.service")} 2>/dev/null || true
+fi
 for program in {programs}; do pkill -x "$program" 2>/dev/null || true; done
 pkill -f -- {q("--defaults-file=" + MARIADB_CONFIG)} 2>/dev/null || true
 for i in $(seq 150); do

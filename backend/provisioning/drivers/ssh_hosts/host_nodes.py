@@ -9,16 +9,15 @@ user, keys, hosts file, munge key, Slurm files and daemons. What differs on a se
   removed and what the host had is put back;
 - sshd reads the cluster user's keys from `AUTHORIZED_KEYS_DIR` through a drop-in (`footprint.SSHD_DROP_IN`),
   beside the user's own `~/.ssh/authorized_keys`, reloaded after an `sshd -t` check;
-- daemons are started directly (detached, as on the local driver's nodes), not as systemd units: a host
-  restarted by its owner has none running until the engine's health watch restarts them
-  (docs/guides/own-hosts.md).
+- daemons are transient systemd units where systemd runs the host, detached processes elsewhere
+  (`node_config.configure.OWN`); neither starts at the host's boot: a host restarted by its owner has none
+  running until the engine's health watch restarts them (docs/guides/own-hosts.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -115,9 +114,8 @@ def join(shell: NodeShell, cluster_id: str, config: node_config.NodeConfig, fire
 def start_slurmd(shell: NodeShell, node_name: str) -> None:
     """munged and slurmd, slurmd under the node's name in the cluster (the server keeps its own hostname)."""
     node_config.start_daemons(shell, ["munged"])
-    command, log = node_config.DAEMONS["slurmd"]
-    start = f"setsid -f {command} -N {shlex.quote(node_name)} >> {log} 2>&1 < /dev/null"
-    shell.run_script(f"{node_config.OWN}[ -n \"$(own slurmd)\" ] || {start}", what="start slurmd")
+    start = node_config.start_command("slurmd", "-N", node_name)
+    shell.run_script(f"{node_config.OWN}{start}", what="start slurmd")
 
 
 def claim(shell: NodeShell, cluster_id: str, user: str) -> None:
