@@ -188,6 +188,8 @@ HOST_COLUMNS = [
     ("INTERCONNECT", lambda h: (h.get("inventory") or {}).get("interconnect")),
     ("ACCOUNTING", lambda h: None if not h.get("inventory") else ("yes" if h["inventory"].get("accounting")
                                                                    else "no")),
+    # How a cluster's daemons run there: systemd units (`systemd`) or detached processes (`none`).
+    ("INIT", lambda h: (h.get("inventory") or {}).get("init")),
     ("CLUSTER", lambda h: h.get("cluster_id")),
     ("NODE", lambda h: h.get("node")),
 ]

@@ -188,9 +188,10 @@ def test_cli_host_pool_list_and_show_render_hosts_with_inventory_and_reasons(
     assert "PRIVATE" not in out
     assert rows(hosts) == [
         ["ADDRESS", "PORT", "STATUS", "REASON", "GPUS", "CPUS", "MEMORY", "INTERCONNECT", "ACCOUNTING",
-         "CLUSTER", "NODE"],
-        ["10.0.0.5", "22", "ready", "-", "8xNVIDIA-H200", "128", "2015GiB", "infiniband", "yes", "-", "-"],
-        ["gpu-b.lab", "2222", "unreachable", "auth_refused", "-", "-", "-", "-", "-", "-", "-"],
+         "INIT", "CLUSTER", "NODE"],
+        ["10.0.0.5", "22", "ready", "-", "8xNVIDIA-H200", "128", "2015GiB", "infiniband", "yes", "systemd",
+         "-", "-"],
+        ["gpu-b.lab", "2222", "unreachable", "auth_refused", "-", "-", "-", "-", "-", "-", "-", "-"],
     ]
     assert reasons == f"gpu-b.lab:2222: {REFUSED_HOST['reason']}\n"
 

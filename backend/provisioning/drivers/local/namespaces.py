@@ -211,7 +211,7 @@ class LocalNode:
         """Boot the node: namespaces, cabling, its init and root file system (idempotent). Its directory
         (the node's disk) is kept from an earlier boot. With `systemd`, systemd is the init, as on most
         servers (the tests' stand-ins for servers of one's own): it brings up no unit of its own
-        (`SYSTEMD_TARGET`) and has a cgroup namespace and a cgroup2 hierarchy of its own."""
+        (`SYSTEMD_TARGET`) and has a cgroup namespace and hierarchies of its own (`_SYSTEMD_CGROUPS`)."""
         if self.exists():
             return
         (self.dir / "made").unlink(missing_ok=True)
@@ -376,8 +376,8 @@ _HOST_CGROUPS = (
 # systemd as a node's init: the host's v1 controllers read-only as above (Slurm 22.05 refuses the hybrid
 # layout a systemd of the host's kind would otherwise show it), and the two hierarchies systemd writes to, a
 # cgroup2 at `unified` and its own `name=systemd`, mounted anew in the node's cgroup namespace: their root
-# is the node's cgroup in each (`LocalNode.cgroups`), so it sees and moves nothing of the host's.
-# On a host with cgroup2 alone, that one, anew.
+# is the node's cgroup in each (`LocalNode.cgroup`, `.systemd_cgroup`), so it sees and moves nothing of the
+# host's. On a host with cgroup2 alone, that one, anew.
 _SYSTEMD_CGROUPS = (
     "if [ \"$(stat -f -c %T /sys/fs/cgroup)\" = cgroup2fs ]; then "
     "mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 sys/fs/cgroup; else "

@@ -96,6 +96,7 @@ function hostsSection(pool) {
     { label: "Interconnect", value: (host) => interconnect(host.inventory) },
     { label: "OS", value: (host) => (host.inventory ? osText(host.inventory) : "—") },
     { label: "Accounting", value: accounting },
+    { label: "Init", value: initSystem },
     { label: "Cluster", value: holder },
     { label: "Checked", value: (host) => fmt.time(host.checked_at), nowrap: true },
   ], pool.hosts, { caption: "Hosts", empty: "No hosts." }));
@@ -109,6 +110,15 @@ function accounting(host) {
   return h("span", { class: "muted", title: inventory.mariadb_in_use
     ? "A MariaDB of the host's own runs: it holds the socket the cluster's accounting database would use"
     : "slurmdbd or MariaDB is not installed (install_packages installs them)" }, "no");
+}
+
+// How a cluster's daemons run on the host: as systemd units, or as detached processes without systemd.
+function initSystem(host) {
+  const init = host.inventory ? host.inventory.init : null;
+  if (!init) return "—";
+  return h("span", { title: init === "systemd"
+    ? "A cluster's daemons run as systemd units (gpucloud-slurmd.service...)"
+    : "No systemd: a cluster's daemons run as detached processes" }, init);
 }
 
 // The cluster whose node the host is (a link to it, with the node's name), "free" for a ready host no
