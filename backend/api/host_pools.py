@@ -133,6 +133,10 @@ class GpuOut(BaseModel):
     name: str | None = None
     uuid: str | None = None
     memory_total_mib: int | None = None
+    cores: str | None = Field(
+        default=None,
+        description="The cores of the GPU's NUMA node, as gres.conf's Cores= numbers them (null: unknown)",
+    )
 
 
 class InventoryOut(BaseModel):
@@ -141,6 +145,9 @@ class InventoryOut(BaseModel):
     kernel: str | None = None
     arch: str | None = None
     cpu_count: int | None = None
+    sockets: int | None = Field(default=None, description="CPU sockets (null: the layout was not read)")
+    cores_per_socket: int | None = None
+    threads_per_core: int | None = None
     memory_mib: int | None = None
     gpu_count: int = 0
     gpu_model: str | None = None

@@ -50,11 +50,24 @@ DATACENTER = SlurmHost()
 @dataclass(frozen=True)
 class NodeShape:
     """A machine's own CPUs and memory where they are not the shape sold: a server of a host pool, as its
-    check read them. Slurm then schedules what the server has (one NodeName line per distinct shape);
-    its sockets and NUMA layout are not known, so GPUs are not bound to cores."""
+    check read them. Slurm then schedules what the server has (one NodeName line per distinct shape). Where
+    the check read its CPU layout, the line says it (sockets, cores, threads) and gres.conf binds each GPU to
+    the cores of its NUMA node (`gpu_cores`, by GPU index, when the check found them for every GPU)."""
 
     cpus: int
     memory_mib: int
+    sockets: int | None = None
+    cores_per_socket: int | None = None
+    threads_per_core: int | None = None
+    gpu_cores: tuple[str, ...] = ()  # Slurm core ranges, GPU 0 first
+
+    @property
+    def layout(self) -> str:
+        """The node line's CPU layout, or "" when unknown or not adding up to `cpus`."""
+        sockets, cores, threads = self.sockets, self.cores_per_socket, self.threads_per_core
+        if sockets is None or cores is None or threads is None or sockets * cores * threads != self.cpus:
+            return ""
+        return f" Boards=1 SocketsPerBoard={sockets} CoresPerSocket={cores} ThreadsPerCore={threads}"
 
     @property
     def real_memory(self) -> int:
@@ -196,7 +209,7 @@ def slurm_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER,
         for shape in sorted({shapes[n.name] for n in nodes if n.name in shapes}, key=str):
             lines.append(
                 f"NodeName={hostlist(n.name for n in nodes if shapes.get(n.name) == shape)} "
-                f"CPUs={shape.cpus} RealMemory={shape.real_memory} Gres={gres} "
+                f"CPUs={shape.cpus}{shape.layout} RealMemory={shape.real_memory} Gres={gres} "
                 f"Feature={layout.fabric.name},su{unit:02d} State=UNKNOWN"
             )
     cloud = _cloud(layout, power)
@@ -330,16 +343,25 @@ def slurmdbd_conf(cluster: str, host: SlurmHost = DATACENTER) -> str:
 
 def gres_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER,
               shapes: Mapping[str, NodeShape] | None = None) -> str:
-    """The GPUs' device files, bound to the cores of their socket on the shape sold; a machine of its own
-    shape (`shapes`) gets its GPUs unbound (its NUMA layout is not known)."""
+    """The GPUs' device files, bound to the cores of their socket on the shape sold; on a machine of its own
+    shape (`shapes`) to the cores of their NUMA node where its check found them, unbound otherwise."""
     itype = layout.instance_type
     lines = [f"# gres.conf for cluster {layout.name}; generated, do not edit.", "AutoDetect=off"]
     stem = f"{host.gpu_device_dir}/nvidia"
-    own = [n.name for n in layout.nodes if n.name in (shapes or {})]
-    if own:
+    shapes = shapes or {}
+    # Each GPU with its NUMA node's cores where the server's check read them all, else unbound.
+    own = {n.name: shapes[n.name] for n in layout.nodes if n.name in shapes}
+    bound = {name: shape.gpu_cores for name, shape in own.items()
+             if shape.layout and len(shape.gpu_cores) == itype.gpu_count}
+    for gpu_cores in sorted(set(bound.values())):
+        names = hostlist(name for name, its in bound.items() if its == gpu_cores)
+        lines += [f"NodeName={names} Name=gpu Type={itype.gpu_short_name} File={stem}{index} Cores={cores}"
+                  for index, cores in enumerate(gpu_cores)]
+    unbound = [name for name in own if name not in bound]
+    if unbound:
         devices = f"{stem}0" if itype.gpu_count == 1 else f"{stem}[0-{itype.gpu_count - 1}]"
-        lines.append(f"NodeName={hostlist(own)} Name=gpu Type={itype.gpu_short_name} File={devices}")
-    sold = [n for n in layout.nodes if n.name not in (shapes or {})]
+        lines.append(f"NodeName={hostlist(unbound)} Name=gpu Type={itype.gpu_short_name} File={devices}")
+    sold = [n for n in layout.nodes if n.name not in shapes]
     if not sold:
         return "\n".join(lines) + "\n"
     names = hostlist(n.name for n in sold)

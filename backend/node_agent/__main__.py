@@ -12,6 +12,7 @@ from typing import Any
 from backend.node_agent.host import read_host
 from backend.node_agent.links import read_links
 from backend.node_agent.nvidia import read_gpus
+from backend.node_agent.topology import read_cpu_layout
 from backend.node_agent.xid import read_xid_events
 
 
@@ -19,6 +20,7 @@ def reading() -> dict[str, Any]:
     """Everything the agent reports about this node now."""
     gpus = read_gpus()
     xid_events, xid_unavailable = read_xid_events(gpus.devices) if gpus.devices else ([], None)
+    layout = read_cpu_layout(tuple(gpu.pci_bus_id for gpu in gpus.devices))
     return {
         "node": socket.gethostname(),
         "read_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -27,6 +29,7 @@ def reading() -> dict[str, Any]:
         "xid_unavailable_reason": xid_unavailable,
         "host": dataclasses.asdict(read_host()),
         "links": dataclasses.asdict(read_links(has_gpus=bool(gpus.devices))),
+        "cpu_layout": dataclasses.asdict(layout) if layout is not None else None,
     }
 
 

@@ -9,7 +9,8 @@ A node's address is its host's. The engine releases a node's host with its other
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -132,10 +133,25 @@ def node_shapes(session: Session, cluster_id: str) -> dict[str, NodeShape]:
     )
     shapes = {}
     for name, inventory in session.execute(query):
-        cpus, memory = (inventory or {}).get("cpu_count"), (inventory or {}).get("memory_mib")
-        if isinstance(cpus, int) and isinstance(memory, int) and cpus > 0 and memory > 0:
-            shapes[name] = NodeShape(cpus=cpus, memory_mib=memory)
+        shape = node_shape(inventory or {})
+        if shape is not None:
+            shapes[name] = shape
     return shapes
+
+
+def node_shape(inventory: Mapping[str, Any]) -> NodeShape | None:
+    """What Slurm is told a server has: CPUs and memory, with their layout and each GPU's cores where the
+    check read them (None without CPUs or memory)."""
+    cpus, memory = inventory.get("cpu_count"), inventory.get("memory_mib")
+    if not (isinstance(cpus, int) and isinstance(memory, int) and cpus > 0 and memory > 0):
+        return None
+    gpu_cores = [gpu.get("cores") for gpu in sorted(inventory.get("gpus") or [], key=lambda g: g["index"])]
+    return NodeShape(
+        cpus=cpus, memory_mib=memory, sockets=inventory.get("sockets"),
+        cores_per_socket=inventory.get("cores_per_socket"),
+        threads_per_core=inventory.get("threads_per_core"),
+        gpu_cores=tuple(gpu_cores) if gpu_cores and all(gpu_cores) else (),
+    )
 
 
 def pool_of(session: Session, cluster: Cluster) -> HostPool | None:

@@ -17,6 +17,7 @@ from backend.fabric import addressing, kubernetes, slurm
 from backend.fabric.layout import ClusterLayout, NodeLayout, hostlist
 from backend.fabric.nccl import nccl_env
 from backend.fabric.topology import choose_slots, node_network, slot_position
+from backend.provisioning import pool_hosts
 
 CATALOG = default_catalog()
 IB = CATALOG.fabric("us-east-1", "ib-east-a")
@@ -232,6 +233,44 @@ def test_slurm_files_describe_servers_of_their_own_shape(tmp_path: Path) -> None
     assert " DefMemPerCPU=3800 DefMemPerGPU=1900 OverSubscribe=NO" in conf and "DefCpuPerGPU" not in conf
     gres = slurm.gres_conf(cluster, shapes=shapes)
     assert gres.splitlines()[2:] == ["NodeName=train-[0-2] Name=gpu Type=h100 File=/dev/nvidia[0-7]"]
+    (tmp_path / "slurm.conf").write_text(conf)
+    (tmp_path / "gres.conf").write_text(gres)
+    (tmp_path / "topology.conf").write_text(slurm.topology_conf(cluster))
+    (tmp_path / "cgroup.conf").write_text(slurm.cgroup_conf(cluster))
+    assert scontrol(tmp_path, "show", "hostnames", "train-[0-2]").split() == ["train-0", "train-1", "train-2"]
+
+
+def test_servers_whose_cpu_layout_was_read_bind_each_gpu_to_its_numa_nodes_cores(tmp_path: Path) -> None:
+    # Two servers with the layout and every GPU's cores read, one without: the first two get their sockets,
+    # cores and threads on the node line and one gres line per GPU; the third stays as before. A layout
+    # that does not add up to the CPUs is not said.
+    cluster = layout(3)
+    halves = ("0-25",) * 4 + ("26-51",) * 4
+    read = slurm.NodeShape(cpus=208, memory_mib=512_000, sockets=2, cores_per_socket=52, threads_per_core=2,
+                           gpu_cores=halves)
+    shapes = {"train-0": read, "train-1": read, "train-2": slurm.NodeShape(cpus=208, memory_mib=512_000)}
+    conf = slurm.slurm_conf(cluster, shapes=shapes)
+    nodes = [line for line in conf.splitlines() if line.startswith("NodeName=")]
+    assert nodes == [
+        "NodeName=train-[0-1] CPUs=208 Boards=1 SocketsPerBoard=2 CoresPerSocket=52 ThreadsPerCore=2 "
+        "RealMemory=486400 Gres=gpu:h100:8 Feature=ib-east-a,su00 State=UNKNOWN",
+        "NodeName=train-2 CPUs=208 RealMemory=486400 Gres=gpu:h100:8 Feature=ib-east-a,su00 State=UNKNOWN",
+    ]
+    gres = slurm.gres_conf(cluster, shapes=shapes)
+    assert gres.splitlines()[2:] == [
+        *(f"NodeName=train-[0-1] Name=gpu Type=h100 File=/dev/nvidia{gpu} Cores={cores}"
+          for gpu, cores in enumerate(halves)),
+        "NodeName=train-2 Name=gpu Type=h100 File=/dev/nvidia[0-7]",
+    ]
+    not_adding_up = dataclasses.replace(read, cpus=100)
+    assert not_adding_up.layout == ""
+    assert pool_hosts.node_shape({
+        "cpu_count": 208, "memory_mib": 512_000, "sockets": 2, "cores_per_socket": 52, "threads_per_core": 2,
+        "gpus": [{"index": gpu, "cores": halves[gpu]} for gpu in reversed(range(8))],
+    }) == read
+    unknown_gpu = [{"index": 0, "cores": "0-25"}, {"index": 1, "cores": None}]
+    unbound = pool_hosts.node_shape({"cpu_count": 8, "memory_mib": 1024, "gpus": unknown_gpu})
+    assert unbound == slurm.NodeShape(cpus=8, memory_mib=1024)
     (tmp_path / "slurm.conf").write_text(conf)
     (tmp_path / "gres.conf").write_text(gres)
     (tmp_path / "topology.conf").write_text(slurm.topology_conf(cluster))

@@ -228,6 +228,9 @@ def test_a_slurm_cluster_on_a_host_pool_from_create_to_destroy(
     shown = _ssh(key_file, login, "scontrol -o show node own-1").stdout
     memory_mib = int(Path("/proc/meminfo").read_text().split()[1]) // 1024  # the stand-ins' machine
     assert f" CPUTot={os.cpu_count()} " in shown and f" RealMemory={int(memory_mib * 0.95)} " in shown, shown
+    # The machine has one NUMA node, so its CPU layout is said and every GPU is bound to all its cores:
+    # Slurm places the GPUs on socket 0.
+    assert " Gres=gpu:h200:8(S:0) " in shown, shown
     in_use = admin.delete(f"/v1/host-pools/{pool['id']}")
     assert (in_use.status_code, in_use.json()["code"]) == (409, "host_pool_in_use"), in_use.text
 

@@ -145,6 +145,19 @@ def test_fabric_devices_are_told_apart() -> None:
     assert (roce["interconnect"], roce["interconnect_devices"]) == ("none", [])
 
 
+def test_inventory_takes_the_cpu_layout_and_each_gpus_cores_by_its_bus_id() -> None:
+    gpus = [{"index": 0, "name": "NVIDIA H200", "pci_bus_id": "00000000:07:00.0"},
+            {"index": 1, "name": "NVIDIA H200", "pci_bus_id": "00000000:8A:00.0"}]
+    layout = {"sockets": 2, "cores_per_socket": 56, "threads_per_core": 2,
+              "gpu_cores": {"00000000:07:00.0": "0-55"}}
+    inventory = host_check.inventory_from_agent({"host": {"cpu_count": 224}, "gpus": {"devices": gpus},
+                                                 "cpu_layout": layout})
+    assert (inventory["sockets"], inventory["cores_per_socket"], inventory["threads_per_core"]) == (2, 56, 2)
+    assert [gpu["cores"] for gpu in inventory["gpus"]] == ["0-55", None]
+    older_agent = host_check.inventory_from_agent({"host": {}, "gpus": {"devices": gpus}})
+    assert older_agent["sockets"] is None and [gpu["cores"] for gpu in older_agent["gpus"]] == [None, None]
+
+
 def test_ssh_failures_in_the_users_terms() -> None:
     changed = host_check.connection_verdict(
         "ssh root@10.0.0.5 -p 22: WARNING: REMOTE HOST IDENTIFICATION "

@@ -340,7 +340,7 @@ def merge_kernel_lines(slurmd_lines: Sequence[str], kernel_lines: Sequence[str],
     return sorted(lines, key=lambda line: line[:25])[-count:]  # `[ISO time]` sorts in time order; stable
 
 
-_AGENT_MODULES = ("nvidia", "xid", "host", "links")
+_AGENT_MODULES = ("nvidia", "xid", "host", "links", "topology")
 _AGENT_BOOTSTRAP = """\
 import json, sys, types
 sources = json.loads({sources!r})

@@ -363,12 +363,15 @@ def inventory_from_agent(reading: Mapping[str, Any]) -> dict[str, Any]:
     """CPUs, memory, GPUs and fabric devices from one node agent reading."""
     host = reading.get("host") or {}
     devices = (reading.get("gpus") or {}).get("devices") or []
+    layout = reading.get("cpu_layout") or {}  # an older agent's reading has none
+    gpu_cores = layout.get("gpu_cores") or {}
     gpus = [
         {
             "index": d["index"],
             "name": d.get("name"),
             "uuid": d.get("uuid"),
             "memory_total_mib": d.get("memory_total_mib"),
+            "cores": gpu_cores.get(d.get("pci_bus_id")),
         }
         for d in devices
     ]
@@ -383,6 +386,9 @@ def inventory_from_agent(reading: Mapping[str, Any]) -> dict[str, Any]:
     models = sorted({gpu["name"] for gpu in gpus if gpu["name"]})
     return {
         "cpu_count": host.get("cpu_count"),
+        "sockets": layout.get("sockets"),
+        "cores_per_socket": layout.get("cores_per_socket"),
+        "threads_per_core": layout.get("threads_per_core"),
         "memory_mib": host.get("memory_total_mib"),
         "gpu_count": len(gpus),
         "gpus": gpus,
