@@ -45,14 +45,14 @@ DAEMONS = {  # program: how it is started, detached from the shell that starts i
 # (delegated, as Debian's slurmd.service has it), not in the SSH session that started it, and gone once it
 # stops (`--collect`); `KillMode=process`, so stopping slurmd leaves its jobs' steps running, as Debian's
 # unit does. Elsewhere (the local driver's nodes, a server without systemd) with `setsid`.
+UNIT_PREFIX = "gpucloud-"
 OWN = ('own() { n=$(readlink /proc/self/ns/net); for p in $(pgrep -x "$1"); do '
        '[ "$(readlink /proc/"$p"/ns/net 2>/dev/null)" = "$n" ] && echo "$p"; done; true; }\n'
        'launch() { name=$1 log=$2; shift 2; '
        'if [ -d /run/systemd/system ] && command -v systemd-run >/dev/null; then '
-       'systemd-run --quiet --collect --unit="gpucloud-$name" --property=KillMode=process '
+       'systemd-run --quiet --collect --unit="' + UNIT_PREFIX + '$name" --property=KillMode=process '
        '--property=Delegate=yes /bin/sh -c \'exec "$@" >> "$0" 2>&1 < /dev/null\' "$log" "$@"; '
        'else setsid -f "$@" >> "$log" 2>&1 < /dev/null; fi; }\n')
-UNIT_PREFIX = "gpucloud-"
 
 
 @dataclass(frozen=True)
