@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from backend.domain.clock import SYSTEM_CLOCK
+from backend.node_agent.topology import read_cpu_layout
 from backend.provisioning import host_checks
 from backend.provisioning.drivers.ssh_hosts.host_check import check_host
 from backend.settings import Settings
@@ -44,12 +45,19 @@ def test_a_reachable_host_is_ready_with_its_inventory_and_key(stand_ins: StandIn
     assert inventory["init"] == "none"  # a namespace has no systemd of its own
     assert abs(inventory["clock_skew_seconds"]) < 5
     assert (inventory["gpu_count"], inventory["gpu_model"]) == (1, "NVIDIA H200")  # the recorded node's
+    # The stand-in shares this machine's CPUs and sysfs: the layout read here, and the GPU's cores as read
+    # here for the recorded GPU's bus id (every core: this machine has one NUMA node).
+    layout = read_cpu_layout(("00000000:00:06.0",))
+    assert layout is not None
+    assert (inventory["sockets"], inventory["cores_per_socket"], inventory["threads_per_core"]) == (
+        layout.sockets, layout.cores_per_socket, layout.threads_per_core)
     assert inventory["gpus"] == [
         {
             "index": 0,
             "name": "NVIDIA H200",
             "memory_total_mib": 143771,
             "uuid": "GPU-16d21506-2e18-0481-34e3-09ceda98eb42",
+            "cores": layout.gpu_cores.get("00000000:00:06.0"),
         }
     ]
     assert inventory["interconnect"] == "none"  # no HCA in a namespace
