@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -175,6 +176,27 @@ def wait_for(driver: WebDriver, what: Callable[[WebDriver], Any], message: str) 
         raise TimeoutException(f"{message}; the tab showed {seen!r}") from timed_out
 
 
+# index.html's placeholder, until the console's modules have loaded and its router drew the first page.
+STARTED = ("const main = document.getElementById('main');"
+           "return !!main && !main.innerText.includes('Loading the console…');")
+STARTUP_SECONDS = 30  # its modules load in well under a second here: past this the load has stalled
+
+
+def open_console(driver: WebDriver, url: str) -> None:
+    """Load the console at `url` and wait until its app has started. Seen in CI (never locally): a tab kept
+    the placeholder while some of its module requests never reached the backend (its log shows the others
+    answered within 0.1 s). A user reloads then; so does this, once, and says so in the output."""
+    driver.get(url)
+    try:
+        WebDriverWait(driver, STARTUP_SECONDS, poll_frequency=0.1).until(lambda d: d.execute_script(STARTED))
+        return
+    except TimeoutException:
+        print(f"console: not started {STARTUP_SECONDS} s after loading {url}; reloading once",
+              file=sys.stderr)
+    driver.get(url)
+    wait_for(driver, lambda d: d.execute_script(STARTED), f"the console at {url} did not start")
+
+
 def visible(driver: WebDriver, css: str) -> WebElement:
     found: WebElement = wait_for(
         driver, lambda d: next((e for e in d.find_elements(By.CSS_SELECTOR, css) if e.is_displayed()), False),
@@ -213,7 +235,7 @@ def test_acc_console_tour(
     browser: webdriver.Chrome, backend: Backend, api: httpx.Client, world: dict[str, Any], artifacts: Path
 ) -> None:
     cid = world["cluster_id"]
-    browser.get(f"{backend.url}/console")
+    open_console(browser, f"{backend.url}/console")
     visible(browser, "#api-key").send_keys(backend.api_key)
     browser.find_element(By.ID, "sign-in").click()
     link = visible(browser, f"a[href='#/clusters/{cid}/overview']")
@@ -324,7 +346,7 @@ def test_acc_console_pages(
 
     # Phone width, dark theme: the overview still reads (stacked cards, tables as rows).
     browser.set_window_size(390, 900)
-    browser.get(f"{backend.url}/console#/clusters/{world['cluster_id']}/overview")
+    open_console(browser, f"{backend.url}/console#/clusters/{world['cluster_id']}/overview")
     visible(browser, "#cluster-panel .card")
     theme = "return document.documentElement.dataset.theme"
     before = browser.execute_script(theme)
@@ -542,7 +564,7 @@ def test_acc_console_aggregates(browser: WebDriver, backend: Backend) -> None:
     """The figures the console computes from API answers (cards, billing sums, chart gaps, the default
     window) and its dropping of out-of-order answers, run in the browser on the modules as served."""
     if not browser.current_url.startswith(f"{backend.url}/console"):
-        browser.get(f"{backend.url}/console")
+        open_console(browser, f"{backend.url}/console")
     key = ed25519_key("fingerprint@test")
     result = browser.execute_async_script(Path(__file__).with_name("console_aggregates.js").read_text(), key)
     assert "error" not in result, result
@@ -566,7 +588,7 @@ def test_acc_console_aggregates(browser: WebDriver, backend: Backend) -> None:
 def test_acc_console_csp_blocks_inline_script(browser: WebDriver, backend: Backend) -> None:
     """Chromium enforces the policy: a script element injected with inline code does not run (what
     any markup slipping past the escaping would meet)."""
-    browser.get(f"{backend.url}/console")
+    open_console(browser, f"{backend.url}/console")
     browser.execute_script(
         "const s = document.createElement('script'); s.textContent = 'window.inlineRan = true';"
         "document.body.append(s);"
@@ -582,7 +604,7 @@ def sign_in(driver: WebDriver, backend: Backend) -> None:
     """The console freshly loaded and signed in with the backend's key (kept in the tab's sessionStorage once
     given), its navigation shown. A fresh load: what earlier tests put in the page (the CSP test's script
     element) is gone."""
-    driver.get(f"{backend.url}/console")
+    open_console(driver, f"{backend.url}/console")
     if not signed_in(driver, backend):
         visible(driver, "#api-key").send_keys(backend.api_key)
         driver.find_element(By.ID, "sign-in").click()
