@@ -9,6 +9,7 @@ which is hwloc's `Core L#` order (lstopo), not the kernel's `core_id`. A layout 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,10 +95,10 @@ def parse_cpu_list(text: str) -> list[int]:
     return cpus
 
 
-def slurm_range(numbers: list[int]) -> str:
-    """Sorted numbers as ranges: [0, 1, 2, 5] -> "0-2,5"."""
+def slurm_range(numbers: Iterable[int]) -> str:
+    """Numbers as Slurm writes a list of them (cores, array tasks): [5, 0, 1, 2] -> "0-2,5"."""
     runs: list[list[int]] = []
-    for number in numbers:
+    for number in sorted(set(numbers)):
         if runs and number == runs[-1][1] + 1:
             runs[-1][1] = number
         else:

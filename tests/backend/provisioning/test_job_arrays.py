@@ -10,9 +10,10 @@ import json
 from pathlib import Path
 
 from backend.api.cluster_workload import _job_out
+from backend.node_agent.topology import slurm_range
 from backend.provisioning.driver import Job
 from backend.provisioning.drivers.local.observe import parse_sacct, parse_squeue_json
-from backend.provisioning.drivers.simulated.workload import array_rests, task_ranges
+from backend.provisioning.drivers.simulated.workload import array_rests
 
 DATA = Path(__file__).parents[1] / "local" / "data"
 AT = dt.datetime(2026, 12, 3, 18, 0, tzinfo=dt.UTC)
@@ -88,8 +89,8 @@ def test_simulated_job_table_folds_an_arrays_unstarted_tasks_into_one_record() -
 
 
 def test_task_ranges_write_a_task_list_as_slurm_does() -> None:
-    assert task_ranges([5, 3, 4, 9, 1, 4]) == "1,3-5,9"
-    assert task_ranges([7]) == "7" and task_ranges([]) == ""
+    assert slurm_range([5, 3, 4, 9, 1, 4]) == "1,3-5,9"
+    assert slurm_range([7]) == "7" and slurm_range([]) == ""
 
 
 def test_jobs_api_carries_the_pending_rest_of_an_array() -> None:

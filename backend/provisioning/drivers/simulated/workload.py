@@ -29,9 +29,10 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import heapq
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from backend.node_agent.topology import slurm_range
 from backend.provisioning.driver import Job, NodeRun, Outage
 from backend.provisioning.drivers.simulated.telemetry import SLOT, _uniform, busy_gpus
 from backend.provisioning.node_config.slurm_control import REPAIR_REASON
@@ -437,19 +438,8 @@ def array_rests(jobs: Sequence[Job], unstarted: set[int]) -> list[Job]:
     folded = {job.job_id for group in rests.values() for job in group}
     return [*(job for job in jobs if job.job_id not in folded),
             *(replace(min(group, key=lambda j: j.job_id), array_task_id=None,
-                      array_tasks=task_ranges(j.array_task_id for j in group if j.array_task_id is not None))
+                      array_tasks=slurm_range(j.array_task_id for j in group if j.array_task_id is not None))
               for group in rests.values())]
-
-
-def task_ranges(tasks: Iterable[int]) -> str:
-    """Array task ids as Slurm writes a task list: `1,3-5,9`."""
-    ranges: list[list[int]] = []
-    for task in sorted(set(tasks)):
-        if ranges and task == ranges[-1][1] + 1:
-            ranges[-1][1] = task
-        else:
-            ranges.append([task, task])
-    return ",".join(str(low) if low == high else f"{low}-{high}" for low, high in ranges)
 
 
 def jobs(seed: int, cluster: str, nodes: Sequence[NodeRun], now: dt.datetime,
