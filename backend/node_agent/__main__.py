@@ -6,7 +6,7 @@ import dataclasses
 import json
 import socket
 import sys
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from backend.node_agent.host import read_host
@@ -23,7 +23,7 @@ def reading() -> dict[str, Any]:
     layout = read_cpu_layout(tuple(gpu.pci_bus_id for gpu in gpus.devices))
     return {
         "node": socket.gethostname(),
-        "read_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "read_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "gpus": dataclasses.asdict(gpus),
         "xid_events": [dataclasses.asdict(event) for event in xid_events],
         "xid_unavailable_reason": xid_unavailable,

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+from pathlib import Path
 
 from backend.domain.host_pools import accounting_ready
+from backend.provisioning import pool_hosts
 from backend.provisioning.drivers.ssh_hosts import host_check
 from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget
 from backend.provisioning.node_config.configure import MARIADB_CONFIG
@@ -193,3 +195,27 @@ def test_a_host_given_by_name_is_used_by_the_ip_it_resolved_to() -> None:
     assert host_check.reached_ip("10.0.9.11", 22) == "10.0.9.11"
     assert host_check.reached_ip("localhost", 22) in ("127.0.0.1", "::1")
     assert host_check.reached_ip("no-such-host.invalid", 22) is None
+
+
+def test_a_real_h200_server_read_back_through_the_whole_check() -> None:
+    """The probe and the node agent as they ran on a real H200 server (data/h200-server): the check's
+    inventory matches what `slurmd -C` read on the same machine, and its verdict names what is missing."""
+    recorded = Path(__file__).parent / "data" / "h200-server"
+    probe = (recorded / "probe.txt").read_text()
+    reading = (recorded / "agent.json").read_text()
+    host = ScriptedHost(CommandResult(0, probe, ""), CommandResult(0, reading, ""))
+    epoch = float(host_check.parse_facts(probe)["epoch"])
+    verdict = host_check._check(host, TARGET, now=lambda: epoch)
+    assert (verdict.status, verdict.reason_code) == ("degraded", "package_missing")
+    assert "lacks slurmd, slurmctld, munge" in (verdict.reason or "")
+    inventory = verdict.inventory or {}
+    assert inventory["os"] == "Ubuntu 24.04.3 LTS" and inventory["init"] == "none"
+    assert inventory["gpu_count"] == 1 and inventory["gpu_model"] == "NVIDIA H200"
+    [gpu] = inventory["gpus"]
+    assert (gpu["memory_total_mib"], gpu["cores"]) == (143771, "0-15")  # one NUMA node: every core
+    slurm = dict(field.split("=", 1) for field in (recorded / "slurmd-C.txt").read_text().split())
+    shape = pool_hosts.node_shape(inventory)
+    assert shape is not None
+    assert shape.cpus == int(slurm["CPUs"]) and inventory["memory_mib"] == int(slurm["RealMemory"])
+    said = ("Boards", "SocketsPerBoard", "CoresPerSocket", "ThreadsPerCore")
+    assert shape.layout == "".join(f" {field}={slurm[field]}" for field in said)
