@@ -30,6 +30,10 @@ class SlurmHost:
     # get stand-in character devices (major 195, never opened) in a directory of their own.
     gpu_device_dir: str = "/dev"
     cgroups: bool = True  # slurmd owns a cgroup tree: track and constrain jobs with it
+    # The host may run without systemd: on cgroup v2, slurmd 22.05 asks systemd over dbus for its steps'
+    # scope and fails to start when none answers; allowed to, it makes the scope itself (under
+    # /sys/fs/cgroup/system.slice, which must exist) and enables the controllers it needs.
+    systemd_optional: bool = False
     shape_from_config: bool = False  # the host is smaller than the shape sold: trust slurm.conf's shape
     health_check_program: str | None = "/usr/sbin/nhc"  # NHC with its DCGM check on real GPU servers
     state_dir: str = "/var/lib/slurm"  # Debian's packages create slurmctld/ and slurmd/ here
@@ -381,6 +385,8 @@ def cgroup_conf(layout: ClusterLayout, host: SlurmHost = DATACENTER) -> str:
     lines = [f"# cgroup.conf for cluster {layout.name}; generated, do not edit.", "CgroupPlugin=autodetect"]
     if host.cgroups:
         lines += [f"Constrain{what}=yes" for what in ("Cores", "RAMSpace", "SwapSpace", "Devices")]
+    if host.systemd_optional:
+        lines += ["IgnoreSystemdOnFailure=yes", "CgroupAutomount=yes"]
     return "\n".join(lines) + "\n"
 
 

@@ -216,6 +216,15 @@ def test_slurm_files_for_hosts_without_gpus_or_cgroups(tmp_path: Path) -> None:
     assert scontrol(tmp_path, "show", "hostnames", "train-[0-1]").split() == ["train-0", "train-1"]
 
 
+def test_cgroup_conf_where_a_host_may_run_without_systemd() -> None:
+    # A pool's server on cgroup v2 without systemd: slurmd 22.05 refused to start (no dbus to ask for its
+    # steps' scope) until it was allowed to make the scope itself; then GPU jobs ran (a lent H200 server).
+    host = slurm.SlurmHost(cgroups=False, systemd_optional=True)
+    assert slurm.cgroup_conf(layout(1), host).splitlines()[1:] == [
+        "CgroupPlugin=autodetect", "IgnoreSystemdOnFailure=yes", "CgroupAutomount=yes",
+    ]
+
+
 def test_slurm_files_describe_servers_of_their_own_shape(tmp_path: Path) -> None:
     # Servers of a host pool: Slurm is told the CPUs and memory each has (not the shape sold), partitions'
     # defaults fit the smallest, and GPUs are not bound to cores whose layout nobody read.

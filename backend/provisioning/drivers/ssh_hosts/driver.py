@@ -63,9 +63,10 @@ from backend.store.models import Cluster, SshKey
 
 # What a server runs Slurm with: its own GPU device files; no cgroup tree delegated to slurmd (it is not a
 # systemd unit), no health check program installed by the check; accounting where the controller's server
-# has slurmdbd and MariaDB (`PoolPlan.slurm_host`).
+# has slurmdbd and MariaDB (`PoolPlan.slurm_host`); systemd or not (`host_nodes.start_slurmd`).
 SLURM_HOST = slurm.SlurmHost(
-    cgroups=False, shape_from_config=True, health_check_program=None, accounting=False, run_dir="/run/slurm"
+    cgroups=False, shape_from_config=True, health_check_program=None, accounting=False, run_dir="/run/slurm",
+    systemd_optional=True,
 )
 CAPABILITIES = Capabilities(
     orchestrators=("slurm",), telemetry=True, workload=True, logs=True, partitions=True

@@ -32,6 +32,11 @@ from backend.provisioning.node_config.configure import (
 STATE_DIR = "/var/lib/gpucloud-host"  # the host's record of its claim; gone after the release
 SSHD_DROP_IN = "/etc/ssh/sshd_config.d/50-gpucloud.conf"  # where sshd finds the cluster user's keys
 CLAIMED_ELSEWHERE = 3
+# Where slurmd puts its steps' cgroup scope on a cgroup v2 host without systemd (SlurmHost.systemd_optional).
+STEPS_SLICE = "/sys/fs/cgroup/system.slice"
+_MADE_SLICE = f"{STATE_DIR}/made-system-slice"
+
+
 def _outermost(paths: Iterable[str]) -> list[str]:
     """The paths none of the others contains."""
     unique = sorted(set(paths))
@@ -101,6 +106,15 @@ mv {state}/owner.new {owner}
 """
 
 
+def steps_slice_script() -> str:
+    """Before slurmd starts: on a cgroup v2 host without systemd, the slice slurmd 22.05 makes its steps'
+    scope in (it does not make the slice itself); recorded, so that the release removes it again."""
+    slice_, made = shlex.quote(STEPS_SLICE), shlex.quote(_MADE_SLICE)
+    return (f"if [ ! -d /run/systemd/system ] && [ ! -d {slice_} ] && "
+            f"[ \"$(stat -f -c %T /sys/fs/cgroup 2>/dev/null)\" = cgroup2fs ]; then "
+            f"mkdir {slice_} && touch {made} || true; fi\n")
+
+
 def release_script(cluster_id: str, user: str) -> str:
     """Give the host back as it was before `cluster_id` took it (a no-op when it is not that cluster's)."""
     q = shlex.quote
@@ -124,6 +138,9 @@ for i in $(seq 150); do
 done
 for program in {programs}; do pkill -9 -x "$program" 2>/dev/null || true; done
 pkill -9 -f -- {q("--defaults-file=" + MARIADB_CONFIG)} 2>/dev/null || true
+if [ -f {q(_MADE_SLICE)} ]; then  # the steps' cgroups, emptied above, and the slice the cluster made
+    find {q(STEPS_SLICE)} -depth -type d -exec rmdir {{}} \\; 2>/dev/null || true
+fi
 nft delete table inet {firewall.TABLE} 2>/dev/null || true
 # What the cluster added under the paths that were there goes, and the files it changed; then what was
 # there comes back (files it left alone, such as a read-only one, are not written again).

@@ -115,7 +115,7 @@ def start_slurmd(shell: NodeShell, node_name: str) -> None:
     """munged and slurmd, slurmd under the node's name in the cluster (the server keeps its own hostname)."""
     node_config.start_daemons(shell, ["munged"])
     start = node_config.start_command("slurmd", "-N", node_name)
-    shell.run_script(f"{node_config.OWN}{start}", what="start slurmd")
+    shell.run_script(f"{node_config.OWN}{footprint.steps_slice_script()}{start}", what="start slurmd")
 
 
 def claim(shell: NodeShell, cluster_id: str, user: str) -> None:
