@@ -23,11 +23,17 @@ import sys
 from pathlib import Path
 from backend.provisioning.drivers.local.observe import agent_script
 from backend.provisioning.drivers.ssh_hosts import host_check
+from backend.provisioning.drivers.ssh_hosts.footprint import steps_slice_script
+from backend.provisioning.node_config import configure
 from backend.provisioning.node_config.containers import TASK_PROLOG
 out = Path(sys.argv[1])
 (out / "agent.py").write_text(agent_script())
 (out / "probe.sh").write_text(host_check._PROBE_SCRIPT)
 (out / "gpucloud-task-prolog").write_text(TASK_PROLOG)
+# The daemons started as the own-hosts driver starts them (host_nodes.start_slurmd, the controller's start).
+(out / "start-daemons.sh").write_text(
+    configure.OWN + configure.start_command("munged") + "\nsleep 1\n" + configure.start_command("slurmctld")
+    + "\n" + steps_slice_script() + configure.start_command("slurmd", "-N", "check-0") + "\n")
 PY
 cp scripts/gpu-server-check/run.sh "$out/"
 du -sh "$out"

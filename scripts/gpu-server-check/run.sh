@@ -44,14 +44,7 @@ slurm() {
   cp gres.conf cgroup.conf /etc/slurm/
   install -m 755 gpucloud-task-prolog /etc/slurm/gpucloud-task-prolog
   grep -q " check-0$" /etc/hosts || echo "127.0.0.1 check-0" >> /etc/hosts
-  # As host_nodes.start_slurmd does on a cgroup v2 server without systemd.
-  if [ ! -d /run/systemd/system ] && [ "$(stat -f -c %T /sys/fs/cgroup)" = cgroup2fs ]; then
-    mkdir -p /sys/fs/cgroup/system.slice
-  fi
-  setsid -f runuser -u munge -- /usr/sbin/munged --foreground >> /var/log/munge/munged.out 2>&1 < /dev/null
-  sleep 1
-  setsid -f /usr/sbin/slurmctld -D >> /var/log/slurm/slurmctld.out 2>&1 < /dev/null
-  setsid -f /usr/sbin/slurmd -D -N check-0 >> /var/log/slurm/slurmd.out 2>&1 < /dev/null
+  sh -e start-daemons.sh  # written by bundle.sh from the driver's own start commands
   for _ in $(seq 60); do [ "$(sinfo -h -N -o %T)" = idle ] && break; sleep 0.5; done
   sinfo -N -o "%N %T %c %m %G"
   scontrol show node check-0 | grep -E "Gres=|CfgTRES|State="
