@@ -73,6 +73,7 @@ def build_state(runtime: Runtime) -> AppState:
         address_limiter=AddressRateLimiter(
             limit=settings.unauthenticated_rate_limit_requests,
             window_seconds=settings.unauthenticated_rate_limit_window_seconds,
+            clock=runtime.clock,
         ),
         metrics=Metrics(engine_sessions=read_sessions),
         read_limiter=CapacityLimiter(settings.read_threads),

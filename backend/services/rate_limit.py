@@ -21,6 +21,7 @@ from sqlalchemy import delete
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.domain.clock import SYSTEM_CLOCK, Clock
 from backend.domain.errors import RateLimited
 from backend.store.models import RateLimitCounter
 
@@ -223,8 +224,10 @@ class AddressRateLimiter:
 
     OVERFLOW = "(other addresses)"
 
-    def __init__(self, *, limit: int, window_seconds: int, max_addresses: int = 100_000) -> None:
+    def __init__(self, *, limit: int, window_seconds: int, max_addresses: int = 100_000,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self._limit = limit
+        self._clock = clock
         self._window = max(1, window_seconds)
         self._max_addresses = max(1, max_addresses)
         self._start = 0
@@ -259,7 +262,7 @@ class AddressRateLimiter:
             )
             if self._counts.get(key, 0) < self._limit:
                 return None
-            return max(1, math.ceil(self._start + self._window - time.time()))
+            return max(1, math.ceil(self._start + self._window - self._clock.now().timestamp()))
 
     def limited(self, address: str) -> RateLimited | None:
         """The 429 to answer when `address` spent its budget, else None."""
@@ -274,6 +277,6 @@ class AddressRateLimiter:
         )
 
     def _roll(self) -> None:
-        start = int(time.time() // self._window) * self._window
+        start = int(self._clock.now().timestamp() // self._window) * self._window
         if start != self._start:
             self._start, self._counts = start, {}

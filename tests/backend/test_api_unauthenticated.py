@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 from fastapi import FastAPI
@@ -10,22 +11,22 @@ from fastapi.testclient import TestClient
 
 from backend.app import create_app
 from backend.domain import api_keys
+from backend.domain.clock import ManualClock
+from backend.runtime import build_runtime
 from backend.settings import Settings
 from tests.backend.conftest import Tenant
 
 
 @pytest.fixture
 def limited_app(settings: Settings) -> Iterator[FastAPI]:
-    """An app allowing 5 unauthenticated requests per address per minute, caching at most 3 key lookups."""
-    app = create_app(
-        settings.model_copy(
-            update={
-                "unauthenticated_rate_limit_requests": 5,
-                "auth_cache_seconds": 60.0,
-                "auth_cache_max_keys": 3,
-            }
-        )
-    )
+    """An app allowing 5 unauthenticated requests per address per minute, caching at most 3 key lookups. Its
+    clock stands still mid-minute: a test's requests never straddle two rate-limit windows (on the wall
+    clock, one that did saw the counts reset between its requests)."""
+    limited = settings.model_copy(update={
+        "unauthenticated_rate_limit_requests": 5, "auth_cache_seconds": 60.0, "auth_cache_max_keys": 3,
+    })
+    mid_minute = datetime.now(UTC).replace(second=30, microsecond=0)
+    app = create_app(build_runtime(limited, clock=ManualClock(mid_minute)))
     yield app
     app.state.gpucloud.engine.dispose()
 
