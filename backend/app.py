@@ -68,7 +68,7 @@ def build_state(runtime: Runtime) -> AppState:
             sessions=write_sessions,
             limit=settings.rate_limit_requests,
             window_seconds=settings.rate_limit_window_seconds,
-            sync_every=settings.rate_limit_sync_every,
+            sync_every=settings.rate_limit_batch,
         ),
         address_limiter=AddressRateLimiter(
             limit=settings.unauthenticated_rate_limit_requests,

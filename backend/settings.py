@@ -131,7 +131,9 @@ class Settings(BaseSettings):
     rate_limit_window_seconds: int = 60
     # Each replica adds its local count to the database every N requests (or 0.5 s): fewer writes,
     # at most N requests of overshoot per replica. 1 = every request is counted in the database.
-    rate_limit_sync_every: int = 20
+    # Unset: 20, or 1 % of the limit where that is more (so a high limit costs no write every few
+    # requests); see `rate_limit_batch`.
+    rate_limit_sync_every: int | None = Field(default=None, ge=1)
     # Requests without a valid API key (none, malformed, unknown, revoked; health checks and metrics
     # scrapes too) per client address per window, counted in memory by each replica. 0 disables.
     unauthenticated_rate_limit_requests: int = 600
@@ -187,6 +189,17 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{self.data_dir.expanduser() / 'gpucloud.db'}"
+
+    @property
+    def rate_limit_batch(self) -> int:
+        """Requests a replica counts before adding them to the database: `rate_limit_sync_every`, or by
+        default 20 or 1 % of the limit, whichever is more. The overshoot it allows stays the same share
+        of the budget (20 of the default 1200), while a key allowed millions of requests a minute is not
+        written every 10 of them (at ~1,000 GET/s that was a sixth of a GET's CPU and most of its p99;
+        docs/benchmarks.md)."""
+        if self.rate_limit_sync_every is not None:
+            return self.rate_limit_sync_every
+        return max(20, self.rate_limit_requests // 100)
 
     @property
     def is_sqlite(self) -> bool:

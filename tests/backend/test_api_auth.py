@@ -158,3 +158,12 @@ def test_rate_limit_near_the_budget_every_request_syncs_before_its_answer(
         raise AssertionError("the 11th request in the window was allowed")
     engine.dispose()
     assert _stored_count(settings, key_id) == 11
+
+
+def test_rate_limit_batch_is_20_or_one_percent_of_the_limit_unless_set() -> None:
+    # The default limit keeps the batch of 20 (so 60 requests of overshoot with three replicas); a high
+    # limit gets a batch of 1 % of it (the same share of the budget), not a write every 10 requests.
+    assert Settings().rate_limit_batch == 20
+    assert Settings(rate_limit_requests=1_000_000).rate_limit_batch == 10_000
+    assert Settings(rate_limit_requests=1_000_000, rate_limit_sync_every=1).rate_limit_batch == 1
+    assert Settings(rate_limit_requests=100, rate_limit_sync_every=5).rate_limit_batch == 5
