@@ -179,22 +179,17 @@ def wait_for(driver: WebDriver, what: Callable[[WebDriver], Any], message: str) 
 # index.html's placeholder, until the console's modules have loaded and its router drew the first page.
 STARTED = ("const main = document.getElementById('main');"
            "return !!main && !main.innerText.includes('Loading the console…');")
-STARTUP_SECONDS = 30  # its modules load in well under a second here: past this the load has stalled
 
 
 def open_console(driver: WebDriver, url: str) -> None:
     """Load the console at `url` and wait until its app has started. Seen in CI (never locally): a tab kept
     the placeholder while some of its module requests never reached the backend (its log shows the others
-    answered within 0.1 s). A user reloads then; so does this, once, and says so in the output."""
-    driver.get(url)
-    try:
-        WebDriverWait(driver, STARTUP_SECONDS, poll_frequency=0.1).until(lambda d: d.execute_script(STARTED))
-        return
-    except TimeoutException:
-        print(f"console: not started {STARTUP_SECONDS} s after loading {url}; reloading once",
-              file=sys.stderr)
+    answered within 0.1 s). The console's start-watch.js reloads such a tab once, as a user would; this
+    says so in the output when it did."""
     driver.get(url)
     wait_for(driver, lambda d: d.execute_script(STARTED), f"the console at {url} did not start")
+    if driver.execute_script("return performance.getEntriesByType('navigation')[0].type") == "reload":
+        print(f"console: {url} started only after start-watch.js reloaded it", file=sys.stderr)
 
 
 def visible(driver: WebDriver, css: str) -> WebElement:
@@ -207,8 +202,10 @@ def visible(driver: WebDriver, css: str) -> WebElement:
 def assert_no_alert(driver: WebDriver) -> None:
     with pytest.raises(NoAlertPresentException):
         driver.switch_to.alert.text  # noqa: B018 (an alert would mean a probe ran)
-    # The only script on the page is the console's own module: no probe became an element.
-    assert driver.execute_script("return document.querySelectorAll('script').length") == 1
+    # The only scripts on the page are index.html's two (start-watch.js, the app's module): no probe
+    # became an element.
+    sources = driver.execute_script("return [...document.querySelectorAll('script')].map((s) => s.src)")
+    assert [source.rsplit("/", 1)[-1] for source in sources] == ["start-watch.js", "app.js"], sources
     assert driver.execute_script("return document.querySelectorAll('img').length") == 0
 
 
@@ -594,6 +591,35 @@ def test_acc_console_csp_blocks_inline_script(browser: WebDriver, backend: Backe
         "document.body.append(s);"
     )
     assert browser.execute_script("return window.inlineRan === undefined") is True
+
+
+STALLED_MODULE = "*/console/static/js/pages/volumes.js"  # one module of many, as the stall in CI was
+
+
+def test_acc_console_reloads_a_tab_whose_modules_never_start_then_says_so(
+    browser: WebDriver, backend: Backend
+) -> None:
+    """start-watch.js, for a user whose module requests stall (seen in CI, not reproducible at will; here one
+    module is blocked by the browser instead): 20 s after the page was read without the app starting, the
+    tab reloads itself once; when that start fails too, it says why instead of "Loading the console…" for
+    ever. Unblocked, the next load starts and forgets the reload."""
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": [STALLED_MODULE]})
+    try:
+        browser.get(f"{backend.url}/console")
+        assert not browser.execute_script(STARTED)
+        message = WebDriverWait(browser, 60, poll_frequency=0.2).until(
+            lambda d: next((e.text for e in d.find_elements(By.CSS_SELECTOR, "#main [role=alert]")), False),
+            "the console neither started nor said why")
+        assert "did not start" in message and "Reload the page" in message, message
+        reloads = browser.execute_script(
+            "return performance.getEntriesByType('navigation').map((entry) => entry.type)")
+        assert reloads == ["reload"], reloads  # the page giving up is the one it reloaded itself into
+    finally:
+        browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    open_console(browser, f"{backend.url}/console")
+    assert browser.execute_script("return sessionStorage.getItem('gpucloud.consoleReloaded')") is None
+    assert_no_alert(browser)
 
 
 def signed_in(driver: WebDriver, backend: Backend) -> bool:

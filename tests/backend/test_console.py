@@ -91,6 +91,16 @@ def test_console_is_not_part_of_the_api_contract(client: TestClient) -> None:
     assert not [p for p in paths if p.startswith("/console")]
 
 
+def test_console_shell_runs_its_start_watch_before_and_apart_from_the_modules() -> None:
+    # Not deferred and not a module: it must run even when the modules never load (start-watch.js).
+    html = (STATIC_DIR / "index.html").read_text()
+    watch = '<script src="/console/static/js/start-watch.js"></script>'
+    assert watch in html and html.index(watch) < html.index('<script type="module"')
+    app = (STATIC_DIR / "js" / "app.js").read_text()
+    assert 'setAttribute("data-console-started", "")' in app
+    assert 'removeItem("gpucloud.consoleReloaded")' in app
+
+
 def test_console_shell_has_no_inline_script_style_or_handler() -> None:
     html = (STATIC_DIR / "index.html").read_text()
     scripts = re.findall(r"<script\b[^>]*>(.*?)</script>", html, flags=re.S)

@@ -114,6 +114,9 @@ function start() {
   });
   window.addEventListener("hashchange", route);
   route();
+  // Seen by start-watch.js, which reloads a tab whose modules never started (once per tab).
+  document.documentElement.setAttribute("data-console-started", "");
+  sessionStorage.removeItem("gpucloud.consoleReloaded");
 }
 
 start();
