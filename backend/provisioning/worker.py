@@ -28,6 +28,7 @@ from backend.provisioning.drivers import make_driver
 from backend.provisioning.reconciler import PassContext, reconcile_cluster
 from backend.provisioning.settings import EngineSettings, configured
 from backend.provisioning.state import aware
+from backend.store.db import make_session_factory
 from backend.store.engine_models import Worker as WorkerRow
 from backend.store.engine_models import WorkItem
 from backend.store.models import Cluster
@@ -53,7 +54,9 @@ class EngineWorker:
         self.settings = settings or configured()
         self.clock = clock  # every claim, lease, pass and due time reads this (tests drive a ManualClock)
         self.session_factory = _write_sessions(session_factory)
-        self.read_sessions = session_factory  # reads that wait on a driver (SSH) hold no write lock
+        # Reads that wait on a driver (the autoscaler asks it for the jobs, over SSH on real nodes) while
+        # their session is open: on SQLite they must not hold the write lock, which every writer waits for.
+        self.read_sessions = _read_sessions(session_factory)
         self.catalog = catalog or default_catalog()
         self.driver = driver or make_driver(self.settings, clock=clock)
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -287,10 +290,20 @@ class EngineWorker:
 
 
 def _write_sessions(factory: sessionmaker[Session]) -> sessionmaker[Session]:
-    """The same database, with SQLite transactions opened as BEGIN IMMEDIATE (see backend.store.db)."""
+    """The same database's write sessions: on SQLite opened as BEGIN IMMEDIATE and queued with this
+    process's other writers (backend.store.db.make_session_factory), whatever `factory` was."""
     bind: Any = factory.kw.get("bind")
     if isinstance(bind, Engine) and bind.dialect.name == "sqlite":
-        return sessionmaker(bind=bind.execution_options(sqlite_begin="IMMEDIATE"), expire_on_commit=False)
+        return make_session_factory(bind, write=True)
+    return factory
+
+
+def _read_sessions(factory: sessionmaker[Session]) -> sessionmaker[Session]:
+    """The same database's sessions for reads: on SQLite a plain (deferred) BEGIN, which takes no write
+    lock, even when `factory` makes write sessions (the runtime hands the worker its write sessions)."""
+    bind: Any = factory.kw.get("bind")
+    if isinstance(bind, Engine) and bind.dialect.name == "sqlite":
+        return sessionmaker(bind=bind.execution_options(sqlite_begin="DEFERRED"), expire_on_commit=False)
     return factory
 
 

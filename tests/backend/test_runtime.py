@@ -187,3 +187,30 @@ def test_only_process_starts_read_settings_from_the_environment() -> None:
     assert set(built) <= START_MODULES | GENERATORS, sorted(set(built) - START_MODULES - GENERATORS)
     assert set(subclassed) == {"settings.py"}
     assert environment == []
+
+
+def test_the_runtime_engine_worker_reads_without_sqlite_s_write_lock_and_queues_its_writes(
+    sqlite_template: Path, tmp_path: Path
+) -> None:
+    # The runtime hands the worker its write sessions. The autoscaler's reads stay open while the driver
+    # is asked for jobs (over SSH on real nodes): they took SQLite's write lock from BEGIN IMMEDIATE, so
+    # every other writer waited on them. Its writes queue with the process's other writers.
+    import shutil
+    import sqlite3
+
+    from sqlalchemy import text
+
+    path = tmp_path / "gpucloud.db"
+    shutil.copyfile(sqlite_template, path)
+    runtime = build_runtime(Settings(database_url=f"sqlite:///{path}", data_dir=tmp_path / "data"))
+    worker = runtime.engine_worker()
+    try:
+        with worker.read_sessions() as session:
+            assert session.execute(text("SELECT count(*) FROM clusters")).scalar() == 0
+            other = sqlite3.connect(path, timeout=0)
+            other.execute("BEGIN IMMEDIATE")  # "database is locked" when the read holds the write lock
+            other.execute("ROLLBACK")
+            other.close()
+        assert type(worker.session_factory) is type(runtime.write_sessions)
+    finally:
+        runtime.close()
