@@ -8,11 +8,13 @@ still its own, so a worker that lost its lease (paused, partitioned) can never o
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import socket
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +30,7 @@ from backend.provisioning.drivers import make_driver
 from backend.provisioning.reconciler import PassContext, reconcile_cluster
 from backend.provisioning.settings import EngineSettings, configured
 from backend.provisioning.state import aware
-from backend.store.db import make_session_factory
+from backend.store.db import make_session_factory, sqlite_writer
 from backend.store.engine_models import Worker as WorkerRow
 from backend.store.engine_models import WorkItem
 from backend.store.models import Cluster
@@ -64,13 +66,20 @@ class EngineWorker:
         self.total_steps = 0
         self.total_passes = 0
 
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """A write session; on SQLite its transaction queues with this process's other writers (the API's
+        and the meter's, see backend.store.db.sqlite_writer) instead of polling SQLite's busy handler."""
+        with sqlite_writer(self.session_factory), self.session_factory() as session:
+            yield session
+
     @property
     def _lease(self) -> dt.timedelta:
         return dt.timedelta(seconds=self.settings.engine_lease_seconds)
 
     def _claim(self) -> list[tuple[str, int]]:
         now = self.clock.now()
-        with self.session_factory() as session:
+        with self._writing() as session:
             query = (select(WorkItem)
                      .where(WorkItem.due_at <= now,
                             or_(WorkItem.lease_expires_at.is_(None), WorkItem.lease_expires_at < now))
@@ -88,7 +97,7 @@ class EngineWorker:
         return claimed
 
     def _process(self, cluster_id: str, fencing_token: int, result: PassResult) -> None:
-        with self.session_factory() as session:
+        with self._writing() as session:
             item = session.get(WorkItem, cluster_id, with_for_update=True)
             if item is None or item.lease_owner != self.id or item.fencing_token != fencing_token:
                 log.warning("engine.lease_lost", cluster_id=cluster_id, worker=self.id)
@@ -113,7 +122,7 @@ class EngineWorker:
             result.steps += ctx.steps
 
     def _record_error(self, cluster_id: str, fencing_token: int, error: str) -> None:
-        with self.session_factory() as session:
+        with self._writing() as session:
             session.execute(update(WorkItem)
                             .where(WorkItem.cluster_id == cluster_id, WorkItem.fencing_token == fencing_token)
                             .values(last_error=error[:2000], due_at=self.clock.now() + ERROR_BACKOFF,
@@ -123,7 +132,7 @@ class EngineWorker:
     def heartbeat(self) -> None:
         """Record liveness, extend the leases this worker holds and forget workers long dead."""
         now = self.clock.now()
-        with self.session_factory() as session:
+        with self._writing() as session:
             row = session.get(WorkerRow, self.id)
             if row is None:
                 session.add(WorkerRow(id=self.id, started_at=now, heartbeat_at=now, passes=self.total_passes))
@@ -158,7 +167,7 @@ class EngineWorker:
         """When an item can next be claimed: the earliest due time of unleased items or the earliest
         lease expiry of due ones (None: nothing is queued)."""
         now = self.clock.now()
-        with self.session_factory() as session:
+        with self.read_sessions() as session:
             due = session.scalar(select(func.min(WorkItem.due_at)).where(
                 WorkItem.due_at.is_not(None),
                 or_(WorkItem.lease_expires_at.is_(None), WorkItem.lease_expires_at < now)))
@@ -203,7 +212,7 @@ class EngineWorker:
 
     def collect_metrics(self) -> int:
         """Sample every RUNNING node's GPUs into the metrics ring buffer (node_metrics); nodes read."""
-        with self.session_factory() as session:
+        with self._writing() as session:
             count = node_metrics.collect(session, self.driver, self.clock.now())
             session.commit()
         return count
@@ -242,12 +251,12 @@ class EngineWorker:
             if decision is None:
                 continue
             if decision.waiting:  # nothing to change: the reason is said once in the phase history
-                with self.session_factory() as session:
+                with self._writing() as session:
                     if autoscaler.note_waiting(session, cluster_id, decision, now):
                         session.commit()
                         log.info("engine.autoscale_waiting", cluster_id=cluster_id, reason=decision.reason)
                 continue
-            with self.session_factory() as session:
+            with self._writing() as session:
                 cluster = session.get(Cluster, cluster_id)
                 members = [r.name for r in runs]
                 if cluster is not None and autoscaler.apply(session, self.catalog, cluster, decision,

@@ -197,8 +197,12 @@ def test_the_runtime_engine_worker_reads_without_sqlite_s_write_lock_and_queues_
     # every other writer waited on them. Its writes queue with the process's other writers.
     import shutil
     import sqlite3
+    import threading
+    import time
 
     from sqlalchemy import text
+
+    from backend.store.db import sqlite_writer
 
     path = tmp_path / "gpucloud.db"
     shutil.copyfile(sqlite_template, path)
@@ -211,6 +215,14 @@ def test_the_runtime_engine_worker_reads_without_sqlite_s_write_lock_and_queues_
             other.execute("BEGIN IMMEDIATE")  # "database is locked" when the read holds the write lock
             other.execute("ROLLBACK")
             other.close()
-        assert type(worker.session_factory) is type(runtime.write_sessions)
+        # An API write holds the process's writer queue: the worker's heartbeat (a write) waits in it.
+        finished: list[float] = []
+        with sqlite_writer(runtime.write_sessions):
+            beat = threading.Thread(target=lambda: (worker.heartbeat(), finished.append(time.monotonic())))
+            beat.start()
+            time.sleep(0.2)
+            released = time.monotonic()
+        beat.join(timeout=30)
+        assert finished and finished[0] >= released
     finally:
         runtime.close()
