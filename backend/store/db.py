@@ -100,7 +100,7 @@ _WRITER_LOCKS: weakref.WeakKeyDictionary[Any, tuple[threading.RLock, float]] = w
 def sqlite_writer(sessions: sessionmaker[Session]) -> Iterator[None]:
     """Queue this process's write transactions on SQLite in Python, around `BEGIN IMMEDIATE` ... COMMIT
     (every `begin()` block of `make_session_factory(engine, write=True)`: the unit of work, the rate
-    limiter's sync, the metering loop, operator commands).
+    limiter's sync, the metering loop, operator commands; and the engine worker's write sessions).
 
     Without it every waiting writer polls SQLite's busy handler, whose sleeps grow to 100 ms per try, so
     a few unlucky writers of a busy process wait several rounds (a p99 of 0.5-1 s at 8 concurrent POSTs);
