@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from backend.domain.lifecycle import NodeStage
 from backend.provisioning import node_health
-from backend.provisioning.driver import ProvisioningDriver, TelemetryTarget, telemetry_of
+from backend.provisioning.driver import NodeTelemetry, ProvisioningDriver, TelemetryTarget, telemetry_of
 from backend.provisioning.state import aware
 from backend.store.engine_models import EngineNode, NodeMetricChunk
 from backend.store.models import Cluster
@@ -160,12 +160,20 @@ def record(session: Session, cluster_id: str, node_name: str, samples: Sequence[
     chunks.flush()
 
 
-def collect(session: Session, driver: ProvisioningDriver, now: dt.datetime) -> int:
-    """One sample of every RUNNING node of every cluster from the driver's telemetry, and each node's
-    degraded reason from the same reading; the nodes read."""
+@dataclass(frozen=True)
+class NodeReading:
+    """One RUNNING node's telemetry, read by the driver, for `store`."""
+
+    node_id: str
+    reading: NodeTelemetry
+
+
+def read(session: Session, driver: ProvisioningDriver, now: dt.datetime) -> list[NodeReading]:
+    """The driver's telemetry of every RUNNING node of every cluster (over SSH on real nodes: `session`
+    should be a read session, holding no write lock while the nodes answer)."""
     source = telemetry_of(driver)
     if source is None:
-        return 0
+        return []
     rows = session.execute(
         select(EngineNode, Cluster.name).join(Cluster, Cluster.id == EngineNode.cluster_id)
         .where(EngineNode.active_name.is_not(None), EngineNode.stage == str(NodeStage.READY))).all()
@@ -174,11 +182,20 @@ def collect(session: Session, driver: ProvisioningDriver, now: dt.datetime) -> i
                                gpu_count=node.gpu_count, watch_token=node.watch_token,
                                created_at=node.created_at) for node, cluster_name in rows]
     readings = source.nodes_telemetry(session, targets, now) if targets else []
-    for (node, _), reading in zip(rows, readings, strict=True):
+    return [NodeReading(node.id, reading) for (node, _), reading in zip(rows, readings, strict=True)]
+
+
+def store(session: Session, readings: Sequence[NodeReading], now: dt.datetime) -> int:
+    """Record a sample of each node read and each node's degraded reason from the same reading (a node
+    gone since it was read is skipped); the nodes read."""
+    nodes = {node.id: node for node in session.scalars(
+        select(EngineNode).where(EngineNode.id.in_([r.node_id for r in readings])))} if readings else {}
+    kept = [(nodes[r.node_id], r.reading) for r in readings if r.node_id in nodes]
+    for node, reading in kept:
         record(session, node.cluster_id, node.name, [sample_of(reading.gpus, now)])
     # The same readings say which nodes are degraded: recorded for the reconciler (repair) and reads.
-    node_health.record_degraded(session, [node for node, _ in rows], readings, now)
-    return len(rows)
+    node_health.record_degraded(session, [node for node, _ in kept], [reading for _, reading in kept], now)
+    return len(readings)
 
 
 def sample_of(gpus: Sequence[Any] | None, at: dt.datetime) -> Sample:

@@ -212,8 +212,11 @@ class EngineWorker:
 
     def collect_metrics(self) -> int:
         """Sample every RUNNING node's GPUs into the metrics ring buffer (node_metrics); nodes read."""
+        now = self.clock.now()
+        with self.read_sessions() as session:  # no write lock held while the nodes answer
+            readings = node_metrics.read(session, self.driver, now)
         with self._writing() as session:
-            count = node_metrics.collect(session, self.driver, self.clock.now())
+            count = node_metrics.store(session, readings, now)
             session.commit()
         return count
 

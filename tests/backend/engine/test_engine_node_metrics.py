@@ -4,17 +4,24 @@ series), the collector from the driver's telemetry and `GET /v1/clusters/{id}/me
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+import sqlite3
+from collections.abc import Callable, Sequence
 
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from backend.domain.clock import ManualClock
 from backend.provisioning import node_metrics
+from backend.provisioning.driver import NodeTelemetry, TelemetryTarget
+from backend.provisioning.drivers.simulated.datacenter import SimulatedDatacenter
 from backend.provisioning.node_metrics import Sample
+from backend.provisioning.settings import EngineSettings
 from backend.provisioning.worker import EngineWorker
+from backend.settings import Settings
 from backend.store.engine_models import NodeMetricChunk
-from tests.backend.engine.conftest import create, drain
+from tests.backend.engine.conftest import FAST, create, drain
 
 NOW = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 
@@ -99,3 +106,43 @@ def test_node_metrics_collector_and_api(
     assert [s["node"] for s in one.json()["series"]] == ["train-1"] and len(one.json()["timestamps"]) == 288
     bad = admin.get(f"/v1/clusters/{cluster['id']}/metrics", params={"window": "2d"})
     assert bad.status_code == 422 and bad.json()["field"] == "window"
+
+
+class _WriterProbe(SimulatedDatacenter):
+    """The simulated datacenter noting, while the nodes answer (over SSH on real ones), whether another
+    connection could begin a write transaction on the SQLite file (`database`; None on PostgreSQL, whose
+    writers lock rows, not the database)."""
+
+    def __init__(self, settings: EngineSettings, database: str | None) -> None:
+        super().__init__(settings)
+        self.database = database
+        self.others_could_write: list[bool] = []
+
+    def nodes_telemetry(self, session: Session, targets: Sequence[TelemetryTarget], now: dt.datetime
+                        ) -> list[NodeTelemetry]:
+        if self.database is not None:
+            other = sqlite3.connect(self.database, timeout=0)
+            try:
+                other.execute("BEGIN IMMEDIATE")
+                other.execute("ROLLBACK")
+                self.others_could_write.append(True)
+            except sqlite3.OperationalError:  # "database is locked": the sampler held the write lock
+                self.others_could_write.append(False)
+            finally:
+                other.close()
+        return super().nodes_telemetry(session, targets, now)
+
+
+def test_node_metrics_sampler_holds_no_write_lock_while_the_nodes_answer(
+    admin: TestClient, sessions: sessionmaker[Session], settings: Settings, clock: ManualClock
+) -> None:
+    create(admin, node_count=2)
+    engine = EngineSettings(**FAST)
+    url = make_url(settings.resolved_database_url)
+    probe = _WriterProbe(engine, url.database if url.get_backend_name() == "sqlite" else None)
+    worker = EngineWorker(sessions, engine, driver=probe, clock=clock)
+    drain(worker)
+    assert worker.collect_metrics() == 2
+    assert probe.others_could_write == ([True] if probe.database is not None else [])
+    with sessions() as session:
+        assert session.scalar(select(func.count()).select_from(NodeMetricChunk))
