@@ -185,7 +185,7 @@ def open_console(driver: WebDriver, url: str) -> None:
     """Load the console at `url` and wait until its app has started. Seen in CI (never locally): a tab kept
     the placeholder while some of its module requests never reached the backend (its log shows the others
     answered within 0.1 s). The console's start-watch.js reloads such a tab once, as a user would; this
-    says so in the output when it did."""
+    notes on stderr that it did (pytest shows that with the output of a test that fails)."""
     driver.get(url)
     wait_for(driver, lambda d: d.execute_script(STARTED), f"the console at {url} did not start")
     if driver.execute_script("return performance.getEntriesByType('navigation')[0].type") == "reload":
