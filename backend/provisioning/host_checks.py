@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from backend.domain.clock import Clock
 from backend.provisioning import pool_hosts
 from backend.provisioning.drivers.ssh_hosts.host_check import HostTarget, HostVerdict, check_host
+from backend.store.db import write_session
 from backend.store.host_pool_models import HostPool, HostPoolHost
 
 log = structlog.get_logger(__name__)
@@ -42,7 +43,7 @@ class Claim:
 def claim_due(sessions: sessionmaker[Session], clock: Clock, owner: str, limit: int = BATCH) -> list[Claim]:
     """Lease up to `limit` hosts whose check is due, with what checking them needs."""
     now = clock.now()
-    with sessions() as session:
+    with write_session(sessions) as session:
         query = (
             select(HostPoolHost)
             .where(
@@ -95,7 +96,7 @@ def record(
 ) -> bool:
     """Write a verdict if the claim still holds; whether it was written."""
     now = clock.now()
-    with sessions() as session:
+    with write_session(sessions) as session:
         host = session.get(HostPoolHost, claim.host_id, with_for_update=True)
         if host is None or host.probe_lease_owner != owner or host.probe_generation != claim.generation:
             session.rollback()

@@ -8,13 +8,11 @@ still its own, so a worker that lost its lease (paused, partitioned) can never o
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +28,7 @@ from backend.provisioning.drivers import make_driver
 from backend.provisioning.reconciler import PassContext, reconcile_cluster
 from backend.provisioning.settings import EngineSettings, configured
 from backend.provisioning.state import aware
-from backend.store.db import make_session_factory, sqlite_writer
+from backend.store.db import make_session_factory, write_session
 from backend.store.engine_models import Worker as WorkerRow
 from backend.store.engine_models import WorkItem
 from backend.store.models import Cluster
@@ -55,10 +53,10 @@ class EngineWorker:
                  worker_id: str | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self.settings = settings or configured()
         self.clock = clock  # every claim, lease, pass and due time reads this (tests drive a ManualClock)
-        self.session_factory = _write_sessions(session_factory)
+        self.session_factory = _sessions(session_factory, write=True)
         # Reads that wait on a driver (the autoscaler asks it for the jobs, over SSH on real nodes) while
         # their session is open: on SQLite they must not hold the write lock, which every writer waits for.
-        self.read_sessions = _read_sessions(session_factory)
+        self.read_sessions = _sessions(session_factory, write=False)
         self.catalog = catalog or default_catalog()
         self.driver = driver or make_driver(self.settings, clock=clock)
         self.id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
@@ -66,20 +64,13 @@ class EngineWorker:
         self.total_steps = 0
         self.total_passes = 0
 
-    @contextlib.contextmanager
-    def _writing(self) -> Iterator[Session]:
-        """A write session; on SQLite its transaction queues with this process's other writers (the API's
-        and the meter's, see backend.store.db.sqlite_writer) instead of polling SQLite's busy handler."""
-        with sqlite_writer(self.session_factory), self.session_factory() as session:
-            yield session
-
     @property
     def _lease(self) -> dt.timedelta:
         return dt.timedelta(seconds=self.settings.engine_lease_seconds)
 
     def _claim(self) -> list[tuple[str, int]]:
         now = self.clock.now()
-        with self._writing() as session:
+        with write_session(self.session_factory) as session:
             query = (select(WorkItem)
                      .where(WorkItem.due_at <= now,
                             or_(WorkItem.lease_expires_at.is_(None), WorkItem.lease_expires_at < now))
@@ -97,7 +88,7 @@ class EngineWorker:
         return claimed
 
     def _process(self, cluster_id: str, fencing_token: int, result: PassResult) -> None:
-        with self._writing() as session:
+        with write_session(self.session_factory) as session:
             item = session.get(WorkItem, cluster_id, with_for_update=True)
             if item is None or item.lease_owner != self.id or item.fencing_token != fencing_token:
                 log.warning("engine.lease_lost", cluster_id=cluster_id, worker=self.id)
@@ -122,7 +113,7 @@ class EngineWorker:
             result.steps += ctx.steps
 
     def _record_error(self, cluster_id: str, fencing_token: int, error: str) -> None:
-        with self._writing() as session:
+        with write_session(self.session_factory) as session:
             session.execute(update(WorkItem)
                             .where(WorkItem.cluster_id == cluster_id, WorkItem.fencing_token == fencing_token)
                             .values(last_error=error[:2000], due_at=self.clock.now() + ERROR_BACKOFF,
@@ -132,7 +123,7 @@ class EngineWorker:
     def heartbeat(self) -> None:
         """Record liveness, extend the leases this worker holds and forget workers long dead."""
         now = self.clock.now()
-        with self._writing() as session:
+        with write_session(self.session_factory) as session:
             row = session.get(WorkerRow, self.id)
             if row is None:
                 session.add(WorkerRow(id=self.id, started_at=now, heartbeat_at=now, passes=self.total_passes))
@@ -215,7 +206,7 @@ class EngineWorker:
         now = self.clock.now()
         with self.read_sessions() as session:  # no write lock held while the nodes answer
             readings = node_metrics.read(session, self.driver, now)
-        with self._writing() as session:
+        with write_session(self.session_factory) as session:
             count = node_metrics.store(session, readings, now)
             session.commit()
         return count
@@ -254,12 +245,12 @@ class EngineWorker:
             if decision is None:
                 continue
             if decision.waiting:  # nothing to change: the reason is said once in the phase history
-                with self._writing() as session:
+                with write_session(self.session_factory) as session:
                     if autoscaler.note_waiting(session, cluster_id, decision, now):
                         session.commit()
                         log.info("engine.autoscale_waiting", cluster_id=cluster_id, reason=decision.reason)
                 continue
-            with self._writing() as session:
+            with write_session(self.session_factory) as session:
                 cluster = session.get(Cluster, cluster_id)
                 members = [r.name for r in runs]
                 if cluster is not None and autoscaler.apply(session, self.catalog, cluster, decision,
@@ -301,23 +292,13 @@ class EngineWorker:
                 log.exception("engine.heartbeat_failed", worker=self.id)
 
 
-def _write_sessions(factory: sessionmaker[Session]) -> sessionmaker[Session]:
-    """The same database's write sessions: on SQLite opened as BEGIN IMMEDIATE and queued with this
-    process's other writers (backend.store.db.make_session_factory), whatever `factory` was."""
+def _sessions(factory: sessionmaker[Session], *, write: bool) -> sessionmaker[Session]:
+    """On SQLite, the database of `factory` with sessions as `make_session_factory` makes them, whatever
+    `factory` made (the runtime hands the worker its write sessions): reads that take no write lock, writes
+    that open with BEGIN IMMEDIATE and queue with the process's other writers. Elsewhere `factory`."""
     bind: Any = factory.kw.get("bind")
-    if isinstance(bind, Engine) and bind.dialect.name == "sqlite":
-        return make_session_factory(bind, write=True)
-    return factory
-
-
-def _read_sessions(factory: sessionmaker[Session]) -> sessionmaker[Session]:
-    """The same database's sessions for reads: on SQLite a plain (deferred) BEGIN, which takes no write
-    lock, even when `factory` makes write sessions (the runtime hands the worker its write sessions)."""
-    bind: Any = factory.kw.get("bind")
-    if isinstance(bind, Engine) and bind.dialect.name == "sqlite":
-        return sessionmaker(bind=bind.execution_options(sqlite_begin="DEFERRED"), expire_on_commit=False)
-    return factory
-
+    sqlite = isinstance(bind, Engine) and bind.dialect.name == "sqlite"
+    return make_session_factory(bind, write=write) if sqlite else factory
 
 class EmbeddedWorker:
     """Handle of the in-process worker thread started by `serve`."""

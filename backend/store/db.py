@@ -86,8 +86,8 @@ def make_session_factory(engine: Engine, *, write: bool = False) -> sessionmaker
         bind = engine.execution_options(sqlite_begin="IMMEDIATE")
     elif engine.dialect.name == "postgresql":
         bind = engine.execution_options(isolation_level="AUTOCOMMIT")
-    else:
-        bind = engine
+    else:  # a plain BEGIN, also from a write factory's bind: a read never takes SQLite's write lock
+        bind = engine.execution_options(sqlite_begin="DEFERRED")
     return sessionmaker(bind=bind, expire_on_commit=False)
 
 
@@ -100,7 +100,8 @@ _WRITER_LOCKS: weakref.WeakKeyDictionary[Any, tuple[threading.RLock, float]] = w
 def sqlite_writer(sessions: sessionmaker[Session]) -> Iterator[None]:
     """Queue this process's write transactions on SQLite in Python, around `BEGIN IMMEDIATE` ... COMMIT
     (every `begin()` block of `make_session_factory(engine, write=True)`: the unit of work, the rate
-    limiter's sync, the metering loop, operator commands; and the engine worker's write sessions).
+    limiter's sync, the metering loop, operator commands; and `write_session`: the engine worker's and the
+    host checks' writes).
 
     Without it every waiting writer polls SQLite's busy handler, whose sleeps grow to 100 ms per try, so
     a few unlucky writers of a busy process wait several rounds (a p99 of 0.5-1 s at 8 concurrent POSTs);
@@ -123,6 +124,15 @@ def sqlite_writer(sessions: sessionmaker[Session]) -> Iterator[None]:
     finally:
         if acquired:
             lock.release()
+
+
+@contextlib.contextmanager
+def write_session(sessions: sessionmaker[Session]) -> Iterator[Session]:
+    """A session of `sessions` for a write its caller commits (or rolls back) itself, queued with this
+    process's other SQLite writers for its whole life (`sqlite_writer`); `sessions.begin()` is the same
+    for a block that commits at its end."""
+    with sqlite_writer(sessions), sessions() as session:
+        yield session
 
 
 class _SqliteWriteSessions(sessionmaker[Session]):

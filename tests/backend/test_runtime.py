@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import ast
 import json
+import shutil
+import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
 
 from backend import cli
 from backend.app import create_app
@@ -19,6 +23,7 @@ from backend.domain.catalog import catalog_to_dict, default_catalog
 from backend.provisioning import settings as engine_settings
 from backend.runtime import build_runtime
 from backend.settings import Settings
+from backend.store.db import sqlite_writer
 from backend.store.migrate import upgrade_to_head
 from backend.store.secrets import SecretKeyError, keyring_of
 from tests.backend.conftest import make_tenant
@@ -195,15 +200,6 @@ def test_the_runtime_engine_worker_reads_without_sqlite_s_write_lock_and_queues_
     # The runtime hands the worker its write sessions. The autoscaler's reads stay open while the driver
     # is asked for jobs (over SSH on real nodes): they took SQLite's write lock from BEGIN IMMEDIATE, so
     # every other writer waited on them. Its writes queue with the process's other writers.
-    import shutil
-    import sqlite3
-    import threading
-    import time
-
-    from sqlalchemy import text
-
-    from backend.store.db import sqlite_writer
-
     path = tmp_path / "gpucloud.db"
     shutil.copyfile(sqlite_template, path)
     runtime = build_runtime(Settings(database_url=f"sqlite:///{path}", data_dir=tmp_path / "data"))
