@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from anyio import CapacityLimiter
-from fastapi import FastAPI
+from fastapi import APIRouter, FastAPI
+from fastapi.routing import APIRoute
 
 from backend.api import (
     audit_events,
@@ -25,11 +27,13 @@ from backend.api import (
     ssh_keys,
     volumes,
 )
+from backend.api.cluster_reads import CachedClusterReads
 from backend.api.http_edges import HttpEdges
 from backend.api.metrics import Metrics
 from backend.api.middleware import RequestMiddleware
 from backend.api.openapi import install_openapi
 from backend.api.problems import install_problem_handlers
+from backend.api.read_cache import ClusterReads
 from backend.api.state import AppState
 from backend.billing.worker import MeteringLoop
 from backend.logging import configure_logging
@@ -39,6 +43,7 @@ from backend.services.auth import Authenticator
 from backend.services.provider_packages import ProviderPackages
 from backend.services.rate_limit import AddressRateLimiter, RateLimiter
 from backend.settings import Settings
+from backend.store.change_stamps import change_stamps
 
 API_DESCRIPTION = """The gpucloud control plane: SSH keys, shared volumes and GPU clusters of a project.
 
@@ -80,6 +85,8 @@ def build_state(runtime: Runtime) -> AppState:
         provider_packages=ProviderPackages(
             settings.provider_packages_dir, settings.provider_signing_key_file
         ),
+        cluster_reads=ClusterReads(settings.cluster_read_cache_entries),
+        change_stamps=change_stamps(runtime.db) if settings.cluster_read_cache_entries else None,
     )
 
 
@@ -108,6 +115,8 @@ def create_app(config: Settings | Runtime) -> FastAPI:
             if worker is not None:
                 worker.stop()
             state.rate_limiter.close()
+            if state.change_stamps is not None:
+                state.change_stamps.close()
             runtime.close()
 
     app = FastAPI(
@@ -141,6 +150,7 @@ def create_app(config: Settings | Runtime) -> FastAPI:
     app.include_router(reservations.router)
     app.include_router(console.router)
     install_openapi(app)
+    app.add_middleware(CachedClusterReads, state=state, route=_route(clusters.router, clusters.get_cluster))
     app.add_middleware(HttpEdges)  # inside RequestMiddleware
     app.add_middleware(
         RequestMiddleware,
@@ -149,3 +159,8 @@ def create_app(config: Settings | Runtime) -> FastAPI:
         address_limiter=state.address_limiter,
     )
     return app
+
+
+def _route(router: APIRouter, endpoint: Callable[..., Any]) -> APIRoute:
+    """The route of `router` serving `endpoint`."""
+    return next(r for r in router.routes if isinstance(r, APIRoute) and r.endpoint is endpoint)

@@ -142,6 +142,9 @@ class Settings(BaseSettings):
     auth_cache_seconds: float = 2.0
     # The cache also remembers unknown keys; bounded so invented keys cannot grow memory without end.
     auth_cache_max_keys: int = Field(default=10_000, ge=1)
+    # GET /v1/clusters/{id} answers kept per replica, each served again only while the database is
+    # unchanged since it was read (never stale); 0 turns the cache off.
+    cluster_read_cache_entries: int = Field(default=2048, ge=0)
     idempotency_ttl_hours: int = 24
     # How long a cluster's admin kubeconfig token stays valid after a read or renewal (/credentials).
     credentials_ttl_seconds: int = Field(default=3600, ge=60)

@@ -20,6 +20,7 @@ from backend.api.cluster_schemas import (
 )
 from backend.api.deps import Operator, Reader, Writer, check_cluster_fields
 from backend.api.listing import page_args, page_body
+from backend.api.read_cache import ClusterRead
 from backend.api.schemas import (
     READ_ERRORS,
     WRITE_ERRORS,
@@ -154,13 +155,15 @@ async def get_cluster(cluster_id: str, request: Request, principal: Reader) -> R
 
     def read() -> Response:
         with state.read_sessions() as session:
+            stamp = state.change_stamps.before_read(session) if state.change_stamps is not None else None
             row, spec = clusters.read_cluster(
                 session=session, project_id=principal.project_id, scope=principal.scope, cluster_id=cluster_id
             )
-            body = to_out(session, row, state.catalog, spec)
-        return Response(
-            body.model_dump_json(), media_type="application/json", headers={"ETag": etag_for(row.generation)}
-        )
+            body = to_out(session, row, state.catalog, spec).model_dump_json().encode()
+        etag = etag_for(row.generation)
+        if stamp is not None:  # served again in front of the router while the stamp holds (cluster_reads)
+            state.cluster_reads.put(cluster_id, ClusterRead(stamp, row.project_id, row.labels, body, etag))
+        return Response(body, media_type="application/json", headers={"ETag": etag})
 
     # The hottest route: its database work runs on the small read pool, not FastAPI's 40 threads.
     return await run_read(request, read)

@@ -8,9 +8,11 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from starlette.concurrency import run_in_threadpool
+from starlette.types import Scope
 
-from backend.api.state import app_state
+from backend.api.state import AppState, app_state
 from backend.domain.access import (
     OPERATOR_CLUSTER_FIELDS,
     Permission,
@@ -18,7 +20,7 @@ from backend.domain.access import (
     fields_needing_manage,
     roles_with,
 )
-from backend.domain.errors import Forbidden, Unauthorized
+from backend.domain.errors import ApiError, Forbidden, Unauthorized
 from backend.services.auth import Principal
 
 
@@ -29,6 +31,9 @@ async def _authenticate(request: Request, credentials: HTTPAuthorizationCredenti
     and a rate-limit sync near the budget go to the database, in the threadpool (the periodic syncs run
     in the background).
     """
+    admitted: Principal | None = request.scope["state"].get("principal")
+    if admitted is not None:  # authenticated and counted in front of the router (cluster_reads)
+        return admitted
     if credentials is None:
         raise Unauthorized(
             "send an API key as `Authorization: Bearer gpc_...`",
@@ -41,10 +46,33 @@ async def _authenticate(request: Request, credentials: HTTPAuthorizationCredenti
     principal = state.authenticator.authenticate_cached(token)
     if principal is None:
         principal = await run_in_threadpool(state.authenticator.authenticate, token)
-    request.scope["state"]["principal"] = principal
+    await _admit(state, request.scope, principal)
+    return principal
+
+
+async def _admit(state: AppState, scope: Scope, principal: Principal) -> None:
+    """Mark the request as `principal`'s and count it against the key's rate limit (RateLimited past it)."""
+    scope["state"]["principal"] = principal
     if state.rate_limiter.count(principal.api_key_id):
         await run_in_threadpool(state.rate_limiter.sync, principal.api_key_id)
     state.rate_limiter.check(principal.api_key_id)
+
+
+async def admit_cached(state: AppState, scope: Scope) -> Principal | None:
+    """`_authenticate` for a layer in front of the router, from the key cache only: the caller, counted;
+    None (nothing counted) when the request has no bearer key or one the cache does not hold, for the
+    route's dependency to answer. RateLimited past the key's limit."""
+    authorization = next((value for name, value in scope["headers"] if name == b"authorization"), None)
+    header = None if authorization is None else authorization.decode("latin-1")
+    scheme, token = get_authorization_scheme_param(header)
+    if not token or scheme.lower() != "bearer":
+        return None
+    try:
+        principal = state.authenticator.authenticate_cached(token)
+    except ApiError:  # a malformed key: the dependency's 401
+        return None
+    if principal is not None:
+        await _admit(state, scope, principal)
     return principal
 
 

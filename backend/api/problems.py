@@ -168,8 +168,8 @@ def validation_field_errors(errors: Sequence[Any]) -> list[FieldError]:
     return out
 
 
-async def _api_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, ApiError)
+def error_response(exc: ApiError, request_id: str | None) -> Response:
+    """The problem+json answer to `exc`."""
     return problem_response(
         status=exc.status,
         code=exc.code,
@@ -179,8 +179,13 @@ async def _api_error(request: Request, exc: Exception) -> Response:
         errors=exc.errors,
         extra=exc.extra,
         headers=exc.headers,
-        request_id=request_id_of(request),
+        request_id=request_id,
     )
+
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return error_response(exc, request_id_of(request))
 
 
 async def _validation_error(request: Request, exc: Exception) -> Response:

@@ -14,12 +14,14 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.api.metrics import Metrics
+from backend.api.read_cache import ClusterReads
 from backend.domain.catalog import Catalog
 from backend.runtime import Runtime
 from backend.services.auth import Authenticator
 from backend.services.provider_packages import ProviderPackages
 from backend.services.rate_limit import AddressRateLimiter, RateLimiter
 from backend.settings import Settings
+from backend.store.change_stamps import ChangeStamps
 
 
 @dataclass
@@ -41,6 +43,9 @@ class AppState:
     read_limiter: CapacityLimiter
     # What the provider registry and network mirror serve (none unless configured).
     provider_packages: ProviderPackages = field(default_factory=lambda: ProviderPackages(None))
+    # GET /v1/clusters/{id} answers and the database change stamps that keep them exact (cluster_reads).
+    cluster_reads: ClusterReads = field(default_factory=lambda: ClusterReads(0))
+    change_stamps: ChangeStamps | None = None
 
 
 def app_state(request: Request) -> AppState:
