@@ -11,6 +11,11 @@ load generator is a small keep-alive HTTP/1.1 client on asyncio streams (so the 
 as possible) at a fixed concurrency. GET /healthz of the same server process shows what the framework
 stack alone (uvicorn, FastAPI, middleware, log line, metrics) allows, between the bare ceiling and the
 real GET.
+
+The GET repeats one unchanged cluster, so after its first answer the server serves it from its answer
+cache (backend/api/cluster_reads.py; each GET still checks the database's change stamp). A second
+`serve` with the cache off (GPUCLOUD_CLUSTER_READ_CACHE_ENTRIES=0) measures the same GET as the route
+itself answers it: what each GET costs while the database changes between them.
 """
 
 from __future__ import annotations
@@ -242,11 +247,18 @@ def _measure_backend(store: str, database_url: str, data_dir: Path) -> dict[str,
         )
         created.raise_for_status()
         framework = _measure(pid, port, _get_request("/healthz", key), GET_REQUESTS)
-        get = _measure(pid, port, _get_request(f"/v1/clusters/{created.json()['id']}", key), GET_REQUESTS)
+        get_cluster = _get_request(f"/v1/clusters/{created.json()['id']}", key)
+        get = _measure(pid, port, get_cluster, GET_REQUESTS)
         post_requests = _post_ssh_key_request(key, public_keys)
         asyncio.run(_load(port, lambda i: post_requests(POST_REQUESTS + i), WARMUP))
         post = _timed(pid, port, post_requests, POST_REQUESTS)
-    return {"store": store, "healthz": framework, "get_cluster": get, "post_ssh_key": post}
+    # The same GET with the answer cache off: what every GET costs while the database changes between
+    # them (a cluster being provisioned, a busy project), and what a cache miss costs.
+    uncached_env = {**env, "GPUCLOUD_CLUSTER_READ_CACHE_ENTRIES": "0"}
+    with _server(serve, uncached_env, port, "/readyz") as pid:
+        uncached = _measure(pid, port, get_cluster, GET_REQUESTS)
+    return {"store": store, "healthz": framework, "get_cluster": get, "get_cluster_uncached": uncached,
+            "post_ssh_key": post}
 
 
 def _measure_bare() -> dict[str, Any]:
@@ -307,6 +319,7 @@ def _print(results: dict[str, Any]) -> None:
         for label, key in (
             ("GET /healthz (app, no DB)", "healthz"),
             ("GET /v1/clusters/{id}", "get_cluster"),
+            ("GET /v1/clusters/{id}, cache off", "get_cluster_uncached"),
             ("POST /v1/ssh-keys", "post_ssh_key"),
         ):
             rows.append(row(f"{entry['store']} {label}", entry[key], bare))
@@ -317,7 +330,7 @@ def _print(results: dict[str, Any]) -> None:
     )
     print(table(["scenario", "req/s", "p50 ms", "p99 ms", "x bare", "server CPU us/req", "x bare CPU"], rows))
     for entry in results["stores"]:
-        statuses = {k: entry[k]["statuses"] for k in ("get_cluster", "post_ssh_key")}
+        statuses = {k: entry[k]["statuses"] for k in ("get_cluster", "get_cluster_uncached", "post_ssh_key")}
         verdicts = ", ".join(
             f"{name}: {'met' if met else 'MISSED'}" for name, met in entry["targets"].items()
         )
