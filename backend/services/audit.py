@@ -24,9 +24,9 @@ def record_event(
     resource_id: str | None,
     request_id: str | None,
     details: dict[str, Any] | None = None,
-) -> AuditEvent:
+) -> None:
     """Add one audit event to the current transaction, stamped now."""
-    return add_event(session, project_id=project_id, actor=actor, action=action, resource_type=resource_type,
+    add_event(session, project_id=project_id, actor=actor, action=action, resource_type=resource_type,
                      resource_id=resource_id, at=utcnow(), request_id=request_id, details=details)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from backend.domain.access import Scope
@@ -12,8 +12,14 @@ from backend.domain.clock import utcnow
 from backend.domain.errors import Conflict, validation_failed
 from backend.domain.ids import new_id
 from backend.domain.ssh_keys import ParsedSshKey, parse_public_key
+from backend.store.db import execute_core
 from backend.store.models import Cluster, ClusterSshKey, SshKey
 from backend.store.repository import check_if_match, get_owned, in_scope, keyset_page, owned_select, touch
+
+# The duplicate check of every registration, on the session's connection (no ORM entity to load).
+_SAME_KEY = select(SshKey.id, SshKey.name, SshKey.labels).where(
+    SshKey.project_id == bindparam("project_id"), SshKey.fingerprint == bindparam("fingerprint")
+)
 
 
 def create_ssh_key(
@@ -24,9 +30,9 @@ def create_ssh_key(
     parsed = parse_public_key(public_key)
     if not isinstance(parsed, ParsedSshKey):
         raise validation_failed([parsed])
-    existing = session.scalar(
-        select(SshKey).where(SshKey.project_id == project_id, SshKey.fingerprint == parsed.fingerprint)
-    )
+    existing = execute_core(
+        session, _SAME_KEY, {"project_id": project_id, "fingerprint": parsed.fingerprint}
+    ).one_or_none()
     if existing is not None and not in_scope(scope, existing.labels):
         # Fingerprints are unique per project; another team's key is not named to this caller.
         raise Conflict(
