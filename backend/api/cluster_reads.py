@@ -2,17 +2,18 @@
 FastAPI's per-request work.
 
 Consoles, CLI waiters and Terraform refreshes poll this route. Through FastAPI it costs about 1 ms of
-CPU on SQLite (routing, dependency solving, five queries, validation), of which FastAPI's routing and
-dependencies alone are a third (docs/benchmarks.md). So the route keeps its answer, with the database's
-change stamp read before it (backend/store/change_stamps.py), and this layer, in front of the router,
-answers a repeated GET itself when the stamp read now is the same: nothing was committed since, so the
-answer is the one the route would give. It is never stale; any commit anywhere sends the next GET
-through the route, which refills the entry. Everything else goes through as before.
+CPU on SQLite (routing, dependency solving, five queries, validation), and a route there that reads
+nothing already costs ~390 us, 4x a bare ASGI answer (docs/benchmarks.md, issue 26's fourth and fifth
+steps). So the route keeps its answer with the database's change stamp read before it
+(backend/store/change_stamps.py), and this layer, in front of the router, answers a repeated GET itself
+when the stamp read now is the same: nothing was committed since, so the answer is the one the route
+would give. It is never stale; any commit anywhere sends the next GET through the route, which refills
+the entry. Everything else goes through as before.
 
-The request is authenticated and counted exactly as the route's dependency does (deps.admit), with the
-cached key lookup only (a key the cache does not hold goes through FastAPI); the entry is served only to
-a key of the cluster's project whose team scope holds the cluster's labels (the route's 404 otherwise).
-The request is logged and measured under the route's template by the outer middleware.
+The request is authenticated and counted as the route's dependency does (deps.admit_cached), from the
+key cache only (a key the cache does not hold goes through FastAPI); the entry is served only to a key
+of the cluster's project whose team scope holds the cluster's labels (the route's 404 otherwise). The
+request is logged and measured under the route's template by the outer middleware.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ def record_event(
 ) -> None:
     """Add one audit event to the current transaction, stamped now."""
     add_event(session, project_id=project_id, actor=actor, action=action, resource_type=resource_type,
-                     resource_id=resource_id, at=utcnow(), request_id=request_id, details=details)
+              resource_id=resource_id, at=utcnow(), request_id=request_id, details=details)
 
 
 def list_events(
