@@ -101,7 +101,7 @@ def test_a_repeated_get_is_served_unchanged_until_anything_commits(
     assert 'route="/v1/clusters/{cluster_id}"' in metrics
 
 
-def test_a_served_answer_keeps_the_route_s_project_scope_and_rate_limit(
+def test_a_served_answer_keeps_the_route_s_project_and_team_scope(
     cached_app: FastAPI, cached_settings: Settings, tenant: Tenant, route_answers: list[str]
 ) -> None:
     nlp = client_for(TestClient(cached_app), make_key(cached_settings, "acme", "admin", "team=nlp"))
