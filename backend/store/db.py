@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import CursorResult, Engine, Executable, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from backend.settings import Settings
@@ -33,9 +35,38 @@ def make_engine(settings: Settings) -> Engine:
         _configure_sqlite(engine, settings.sqlite_busy_timeout_ms)
         _WRITER_LOCKS[engine.dialect] = (threading.RLock(), settings.sqlite_busy_timeout_ms / 1000)
     else:
-        engine = create_engine(url, pool_pre_ping=True, **_pool_options(settings))
+        engine = create_engine(url, **_pool_options(settings))
+        _ping_idle_connections(engine)
     bind_settings(engine.dialect, settings)  # encrypted columns use this configuration's keys
     return engine
+
+
+# A pooled connection used this recently is taken as alive without a ping (see _ping_idle_connections).
+PING_AFTER_IDLE_SECONDS = 1.0
+
+
+def _ping_idle_connections(engine: Engine) -> None:
+    """SQLAlchemy's pre-ping, but only for a connection idle PING_AFTER_IDLE_SECONDS or more: a connection
+    a request gave back a moment ago is alive as far as a ping could tell (one may die between a ping and
+    its use either way), and the ping was one round trip more on every request. A dead connection found by
+    the ping is replaced before use, as with `pool_pre_ping` (a database restart, an idle timeout)."""
+
+    @event.listens_for(engine, "connect")
+    @event.listens_for(engine, "checkin")
+    def _last_known_alive(_dbapi_connection: Any, record: Any) -> None:
+        record.info["alive_at"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        alive_at = record.info.get("alive_at")
+        if alive_at is not None and time.monotonic() - alive_at < PING_AFTER_IDLE_SECONDS:
+            return
+        try:
+            alive = engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:
+            raise DisconnectionError("the pooled connection is gone") from error
+        if not alive:
+            raise DisconnectionError("the pooled connection is gone")
 
 
 def _create_private(database: Path) -> None:
