@@ -4,7 +4,9 @@ guarded as the route is (project, team scope, rate limit). SQLite and PostgreSQL
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from sqlalchemy import text
 
 from backend.api import clusters
 from backend.app import create_app
+from backend.services import rate_limit
 from backend.settings import Settings
 from backend.store.db import make_engine
 from tests.backend.access_keys import client_for, make_key
@@ -123,9 +126,14 @@ def test_a_served_answer_keeps_the_route_s_project_and_team_scope(
     assert TestClient(cached_app).get(f"/v1/clusters/{cluster_id}").status_code == 401
 
 
-def test_every_get_counts_once_against_the_key_s_rate_limit(settings: Settings, tenant: Tenant) -> None:
+def test_every_get_counts_once_against_the_key_s_rate_limit(
+    settings: Settings, tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Near its budget a key's count is written to the database on every request, which makes each GET
     # go to the route as well: a request admitted in front of the router must not be counted again there.
+    # The key's window follows the wall clock: held mid-window, so the requests cannot straddle two.
+    mid_window = SimpleNamespace(time=lambda: 1_800_000_030.0, monotonic=time.monotonic)
+    monkeypatch.setattr(rate_limit, "time", mid_window)
     limited = settings.model_copy(update={"auth_cache_seconds": 60.0, "rate_limit_requests": 30})
     application = create_app(limited)
     try:
