@@ -44,7 +44,7 @@ class CachedClusterReads:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         is_get = scope["type"] == "http" and scope["method"] == "GET"
         match = _PATH.fullmatch(scope["path"]) if is_get else None
-        if match is None or self.state.change_stamps is None or not self.state.cluster_reads.enabled:
+        if match is None or self.state.change_stamps is None:  # the cache is off (or the database in memory)
             await self.app(scope, receive, send)
             return
         try:

@@ -28,16 +28,10 @@ class ClusterReads:
         self._max_entries = max_entries
         self._lock = threading.Lock()  # on PostgreSQL the route stores from the read pool's threads
 
-    @property
-    def enabled(self) -> bool:
-        return self._max_entries > 0
-
     def get(self, cluster_id: str) -> ClusterRead | None:
         return self._entries.get(cluster_id)
 
     def put(self, cluster_id: str, read: ClusterRead) -> None:
-        if not self.enabled:
-            return
         with self._lock:
             self._entries.pop(cluster_id, None)
             self._entries[cluster_id] = read

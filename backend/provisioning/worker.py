@@ -300,6 +300,7 @@ def _sessions(factory: sessionmaker[Session], *, write: bool) -> sessionmaker[Se
     sqlite = isinstance(bind, Engine) and bind.dialect.name == "sqlite"
     return make_session_factory(bind, write=write) if sqlite else factory
 
+
 class EmbeddedWorker:
     """Handle of the in-process worker thread started by `serve`."""
 

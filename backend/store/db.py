@@ -62,11 +62,9 @@ def _ping_idle_connections(engine: Engine) -> None:
         if alive_at is not None and time.monotonic() - alive_at < PING_AFTER_IDLE_SECONDS:
             return
         try:
-            alive = engine.dialect.do_ping(dbapi_connection)
-        except Exception as error:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as error:  # the pool replaces the connection and checks out another
             raise DisconnectionError("the pooled connection is gone") from error
-        if not alive:
-            raise DisconnectionError("the pooled connection is gone")
 
 
 def _create_private(database: Path) -> None:
