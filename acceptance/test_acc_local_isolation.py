@@ -1,13 +1,15 @@
 """A tenant attacking another under the `local` driver (issue 25): the real backend, two projects, each
 with a one-node Slurm cluster and a volume, and an attacker logged in as `ubuntu` on project A's node.
 
-Every test is one attack, written as the attacker runs it, and asserts that it fails and that the victim
-(project B) is untouched. What must hold: each cluster's `ubuntu` has a host uid of its own; each node has
-its own PID namespace and its own root (nothing of the data directory reachable from it, no host `/var/tmp`,
-`/dev/shm` or `/mnt`); the node firewall lets only the backend's ssh in from the management address `.2`
-(every other address of the host is subject to the security group's egress); deleting a cluster kills
-everything its nodes started, even with the backend SIGKILLed mid-delete; deleting a volume deletes its
-data; `serve` refuses a data directory another user owns.
+Every test is one attack, written as the attacker runs it as root of its node (`sudo`: the cluster's
+user has it), and asserts that it fails and that the victim (project B) is untouched. What must hold: each
+cluster's `ubuntu` has a host uid of its own and each node a user namespace whose root is an unprivileged
+host uid; each node has its own PID namespace and its own root (nothing of the data directory reachable
+from it, no host `/var/tmp`, `/dev/shm` or `/mnt`); the node firewall, in a network namespace the host
+owns, lets only the backend's ssh in from the management address `.2` (every other address of the host is
+subject to the security group's egress); deleting a cluster kills everything its nodes started, even with
+the backend SIGKILLed mid-delete; deleting a volume deletes its data; `serve` refuses a data directory
+another user owns.
 
 Needs root, Linux and the Debian daemons, like test_acc_local_driver.py: it never skips.
 """
@@ -20,6 +22,7 @@ import ipaddress
 import os
 import pwd
 import secrets
+import shlex
 import signal
 import socketserver
 import stat
@@ -43,7 +46,8 @@ from provider.client.errors import Conflict, NotFound
 
 # Unique per run: the sleeps a tenant starts are found on the host by their exact command line.
 BASE = 1_000_000 + secrets.randbelow(8_000_000)
-VICTIM_SLEEP, UNSHARED_SLEEP, FORKED_SLEEP, KILLED_UNSHARED_SLEEP, KILLED_FORKED_SLEEP = range(BASE, BASE + 5)
+VICTIM_SLEEP, UNSHARED_SLEEP, FORKED_SLEEP, KILLED_UNSHARED_SLEEP, KILLED_FORKED_SLEEP, ROOT_SLEEP = range(
+    BASE, BASE + 6)
 TOKEN = secrets.token_hex(8)
 MARK = "__attack_rc="
 PTRACE = """
@@ -119,9 +123,11 @@ def run_as(tenant: Tenant, command: str) -> str:
 
 
 def attack(tenant: Tenant, command: str, *, stdin: str | None = None) -> Attempt:
-    """The attacker's `command` on its node: its exit status and output. The shell must have run (an
-    unreachable node is a broken test, never a failed attack)."""
-    done = ssh(tenant, f"({command}) 2>&1; rc=$?; echo; echo {MARK}$rc", stdin=stdin)
+    """The attacker's `command` on its node, as the node's root (`sudo`, which the cluster's user has):
+    its exit status and output. The shell must have run (an unreachable node is a broken test, never a
+    failed attack)."""
+    as_root = f"sudo -n sh -c {shlex.quote(command)}"
+    done = ssh(tenant, f"({as_root}) 2>&1; rc=$?; echo; echo {MARK}$rc", stdin=stdin)
     out, _, rc = done.stdout.rpartition(MARK)
     assert rc.strip().isdigit(), f"the attacker's shell did not run (ssh {done.returncode}): {done.stderr}"
     return Attempt(int(rc), out.strip())
@@ -297,7 +303,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         except Exception as error:  # the rest still goes; the error is raised at the end
             failure = error
         remove_leftovers(root, data)
-        for number in range(BASE, BASE + 5):  # what escaped the nodes (started through the tenants)
+        for number in range(BASE, BASE + 6):  # what escaped the nodes (started through the tenants)
             for pid in host_pids(f"sleep {number}"):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
@@ -325,6 +331,40 @@ def test_acc_local_isolation_each_cluster_has_its_own_host_uid(world: World) -> 
     host_accounts = {entry.pw_uid: entry.pw_name for entry in pwd.getpwall()}
     assert uids["alpha"] != uids["bravo"], f"A's and B's ubuntu are the same host uid: {uids}"
     assert not set(uids.values()) & set(host_accounts), (uids, "host accounts:", host_accounts)
+
+
+def test_acc_local_isolation_root_of_a_node_is_not_root_of_the_host(world: World) -> None:
+    """Attack: root of A's node against the host. `sudo` makes A root of its node, whose processes are an
+    unprivileged host uid of A's cluster's own (its user namespace), not 0; that root cannot flush the
+    node's firewall (the host's network namespace), write the host's programs, make a device node or set
+    a host sysctl."""
+    became = run_as(world.attacker, f"sudo -n id -u && (sudo -n setsid sleep {ROOT_SLEEP} >/dev/null 2>&1 &)")
+    assert became.split()[0] == "0", became
+    pid = until(lambda: host_pids(f"sleep {ROOT_SLEEP}"), 10, "A's root sleep never started")[0]
+    host_uid = next(line.split()[1] for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                    if line.startswith("Uid:"))
+    namespace_base = (world.clusters / world.attacker.cluster_id / "namespace").read_text().strip()
+    assert host_uid == namespace_base and int(host_uid) > 0, (host_uid, namespace_base)
+    netns = next(line.split()[0] for line in subprocess.run(["ip", "netns", "list"], capture_output=True,
+                                                              text=True, check=True).stdout.splitlines()
+                 if world.attacker.cluster_id in line)
+
+    def firewall() -> str:
+        return subprocess.run(["ip", "netns", "exec", netns, "nft", "list", "table", "inet", "gpucloud"],
+                              capture_output=True, text=True, check=True).stdout
+
+    before = firewall()
+    attempts = {what: attack(world.attacker, command) for what, command in {
+        "flushed the firewall": "nft flush ruleset",
+        "remounted /usr read-write": "mount -o remount,rw /usr",
+        "wrote to /usr": f"touch /usr/planted-{TOKEN}",
+        "made a block device": f"mknod /dev/disk-{TOKEN} b 8 0",
+        "set a sysctl": "sysctl -w net.ipv4.ip_forward=1",
+    }.items()}
+    assert not [got for got in attempts.values() if got.rc in (126, 127)], attempts  # every tool ran
+    breaches = [f"A's root {what}: {got.out!r}" for what, got in attempts.items() if got.rc == 0]
+    assert not breaches, "\n".join(breaches)
+    assert firewall() == before and not Path(f"/usr/planted-{TOKEN}").exists()
 
 
 def test_acc_local_isolation_victims_home_unreachable_through_the_host_path(world: World) -> None:

@@ -26,6 +26,7 @@ from backend.provisioning.node_config.shell import NodeFile, NodeShell, files_sc
 AUTHORIZED_KEYS_DIR = "/etc/ssh/authorized_keys"  # root-owned: a user cannot add keys behind the API's back
 SLURM_DIR = "/etc/slurm"
 MUNGE_KEY = "/etc/munge/munge.key"
+SUDOERS_FILE = "/etc/sudoers.d/gpucloud-user"
 # Spool, log and run directories of the daemons (Debian's paths), owned by the daemon's user.
 STATE_DIRS = {"slurm": ("/var/lib/slurm", "/var/lib/slurm/slurmctld", "/var/lib/slurm/slurmd",
                         "/var/log/slurm", "/run/slurm"),
@@ -81,6 +82,8 @@ class NodeConfig:
     slurm_files: Mapping[str, str] = field(default_factory=dict)
     # A single-node cluster with a `container`: the user's SSH sessions run inside it (containers.py).
     login_container: bool = False
+    # The user may become root with `sudo`, no password (where root of the node is not the host's).
+    sudo: bool = False
 
 
 def configure(shell: NodeShell, config: NodeConfig) -> None:
@@ -93,6 +96,8 @@ def configure(shell: NodeShell, config: NodeConfig) -> None:
     if config.munge_key is not None:
         files.append(NodeFile(MUNGE_KEY, config.munge_key, 0o400, "munge"))
     files += _login_files(config)
+    if config.sudo:
+        files.append(NodeFile(SUDOERS_FILE, f"{config.user} ALL=(ALL:ALL) NOPASSWD: ALL\n".encode(), 0o440))
     user, uid = shlex.quote(config.user), config.uid
     script = [
         OWN,

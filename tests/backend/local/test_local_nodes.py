@@ -22,6 +22,7 @@ from backend.provisioning.drivers.local.namespaces import NETNS_PREFIX, LocalClu
 from backend.provisioning.drivers.local.node_setup import (
     EXPORTS,
     LOCAL_SLURM_HOST,
+    cluster_id_map,
     cluster_uid,
     control_dir,
     munge_key,
@@ -81,17 +82,19 @@ def test_local_nodes_booted_then_configured_over_ssh_run_slurm_jobs_and_leave_no
     keys = {name: (tmp_path / f"{name}.pub").read_text() for name in ("alice", "bob")}
     # Boot (the host's part): bridge, namespaces, the node's disk and its sshd.
     cluster.up()
-    prepare_cluster(cluster)
+    id_map = cluster_id_map(cluster)
+    prepare_cluster(cluster, id_map)
     assert placed.jumphost_ip is not None
     jumphost = cluster.node(placed.controller, placed.jumphost_ip)
     workers = [cluster.node(n.name, n.private_ip) for n in placed.nodes]
     for node in (jumphost, *workers):
-        node.create(node_binds(node))
+        node.create(node_binds(node), id_map=id_map)
         start_sshd(node)
     # Configuration (over SSH only, as root with the backend's key, the host key pinned).
     config = NodeConfig(user="ubuntu", uid=cluster_uid(cluster), public_keys=tuple(keys.values()),
                         hosts=slurm.hosts_file(placed), home=Mount(f"{EXPORTS}/home", "/home"),
-                        volume_root="/mnt/shared", munge_key=munge_key(cluster), slurm_files=files)
+                        volume_root="/mnt/shared", munge_key=munge_key(cluster), slurm_files=files,
+                        sudo=True)
     deadline = time.monotonic() + 30
     for node in (jumphost, *workers):
         while run(["ip", "netns", "exec", node.netns, "ss", "-ltn"]).stdout.count(":22 ") == 0:
@@ -115,6 +118,13 @@ def test_local_nodes_booted_then_configured_over_ssh_run_slurm_jobs_and_leave_no
     shared = _ssh(tmp_path / "alice", jumphost.address,
                   "srun -w train-0 sh -c 'hostname > ~/from-0' && srun -w train-1 cat ~/from-0")
     assert shared.stdout.strip() == "train-0", shared.stderr
+    # The user is root of its nodes with sudo, and that root is an unprivileged host uid of the cluster's
+    # own (its user namespace): what it writes is that uid's on the host, and the node's firewall (in the
+    # host's network namespace) is not its to change.
+    became = _ssh(tmp_path / "alice", jumphost.address,
+                  "sudo -n id -u && sudo -n touch /root/by-sudo && ! sudo -n nft flush ruleset 2>/dev/null")
+    assert became.returncode == 0 and became.stdout.split() == ["0"], (became.stdout, became.stderr)
+    assert (jumphost.dir / "root" / "by-sudo").stat().st_uid == id_map.base > 0
     # Root logs in with the backend's key only: a user's key is not root's.
     as_root = run(["ssh", "-i", str(tmp_path / "alice"), "-o", "StrictHostKeyChecking=no", "-o",
                    "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes", f"root@{jumphost.address}", "true"],

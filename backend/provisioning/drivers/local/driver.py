@@ -64,6 +64,7 @@ from backend.provisioning.drivers.local.node_setup import (
     KERNEL_LOG_COMMAND,
     LOCAL_SLURM_HOST,
     SSH_USER,
+    cluster_id_map,
     cluster_uid,
     control_dir,
     munge_key,
@@ -435,7 +436,7 @@ class LocalDriver:
             directory.mkdir(parents=True, exist_ok=True)
             directory.chmod(0o1777)  # every cluster's ubuntu user has its own uid
         cluster.export_volumes(plan.volumes.values())
-        prepare_cluster(cluster)
+        prepare_cluster(cluster, cluster_id_map(cluster))
 
     def _node_config(self, cluster: LocalCluster, plan: ClusterPlan) -> node_config.NodeConfig:
         """What every node of the cluster is configured with: the host's storage, exported to each node
@@ -446,18 +447,18 @@ class LocalDriver:
             volumes=tuple(node_config.Mount(f"{EXPORTS}/volumes/{source.name}", target)
                           for target, source in sorted(plan.volumes.items())),
             munge_key=munge_key(cluster) if plan.orchestrator == "slurm" else None,
-            slurm_files=plan.slurm_files, login_container=plan.login_container)
+            slurm_files=plan.slurm_files, login_container=plan.login_container, sudo=True)
 
     def _boot(self, cluster: LocalCluster, plan: ClusterPlan, node: LocalNode) -> None:
         """Boot the node (namespaces, its sshd), then configure it over SSH."""
         self._lay_out(cluster, plan)
         if not node.exists():  # made (again) from scratch: a connection to a sshd gone before is stale
             shell_of(node).close()
-        node.create(node_binds(node))
+        node.create(node_binds(node), id_map=cluster_id_map(cluster))
         start_sshd(node)
         _wait_for_port(node.address, 22, cluster.management)
         node_config.configure(shell_of(node), self._node_config(cluster, plan))
-        firewall.apply(shell_of(node), self._firewall(cluster, plan))
+        node.load_firewall(self._firewall(cluster, plan))
 
     def _create_control_plane(self, cluster: LocalCluster, plan: ClusterPlan) -> None:
         if not plan.multi_node or plan.controller is None:
@@ -581,7 +582,7 @@ class LocalDriver:
         self._sync_volumes(cluster, plan, node)
         script = self._firewall(cluster, plan)
         for target in self._with_login(cluster, plan, node):
-            firewall.apply(shell_of(target), script)
+            target.load_firewall(script)
         if plan.orchestrator == "slurm" and plan.slurm_files and plan.controller is not None:
             # The user's partitions, prolog/epilog (slurm.conf) and QoS: slurm.conf as slurmctld has it
             # already (every node's reconfigure but the first, a volume or key change) needs the QoS only.

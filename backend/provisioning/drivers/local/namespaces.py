@@ -4,9 +4,10 @@ A node is what a container runtime or one of kind's nodes is, made with the kern
 namespace (`ip netns`, cabled by a veth to its cluster's bridge) plus PID, mount, UTS and IPC namespaces
 held by the node's init (pid 1 inside, a reaper), a root file system of its own (`pivot_root`: the host's
 programs and libraries read-only, its own `/etc` overlay, `/var`, `/run`, `/tmp`, `/var/tmp`, `/dev`,
-`/dev/shm`, `/proc`), and a cgroup v2 group where the host has one. A tenant in the node sees and signals
-its node's processes only and reaches no path of the host's but those bound in; releasing the node kills
-its init (which ends every process of the PID namespace, double-forked and user-namespaced ones
+`/dev/shm`, `/proc`), and a cgroup v2 group where the host has one; a cluster's nodes run in a user
+namespace of its own (`IdMap`), so root of a node is an unprivileged host uid. A tenant in the node sees
+and signals its node's processes only and reaches no path of the host's but those bound in; releasing the
+node kills its init (which ends every process of the PID namespace, double-forked and user-namespaced ones
 included) and the cgroup (`cgroup.kill`). The driver enters a node only to boot it (init, sshd); it is
 configured over SSH like any server (`backend.provisioning.node_config`).
 
@@ -25,7 +26,9 @@ import os
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -39,7 +42,20 @@ _BOOT_SECONDS = 30.0
 NODE_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
 # pid 1 of a node: reaps the orphans its PID namespace hands it, and ends (taking the node with it) on
 # SIGTERM. Python, since every host of this driver has it and it is a dozen lines; ~8 MB per node.
-_INIT = """import os, signal
+# With `user-namespace`, it first makes the node's user namespace and a mount namespace it owns, waits for
+# the host to write the maps (`LocalNode._map_user_namespace`) and becomes that namespace's root: in one
+# process, as a program exec'd before the maps exist would lose its capabilities there.
+_INIT = """import os, signal, sys
+if sys.argv[1:] == ["user-namespace"]:
+    import ctypes, time
+    if ctypes.CDLL(None, use_errno=True).unshare(0x10000000 | 0x00020000) != 0:
+        raise SystemExit("unshare: " + os.strerror(ctypes.get_errno()))
+    while not open("/proc/self/uid_map").read().strip():
+        time.sleep(0.01)
+    os.setgroups([])
+    os.setresgid(0, 0, 0)
+    os.setresuid(0, 0, 0)
+open("/var/.booted", "w").close()
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD, signal.SIGTERM})
 while signal.sigwait({signal.SIGCHLD, signal.SIGTERM}) == signal.SIGCHLD:
     try:
@@ -55,6 +71,25 @@ _DEVICES = (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8), ("
 
 class LocalHostError(RuntimeError):
     """A host command failed; the message names the command and what it printed."""
+
+
+@dataclass(frozen=True)
+class IdMap:
+    """A node's user namespace: its uids and gids 0 to `count - 1` are host ids from `base` (so its root
+    is an unprivileged host uid, and `sudo` in the node gives no power on the host), and `kept` (the
+    cluster's user) is itself, so the user's files in the shared home and volumes keep their owner."""
+
+    base: int
+    kept: int
+    count: int = 65536
+
+    @property
+    def table(self) -> str:
+        """The lines of the namespace's `uid_map` (and `gid_map`)."""
+        return f"0 {self.base} {self.count}\n{self.kept} {self.kept} 1\n"
+
+    def host_id(self, inside: int) -> int:
+        return self.base + inside
 
 
 @dataclass(frozen=True)
@@ -207,11 +242,15 @@ class LocalNode:
         return (Path("/run/netns", self.netns).exists() and (self.dir / "made").exists()
                 and self.init_pid() is not None)
 
-    def create(self, binds: Iterable[Bind], *, systemd: bool = False) -> None:
+    def create(self, binds: Iterable[Bind], *, systemd: bool = False, id_map: IdMap | None = None) -> None:
         """Boot the node: namespaces, cabling, its init and root file system (idempotent). Its directory
-        (the node's disk) is kept from an earlier boot. With `systemd`, systemd is the init, as on most
-        servers (the tests' stand-ins for servers of one's own): it brings up no unit of its own
-        (`SYSTEMD_TARGET`) and has a cgroup namespace and hierarchies of its own (`_SYSTEMD_CGROUPS`)."""
+        (the node's disk) is kept from an earlier boot. With `id_map`, the node's processes run in a user
+        namespace of their own (`_boot_script`): its root is root of the node only. With `systemd`,
+        systemd is the init, as on most servers (the tests' stand-ins for servers of one's own): it brings
+        up no unit of its own (`SYSTEMD_TARGET`) and has a cgroup namespace and hierarchies of its own
+        (`_SYSTEMD_CGROUPS`)."""
+        if systemd and id_map is not None:
+            raise ValueError("a systemd node has no user namespace of its own")
         if self.exists():
             return
         (self.dir / "made").unlink(missing_ok=True)
@@ -224,6 +263,8 @@ class LocalNode:
         # comes up (gratuitous ARP), or the host and the other nodes keep sending to the old MAC until
         # their neighbour entries expire (~30 s; a repaired node's sshd then "did not answer").
         run(["ip", "netns", "exec", self.netns, "sysctl", "-qw", "net.ipv4.conf.eth0.arp_notify=1"])
+        if id_map is not None:  # the node's root has no privilege over the host-made network namespace
+            run(["ip", "netns", "exec", self.netns, "sysctl", "-qw", "net.ipv4.ip_unprivileged_port_start=0"])
         # No default route: a node reaches its cluster's subnet (and the host on the bridge), nothing else.
         for argv in (["addr", "add", f"{self.address}/{prefix}", "dev", "eth0"],
                      ["link", "set", "eth0", "up"], ["link", "set", "lo", "up"]):
@@ -232,6 +273,10 @@ class LocalNode:
         self._lay_out_disk()
         if systemd:
             _write_systemd_etc(self.dir / "etc", self.name)
+        if id_map is not None:
+            for entry in self.dir.iterdir():
+                if entry.name not in _HOST_ONLY:
+                    shift_ids(entry, id_map)
         booted = self.dir / "var" / ".booted"
         booted.unlink(missing_ok=True)
         (self.dir / "init.pid").unlink(missing_ok=True)
@@ -240,21 +285,40 @@ class LocalNode:
         # The init's parent (`unshare`) stays on the host, waiting for it; both end together.
         boot = ["nsenter", f"--net=/run/netns/{self.netns}", "unshare", "--pid", "--fork", "--mount", "--uts",
                 "--ipc", *(["--cgroup"] if systemd else []), "--propagation", "slave",
-                "sh", "-ec", _boot_script(self, binds, systemd=systemd)]
+                "sh", "-ec", _boot_script(self, binds, systemd=systemd, id_map=id_map)]
         if systemd and self.systemd_cgroup is not None:  # joined before its cgroup namespace is made
             self.systemd_cgroup.mkdir(parents=True, exist_ok=True)
             join = str(self.systemd_cgroup / "cgroup.procs")
             boot = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', join, *boot]
-        self._detached(boot, self.dir / "log" / "boot.out")
+        self._detached(boot, self.console / "boot.out")
         deadline = time.monotonic() + _BOOT_SECONDS
         while not (booted.exists() and self.init_pid() is not None):
             # The boot script is the init to be: once it recorded its pid, its end means boot failed.
             died = (self.dir / "init.pid").exists() and self.init_pid() is None
             if died or time.monotonic() > deadline:
-                log = (self.dir / "log" / "boot.out").read_text(errors="replace")[-800:]
+                log = (self.console / "boot.out").read_text(errors="replace")[-800:]
                 raise LocalHostError(f"node {self.name} did not boot: {log or 'no output'}")
+            if id_map is not None:
+                self._map_user_namespace(id_map)
             time.sleep(0.01)
         (self.dir / "made").touch()
+
+    @property
+    def console(self) -> Path:
+        """The host's logs of the node's boot and of the daemons it starts in it (`start_daemon`): a
+        directory of the host's that no node sees, like a server's console."""
+        return self.dir / "console"
+
+    def _map_user_namespace(self, id_map: IdMap) -> None:
+        """Write the maps of the user namespace the booting init made (once it made it): the boot waits
+        for them, as a process may not map more than its own uid into its own namespace."""
+        pid = self.init_pid()
+        if pid is None or _user_namespace(pid) == _user_namespace(os.getpid()):
+            return
+        if Path(f"/proc/{pid}/uid_map").read_text().strip():
+            return
+        for table in ("gid_map", "uid_map"):  # the boot goes on once it sees its uid_map
+            Path(f"/proc/{pid}/{table}").write_text(id_map.table)
 
     def init_pid(self) -> int | None:
         """The host pid of the node's init: pid 1 of its PID namespace, inside the node's network namespace
@@ -274,9 +338,16 @@ class LocalNode:
         if pid is None:
             raise LocalHostError(f"node {self.name} is not running")
         prefix = ["nsenter", "-t", str(pid), "--net", "--mount", "--uts", "--ipc", "--pid", "--root", "--wd"]
+        if _user_namespace(pid) != _user_namespace(os.getpid()):
+            prefix.insert(3, "--user")  # as the node's root, not the host's
         if user is not None:
             prefix += ["runuser", "-u", user, "--"]
         return [*prefix, *argv]
+
+    def load_firewall(self, script: str) -> None:
+        """Load an nftables ruleset (`node_config.firewall`) into the node's network namespace, from the
+        host: the namespace is the host's, so no one in the node, its root included, can change it."""
+        run(["ip", "netns", "exec", self.netns, "nft", "-f", "-"], input_text=script)
 
     def start_daemon(self, argv: Sequence[str]) -> None:
         """Start a long-running process inside the node, detached from the backend (not our child, so it
@@ -287,7 +358,7 @@ class LocalNode:
         program = Path(command[0]).name
         if self.running(program):
             return
-        self._detached(self.enter_argv(argv), self.dir / "log" / f"{program}.out")
+        self._detached(self.enter_argv(argv), self.console / f"{program}.out")
 
     def running(self, program: str) -> list[int]:
         """Pids of `program` running in the node: read from the system, so it holds after a restart."""
@@ -346,8 +417,8 @@ class LocalNode:
 
     def _lay_out_disk(self) -> None:
         """The node's disk on the host: its /etc overlay's layers, its /var and root's home."""
-        for sub in ("etc", "etc-work", "log", "rootfs", "var/lib", "var/log", "var/spool", "var/cache",
-                    "var/tmp"):
+        for sub in ("etc", "etc-work", "etc-lower", "console", "rootfs", "var/lib", "var/log", "var/spool",
+                    "var/cache", "var/tmp"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         for link, target in (("var/run", "/run"), ("var/lock", "/run/lock")):
             if not (self.dir / link).is_symlink():
@@ -404,57 +475,124 @@ def _write_systemd_etc(etc_upper: Path, hostname: str) -> None:
         "[Unit]\nDescription=A gpucloud node booted with systemd\nDefaultDependencies=no\n")
 
 
-def _boot_script(node: LocalNode, binds: Iterable[Bind], *, systemd: bool = False) -> str:
+def _boot_script(node: LocalNode, binds: Iterable[Bind], *, systemd: bool = False,
+                 id_map: IdMap | None = None) -> str:
     """What the node's init runs before it becomes the reaper: record its host pid, set the hostname, build
     the node's root in a tmpfs (the host's programs read-only, its own /etc, /var, /run, /tmp, /var/tmp,
-    /dev, /dev/shm, /proc, /sys, then `binds`), switch to it with `pivot_root` and let go of the host's."""
+    /dev, /dev/shm, /proc, /sys, then `binds`), switch to it with `pivot_root` and let go of the host's.
+
+    With `id_map`, the root is built for the node's user namespace and entered last: what the boot makes
+    in it is made as the namespace's root (`setpriv`), tmpfs and devpts are its, and the host's `/usr`
+    and `/etc` are bound idmapped (`idmapped.py`), without `nosuid` (a set-uid program gives the
+    namespace's root only). Then the init makes the user namespace with a mount namespace it owns (a copy
+    whose mounts the node's root cannot take apart to see under), waits for the host to write its maps
+    (`LocalNode._map_user_namespace`) and becomes the namespace's root."""
     q = shlex.quote
     node_dir = node.dir
+    owner = f"{id_map.base}" if id_map is not None else "0"
+    as_node = f"setpriv --reuid={owner} --regid={owner} --clear-groups " if id_map is not None else ""
+    owned = f",uid={owner},gid={owner}" if id_map is not None else ""
+    if id_map is not None:
+        helper = Path(__file__).with_name("idmapped.py")
+        idmap = f"{q(sys.executable)} -I -S {q(str(helper))} proc {q(id_map.table)}"
+        system_dirs = (f"{as_node}mkdir $d; {idmap} /$d $d", f"{idmap} /usr usr",
+                       f"{idmap} /etc {q(str(node_dir / 'etc-lower'))}", str(node_dir / "etc-lower"))
+    else:
+        system_dirs = ("mkdir $d; mount --bind /$d $d; mount -o remount,bind,ro,nosuid,nodev $d",
+                       "mount --bind /usr usr; mount -o remount,bind,ro,nosuid,nodev usr", ":", "/etc")
+    bind_dir, bind_usr, bind_etc, etc_lower = system_dirs
+    devpts_group = id_map.host_id(5) if id_map is not None else 5
     script = [
         # Written aside and renamed: the host reads it while it waits.
         f"read -r pid _ < /proc/self/stat; echo \"$pid\" > {q(str(node_dir / 'init.pid.new'))}",
         f"mv {q(str(node_dir / 'init.pid.new'))} {q(str(node_dir / 'init.pid'))}",
         f"hostname {q(node.name)}",
-        f"mount -t tmpfs -o mode=0755,nosuid,nodev rootfs {q(str(node_dir / 'rootfs'))}",
+        f"mount -t tmpfs -o mode=0755,nosuid,nodev{owned} rootfs {q(str(node_dir / 'rootfs'))}",
         f"cd {q(str(node_dir / 'rootfs'))}",
-        "mkdir usr etc var run tmp dev proc sys home root mnt",
+        f"{as_node}mkdir usr etc var run tmp dev proc sys home root mnt",
+        "mount -t proc -o nosuid,nodev,noexec proc proc",
         # Merged /usr: /bin, /lib... are links into it; elsewhere they are directories of their own.
-        "for d in bin sbin lib lib32 lib64 libx32; do if [ -L /$d ]; then ln -s \"$(readlink /$d)\" $d; "
-        "elif [ -d /$d ]; then mkdir $d; mount --bind /$d $d; mount -o remount,bind,ro,nosuid,nodev $d; fi; "
-        "done",
-        "mount --bind /usr usr; mount -o remount,bind,ro,nosuid,nodev usr",
-        f"mount -t overlay overlay -o lowerdir=/etc,upperdir={q(str(node_dir / 'etc'))},"
+        "for d in bin sbin lib lib32 lib64 libx32; do if [ -L /$d ]; then "
+        f"{as_node}ln -s \"$(readlink /$d)\" $d; elif [ -d /$d ]; then {bind_dir}; fi; done",
+        bind_usr,
+        bind_etc,
+        f"mount -t overlay overlay -o lowerdir={q(etc_lower)},upperdir={q(str(node_dir / 'etc'))},"
         f"workdir={q(str(node_dir / 'etc-work'))} etc",
         f"mount --bind {q(str(node_dir / 'var'))} var",
-        "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs var/tmp",
-        "mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs run; mkdir -m 1777 run/lock",
-        "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs tmp",
-        "mount -t tmpfs -o mode=0755,nosuid,noexec tmpfs dev",
+        f"mount -t tmpfs -o mode=1777,nosuid,nodev{owned} tmpfs var/tmp",
+        f"mount -t tmpfs -o mode=0755,nosuid,nodev{owned} tmpfs run; {as_node}mkdir -m 1777 run/lock",
+        f"mount -t tmpfs -o mode=1777,nosuid,nodev{owned} tmpfs tmp",
+        f"mount -t tmpfs -o mode=0755,nosuid,noexec{owned} tmpfs dev",
         *(f"mknod -m 666 dev/{name} c {major} {minor}" for name, major, minor in _DEVICES),
-        "mkdir dev/pts dev/shm",
-        "mount -t devpts -o newinstance,ptmxmode=0666,mode=0620,gid=5 devpts dev/pts",
-        "ln -s pts/ptmx dev/ptmx; ln -s /proc/self/fd dev/fd",
-        "ln -s /proc/self/fd/0 dev/stdin; ln -s /proc/self/fd/1 dev/stdout; ln -s /proc/self/fd/2 dev/stderr",
-        "mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs dev/shm",
-        "mount -t proc -o nosuid,nodev,noexec proc proc",
+        f"{as_node}mkdir dev/pts dev/shm",
+        f"mount -t devpts -o newinstance,ptmxmode=0666,mode=0620,gid={devpts_group} devpts dev/pts",
+        f"{as_node}ln -s pts/ptmx dev/ptmx; {as_node}ln -s /proc/self/fd dev/fd",
+        f"{as_node}ln -s /proc/self/fd/0 dev/stdin; {as_node}ln -s /proc/self/fd/1 dev/stdout; "
+        f"{as_node}ln -s /proc/self/fd/2 dev/stderr",
+        f"mount -t tmpfs -o mode=1777,nosuid,nodev{owned} tmpfs dev/shm",
         "mount -t sysfs -o ro,nosuid,nodev,noexec sysfs sys",
         _SYSTEMD_CGROUPS if systemd else _HOST_CGROUPS,
-        *(_bind_command(bind) for bind in binds),
-        "mkdir .host; pivot_root . .host; cd /; umount -l /.host; rmdir /.host",
-        ": > /var/.booted",
-        f"exec env container=gpucloud {SYSTEMD} --system --unit={SYSTEMD_TARGET}" if systemd
-        else f"exec /usr/bin/python3 -I -S -c {q(_INIT)}",
+        *(_bind_command(bind, as_node) for bind in binds),
+        # The host's umount, through the old root: the node's (idmapped) is set-uid to the node's root.
+        "mkdir .host; pivot_root . .host; cd /; /.host/usr/bin/umount -l /.host; rmdir /.host",
     ]
+    if systemd:
+        script += [": > /var/.booted",
+                   f"exec env container=gpucloud {SYSTEMD} --system --unit={SYSTEMD_TARGET}"]
+    else:
+        script.append(f"exec /usr/bin/python3 -I -S -c {q(_INIT)}{' user-namespace' if id_map else ''}")
     return "\n".join(script)
 
 
-def _bind_command(bind: Bind) -> str:
+def _bind_command(bind: Bind, as_node: str = "") -> str:
     """Bind a host path into the node's root being built (the current directory), with what is mounted
-    below it (the volumes exported to the cluster before the node boots)."""
+    below it (the volumes exported to the cluster before the node boots); a missing target is made by
+    `as_node` (the prefix that runs a command as the node's root)."""
     source, target = shlex.quote(str(bind.source)), shlex.quote(f".{bind.target}")
-    make_target = f"mkdir -p {target}" if bind.source.is_dir() else f"touch {target}"
+    make_target = f"{as_node}mkdir -p {target}" if bind.source.is_dir() else f"{as_node}touch {target}"
     remount = f" && mount -o remount,bind,ro {target}" if bind.read_only else ""
     return f"{{ [ -e {target} ] || {make_target}; }} && mount --rbind {source} {target}{remount}"
+
+
+# What of a node's directory is the host's alone: never bound into the node, never given to its namespace.
+_HOST_ONLY = frozenset({"rootfs", "etc-work", "etc-lower", "console", "xid.log", "init.pid", "init.pid.new",
+                        "made"})
+
+
+def shift_ids(path: Path, id_map: IdMap, *, recursive: bool = True) -> None:
+    """Give a node's user namespace what the host made for it at and under `path` (at it only, unless
+    `recursive`): an owner or group below the map's count (root, the system users) becomes the
+    namespace's (`base` + id); the cluster user's stay. Idempotent, so a node booted before it had a
+    namespace keeps its disk. Symbolic links are changed, never followed, and a file linked from elsewhere
+    (more than one link) is left alone."""
+    if not recursive or path.is_symlink() or not path.is_dir():
+        _shift(str(path), id_map)
+        return
+    for directory, dirnames, filenames in os.walk(path):
+        _shift(directory, id_map)
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(directory, d))]:
+            _shift(os.path.join(directory, name), id_map)
+
+
+def _shift(path: str, id_map: IdMap) -> None:
+    info = os.lstat(path)
+    if info.st_nlink > 1 and not stat.S_ISDIR(info.st_mode):
+        return
+    uid = id_map.host_id(info.st_uid) if info.st_uid < id_map.count else info.st_uid
+    gid = id_map.host_id(info.st_gid) if info.st_gid < id_map.count else info.st_gid
+    if (uid, gid) == (info.st_uid, info.st_gid):
+        return
+    os.lchown(path, uid, gid)
+    special = stat.S_IMODE(info.st_mode) & (stat.S_ISUID | stat.S_ISGID)
+    if special and stat.S_ISREG(info.st_mode):  # chown clears them
+        os.chmod(path, stat.S_IMODE(info.st_mode))
+
+
+def _user_namespace(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/user").st_ino
+    except OSError:
+        return None
 
 
 def _parent(pid: int) -> int | None:

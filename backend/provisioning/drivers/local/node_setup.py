@@ -9,21 +9,24 @@ SSH by `backend.provisioning.node_config`, as on any server: `node_shell` is how
 Per cluster, the host keeps the secrets and identities it hands to nodes: the SSH host key (one per
 cluster; the backend's known_hosts pins it), the munge key (0600, pushed to each node over SSH), the
 `ubuntu` uid (a host uid of the cluster's own: no other cluster, host account or subordinate range has
-it, so the kernel keeps one cluster's processes and files from another's), and the shared home directory.
+it, so the kernel keeps one cluster's processes and files from another's), the ids of the nodes' user
+namespace (`cluster_id_map`, the same rule), and the shared home directory.
 """
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import hashlib
 import os
 import pwd
 import secrets
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
 from backend.fabric.slurm import SlurmHost
-from backend.provisioning.drivers.local.namespaces import Bind, LocalCluster, LocalNode, run
+from backend.provisioning.drivers.local.namespaces import Bind, IdMap, LocalCluster, LocalNode, run, shift_ids
 from backend.provisioning.node_config import containers
 from backend.provisioning.node_config.ssh import SshShell, SshTarget, ensure_identity
 
@@ -62,27 +65,42 @@ Match Address {gateway},{management}
 # Cluster users' host uids (and gids, the same number): far above the host's accounts and the subordinate
 # ranges `useradd` hands out (100000 + 65536 per user), below the 32-bit limit of every tool.
 CLUSTER_UIDS = range(2_000_000, 3_000_000)
+# Where each cluster's user namespace starts (`IdMap.base`; its nodes' root and system users): 65536 host
+# ids of its own, above the cluster users' uids and below 2^31 (signed 32-bit ids in some tools).
+NAMESPACE_SIZE = 65536
+NAMESPACE_BASES = range(1_000_000_000, 2_000_000_000, NAMESPACE_SIZE)
 
 
 def cluster_uid(cluster: LocalCluster) -> int:
     """The `ubuntu` user's uid (and gid) in this cluster, chosen once and never given to another cluster."""
-    recorded = cluster.dir / "uid"
+    return _recorded(cluster, "uid", "uids", CLUSTER_UIDS, 1)
+
+
+def cluster_id_map(cluster: LocalCluster) -> IdMap:
+    """The user namespace of the cluster's nodes: its own host ids (chosen once, never given to another
+    cluster), the cluster's user kept as itself."""
+    base = _recorded(cluster, "namespace", "namespaces", NAMESPACE_BASES, NAMESPACE_SIZE)
+    return IdMap(base=base, kept=cluster_uid(cluster), count=NAMESPACE_SIZE)
+
+
+def _recorded(cluster: LocalCluster, name: str, table: str, candidates: range, span: int) -> int:
+    recorded = cluster.dir / name
     if recorded.exists():
         return int(recorded.read_text())
-    uid = _allocate_uid(cluster.root, cluster.key)
-    _replace(recorded, lambda path: path.write_text(str(uid)))
-    return uid
+    chosen = _allocate(cluster.root / table, candidates, span, cluster.key)
+    _replace(recorded, lambda path: path.write_text(str(chosen)))
+    return chosen
 
 
-def _allocate_uid(root: Path, owner: str) -> int:
-    """The first free cluster uid: each allocation is a file `uids/<uid>` under the driver's directory, made
-    with O_EXCL (two clusters booting at once never share one) and kept after its cluster goes (files it
-    left on a volume are never owned by a later cluster's user)."""
-    allocations = root / "uids"
+def _allocate(allocations: Path, candidates: range, span: int, owner: str) -> int:
+    """The first free id of `candidates` whose `span` ids no host account, group or subordinate range
+    has: each allocation is a file named after it under `allocations`, made with O_EXCL (two clusters
+    booting at once never share one) and kept after its cluster goes (files it left on a volume are
+    never owned by a later cluster's)."""
     allocations.mkdir(mode=0o700, exist_ok=True)
     taken = _host_ids()
-    for candidate in CLUSTER_UIDS:
-        if candidate in taken:
+    for candidate in candidates:
+        if any(start < candidate + span and candidate < stop for start, stop in taken):
             continue
         try:
             descriptor = os.open(allocations / str(candidate), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -91,19 +109,18 @@ def _allocate_uid(root: Path, owner: str) -> int:
         with os.fdopen(descriptor, "w") as handle:
             handle.write(owner)
         return candidate
-    raise RuntimeError(f"every cluster uid in {CLUSTER_UIDS.start}-{CLUSTER_UIDS.stop - 1} is taken")
+    raise RuntimeError(f"every id of {candidates.start}-{candidates.stop - 1} in {allocations} is taken")
 
 
-def _host_ids() -> set[int]:
-    """The uids and gids this host uses: its accounts, groups and subordinate id ranges."""
-    taken = {entry.pw_uid for entry in pwd.getpwall()} | {entry.gr_gid for entry in grp.getgrall()}
+def _host_ids() -> list[tuple[int, int]]:
+    """The ids this host uses, as [start, stop) ranges: its accounts, groups and subordinate id ranges."""
+    taken = [(entry.pw_uid, entry.pw_uid + 1) for entry in pwd.getpwall()]
+    taken += [(entry.gr_gid, entry.gr_gid + 1) for entry in grp.getgrall()]
     for table in (Path("/etc/subuid"), Path("/etc/subgid")):
         lines = table.read_text().splitlines() if table.exists() else []
         for fields in (line.split(":") for line in lines):
             if len(fields) == 3 and fields[1].isdigit() and fields[2].isdigit():
-                start = int(fields[1])
-                taken.update(range(max(start, CLUSTER_UIDS.start),
-                                   min(start + int(fields[2]), CLUSTER_UIDS.stop)))
+                taken.append((int(fields[1]), int(fields[1]) + int(fields[2])))
     return taken
 
 
@@ -112,9 +129,10 @@ def identity(root: Path) -> Path:
     return ensure_identity(root / "ssh")
 
 
-def prepare_cluster(cluster: LocalCluster) -> None:
+def prepare_cluster(cluster: LocalCluster, id_map: IdMap | None = None) -> None:
     """The cluster's boot files on the host (idempotent): SSH host key, sshd config, root's authorized
-    key, the backend's known_hosts, the munge key and the shared home directory."""
+    key, the backend's known_hosts, the munge key and the shared home directory; with `id_map`, for nodes
+    in that user namespace."""
     key = identity(cluster.root)
     ssh = cluster.dir / "ssh"
     if not (ssh / "ssh_host_ed25519_key").exists():
@@ -139,6 +157,12 @@ def prepare_cluster(cluster: LocalCluster) -> None:
         _replace(munge_key, make_munge_key)
     home = cluster.dir / "home"
     home.mkdir(mode=0o755, exist_ok=True)
+    if id_map is not None:
+        # The home's top is the nodes' root's (it makes the users' homes there). The exports stay the
+        # host's, which removes what is in them: the nodes' root may pass through to a volume it is given
+        # (it knows the names), never list, add or replace an entry there.
+        shift_ids(home, id_map, recursive=False)
+        cluster.exports.chmod(0o711)
 
 
 def volumes_dir(root: Path) -> Path:
@@ -188,6 +212,7 @@ def node_binds(node: LocalNode) -> list[Bind]:
     (node_dir / "sshd").mkdir(mode=0o755, exist_ok=True)
     (node_dir / "root").mkdir(mode=0o700, exist_ok=True)
     (node_dir / "xid.log").touch()
+    _copy_boot_files(node.cluster.dir / "ssh", node_dir / "ssh")
     _stand_in_gpus(node_dir / "lib" / "gpus")
     # Root's only, like a file server's mounts: made in the node's own /etc (the upper layer of its overlay).
     (node_dir / "etc" / "gpucloud").mkdir(parents=True, mode=0o700, exist_ok=True)
@@ -195,7 +220,7 @@ def node_binds(node: LocalNode) -> list[Bind]:
         Bind(node.cluster.dir / "home", f"{EXPORTS}/home"),
         Bind(node.cluster.exports, f"{EXPORTS}/volumes"),
         Bind(node.cluster.images_store, containers.STORE_MOUNT, read_only=True),
-        Bind(node.cluster.dir / "ssh", BOOT_DIR, read_only=True),
+        Bind(node_dir / "ssh", BOOT_DIR, read_only=True),
         Bind(node_dir / "lib", "/var/lib/slurm"),
         Bind(node_dir / "log", "/var/log/slurm"),
         Bind(node_dir / "xid.log", KERNEL_LOG, read_only=True),
@@ -215,13 +240,30 @@ def start_sshd(node: LocalNode) -> None:
     node.start_daemon(["/usr/sbin/sshd", "-D", "-e", "-f", f"{BOOT_DIR}/sshd_config"])
 
 
+def _copy_boot_files(cluster_ssh: Path, node_ssh: Path) -> None:
+    """The node's copy of its sshd's files (config, host key, root's authorized key), made at each boot:
+    the node's root owns it where the node has a user namespace (`namespaces.shift_ids`), the cluster's
+    stay the host's (nodes booted before namespaces read them as they are)."""
+    shutil.rmtree(node_ssh, ignore_errors=True)
+    (node_ssh / "authorized_keys").mkdir(parents=True)
+    for name in ("sshd_config", "ssh_host_ed25519_key", "ssh_host_ed25519_key.pub", "authorized_keys/root"):
+        shutil.copy2(cluster_ssh / name, node_ssh / name)
+
+
 def _stand_in_gpus(directory: Path, count: int = 8) -> None:
-    """Character devices with NVIDIA's major number, never opened: Slurm 22.05 needs a file per GPU."""
+    """Character devices with NVIDIA's major number, never opened: Slurm 22.05 needs a file per GPU. The
+    directory is in the node's `/var/lib/slurm`, which the node's root may change: made through a
+    descriptor that follows no link, so the host's root never makes a device where a link points."""
+    if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+        directory.unlink()
     directory.mkdir(exist_ok=True)
-    for index in range(count):
-        device = directory / f"nvidia{index}"
-        if not device.exists():
-            os.mknod(device, 0o666 | 0o020000, os.makedev(195, index))
+    handle = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for index in range(count):
+            with contextlib.suppress(FileExistsError):
+                os.mknod(f"nvidia{index}", 0o666 | 0o020000, os.makedev(195, index), dir_fd=handle)
+    finally:
+        os.close(handle)
 
 
 def _replace(path: Path, make: Callable[[Path], object]) -> None:

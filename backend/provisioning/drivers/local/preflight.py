@@ -13,6 +13,7 @@ import ipaddress
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -21,7 +22,8 @@ from backend.provisioning.drivers.local.namespaces import run
 # Programs the driver runs, and the Debian package that ships each one.
 REQUIRED_PROGRAMS = {
     "ip": "iproute2", "nsenter": "util-linux", "unshare": "util-linux", "setsid": "util-linux",
-    "runuser": "util-linux", "mountpoint": "util-linux", "findmnt": "util-linux",
+    "runuser": "util-linux", "mountpoint": "util-linux", "findmnt": "util-linux", "setpriv": "util-linux",
+    "sudo": "sudo",  # the cluster's user is root of its nodes (their user namespace)
     "slurmctld": "slurmctld", "slurmd": "slurmd", "scontrol": "slurm-client", "munged": "munge",
     "sshd": "openssh-server", "ssh-keygen": "openssh-client",
     # Configuring a node over SSH: the client here, the tools the configuration scripts run on the node.
@@ -114,6 +116,11 @@ def host_problems(address_ranges: Iterable[str]) -> list[HostProblem]:
     missing = missing_packages()
     if missing:
         problems.append(HostProblem(f"missing packages: {', '.join(missing)}", install_command(missing)))
+    if os.geteuid() == 0 and not idmapped_mounts_work():
+        problems.append(HostProblem(
+            "the host's /usr and /etc cannot be bound idmapped into a node's user namespace",
+            "run the backend on Linux 5.19 or later with / on ext4, xfs or btrfs, or use "
+            "GPUCLOUD_DRIVER=simulated"))
     if shutil.which("ip") is not None:
         for cidr in address_ranges:
             route = conflicting_route(cidr)
@@ -123,6 +130,19 @@ def host_problems(address_ranges: Iterable[str]) -> list[HostProblem]:
                     "set GPUCLOUD_LOCAL_ADDRESS_RANGE to a block no route covers (e.g. 172.31.0.0/16), "
                     "or remove that route"))
     return problems
+
+
+def idmapped_mounts_work() -> bool:
+    """Whether this host can bind its /usr and /etc idmapped (what every node's boot does), tried in a
+    mount namespace of its own that goes with the probe."""
+    helper = os.path.join(os.path.dirname(__file__), "idmapped.py")
+    with tempfile.TemporaryDirectory(prefix="gpucloud-idmap-") as scratch:
+        targets = [os.path.join(scratch, name) for name in ("usr", "etc")]
+        for target in targets:
+            os.mkdir(target)
+        probe = ["unshare", "--mount", "--propagation", "private", sys.executable, "-I", "-S", helper,
+                 "/proc", "0 1000000000 65536\n", "/usr", targets[0], "/etc", targets[1]]
+        return shutil.which("unshare") is not None and run(probe, check=False).returncode == 0
 
 
 def report(problems: Iterable[HostProblem]) -> str:
