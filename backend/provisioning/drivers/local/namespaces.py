@@ -489,18 +489,19 @@ def _boot_script(node: LocalNode, binds: Iterable[Bind], *, systemd: bool = Fals
     (`LocalNode._map_user_namespace`) and becomes the namespace's root."""
     q = shlex.quote
     node_dir = node.dir
-    owner = f"{id_map.base}" if id_map is not None else "0"
-    as_node = f"setpriv --reuid={owner} --regid={owner} --clear-groups " if id_map is not None else ""
-    owned = f",uid={owner},gid={owner}" if id_map is not None else ""
-    if id_map is not None:
+    if id_map is None:
+        as_node = owned = ""
+        bind_dir = "mkdir $d; mount --bind /$d $d; mount -o remount,bind,ro,nosuid,nodev $d"
+        etc_lower = "/etc"
+        bind_system = "mount --bind /usr usr; mount -o remount,bind,ro,nosuid,nodev usr"
+    else:
+        as_node = f"setpriv --reuid={id_map.base} --regid={id_map.base} --clear-groups "
+        owned = f",uid={id_map.base},gid={id_map.base}"
         helper = Path(__file__).with_name("idmapped.py")
         idmap = f"{q(sys.executable)} -I -S {q(str(helper))} proc {q(id_map.table)}"
-        system_dirs = (f"{as_node}mkdir $d; {idmap} /$d $d", f"{idmap} /usr usr",
-                       f"{idmap} /etc {q(str(node_dir / 'etc-lower'))}", str(node_dir / "etc-lower"))
-    else:
-        system_dirs = ("mkdir $d; mount --bind /$d $d; mount -o remount,bind,ro,nosuid,nodev $d",
-                       "mount --bind /usr usr; mount -o remount,bind,ro,nosuid,nodev usr", ":", "/etc")
-    bind_dir, bind_usr, bind_etc, etc_lower = system_dirs
+        bind_dir = f"{as_node}mkdir $d; {idmap} /$d $d"
+        etc_lower = str(node_dir / "etc-lower")
+        bind_system = f"{idmap} /usr usr /etc {q(etc_lower)}"
     devpts_group = id_map.host_id(5) if id_map is not None else 5
     script = [
         # Written aside and renamed: the host reads it while it waits.
@@ -514,8 +515,7 @@ def _boot_script(node: LocalNode, binds: Iterable[Bind], *, systemd: bool = Fals
         # Merged /usr: /bin, /lib... are links into it; elsewhere they are directories of their own.
         "for d in bin sbin lib lib32 lib64 libx32; do if [ -L /$d ]; then "
         f"{as_node}ln -s \"$(readlink /$d)\" $d; elif [ -d /$d ]; then {bind_dir}; fi; done",
-        bind_usr,
-        bind_etc,
+        bind_system,
         f"mount -t overlay overlay -o lowerdir={q(etc_lower)},upperdir={q(str(node_dir / 'etc'))},"
         f"workdir={q(str(node_dir / 'etc-work'))} etc",
         f"mount --bind {q(str(node_dir / 'var'))} var",
