@@ -100,8 +100,8 @@ def test_a_user_without_sudo_is_told_how_to_fix_it(stand_ins: StandIns) -> None:
         node.enter_argv(["useradd", "-M", "-p", "*", "-s", "/bin/sh", "ops"]), capture_output=True, text=True
     )
     assert added.returncode == 0, added.stderr
-    keys = stand_ins.bridge.dir / "ssh" / "authorized_keys" / "ops"
-    keys.write_text((stand_ins.bridge.dir / "ssh" / "authorized_keys" / "root").read_text())
+    keys = node.dir / "ssh" / "authorized_keys"  # the node's copy of its sshd's files, made at boot
+    (keys / "ops").write_text((keys / "root").read_text())
     verdict = check_host(stand_ins.target("host-b", user="ops"))
     assert (verdict.status, verdict.reason_code) == ("degraded", "no_sudo"), verdict.reason
     assert "sudo" in (verdict.reason or "") and "ops" in (verdict.reason or "")

@@ -138,8 +138,8 @@ def test_serve_refuses_the_local_driver_without_its_packages_in_one_message(
     assert len(message.splitlines()) == 1
     assert "needs root" in message
     assert ("apt-get install -y --no-install-recommends iproute2 mariadb-server munge nftables "
-            "openssh-client openssh-server passwd procps slurm-client slurmctld slurmd slurmdbd util-linux"
-            ) in message
+            "openssh-client openssh-server passwd procps slurm-client slurmctld slurmd slurmdbd sudo "
+            "util-linux") in message
     assert not (tmp_path / "gpucloud.db").exists()  # refused before touching anything
 
     assert cli.main(["doctor"]) == 1
