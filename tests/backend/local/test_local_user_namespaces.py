@@ -18,7 +18,7 @@ import pytest
 
 from backend.provisioning.drivers.local import preflight
 from backend.provisioning.drivers.local.driver import tear_down
-from backend.provisioning.drivers.local.namespaces import IdMap, LocalCluster, run, shift_ids
+from backend.provisioning.drivers.local.namespaces import IdMap, LocalCluster, LocalHostError, run, shift_ids
 from backend.provisioning.drivers.local.node_setup import cluster_id_map, node_binds, prepare_cluster
 
 ID_MAP = IdMap(base=1_500_000_000, kept=2_999_998)
@@ -106,3 +106,20 @@ def test_root_of_a_node_is_the_namespace_s_base_on_the_host(cluster: LocalCluste
     assert (node.dir / "etc" / "made-by-root").stat().st_uid == id_map.base
     assert inside[3].split() == ["0", str(id_map.base), "65536"]
     assert id_map.kept not in range(id_map.base, id_map.base + id_map.count)
+
+
+def test_a_node_s_link_out_of_its_root_fails_its_boot_instead_of_being_followed(cluster: LocalCluster,
+                                                                                 tmp_path: Path) -> None:
+    # Root of a node may replace its /var/lib with a link to a path of the host's; at the next boot the
+    # host's root, building the node's root, would have made and mounted its daemons' directories there.
+    host_dir = tmp_path / "host-dir"
+    host_dir.mkdir()
+    cluster.up()
+    id_map = cluster_id_map(cluster)
+    prepare_cluster(cluster, id_map)
+    node = cluster.node("n-0", "10.0.8.10")
+    (node.dir / "var").mkdir(parents=True)
+    (node.dir / "var" / "lib").symlink_to(host_dir)
+    with pytest.raises(LocalHostError, match=r"/var/lib/.* leads out of the node.s root"):
+        node.create(node_binds(node), id_map=id_map)
+    assert list(host_dir.iterdir()) == []

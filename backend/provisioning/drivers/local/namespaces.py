@@ -509,7 +509,7 @@ def _boot_script(node: LocalNode, binds: Iterable[Bind], *, systemd: bool = Fals
         f"mv {q(str(node_dir / 'init.pid.new'))} {q(str(node_dir / 'init.pid'))}",
         f"hostname {q(node.name)}",
         f"mount -t tmpfs -o mode=0755,nosuid,nodev{owned} rootfs {q(str(node_dir / 'rootfs'))}",
-        f"cd {q(str(node_dir / 'rootfs'))}",
+        f"cd {q(str(node_dir / 'rootfs'))}; root=$(pwd -P)",
         f"{as_node}mkdir usr etc var run tmp dev proc sys home root mnt",
         "mount -t proc -o nosuid,nodev,noexec proc proc",
         # Merged /usr: /bin, /lib... are links into it; elsewhere they are directories of their own.
@@ -545,13 +545,19 @@ def _boot_script(node: LocalNode, binds: Iterable[Bind], *, systemd: bool = Fals
 
 
 def _bind_command(bind: Bind, as_node: str = "") -> str:
-    """Bind a host path into the node's root being built (the current directory), with what is mounted
-    below it (the volumes exported to the cluster before the node boots); a missing target is made by
-    `as_node` (the prefix that runs a command as the node's root)."""
+    """Bind a host path into the node's root being built (the current directory, `$root`), with what is
+    mounted below it (the volumes exported to the cluster before the node boots); a missing target is made
+    by `as_node` (the prefix that runs a command as the node's root). The target is resolved first and
+    must stay in the node's root: its `/etc` and `/var` are the node's root's to fill with links, and one
+    leading out (to a path of the host's) fails the boot instead of being followed by the host's root."""
     source, target = shlex.quote(str(bind.source)), shlex.quote(f".{bind.target}")
-    make_target = f"{as_node}mkdir -p {target}" if bind.source.is_dir() else f"{as_node}touch {target}"
-    remount = f" && mount -o remount,bind,ro {target}" if bind.read_only else ""
-    return f"{{ [ -e {target} ] || {make_target}; }} && mount --rbind {source} {target}{remount}"
+    make_target = f'{as_node}mkdir -p "$t"' if bind.source.is_dir() else f'{as_node}touch "$t"'
+    remount = '; mount -o remount,bind,ro "$t"' if bind.read_only else ""
+    escape = shlex.quote(f"boot: {bind.target} leads out of the node's root")
+    # Relative again once checked: the node's root may not pass through the directories above its own.
+    # One command per step, so that any failing fails the boot (`sh -e`).
+    return (f't=$(realpath -m -- {target}); case $t in "$root"/*) ;; *) echo {escape} >&2; exit 1;; esac; '
+            f't=".${{t#"$root"}}"; [ -e "$t" ] || {make_target}; mount --rbind {source} "$t"{remount}')
 
 
 # What of a node's directory is the host's alone: never bound into the node, never given to its namespace.
