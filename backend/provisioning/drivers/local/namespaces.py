@@ -165,7 +165,10 @@ class LocalCluster:
     def up(self) -> None:
         """Create the bridge, directories and the exports mount (idempotent)."""
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.exports.mkdir(mode=0o700, exist_ok=True)
+        # The host's only to change (it removes and unmounts what is in it); nodes pass through to the
+        # volumes they are given by name (a node's root is not the host's), never list it.
+        self.exports.mkdir(exist_ok=True)
+        self.exports.chmod(0o711)
         self.images_store.mkdir(mode=0o755, exist_ok=True)  # before any node binds it
         if not _is_mountpoint(self.exports):
             run(["mount", "--bind", str(self.exports), str(self.exports)])

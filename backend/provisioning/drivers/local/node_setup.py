@@ -157,12 +157,8 @@ def prepare_cluster(cluster: LocalCluster, id_map: IdMap | None = None) -> None:
         _replace(munge_key, make_munge_key)
     home = cluster.dir / "home"
     home.mkdir(mode=0o755, exist_ok=True)
-    if id_map is not None:
-        # The home's top is the nodes' root's (it makes the users' homes there). The exports stay the
-        # host's, which removes what is in them: the nodes' root may pass through to a volume it is given
-        # (it knows the names), never list, add or replace an entry there.
+    if id_map is not None:  # the home's top is the nodes' root's: it makes the users' homes there
         shift_ids(home, id_map, recursive=False)
-        cluster.exports.chmod(0o711)
 
 
 def volumes_dir(root: Path) -> Path:
